@@ -1,0 +1,39 @@
+/* The graph's insides, shared by graph/, codegen/ and runtime/. Users see
+ * only the opaque handles of kiln.h. */
+#ifndef KILN_GRAPH_IMPL_H
+#define KILN_GRAPH_IMPL_H
+
+#include "core.h"
+
+#define KILN_MAX_SRC 3
+
+struct kiln_tensor {
+    kiln_op op;
+    int id;               /* index in the graph's creation order */
+    char *name;           /* owned by the graph's arena */
+    int64_t ne[2];        /* see kiln_tensor_ne */
+    kiln_tensor *src[KILN_MAX_SRC];
+    kiln_qtensor weight;  /* KILN_OP_WEIGHT */
+    const float *param;   /* KILN_OP_PARAM: caller memory, ne[0] floats */
+    float eps;            /* KILN_OP_RMS_NORM */
+    int is_output;
+};
+
+/* A growable array of pointers; tensors themselves live in the arena. */
+typedef struct kiln_tensor_list {
+    kiln_tensor **v;
+    int n, cap;
+} kiln_tensor_list;
+
+struct kiln_arena_chunk;
+
+struct kiln_graph {
+    struct kiln_arena_chunk *arena; /* tensors and names; freed at destroy */
+    kiln_tensor_list tensors;       /* creation order */
+    kiln_tensor_list inputs;
+    kiln_tensor_list outputs;
+    kiln_tensor_list topo;          /* cache of kiln_graph_topo */
+    int topo_valid;
+};
+
+#endif

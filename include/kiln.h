@@ -1,0 +1,264 @@
+/*
+ * kiln — an ahead-of-time compiler and runtime for quantized linear layers.
+ *
+ * Conventions (the same for every call below):
+ *  - Every call that can fail returns a kiln_status; objects come back through
+ *    an out-parameter that is left untouched on failure.
+ *  - On failure, kiln_last_error() returns a thread-local message that says
+ *    what went wrong and where (file, tensor, node). It stays valid until the
+ *    next failing call on the same thread.
+ *  - Handles are opaque. create/destroy come in pairs; destroy accepts NULL.
+ *  - Plain data (descriptors, options) are public structs in which zero means
+ *    "default"; initialize them with designated initializers.
+ *  - A linear computes Y[M,N] = X[M,K] · W[N,K]ᵀ (+ bias). W is row-major
+ *    [N,K] as in PyTorch and GGUF; blocks of a quantized format run along K.
+ *    M, the number of tokens, is the only dynamic dimension.
+ */
+#ifndef KILN_H
+#define KILN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_VERSION_MAJOR 0
+#define KILN_VERSION_MINOR 1
+#define KILN_VERSION_PATCH 0
+
+/* "MAJOR.MINOR.PATCH" of the library actually linked. */
+const char *kiln_version(void);
+
+/* ---------------------------------------------------------------- status */
+
+/* Values only grow at the end: they are part of the ABI. */
+typedef enum kiln_status {
+    KILN_OK = 0,
+    KILN_ERR_INVALID_ARG,  /* a caller passed something meaningless (NULL, negative size) */
+    KILN_ERR_NOMEM,        /* an allocation failed */
+    KILN_ERR_IO,           /* a file could not be opened, read, written or mapped */
+    KILN_ERR_MALFORMED,    /* a file or record is not what it claims to be */
+    KILN_ERR_UNSUPPORTED,  /* a valid request kiln does not implement (type, format, op) */
+    KILN_ERR_SHAPE,        /* shapes do not fit together or break a format's block rule */
+    KILN_ERR_NOT_FOUND,    /* a named thing (tensor, key, kernel) does not exist */
+    KILN_ERR_STATE,        /* the object is not in a state that allows the call */
+    KILN_ERR_NO_KERNEL,    /* no backend can implement a node on the target */
+    KILN_ERR_COMPILE,      /* NVRTC rejected generated source */
+    KILN_ERR_CACHE,        /* the kernel cache failed (LMDB error, corrupt record) */
+    KILN_ERR_OFFLINE_MISS, /* offline mode and a kernel is not in any cache */
+    KILN_ERR_CUDA,         /* a CUDA driver call failed */
+    KILN_ERR_NO_DEVICE,    /* no GPU or no driver */
+    KILN_STATUS_COUNT
+} kiln_status;
+
+/* The status's name and meaning, e.g. "KILN_ERR_SHAPE: shapes do not fit".
+ * Never NULL; an unknown value gives a string that says so. */
+const char *kiln_strerror(kiln_status status);
+
+/* The detail message of the last failing call on this thread, or "" when
+ * there is none. */
+const char *kiln_last_error(void);
+
+/* --------------------------------------------------------------- formats */
+
+/* A weight storage format. Values only grow at the end. */
+typedef enum kiln_format {
+    KILN_FMT_F32 = 0,
+    KILN_FMT_F16,
+    KILN_FMT_BF16,
+    KILN_FMT_FP8_TENSOR,  /* E4M3, one f32 scale for the tensor */
+    KILN_FMT_FP8_CHANNEL, /* E4M3, one f32 scale per output row n */
+    KILN_FMT_FP8_BLOCK,   /* E4M3, one f32 scale per 128x128 tile (DeepSeek-V3) */
+    KILN_FMT_MXFP8,       /* OCP MX: 32 x E4M3 + E8M0 scale */
+    KILN_FMT_NVFP4,       /* 16 x E2M1 + UE4M3 scale, f32 global scale */
+    KILN_FMT_MXFP4,       /* OCP MX: 32 x E2M1 + E8M0 scale */
+    KILN_FMT_Q8_0,        /* GGML type 8 */
+    KILN_FMT_Q4_0,        /* GGML type 2 */
+    KILN_FMT_Q4_K,        /* GGML type 12 */
+    KILN_FMT_Q6_K,        /* GGML type 14 */
+    KILN_FMT_GGML_MXFP4,  /* GGML type 39 */
+    KILN_FMT_COUNT
+} kiln_format;
+
+/* The element type of a format's separate scale array. */
+typedef enum kiln_scale_type {
+    KILN_SCALE_NONE = 0, /* no separate scales (plain, or GGML: scales inline in blocks) */
+    KILN_SCALE_F32,
+    KILN_SCALE_E8M0,
+    KILN_SCALE_UE4M3,
+} kiln_scale_type;
+
+/* One row of the format table. Storage of a quantized W[N,K]:
+ *   data:   N rows of (K / block) * block_bytes bytes, row-major;
+ *   scales: when scale_type != NONE, an array of
+ *           ceil(N / scale_rows) x ceil(K / scale_cols) elements, row-major
+ *           (scale_rows == 0 means "all N rows", scale_cols == 0 "all K");
+ *   global: when has_global_scale, one f32 multiplied into every value. */
+typedef struct kiln_format_info {
+    const char *name;      /* short name used by the CLI: "q4_k", "nvfp4" */
+    const char *desc;      /* one line for humans */
+    int block;             /* elements per block along K (1 for plain types) */
+    int block_bytes;       /* bytes of data per block (GGML: inline scales included) */
+    int k_multiple;        /* K must be a multiple of this */
+    double bits_per_weight;/* data + scales, for a large tensor */
+    kiln_scale_type scale_type;
+    int scale_rows;
+    int scale_cols;
+    int has_global_scale;
+    int gguf_type;         /* GGUF/GGML type id, or -1 */
+    const char *scale_desc;/* "f16 per 32, inline" */
+} kiln_format_info;
+
+/* The table row of fmt, or NULL when fmt is out of range. */
+const kiln_format_info *kiln_format_get(kiln_format fmt);
+
+/* Look a format up by its short name; KILN_ERR_NOT_FOUND if there is none. */
+kiln_status kiln_format_from_name(const char *name, kiln_format *out);
+
+/* Bytes of the data array and of the scale array of an [n, k] tensor.
+ * KILN_ERR_SHAPE when k breaks the format's k_multiple or a size overflows. */
+kiln_status kiln_format_data_bytes(kiln_format fmt, int64_t n, int64_t k, size_t *out);
+kiln_status kiln_format_scale_bytes(kiln_format fmt, int64_t n, int64_t k, size_t *out);
+
+/* A quantized [n, k] tensor in caller memory. scale is NULL for formats with
+ * scale_type NONE; global_scale is used only by formats with a global scale
+ * (it is ignored otherwise). */
+typedef struct kiln_qtensor {
+    kiln_format format;
+    int64_t n, k;
+    void *data;
+    void *scale;
+    float global_scale;
+} kiln_qtensor;
+
+/* CPU reference quantization of src[n*k] (row-major f32) into t. t->data and
+ * t->scale must hold kiln_format_data_bytes / kiln_format_scale_bytes bytes;
+ * the global scale (NVFP4) is computed and written to t->global_scale.
+ * Follows the authoritative source of each format bit for bit (FORMATS.md). */
+kiln_status kiln_quantize(const float *src, kiln_qtensor *t);
+
+/* CPU reference dequantization of t into dst[n*k] (row-major f32). */
+kiln_status kiln_dequantize(const kiln_qtensor *t, float *dst);
+
+/* Element conversions, round to nearest even with saturation to the largest
+ * finite value (satfinite); NaN stays NaN where the type has one. */
+float kiln_e4m3_to_f32(uint8_t v);
+uint8_t kiln_f32_to_e4m3(float f);
+float kiln_e2m1_to_f32(uint8_t v);   /* low 4 bits */
+uint8_t kiln_f32_to_e2m1(float f);
+float kiln_e8m0_to_f32(uint8_t v);   /* 0xFF gives NaN */
+float kiln_f16_to_f32(uint16_t v);
+uint16_t kiln_f32_to_f16(float f);
+float kiln_bf16_to_f32(uint16_t v);
+uint16_t kiln_f32_to_bf16(float f);
+
+/* ----------------------------------------------------------------- graph */
+
+typedef struct kiln_graph kiln_graph;
+typedef struct kiln_tensor kiln_tensor;
+
+/* Operations. Values only grow at the end. */
+typedef enum kiln_op {
+    KILN_OP_INPUT = 0, /* activation [M, K], M dynamic */
+    KILN_OP_WEIGHT,    /* quantized weight [N, K] */
+    KILN_OP_PARAM,     /* f32 vector [N]: bias, norm weight */
+    KILN_OP_LINEAR,    /* x[M,K] · w[N,K]ᵀ (+ bias[N]) */
+    KILN_OP_ADD,
+    KILN_OP_MUL,
+    KILN_OP_SILU,
+    KILN_OP_GELU,      /* tanh approximation */
+    KILN_OP_RMS_NORM,  /* x / sqrt(mean(x²) + eps) · weight */
+    KILN_OP_COUNT
+} kiln_op;
+
+/* Name of an op ("linear"), or "?" when out of range. */
+const char *kiln_op_name(kiln_op op);
+
+/* A new, empty graph. It owns every tensor made through it; names are copied.
+ * Weight and parameter data stay in caller memory, which must outlive the
+ * graph and every object compiled from it. */
+kiln_status kiln_graph_create(kiln_graph **out);
+void kiln_graph_destroy(kiln_graph *g);
+
+/* An activation input [M, k]. */
+kiln_status kiln_graph_input(kiln_graph *g, const char *name, int64_t k, kiln_tensor **out);
+
+/* A weight [w->n, w->k] in any format. The descriptor is copied; the data
+ * and scale arrays it points to are not. KILN_ERR_SHAPE when k is not a
+ * multiple of the format's block; KILN_ERR_UNSUPPORTED for an unknown format. */
+kiln_status kiln_graph_weight(kiln_graph *g, const char *name, const kiln_qtensor *w,
+                              kiln_tensor **out);
+
+/* An f32 vector [n] (bias, norm weight) in caller memory. */
+kiln_status kiln_graph_param(kiln_graph *g, const char *name, int64_t n, const float *data,
+                             kiln_tensor **out);
+
+/* y = x · wᵀ + bias. x is an activation [M, K], w a weight [N, K], bias NULL
+ * or a param [N]. The result is [M, N]. */
+kiln_status kiln_graph_linear(kiln_graph *g, const char *name, kiln_tensor *x, kiln_tensor *w,
+                              kiln_tensor *bias, kiln_tensor **out);
+
+/* Elementwise on activations of the same shape. */
+kiln_status kiln_graph_add(kiln_graph *g, const char *name, kiln_tensor *a, kiln_tensor *b,
+                           kiln_tensor **out);
+kiln_status kiln_graph_mul(kiln_graph *g, const char *name, kiln_tensor *a, kiln_tensor *b,
+                           kiln_tensor **out);
+kiln_status kiln_graph_silu(kiln_graph *g, const char *name, kiln_tensor *x, kiln_tensor **out);
+kiln_status kiln_graph_gelu(kiln_graph *g, const char *name, kiln_tensor *x, kiln_tensor **out);
+
+/* Row-wise RMS norm of an activation [M, K] with a param weight [K]. */
+kiln_status kiln_graph_rms_norm(kiln_graph *g, const char *name, kiln_tensor *x,
+                                kiln_tensor *weight, float eps, kiln_tensor **out);
+
+/* Mark an activation as a graph output (in the order of the calls). */
+kiln_status kiln_graph_output(kiln_graph *g, kiln_tensor *t);
+
+/* Read-only views. */
+int kiln_graph_n_tensors(const kiln_graph *g);
+kiln_tensor *kiln_graph_tensor(const kiln_graph *g, int i); /* creation order */
+int kiln_graph_n_inputs(const kiln_graph *g);
+kiln_tensor *kiln_graph_input_at(const kiln_graph *g, int i);
+int kiln_graph_n_outputs(const kiln_graph *g);
+kiln_tensor *kiln_graph_output_at(const kiln_graph *g, int i);
+kiln_tensor *kiln_graph_find(const kiln_graph *g, const char *name);
+
+const char *kiln_tensor_name(const kiln_tensor *t);
+kiln_op kiln_tensor_op(const kiln_tensor *t);
+/* For activations, ne[0] is the feature size and ne[1] is -1 (M, dynamic);
+ * for weights, ne[0] = K and ne[1] = N (GGUF order); params have ne[1] = 1. */
+int64_t kiln_tensor_ne(const kiln_tensor *t, int dim);
+/* The weight descriptor of a KILN_OP_WEIGHT tensor, else NULL. */
+const kiln_qtensor *kiln_tensor_weight(const kiln_tensor *t);
+/* The i-th source of an op tensor, or NULL. */
+kiln_tensor *kiln_tensor_src(const kiln_tensor *t, int i);
+
+/* The op tensors (not inputs, weights or params) that the outputs depend on,
+ * in an order where every tensor comes after its sources. *out is owned by
+ * the graph and valid until the graph changes. KILN_ERR_STATE when the graph
+ * has no outputs. */
+kiln_status kiln_graph_topo(kiln_graph *g, kiln_tensor *const **out, int *n);
+
+/* ---------------------------------------------------------- CPU executor */
+
+typedef struct kiln_cpu kiln_cpu;
+
+typedef struct kiln_cpu_options {
+    int threads; /* 0: one per online core */
+} kiln_cpu_options;
+
+/* Prepare g for execution on the CPU: weights are dequantized to f32 once.
+ * opts may be NULL. The graph must outlive the executor. */
+kiln_status kiln_cpu_create(kiln_graph *g, const kiln_cpu_options *opts, kiln_cpu **out);
+void kiln_cpu_destroy(kiln_cpu *cpu);
+
+/* Run the graph for m tokens. inputs[i] holds [m, K_i] f32 for the graph's
+ * i-th input; outputs[i] receives [m, N_i] f32 for its i-th output. */
+kiln_status kiln_cpu_run(kiln_cpu *cpu, int64_t m, const float *const *inputs,
+                         float *const *outputs);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_H */
