@@ -258,6 +258,56 @@ void kiln_cpu_destroy(kiln_cpu *cpu);
 kiln_status kiln_cpu_run(kiln_cpu *cpu, int64_t m, const float *const *inputs,
                          float *const *outputs);
 
+/* ----------------------------------------------------------------- models */
+
+/* A model file opened read-only: a GGUF file, a .safetensors file, or a
+ * directory holding model.safetensors (or a sharded set with
+ * model.safetensors.index.json) and config.json. Tensors are mapped, not
+ * copied; they stay valid until kiln_model_close. */
+typedef struct kiln_model kiln_model;
+
+kiln_status kiln_model_open(const char *path, kiln_model **out);
+void kiln_model_close(kiln_model *m);
+
+/* "gguf v3", "safetensors", ... and the architecture name from the file. */
+const char *kiln_model_container(const kiln_model *m);
+const char *kiln_model_arch(const kiln_model *m);
+
+/* Llama-family hyper-parameters, 0 where the file does not say. */
+typedef struct kiln_model_info {
+    int64_t n_layers, d_model, d_ffn, n_heads, n_kv_heads, vocab, ctx;
+    float rms_eps;
+} kiln_model_info;
+void kiln_model_get_info(const kiln_model *m, kiln_model_info *out);
+
+/* The stored tensors, in file order. */
+typedef struct kiln_model_tensor_info {
+    const char *name;
+    const char *type_name; /* the file's own name of the type */
+    int supported;         /* kiln can use it (format is valid) */
+    kiln_format format;
+    int n_dims;
+    int64_t ne[4];         /* ne[0] innermost */
+    size_t bytes;
+} kiln_model_tensor_info;
+int kiln_model_n_tensors(const kiln_model *m);
+kiln_status kiln_model_tensor_at(const kiln_model *m, int i, kiln_model_tensor_info *out);
+
+/* The weight named name as a kiln_qtensor pointing into the mapping.
+ * KILN_ERR_NOT_FOUND when absent; KILN_ERR_UNSUPPORTED, naming the file, the
+ * tensor and its type, when kiln cannot use its type. */
+kiln_status kiln_model_weight(const kiln_model *m, const char *name, kiln_qtensor *out);
+
+/* Graphs built from a Llama-family model, into an empty graph g:
+ *  linears: every linear of every layer (q, k, v, o, gate, up, down) and the
+ *           output head, each its own node with its own input — for compiling
+ *           a whole model ahead of time;
+ *  ffn:     the layers' feed-forward blocks chained with their norms and
+ *           residuals, x + down(silu(gate(norm(x))) * up(norm(x))), runnable.
+ * n_layers limits the layers used (0: all). */
+kiln_status kiln_model_build_linears(const kiln_model *m, kiln_graph *g, int n_layers);
+kiln_status kiln_model_build_ffn(const kiln_model *m, kiln_graph *g, int n_layers);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,39 @@
+/* A loaded model file, whatever its container: the common form both readers
+ * (gguf.c, safetensors.c) fill in and that model.c builds graphs from. */
+#ifndef KILN_MODEL_IMPL_H
+#define KILN_MODEL_IMPL_H
+
+#include "core.h"
+
+/* One tensor as stored in the file (or, for a quantized safetensors weight,
+ * the stored tensor joined with its scale tensors). */
+typedef struct kiln_model_tensor {
+    char *name;            /* as in the file: "blk.0.ffn_up.weight" */
+    char *type_name;       /* the file's own type name: "Q4_K", "F8_E4M3", "IQ4_XS" */
+    int supported;         /* 1 when qt below is usable */
+    int n_dims;
+    int64_t ne[4];         /* GGUF order: ne[0] is the innermost (K) dimension */
+    size_t bytes;          /* bytes of the stored data */
+    kiln_qtensor qt;       /* format, n, k, data (points into the mapping), scale, global */
+    char *why;             /* when !supported: why, for the error message */
+} kiln_model_tensor;
+
+/* Llama-family hyper-parameters; 0 when the file does not say. */
+typedef struct kiln_model_hparams {
+    char arch[64];         /* "llama", "LlamaForCausalLM" */
+    int64_t n_layers, d_model, d_ffn, n_heads, n_kv_heads, vocab, ctx;
+    float rms_eps;
+} kiln_model_hparams;
+
+struct kiln_model {
+    char *path;
+    char *container;       /* "gguf v3", "safetensors (3 shards)" */
+    kiln_model_hparams hp;
+    kiln_model_tensor *tensors;
+    int n_tensors;
+    /* container-specific state: mappings, parsed JSON, metadata */
+    void *impl;
+    void (*impl_free)(void *impl);
+};
+
+#endif
