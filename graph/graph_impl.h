@@ -25,7 +25,13 @@ typedef struct kiln_tensor_list {
     int n, cap;
 } kiln_tensor_list;
 
+/* A bump allocator of linked chunks (graph/arena.c). Nothing is freed
+ * before kiln_arena_free, so pointers into it stay valid for the graph's
+ * life: tensors never move when the graph grows. */
 struct kiln_arena_chunk;
+void *kiln_arena_alloc(struct kiln_arena_chunk **arena, size_t size); /* NULL: out of memory */
+char *kiln_arena_strdup(struct kiln_arena_chunk **arena, const char *s);
+void kiln_arena_free(struct kiln_arena_chunk *arena);
 
 struct kiln_graph {
     struct kiln_arena_chunk *arena; /* tensors and names; freed at destroy */
@@ -34,6 +40,8 @@ struct kiln_graph {
     kiln_tensor_list outputs;
     kiln_tensor_list topo;          /* cache of kiln_graph_topo */
     int topo_valid;
+    int *name_slots;                /* open-addressing index by name: id + 1, 0 = empty */
+    int name_cap;                   /* a power of two, at least twice the tensor count */
 };
 
 #endif

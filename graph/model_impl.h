@@ -31,6 +31,10 @@ struct kiln_model {
     kiln_model_hparams hp;
     kiln_model_tensor *tensors;
     int n_tensors;
+    /* f32 copies of parameters the graphs need that the file stores in
+     * another type or unaligned; freed at close */
+    void **owned;
+    int n_owned, cap_owned;
     /* container-specific state: mappings, parsed JSON, metadata */
     void *impl;
     void (*impl_free)(void *impl);

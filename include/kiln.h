@@ -305,8 +305,8 @@ kiln_status kiln_model_weight(const kiln_model *m, const char *name, kiln_qtenso
  *  ffn:     the layers' feed-forward blocks chained with their norms and
  *           residuals, x + down(silu(gate(norm(x))) * up(norm(x))), runnable.
  * n_layers limits the layers used (0: all). */
-kiln_status kiln_model_build_linears(const kiln_model *m, kiln_graph *g, int n_layers);
-kiln_status kiln_model_build_ffn(const kiln_model *m, kiln_graph *g, int n_layers);
+kiln_status kiln_model_build_linears(kiln_model *m, kiln_graph *g, int n_layers);
+kiln_status kiln_model_build_ffn(kiln_model *m, kiln_graph *g, int n_layers);
 
 #ifdef __cplusplus
 }

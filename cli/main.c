@@ -1,0 +1,9 @@
+#include "kiln.h"
+
+#include <stdio.h>
+
+int main(void)
+{
+    printf("kiln %s\n", kiln_version());
+    return 0;
+}
