@@ -49,16 +49,25 @@ kiln_status kiln_fail(kiln_status status, const char *fmt, ...)
 
 kiln_status kiln_fail_prefix(kiln_status status, const char *fmt, ...)
 {
-    char prefix[512], old[sizeof last_error];
+    char old[sizeof last_error];
     va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
-    va_end(ap);
     memcpy(old, last_error, sizeof old);
-    if (old[0])
-        snprintf(last_error, sizeof last_error, "%s: %s", prefix, old);
-    else
-        snprintf(last_error, sizeof last_error, "%s", prefix);
+    va_start(ap, fmt);
+    int n = vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    /* The message is cut at the buffer's end when too long: detail, not data. */
+    size_t used = n < 0 ? 0 : (size_t)n < sizeof last_error ? (size_t)n : sizeof last_error - 1;
+    if (old[0] && used + 3 < sizeof last_error) {
+        size_t room = sizeof last_error - used - 1;
+        size_t len = strlen(old);
+        last_error[used] = ':';
+        last_error[used + 1] = ' ';
+        room -= 2;
+        if (len > room)
+            len = room;
+        memcpy(last_error + used + 2, old, len);
+        last_error[used + 2 + len] = '\0';
+    }
     return status;
 }
 

@@ -240,6 +240,31 @@ kiln_tensor *kiln_tensor_src(const kiln_tensor *t, int i);
  * has no outputs. */
 kiln_status kiln_graph_topo(kiln_graph *g, kiln_tensor *const **out, int *n);
 
+/* ---------------------------------------------------------------- targets */
+
+/* What a GPU architecture offers kernels. Named targets need no GPU; a live
+ * target is read from the device by the runtime. */
+typedef struct kiln_target {
+    char name[16];        /* "sm_90a": the NVRTC -arch value */
+    int sm;               /* compute capability x 10: 75, 80, 86, 89, 90 */
+    int arch_specific;    /* the "a" targets: instructions that exist on this chip only */
+    int mma_bf16;         /* mma.sync on BF16/F16 (sm_80+) */
+    int mma_fp8;          /* mma.sync on E4M3 (sm_89+) */
+    int wgmma;            /* warpgroup MMA, needs sm_90a */
+    int tma;              /* bulk tensor copies (sm_90+) */
+    int smem_optin;       /* largest dynamic shared memory per block, bytes */
+    int sm_count;         /* multiprocessors where the name fixes it, else 0 */
+    char alias_of[16];    /* for an alias: the product name it was asked by ("h200") */
+} kiln_target;
+
+/* A named target: sm_75, sm_80, sm_86, sm_89, sm_90, sm_90a, or one of the
+ * product aliases t4, a100, a10, l40s, h100, h200. KILN_ERR_NOT_FOUND lists
+ * the names kiln knows. */
+kiln_status kiln_target_from_name(const char *name, kiln_target *out);
+
+/* The names kiln_target_from_name accepts, NULL-terminated. */
+const char *const *kiln_target_names(void);
+
 /* ---------------------------------------------------------- CPU executor */
 
 typedef struct kiln_cpu kiln_cpu;
