@@ -1,9 +1,103 @@
-#include "kiln.h"
+#include "cli.h"
 
-#include <stdio.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
 
-int main(void)
+static const cli_command *const commands[] = {
+    &cli_cmd_formats,
+    &cli_cmd_demo,
+};
+
+static void usage(FILE *out)
 {
-    printf("kiln %s\n", kiln_version());
+    fprintf(out,
+            "usage: kiln [--help] [--version] COMMAND [ARGS]\n"
+            "\n"
+            "kiln compiles quantized linear layers ahead of time and runs them.\n"
+            "\n"
+            "commands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(out, "  %-10s %s\n", commands[i]->name, commands[i]->summary);
+    fprintf(out, "\n'kiln COMMAND --help' describes a command.\n");
+}
+
+int cli_fail(kiln_status st, const char *what)
+{
+    const char *detail = kiln_last_error();
+    fprintf(stderr, "kiln: %s: %s\n", what, detail[0] ? detail : kiln_strerror(st));
+    return CLI_FAIL;
+}
+
+int cli_usage(const cli_command *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "kiln %s: ", cmd->name);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    cmd->help(stderr);
+    return CLI_USAGE;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+int cli_parse_tokens(const char *s, int64_t *out, int max, int *n)
+{
+    int k = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || v <= 0 || v > (1 << 20) || (*end && *end != ','))
+            return -1;
+        if (k == max)
+            return -1;
+        out[k++] = v;
+        p = *end ? end + 1 : end;
+    }
+    if (k == 0)
+        return -1;
+    qsort(out, (size_t)k, sizeof *out, cmp_i64);
+    int w = 0;
+    for (int i = 0; i < k; i++)
+        if (w == 0 || out[w - 1] != out[i])
+            out[w++] = out[i];
+    *n = w;
     return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_USAGE;
+    }
+    const char *name = argv[1];
+    if (!strcmp(name, "--help") || !strcmp(name, "-h") || !strcmp(name, "help")) {
+        usage(stdout);
+        return CLI_OK;
+    }
+    if (!strcmp(name, "--version")) {
+        printf("kiln %s\n", kiln_version());
+        return CLI_OK;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(name, commands[i]->name))
+            continue;
+        for (int a = 2; a < argc; a++)
+            if (!strcmp(argv[a], "--help") || !strcmp(argv[a], "-h")) {
+                commands[i]->help(stdout);
+                return CLI_OK;
+            }
+        return commands[i]->run(argc - 1, argv + 1);
+    }
+    fprintf(stderr, "kiln: unknown command '%s'\n\n", name);
+    usage(stderr);
+    return CLI_USAGE;
 }

@@ -1,0 +1,308 @@
+/* Container-independent side of a loaded model: opening by sniffing the file,
+ * tensor lookup, and the graphs built from a Llama-family model. */
+#include "model_impl.h"
+
+#include "graph/gguf.h"
+#include "graph/safetensors.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+kiln_status kiln_model_open(const char *path, kiln_model **out)
+{
+    if (!path || !out)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_model_open: path and out are required");
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return kiln_fail(KILN_ERR_IO, "%s: %s", path, strerror(errno));
+    if (S_ISDIR(sb.st_mode))
+        return kiln_safetensors_open(path, out);
+    char magic[4] = { 0 };
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return kiln_fail(KILN_ERR_IO, "%s: %s", path, strerror(errno));
+    ssize_t got = read(fd, magic, sizeof magic);
+    close(fd);
+    if (got == (ssize_t)sizeof magic && !memcmp(magic, "GGUF", 4))
+        return kiln_gguf_open(path, out);
+    size_t len = strlen(path);
+    if ((len >= 12 && !strcmp(path + len - 12, ".safetensors")) ||
+        (len >= 5 && !strcmp(path + len - 5, ".json")))
+        return kiln_safetensors_open(path, out);
+    return kiln_fail(KILN_ERR_UNSUPPORTED,
+                     "%s: neither a GGUF file (no 'GGUF' magic) nor a .safetensors file or "
+                     "model directory", path);
+}
+
+void kiln_model_close(kiln_model *m)
+{
+    if (!m)
+        return;
+    for (int i = 0; i < m->n_tensors; i++) {
+        free(m->tensors[i].name);
+        free(m->tensors[i].type_name);
+        free(m->tensors[i].why);
+    }
+    free(m->tensors);
+    for (int i = 0; i < m->n_owned; i++)
+        free(m->owned[i]);
+    free(m->owned);
+    if (m->impl_free)
+        m->impl_free(m->impl);
+    free(m->path);
+    free(m->container);
+    free(m);
+}
+
+const char *kiln_model_container(const kiln_model *m) { return m->container ? m->container : ""; }
+const char *kiln_model_arch(const kiln_model *m) { return m->hp.arch; }
+
+void kiln_model_get_info(const kiln_model *m, kiln_model_info *out)
+{
+    *out = (kiln_model_info){
+        .n_layers = m->hp.n_layers,
+        .d_model = m->hp.d_model,
+        .d_ffn = m->hp.d_ffn,
+        .n_heads = m->hp.n_heads,
+        .n_kv_heads = m->hp.n_kv_heads,
+        .vocab = m->hp.vocab,
+        .ctx = m->hp.ctx,
+        .rms_eps = m->hp.rms_eps,
+    };
+}
+
+int kiln_model_n_tensors(const kiln_model *m) { return m->n_tensors; }
+
+kiln_status kiln_model_tensor_at(const kiln_model *m, int i, kiln_model_tensor_info *out)
+{
+    if (i < 0 || i >= m->n_tensors)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "%s: tensor index %d of %d", m->path, i,
+                         m->n_tensors);
+    const kiln_model_tensor *t = &m->tensors[i];
+    *out = (kiln_model_tensor_info){
+        .name = t->name,
+        .type_name = t->type_name,
+        .supported = t->supported,
+        .format = t->qt.format,
+        .n_dims = t->n_dims,
+        .bytes = t->bytes,
+    };
+    memcpy(out->ne, t->ne, sizeof out->ne);
+    return KILN_OK;
+}
+
+static const kiln_model_tensor *model_find(const kiln_model *m, const char *name)
+{
+    for (int i = 0; i < m->n_tensors; i++)
+        if (!strcmp(m->tensors[i].name, name))
+            return &m->tensors[i];
+    return NULL;
+}
+
+kiln_status kiln_model_weight(const kiln_model *m, const char *name, kiln_qtensor *out)
+{
+    const kiln_model_tensor *t = model_find(m, name);
+    if (!t)
+        return kiln_fail(KILN_ERR_NOT_FOUND, "%s: no tensor %s", m->path, name);
+    if (!t->supported)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: tensor %s: type %s is not supported%s%s",
+                         m->path, name, t->type_name, t->why ? ": " : "", t->why ? t->why : "");
+    *out = t->qt;
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------ graphs */
+
+/* A tensor's role in a Llama-family layer, named in both conventions. The
+ * "%d" is the layer index; roles without one are model-wide. */
+typedef struct model_role {
+    const char *gguf;
+    const char *hf;
+} model_role;
+
+enum {
+    ROLE_Q, ROLE_K, ROLE_V, ROLE_O, ROLE_GATE, ROLE_UP, ROLE_DOWN,
+    ROLE_FFN_NORM, ROLE_HEAD, ROLE_HEAD_TIED, ROLE_COUNT
+};
+
+static const model_role roles[ROLE_COUNT] = {
+    [ROLE_Q] = { "blk.%d.attn_q.weight", "model.layers.%d.self_attn.q_proj.weight" },
+    [ROLE_K] = { "blk.%d.attn_k.weight", "model.layers.%d.self_attn.k_proj.weight" },
+    [ROLE_V] = { "blk.%d.attn_v.weight", "model.layers.%d.self_attn.v_proj.weight" },
+    [ROLE_O] = { "blk.%d.attn_output.weight", "model.layers.%d.self_attn.o_proj.weight" },
+    [ROLE_GATE] = { "blk.%d.ffn_gate.weight", "model.layers.%d.mlp.gate_proj.weight" },
+    [ROLE_UP] = { "blk.%d.ffn_up.weight", "model.layers.%d.mlp.up_proj.weight" },
+    [ROLE_DOWN] = { "blk.%d.ffn_down.weight", "model.layers.%d.mlp.down_proj.weight" },
+    [ROLE_FFN_NORM] = { "blk.%d.ffn_norm.weight",
+                        "model.layers.%d.post_attention_layernorm.weight" },
+    [ROLE_HEAD] = { "output.weight", "lm_head.weight" },
+    [ROLE_HEAD_TIED] = { "token_embd.weight", "model.embed_tokens.weight" },
+};
+
+/* The stored name of role in layer l under whichever convention the model
+ * uses; NULL when the model has neither. */
+static const kiln_model_tensor *model_role_find(const kiln_model *m, int role, int l,
+                                                char *name, size_t cap)
+{
+    const char *pats[2] = { roles[role].gguf, roles[role].hf };
+    for (int c = 0; c < 2; c++) {
+        snprintf(name, cap, pats[c], l);
+        const kiln_model_tensor *t = model_find(m, name);
+        if (t)
+            return t;
+    }
+    snprintf(name, cap, pats[0], l);
+    return NULL;
+}
+
+static kiln_status model_role_weight(const kiln_model *m, kiln_graph *g, int role, int l,
+                                     kiln_tensor **out)
+{
+    char name[256];
+    const kiln_model_tensor *t = model_role_find(m, role, l, name, sizeof name);
+    if (!t)
+        return kiln_fail(KILN_ERR_NOT_FOUND, "%s: layer %d has no %s (nor %s)", m->path, l, name,
+                         roles[role].hf);
+    kiln_tensor *w = kiln_graph_find(g, t->name);
+    if (w) {
+        *out = w;
+        return KILN_OK;
+    }
+    kiln_qtensor q;
+    kiln_status st = kiln_model_weight(m, t->name, &q);
+    if (st == KILN_OK && t->n_dims != 2)
+        st = kiln_fail(KILN_ERR_SHAPE, "%s: tensor %s: a linear weight must be 2-D, not %d-D",
+                       m->path, t->name, t->n_dims);
+    if (st == KILN_OK)
+        st = kiln_graph_weight(g, t->name, &q, out);
+    return st;
+}
+
+static kiln_status model_keep(kiln_model *m, void *p)
+{
+    if (m->n_owned == m->cap_owned) {
+        int cap = m->cap_owned ? 2 * m->cap_owned : 16;
+        void **v = realloc(m->owned, (size_t)cap * sizeof *v);
+        if (!v)
+            return kiln_fail(KILN_ERR_NOMEM, "%s: parameter copies", m->path);
+        m->owned = v;
+        m->cap_owned = cap;
+    }
+    m->owned[m->n_owned++] = p;
+    return KILN_OK;
+}
+
+/* A 1-D parameter as f32 in memory that lives as long as the model: the
+ * mapping itself when it already is aligned f32, else a converted copy. */
+static kiln_status model_param(kiln_model *m, kiln_graph *g, int role, int l, int64_t expect,
+                               kiln_tensor **out)
+{
+    char name[256];
+    const kiln_model_tensor *t = model_role_find(m, role, l, name, sizeof name);
+    if (!t)
+        return kiln_fail(KILN_ERR_NOT_FOUND, "%s: layer %d has no %s (nor %s)", m->path, l, name,
+                         roles[role].hf);
+    if (!t->supported)
+        return kiln_model_weight(m, t->name, &(kiln_qtensor){ 0 });
+    if (t->n_dims != 1 || t->ne[0] != expect)
+        return kiln_fail(KILN_ERR_SHAPE, "%s: tensor %s: expected a vector of %lld, not %d-D "
+                         "with %lld elements", m->path, t->name, (long long)expect, t->n_dims,
+                         (long long)t->ne[0]);
+    const float *data = t->qt.data;
+    if (t->qt.format != KILN_FMT_F32 || ((uintptr_t)data & 3)) {
+        float *copy = malloc((size_t)expect * sizeof *copy);
+        if (!copy)
+            return kiln_fail(KILN_ERR_NOMEM, "%s: tensor %s", m->path, t->name);
+        kiln_qtensor q = t->qt;
+        q.n = 1;
+        q.k = expect;
+        kiln_status st = kiln_dequantize(&q, copy);
+        if (st == KILN_OK)
+            st = model_keep(m, copy);
+        if (st != KILN_OK) {
+            free(copy);
+            return kiln_fail_prefix(st, "%s: tensor %s", m->path, t->name);
+        }
+        data = copy;
+    }
+    return kiln_graph_param(g, t->name, expect, data, out);
+}
+
+static int model_layers(const kiln_model *m, int n_layers)
+{
+    return n_layers > 0 && n_layers < m->hp.n_layers ? n_layers : (int)m->hp.n_layers;
+}
+
+kiln_status kiln_model_build_linears(kiln_model *m, kiln_graph *g, int n_layers)
+{
+    static const int linear_roles[] = { ROLE_Q, ROLE_K, ROLE_V, ROLE_O,
+                                        ROLE_GATE, ROLE_UP, ROLE_DOWN };
+    if (m->hp.n_layers <= 0)
+        return kiln_fail(KILN_ERR_MALFORMED, "%s: the model does not say how many layers it has",
+                         m->path);
+    kiln_status st = KILN_OK;
+    int layers = model_layers(m, n_layers);
+    for (int l = 0; l <= layers && st == KILN_OK; l++) {
+        int last = l == layers; /* the head after the layers */
+        size_t n_roles = last ? 1 : sizeof linear_roles / sizeof linear_roles[0];
+        for (size_t r = 0; r < n_roles && st == KILN_OK; r++) {
+            int role = last ? ROLE_HEAD : linear_roles[r];
+            kiln_tensor *w, *x, *y;
+            char name[256];
+            if (last && !model_role_find(m, ROLE_HEAD, 0, name, sizeof name))
+                role = ROLE_HEAD_TIED;
+            if ((st = model_role_weight(m, g, role, l, &w)))
+                break;
+            snprintf(name, sizeof name, "%s.in", kiln_tensor_name(w));
+            if ((st = kiln_graph_input(g, name, kiln_tensor_ne(w, 0), &x)))
+                break;
+            snprintf(name, sizeof name, "%s.out", kiln_tensor_name(w));
+            if ((st = kiln_graph_linear(g, name, x, w, NULL, &y)) ||
+                (st = kiln_graph_output(g, y)))
+                break;
+        }
+    }
+    return st;
+}
+
+kiln_status kiln_model_build_ffn(kiln_model *m, kiln_graph *g, int n_layers)
+{
+    if (m->hp.n_layers <= 0 || m->hp.d_model <= 0)
+        return kiln_fail(KILN_ERR_MALFORMED, "%s: the model does not give its layer count and "
+                         "width", m->path);
+    float eps = m->hp.rms_eps > 0 ? m->hp.rms_eps : 1e-5f;
+    int layers = model_layers(m, n_layers);
+    kiln_tensor *x;
+    kiln_status st = kiln_graph_input(g, "x", m->hp.d_model, &x);
+    for (int l = 0; l < layers && st == KILN_OK; l++) {
+        kiln_tensor *norm_w, *gate_w, *up_w, *down_w, *h, *gate, *up, *act, *prod, *down;
+        char n[6][64];
+        snprintf(n[0], 64, "blk.%d.ffn_norm", l);
+        snprintf(n[1], 64, "blk.%d.ffn_gate", l);
+        snprintf(n[2], 64, "blk.%d.ffn_up", l);
+        snprintf(n[3], 64, "blk.%d.ffn_silu", l);
+        snprintf(n[4], 64, "blk.%d.ffn_act", l);
+        snprintf(n[5], 64, "blk.%d.ffn_down", l);
+        if ((st = model_param(m, g, ROLE_FFN_NORM, l, m->hp.d_model, &norm_w)) ||
+            (st = model_role_weight(m, g, ROLE_GATE, l, &gate_w)) ||
+            (st = model_role_weight(m, g, ROLE_UP, l, &up_w)) ||
+            (st = model_role_weight(m, g, ROLE_DOWN, l, &down_w)) ||
+            (st = kiln_graph_rms_norm(g, n[0], x, norm_w, eps, &h)) ||
+            (st = kiln_graph_linear(g, n[1], h, gate_w, NULL, &gate)) ||
+            (st = kiln_graph_linear(g, n[2], h, up_w, NULL, &up)) ||
+            (st = kiln_graph_silu(g, n[3], gate, &act)) ||
+            (st = kiln_graph_mul(g, n[4], act, up, &prod)) ||
+            (st = kiln_graph_linear(g, n[5], prod, down_w, NULL, &down)))
+            break;
+        snprintf(n[0], 64, "blk.%d.ffn_out", l);
+        st = kiln_graph_add(g, n[0], x, down, &x);
+    }
+    if (st == KILN_OK)
+        st = kiln_graph_output(g, x);
+    return st;
+}
