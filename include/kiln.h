@@ -142,8 +142,10 @@ kiln_status kiln_quantize(const float *src, kiln_qtensor *t);
 /* CPU reference dequantization of t into dst[n*k] (row-major f32). */
 kiln_status kiln_dequantize(const kiln_qtensor *t, float *dst);
 
-/* Element conversions, round to nearest even with saturation to the largest
- * finite value (satfinite); NaN stays NaN where the type has one. */
+/* Element conversions, round to nearest even. The 8- and 4-bit types
+ * saturate to their largest finite value (satfinite; E2M1 has no NaN and
+ * takes NaN to +6); F16 and BF16 overflow to infinity as IEEE, numpy and
+ * ggml do. NaN stays NaN where the type has one. */
 float kiln_e4m3_to_f32(uint8_t v);
 uint8_t kiln_f32_to_e4m3(float f);
 float kiln_e2m1_to_f32(uint8_t v);   /* low 4 bits */
@@ -264,6 +266,69 @@ kiln_status kiln_target_from_name(const char *name, kiln_target *out);
 
 /* The names kiln_target_from_name accepts, NULL-terminated. */
 const char *const *kiln_target_names(void);
+
+/* ---------------------------------------------------------------- lowering */
+
+/* A plan binds a graph to a target: for every linear node and token bucket
+ * the backend that will run it (and why the ones before it in the format's
+ * priority list were refused), the inserted activation-quantization nodes,
+ * the fused epilogues, the de-duplicated kernel signatures and the
+ * activation memory plan. */
+typedef struct kiln_plan kiln_plan;
+
+#define KILN_DEFAULT_CAPTURE_SIZES 1, 2, 4, 8, 16, 32, 64, 128, 256, 512
+
+typedef struct kiln_plan_options {
+    const char *backend;       /* only this backend where it can (--backend); NULL: all */
+    int strict_backend;        /* a node the backend cannot take is an error, not a fallback */
+    const int64_t *capture;    /* token-count capture sizes; NULL: KILN_DEFAULT_CAPTURE_SIZES */
+    int n_capture;
+    int64_t max_tokens;        /* the largest M to serve; 0: the largest capture size */
+    int no_fuse;               /* keep epilogues as separate nodes */
+} kiln_plan_options;
+
+/* Plan g for target t. opts may be NULL. The graph must outlive the plan.
+ * KILN_ERR_NO_KERNEL when some node fits no backend: the message lists every
+ * backend's reason. KILN_ERR_NOT_FOUND for an unknown --backend name. */
+kiln_status kiln_plan_create(kiln_graph *g, const kiln_target *t, const kiln_plan_options *opts,
+                             kiln_plan **out);
+void kiln_plan_destroy(kiln_plan *p);
+
+/* Token buckets, ascending: {1} ∪ capture sizes ∪ {max_tokens}, capped at
+ * max_tokens. kiln_plan_bucket_for gives the index of the smallest bucket
+ * >= m, or -1 when m exceeds max_tokens. */
+int kiln_plan_n_buckets(const kiln_plan *p);
+int64_t kiln_plan_bucket(const kiln_plan *p, int i);
+int kiln_plan_bucket_for(const kiln_plan *p, int64_t m);
+
+/* One linear node in one bucket. */
+typedef struct kiln_plan_linear {
+    const char *node;       /* the linear's name */
+    kiln_format format;
+    int64_t n, k;
+    const char *backend;    /* chosen backend */
+    const char *act;        /* activation scheme it consumes: "bf16", "fp8-1x128", ... */
+    const char *epilogue;   /* fused epilogue: "none", "bias", "bias+residual", ... */
+    int signature;          /* index into the plan's signatures */
+    const char *refused;    /* "wgmma: needs sm_90a; mma: ..." for backends tried first, or "" */
+    int fell_back;          /* --backend was asked for and could not take this node */
+} kiln_plan_linear;
+
+int kiln_plan_n_linears(const kiln_plan *p);
+kiln_status kiln_plan_linear_at(const kiln_plan *p, int linear, int bucket, kiln_plan_linear *out);
+
+/* The distinct kernel signatures of the whole plan (all nodes, all buckets). */
+int kiln_plan_n_signatures(const kiln_plan *p);
+const char *kiln_plan_signature(const kiln_plan *p, int i);
+
+/* Warnings raised while planning (one per layer type that fell back from
+ * --backend), NULL-terminated, owned by the plan. */
+const char *const *kiln_plan_warnings(const kiln_plan *p);
+
+/* Activation memory of bucket i: the arena the liveness plan needs and, for
+ * comparison, the sum of every activation's size. */
+size_t kiln_plan_arena_bytes(const kiln_plan *p, int bucket);
+size_t kiln_plan_naive_bytes(const kiln_plan *p, int bucket);
 
 /* ---------------------------------------------------------- CPU executor */
 

@@ -1,0 +1,20 @@
+/* Internal: the GGML block quantizers of quant_ggml.c, dispatched by quant.c. */
+#ifndef KILN_QUANT_H
+#define KILN_QUANT_H
+
+#include "kiln.h"
+
+/* The GGML block formats (quant_ggml.c); a GGML tensor is a run of
+ * independent blocks in row-major order. */
+void kiln_quant_q8_0_quantize(const float *src, kiln_qtensor *t);
+void kiln_quant_q8_0_dequantize(const kiln_qtensor *t, float *dst);
+void kiln_quant_q4_0_quantize(const float *src, kiln_qtensor *t);
+void kiln_quant_q4_0_dequantize(const kiln_qtensor *t, float *dst);
+void kiln_quant_q4_k_quantize(const float *src, kiln_qtensor *t);
+void kiln_quant_q4_k_dequantize(const kiln_qtensor *t, float *dst);
+void kiln_quant_q6_k_quantize(const float *src, kiln_qtensor *t);
+void kiln_quant_q6_k_dequantize(const kiln_qtensor *t, float *dst);
+void kiln_quant_ggml_mxfp4_quantize(const float *src, kiln_qtensor *t);
+void kiln_quant_ggml_mxfp4_dequantize(const kiln_qtensor *t, float *dst);
+
+#endif

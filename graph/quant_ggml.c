@@ -1,0 +1,525 @@
+/* The GGML block formats: Q8_0, Q4_0, Q4_K, Q6_K and GGML MXFP4.
+ *
+ * Quantization follows ggml's quantize_row_*_ref (ggml-quants.c) operation
+ * for operation in f32, in the same order, so that a file written by kiln
+ * is byte-identical to one written by ggml / gguf-py (the oracle test checks
+ * Q8_0, Q4_0 and MXFP4 against gguf-py). Dequantization follows
+ * dequantize_row_* and is bit-identical for every block, including the
+ * product order (d * sc) * q where ggml has it.
+ *
+ * Blocks are addressed by byte offset, not through structs, so the layout
+ * is exactly FORMATS.md's with no padding assumptions, and f16 fields are
+ * read little-endian. A tensor is a run of independent blocks in row-major
+ * order (K is a multiple of the block), so each function walks blocks.
+ *
+ * ggml leaves some inputs undefined (float-to-integer conversions out of
+ * range for NaN, ±inf or extreme ratios). Here they are clamped instead;
+ * for finite, non-degenerate inputs the results are ggml's. */
+#include "core.h"
+#include "graph/quant.h"
+
+#include <math.h>
+#include <string.h>
+
+enum { QK = 32, QK_K = 256 };
+enum { Q8_0_BYTES = 34, Q4_0_BYTES = 18, Q4_K_BYTES = 144, Q6_K_BYTES = 210, MXFP4_BYTES = 17 };
+
+/* Below this block maximum a K-quant sub-block counts as all zero. */
+#define GROUP_MAX_EPS 1e-15f
+
+static float load_f16(const uint8_t *p) { return kiln_f16_to_f32((uint16_t)(p[0] | (p[1] << 8))); }
+
+static void store_f16(uint8_t *p, float v)
+{
+    uint16_t h = kiln_f32_to_f16(v);
+    p[0] = (uint8_t)(h & 0xFF);
+    p[1] = (uint8_t)(h >> 8);
+}
+
+static size_t n_blocks(const kiln_qtensor *t, int block) { return (size_t)t->n * (size_t)t->k / (size_t)block; }
+
+/* Round to nearest, ties to even, as ggml's nearest_int (which adds
+ * 1.5 * 2^23 and is exact only for |v| <= 2^22 - 1): the range is clamped
+ * there, and NaN gives 0. */
+static int nearest_int(float v)
+{
+    const float lim = 4194303.0f;
+    if (!(v == v))
+        return 0;
+    if (v > lim)
+        v = lim;
+    if (v < -lim)
+        v = -lim;
+    return (int)rintf(v);
+}
+
+static int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* A stored byte read as two's-complement int8 without an
+ * implementation-defined conversion. */
+static int as_i8(uint8_t b) { return (int)b - ((b & 0x80) << 1); }
+
+/* --------------------------------------------------------------- Q8_0 */
+
+/* d = amax / 127, q = roundf(x / d) computed as x * (1 / d), half away from
+ * zero; the stored d is f16(d) while q used the unrounded d. */
+void kiln_quant_q8_0_quantize(const float *src, kiln_qtensor *t)
+{
+    size_t nb = n_blocks(t, QK);
+    for (size_t b = 0; b < nb; b++) {
+        const float *x = src + b * QK;
+        uint8_t *y = (uint8_t *)t->data + b * Q8_0_BYTES;
+        float amax = 0.0f;
+        for (int j = 0; j < QK; j++)
+            amax = amax > fabsf(x[j]) ? amax : fabsf(x[j]);
+        const float d = amax / 127;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        store_f16(y, d);
+        for (int j = 0; j < QK; j++) {
+            float r = roundf(x[j] * id);
+            int q = r == r ? (r > 127.0f ? 127 : r < -128.0f ? -128 : (int)r) : 0;
+            y[2 + j] = (uint8_t)(q & 0xFF);
+        }
+    }
+}
+
+void kiln_quant_q8_0_dequantize(const kiln_qtensor *t, float *dst)
+{
+    size_t nb = n_blocks(t, QK);
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *y = (const uint8_t *)t->data + b * Q8_0_BYTES;
+        const float d = load_f16(y);
+        for (int j = 0; j < QK; j++)
+            dst[b * QK + j] = (float)as_i8(y[2 + j]) * d;
+    }
+}
+
+/* --------------------------------------------------------------- Q4_0 */
+
+/* d = max / -8 where max is the signed element of largest magnitude (the
+ * first one on ties), so that element maps to q = 0 exactly; the other side
+ * reaches q = 16 and is clipped to 15. q = min(15, trunc(x / d + 8.5)).
+ * Element j < 16 is the low nibble of qs[j], element j + 16 its high one. */
+void kiln_quant_q4_0_quantize(const float *src, kiln_qtensor *t)
+{
+    size_t nb = n_blocks(t, QK);
+    for (size_t b = 0; b < nb; b++) {
+        const float *x = src + b * QK;
+        uint8_t *y = (uint8_t *)t->data + b * Q4_0_BYTES;
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < QK; j++) {
+            if (amax < fabsf(x[j])) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        }
+        const float d = max / -8;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        store_f16(y, d);
+        for (int j = 0; j < QK / 2; j++) {
+            uint8_t q[2];
+            for (int h = 0; h < 2; h++) {
+                float v = x[j + h * QK / 2] * id + 8.5f;
+                q[h] = (uint8_t)(v >= 15.0f ? 15 : v > 0.0f ? (int)v : 0);
+            }
+            y[2 + j] = (uint8_t)(q[0] | (q[1] << 4));
+        }
+    }
+}
+
+void kiln_quant_q4_0_dequantize(const kiln_qtensor *t, float *dst)
+{
+    size_t nb = n_blocks(t, QK);
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *y = (const uint8_t *)t->data + b * Q4_0_BYTES;
+        const float d = load_f16(y);
+        for (int j = 0; j < QK / 2; j++) {
+            dst[b * QK + j] = (float)((y[2 + j] & 0x0F) - 8) * d;
+            dst[b * QK + j + QK / 2] = (float)((y[2 + j] >> 4) - 8) * d;
+        }
+    }
+}
+
+/* ---------------------------------------------------------- GGML MXFP4 */
+
+/* E2M1 values doubled, the table ggml indexes with a nibble. */
+static const int8_t mxfp4_kvalues[16] = { 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12 };
+
+/* ggml's half scale 2^(e-128): doubling the E2M1 table and halving the
+ * scale keeps every product exact, and e = 0xFF is 2^127, not NaN. */
+static float e8m0_half(uint8_t e)
+{
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* The code whose value is nearest to x; the first in table order on ties,
+ * which sends ties toward the smaller magnitude, and NaN to code 0. */
+static uint8_t mxfp4_best_index(float x, float d)
+{
+    int best = 0;
+    float best_err = fabsf(mxfp4_kvalues[0] * d - x);
+    for (int i = 1; i < 16; i++) {
+        float err = fabsf(mxfp4_kvalues[i] * d - x);
+        if (err < best_err) {
+            best = i;
+            best_err = err;
+        }
+    }
+    return (uint8_t)best;
+}
+
+/* e = floor(log2f(amax)) - 2 + 127 with ggml's log2f, not the exact
+ * exponent: for amax just below a power of two log2f may round up, and the
+ * code must be ggml's. Out of the E8M0 range (amax < 2^-125 or ±inf, where
+ * ggml's conversion is undefined) the code is clamped to [0, 254]. */
+static uint8_t mxfp4_scale_code(float amax)
+{
+    if (!(amax > 0.0f))
+        return 0;
+    float e = floorf(log2f(amax)) - 2 + 127;
+    return (uint8_t)(e < 0.0f ? 0 : e > 254.0f ? 254 : (int)e);
+}
+
+void kiln_quant_ggml_mxfp4_quantize(const float *src, kiln_qtensor *t)
+{
+    size_t nb = n_blocks(t, QK);
+    for (size_t b = 0; b < nb; b++) {
+        const float *x = src + b * QK;
+        uint8_t *y = (uint8_t *)t->data + b * MXFP4_BYTES;
+        float amax = 0.0f;
+        for (int j = 0; j < QK; j++)
+            if (amax < fabsf(x[j]))
+                amax = fabsf(x[j]);
+        y[0] = mxfp4_scale_code(amax);
+        const float d = e8m0_half(y[0]);
+        for (int j = 0; j < QK / 2; j++)
+            y[1 + j] = (uint8_t)(mxfp4_best_index(x[j], d) | (mxfp4_best_index(x[j + QK / 2], d) << 4));
+    }
+}
+
+void kiln_quant_ggml_mxfp4_dequantize(const kiln_qtensor *t, float *dst)
+{
+    size_t nb = n_blocks(t, QK);
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *y = (const uint8_t *)t->data + b * MXFP4_BYTES;
+        const float d = e8m0_half(y[0]);
+        for (int j = 0; j < QK / 2; j++) {
+            dst[b * QK + j] = mxfp4_kvalues[y[1 + j] & 0x0F] * d;
+            dst[b * QK + j + QK / 2] = mxfp4_kvalues[y[1 + j] >> 4] * d;
+        }
+    }
+}
+
+/* --------------------------------------------------------------- Q4_K */
+
+/* Q4_K layout: f16 d at 0, f16 dmin at 2, 12 bytes of packed 6-bit scales
+ * and mins at 4, 128 bytes of nibbles at 16. Sub-block j < 4 keeps its
+ * scale and min in the low 6 bits of bytes j and j + 4; sub-block j >= 4
+ * splits them: low 4 bits in the nibbles of byte j + 4, high 2 bits in the
+ * top bits of bytes j - 4 (scale) and j (min). */
+static void q4_k_scale_min(int j, const uint8_t *s, uint8_t *sc, uint8_t *m)
+{
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
+        *m = (uint8_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+    }
+}
+
+/* ggml's make_qkx2_quants (squared error): fit x ≈ scale * L - the_min with
+ * L in [0, nmax] by weighted least squares, trying nstep + 1 candidate
+ * inverse scales around nmax / (max - min) and keeping the best. */
+static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint8_t *L, float *the_min,
+                           uint8_t *Laux, float rmin, float rdelta, int nstep)
+{
+    float min = x[0], max = x[0];
+    float sum_w = w[0];
+    float sum_x = sum_w * x[0];
+    for (int i = 1; i < n; i++) {
+        if (x[i] < min)
+            min = x[i];
+        if (x[i] > max)
+            max = x[i];
+        sum_w += w[i];
+        sum_x += w[i] * x[i];
+    }
+    if (min > 0)
+        min = 0;
+    if (max == min) {
+        memset(L, 0, (size_t)n);
+        *the_min = -min;
+        return 0.0f;
+    }
+    float iscale = nmax / (max - min);
+    float scale = 1 / iscale;
+    float best_error = 0;
+    for (int i = 0; i < n; i++) {
+        L[i] = (uint8_t)clamp_int(nearest_int(iscale * (x[i] - min)), 0, nmax);
+        float diff = scale * L[i] + min - x[i];
+        best_error += w[i] * (diff * diff);
+    }
+    for (int is = 0; is <= nstep; is++) {
+        iscale = (rmin + rdelta * is + nmax) / (max - min);
+        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+        for (int i = 0; i < n; i++) {
+            int l = clamp_int(nearest_int(iscale * (x[i] - min)), 0, nmax);
+            Laux[i] = (uint8_t)l;
+            sum_l += w[i] * l;
+            sum_l2 += w[i] * l * l;
+            sum_xl += w[i] * l * x[i];
+        }
+        float D = sum_w * sum_l2 - sum_l * sum_l;
+        if (D > 0) {
+            float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+            float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+            if (this_min > 0) {
+                this_min = 0;
+                this_scale = sum_xl / sum_l2;
+            }
+            float cur_error = 0;
+            for (int i = 0; i < n; i++) {
+                float diff = this_scale * Laux[i] + this_min - x[i];
+                cur_error += w[i] * (diff * diff);
+            }
+            if (cur_error < best_error) {
+                memcpy(L, Laux, (size_t)n);
+                best_error = cur_error;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    *the_min = -min;
+    return scale;
+}
+
+static void q4_k_quantize_block(const float *x, uint8_t *y)
+{
+    uint8_t L[QK_K], Laux[32];
+    float weights[32], mins[QK_K / 32], scales[QK_K / 32];
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < QK_K / 32; j++) {
+        const float *xs = x + 32 * j;
+        float sum_x2 = 0;
+        for (int l = 0; l < 32; l++)
+            sum_x2 += xs[l] * xs[l];
+        float av_x = sqrtf(sum_x2 / 32);
+        for (int l = 0; l < 32; l++)
+            weights[l] = av_x + fabsf(xs[l]);
+        scales[j] = fit_scale_min(32, 15, xs, weights, L + 32 * j, &mins[j], Laux, -1.0f, 0.1f, 20);
+        if (scales[j] > max_scale)
+            max_scale = scales[j];
+        if (mins[j] > max_min)
+            max_min = mins[j];
+    }
+
+    uint8_t *s = y + 4;
+    memset(s, 0, 12);
+    float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f;
+    float inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
+    for (int j = 0; j < QK_K / 32; j++) {
+        /* ggml stores nearest_int into a uint8_t before clamping: a negative
+         * fit wraps modulo 256 and then clamps to 63, and so does this. */
+        uint8_t ls = (uint8_t)nearest_int(inv_scale * scales[j]);
+        uint8_t lm = (uint8_t)nearest_int(inv_min * mins[j]);
+        ls = ls < 63 ? ls : 63;
+        lm = lm < 63 ? lm : 63;
+        if (j < 4) {
+            s[j] = ls;
+            s[j + 4] = lm;
+        } else {
+            s[j + 4] = (uint8_t)((ls & 0xF) | ((lm & 0xF) << 4));
+            s[j - 4] |= (uint8_t)((ls >> 4) << 6);
+            s[j] |= (uint8_t)((lm >> 4) << 6);
+        }
+    }
+    store_f16(y, max_scale / 63.0f);
+    store_f16(y + 2, max_min / 63.0f);
+
+    /* Requantize against the scales as stored (f16, 6 bits). A sub-block
+     * whose stored scale is 0 keeps the fit's levels: they dequantize to
+     * -dmin * m whatever they are. */
+    for (int j = 0; j < QK_K / 32; j++) {
+        uint8_t sc, m;
+        q4_k_scale_min(j, s, &sc, &m);
+        const float d = load_f16(y) * sc;
+        if (d == 0.0f)
+            continue;
+        const float dm = load_f16(y + 2) * m;
+        for (int i = 0; i < 32; i++)
+            L[32 * j + i] = (uint8_t)clamp_int(nearest_int((x[32 * j + i] + dm) / d), 0, 15);
+    }
+
+    uint8_t *q = y + 16;
+    for (int j = 0; j < QK_K; j += 64, q += 32)
+        for (int l = 0; l < 32; l++)
+            q[l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
+}
+
+void kiln_quant_q4_k_quantize(const float *src, kiln_qtensor *t)
+{
+    size_t nb = n_blocks(t, QK_K);
+    for (size_t b = 0; b < nb; b++)
+        q4_k_quantize_block(src + b * QK_K, (uint8_t *)t->data + b * Q4_K_BYTES);
+}
+
+/* Each 64 values use 32 bytes of qs: low nibbles are the first 32
+ * (sub-block 2c), high nibbles the next 32 (sub-block 2c + 1). */
+void kiln_quant_q4_k_dequantize(const kiln_qtensor *t, float *dst)
+{
+    size_t nb = n_blocks(t, QK_K);
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *y = (const uint8_t *)t->data + b * Q4_K_BYTES;
+        const float d = load_f16(y), dmin = load_f16(y + 2);
+        const uint8_t *q = y + 16;
+        float *out = dst + b * QK_K;
+        for (int c = 0; c < 4; c++, q += 32, out += 64) {
+            uint8_t sc, m;
+            q4_k_scale_min(2 * c, y + 4, &sc, &m);
+            const float d1 = d * sc, m1 = dmin * m;
+            q4_k_scale_min(2 * c + 1, y + 4, &sc, &m);
+            const float d2 = d * sc, m2 = dmin * m;
+            for (int l = 0; l < 32; l++)
+                out[l] = d1 * (q[l] & 0xF) - m1;
+            for (int l = 0; l < 32; l++)
+                out[32 + l] = d2 * (q[l] >> 4) - m2;
+        }
+    }
+}
+
+/* --------------------------------------------------------------- Q6_K */
+
+/* ggml's make_qx_quants with rmse_type 1 and no importance weights: a
+ * symmetric fit x ≈ scale * (L - nmax), L in [0, 2 nmax - 1], weighted by
+ * x², trying 18 inverse scales around -nmax / max (max: the signed element
+ * of largest magnitude). */
+static float fit_scale_symmetric(int n, int nmax, const float *x, int8_t *L)
+{
+    float max = 0, amax = 0;
+    for (int i = 0; i < n; i++) {
+        float ax = fabsf(x[i]);
+        if (ax > amax) {
+            amax = ax;
+            max = x[i];
+        }
+    }
+    if (amax < GROUP_MAX_EPS) {
+        memset(L, 0, (size_t)n);
+        return 0.0f;
+    }
+    float iscale = -nmax / max;
+    float sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = clamp_int(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+        L[i] = (int8_t)(l + nmax);
+        float w = x[i] * x[i];
+        sumlx += w * x[i] * l;
+        suml2 += w * l * l;
+    }
+    float scale = suml2 != 0.0f ? sumlx / suml2 : 0.0f;
+    float best = scale * sumlx;
+    for (int is = -9; is <= 9; is++) {
+        if (is == 0)
+            continue;
+        iscale = -(nmax + 0.1f * is) / max;
+        sumlx = suml2 = 0;
+        for (int i = 0; i < n; i++) {
+            int l = clamp_int(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+            float w = x[i] * x[i];
+            sumlx += w * x[i] * l;
+            suml2 += w * l * l;
+        }
+        if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+            for (int i = 0; i < n; i++)
+                L[i] = (int8_t)(nmax + clamp_int(nearest_int(iscale * x[i]), -nmax, nmax - 1));
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    return scale;
+}
+
+/* Q6_K layout: ql[128] at 0, qh[64] at 128, int8 scales[16] at 192, f16 d at
+ * 208. Per 128 values (two halves), with l < 32: ql[l] holds the low
+ * nibbles of values l (low) and l + 64 (high), ql[l + 32] those of l + 32
+ * and l + 96, and qh[l] their top two bits in the order l, l+32, l+64, l+96. */
+static void q6_k_quantize_block(const float *x, uint8_t *y)
+{
+    int8_t L[QK_K];
+    float scales[QK_K / 16];
+    float max_scale = 0, max_abs_scale = 0;
+    for (int ib = 0; ib < QK_K / 16; ib++) {
+        scales[ib] = fit_scale_symmetric(16, 32, x + 16 * ib, L + 16 * ib);
+        if (fabsf(scales[ib]) > max_abs_scale) {
+            max_abs_scale = fabsf(scales[ib]);
+            max_scale = scales[ib];
+        }
+    }
+    if (max_abs_scale < GROUP_MAX_EPS) {
+        memset(y, 0, Q6_K_BYTES);
+        return;
+    }
+
+    int8_t *sc = (int8_t *)(y + 192);
+    float iscale = -128.0f / max_scale;
+    store_f16(y + 208, 1 / iscale);
+    for (int ib = 0; ib < QK_K / 16; ib++) {
+        int l = nearest_int(iscale * scales[ib]);
+        sc[ib] = (int8_t)(l < 127 ? l : 127);
+    }
+
+    for (int j = 0; j < QK_K / 16; j++) {
+        const float d = load_f16(y + 208) * sc[j];
+        if (d == 0.0f)
+            continue;
+        for (int i = 0; i < 16; i++)
+            L[16 * j + i] = (int8_t)(clamp_int(nearest_int(x[16 * j + i] / d), -32, 31) + 32);
+    }
+
+    uint8_t *ql = y, *qh = y + 128;
+    for (int j = 0; j < QK_K; j += 128, ql += 64, qh += 32) {
+        for (int l = 0; l < 32; l++) {
+            const int q1 = L[j + l], q2 = L[j + l + 32], q3 = L[j + l + 64], q4 = L[j + l + 96];
+            ql[l] = (uint8_t)((q1 & 0xF) | ((q3 & 0xF) << 4));
+            ql[l + 32] = (uint8_t)((q2 & 0xF) | ((q4 & 0xF) << 4));
+            qh[l] = (uint8_t)((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
+        }
+    }
+}
+
+void kiln_quant_q6_k_quantize(const float *src, kiln_qtensor *t)
+{
+    size_t nb = n_blocks(t, QK_K);
+    for (size_t b = 0; b < nb; b++)
+        q6_k_quantize_block(src + b * QK_K, (uint8_t *)t->data + b * Q6_K_BYTES);
+}
+
+void kiln_quant_q6_k_dequantize(const kiln_qtensor *t, float *dst)
+{
+    size_t nb = n_blocks(t, QK_K);
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *y = (const uint8_t *)t->data + b * Q6_K_BYTES;
+        const float d = load_f16(y + 208);
+        const uint8_t *ql = y, *qh = y + 128;
+        const int8_t *sc = (const int8_t *)(y + 192);
+        float *out = dst + b * QK_K;
+        for (int half = 0; half < 2; half++, ql += 64, qh += 32, sc += 8, out += 128) {
+            for (int l = 0; l < 32; l++) {
+                const int is = l / 16;
+                const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                out[l] = d * sc[is] * q1;
+                out[l + 32] = d * sc[is + 2] * q2;
+                out[l + 64] = d * sc[is + 4] * q3;
+                out[l + 96] = d * sc[is + 6] * q4;
+            }
+        }
+    }
+}

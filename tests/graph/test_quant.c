@@ -1,0 +1,1073 @@
+/* CPU reference quantize / dequantize (graph/quant.c, graph/quant_ggml.c).
+ *
+ *  - round trips on random normal data, every format and several shapes,
+ *    against error bounds that follow from each format's definition, with
+ *    the stored scales checked against the formula that defines them;
+ *  - exact decoding of blocks written byte by byte here, values worked out
+ *    by hand: subnormal E4M3, NaN scale codes, negative zero, saturation;
+ *  - quantization edge cases: all-zero blocks, saturation, ties, NaN inputs;
+ *  - every error path.
+ * Bit-exactness against ggml / gguf-py is tests/oracle/test_gguf.py's job. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln.h"
+#include "testutil.h"
+
+/* ---------------------------------------------------------------- helpers */
+
+typedef struct qbuf {
+    kiln_qtensor t;
+    size_t data_bytes, scale_bytes;
+} qbuf;
+
+/* A tensor with freshly allocated data and scale arrays, filled with a
+ * pattern so that bytes a quantizer forgot to write do not read as zero. */
+static qbuf qbuf_new(kiln_format f, int64_t n, int64_t k)
+{
+    qbuf q = { .t = { .format = f, .n = n, .k = k } };
+    cr_assert_eq(kiln_format_data_bytes(f, n, k, &q.data_bytes), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_format_scale_bytes(f, n, k, &q.scale_bytes), KILN_OK, "%s", kiln_last_error());
+    q.t.data = malloc(q.data_bytes);
+    cr_assert_not_null(q.t.data);
+    memset(q.t.data, 0xA5, q.data_bytes);
+    if (q.scale_bytes) {
+        q.t.scale = malloc(q.scale_bytes);
+        cr_assert_not_null(q.t.scale);
+        memset(q.t.scale, 0xA5, q.scale_bytes);
+    }
+    return q;
+}
+
+static void qbuf_free(qbuf *q)
+{
+    free(q->t.data);
+    free(q->t.scale);
+}
+
+static uint8_t *data_u8(const qbuf *q) { return q->t.data; }
+static uint8_t *scale_u8(const qbuf *q) { return q->t.scale; }
+
+static float scale_f32(const qbuf *q, size_t i)
+{
+    float v;
+    memcpy(&v, (const unsigned char *)q->t.scale + 4 * i, 4);
+    return v;
+}
+
+static void set_scale_f32(qbuf *q, size_t i, float v) { memcpy((unsigned char *)q->t.scale + 4 * i, &v, 4); }
+
+static float f16_at(const uint8_t *p) { return kiln_f16_to_f32((uint16_t)(p[0] | (p[1] << 8))); }
+
+static void put_f16(uint8_t *p, uint16_t h)
+{
+    p[0] = (uint8_t)(h & 0xFF);
+    p[1] = (uint8_t)(h >> 8);
+}
+
+static uint32_t bits_of(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* Bit-identical, or both NaN. */
+static void assert_same(float got, float want, const char *what, int64_t i)
+{
+    if (isnan(want))
+        cr_assert(isnan(got), "%s[%lld]: got %a, want NaN", what, (long long)i, got);
+    else
+        cr_assert_eq(bits_of(got), bits_of(want), "%s[%lld]: got %a, want %a", what, (long long)i, got, want);
+}
+
+static float *dequant(const qbuf *q)
+{
+    float *y = malloc((size_t)(q->t.n * q->t.k) * sizeof(float));
+    cr_assert_not_null(y);
+    cr_assert_eq(kiln_dequantize(&q->t, y), KILN_OK, "%s", kiln_last_error());
+    return y;
+}
+
+static void quant(const float *x, qbuf *q)
+{
+    cr_assert_eq(kiln_quantize(x, &q->t), KILN_OK, "%s", kiln_last_error());
+}
+
+static float amax_of(const float *x, int64_t n)
+{
+    float a = 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        a = fabsf(x[i]) > a ? fabsf(x[i]) : a;
+    return a;
+}
+
+/* floor(log2(a)) for a > 0, from frexp rather than log2f. */
+static int floor_log2(float a)
+{
+    int e;
+    frexpf(a, &e);
+    return e - 1;
+}
+
+/* Half the distance between neighbouring values around v >= 0, in units of
+ * the scale: E4M3 has 3 mantissa bits (half an ulp is at most 2^-4 of the
+ * value) and subnormal spacing 2^-9; E2M1 steps by 0.5 below 2, by 1 up to
+ * 4 and by 2 up to 6. */
+static double half_step_e4m3(double v) { return fmax(ldexp(v, -4), 0x1p-10); }
+
+static double half_step_e2m1(double v) { return v < 2 ? 0.25 : v < 4 ? 0.5 : 1.0; }
+
+/* ------------------------------------------------ round-trip error bounds */
+
+typedef struct rt_case {
+    const float *x, *y;
+    const qbuf *q;
+    double sigma;
+} rt_case;
+
+static void rt_f32(const rt_case *c)
+{
+    for (int64_t i = 0; i < c->q->t.n * c->q->t.k; i++)
+        assert_same(c->y[i], c->x[i], "f32", i);
+}
+
+/* Half an ulp: 2^-11 relative (10 mantissa bits), 2^-25 absolute in the
+ * subnormals. */
+static void rt_f16(const rt_case *c)
+{
+    for (int64_t i = 0; i < c->q->t.n * c->q->t.k; i++)
+        cr_assert(fabs((double)c->y[i] - c->x[i]) <= ldexp(fabs(c->x[i]), -11) + 0x1p-25, "f16[%lld]: %a -> %a",
+                  (long long)i, c->x[i], c->y[i]);
+}
+
+/* Half an ulp: 2^-8 relative (7 mantissa bits). */
+static void rt_bf16(const rt_case *c)
+{
+    for (int64_t i = 0; i < c->q->t.n * c->q->t.k; i++)
+        cr_assert(fabs((double)c->y[i] - c->x[i]) <= ldexp(fabs(c->x[i]), -8), "bf16[%lld]: %a -> %a",
+                  (long long)i, c->x[i], c->y[i]);
+}
+
+/* One FP8 scale window: the stored scale is amax/448, so |x/s| <= 448 never
+ * saturates, and each value is off by at most half an E4M3 step (times s);
+ * the f32 division and product add a few f32 ulps (2^-20 covers them). */
+static void rt_fp8_window(const rt_case *c, int64_t r0, int64_t r1, int64_t c0, int64_t c1, float s)
+{
+    int64_t ld = c->q->t.k;
+    float amax = 0.0f;
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t j = c0; j < c1; j++)
+            amax = fmaxf(amax, fabsf(c->x[r * ld + j]));
+    cr_assert_eq(bits_of(s), bits_of(amax / 448.0f), "scale of rows [%lld,%lld) cols [%lld,%lld): %a, amax %a",
+                 (long long)r0, (long long)r1, (long long)c0, (long long)c1, s, amax);
+    for (int64_t r = r0; r < r1; r++) {
+        for (int64_t j = c0; j < c1; j++) {
+            double x = c->x[r * ld + j], y = c->y[r * ld + j];
+            double bound = (half_step_e4m3(fabs(x) / s) * s) * (1 + 0x1p-20);
+            cr_assert(fabs(y - x) <= bound, "fp8 [%lld,%lld]: %a -> %a (scale %a)", (long long)r, (long long)j, x, y, s);
+        }
+    }
+}
+
+static void rt_fp8_tensor(const rt_case *c) { rt_fp8_window(c, 0, c->q->t.n, 0, c->q->t.k, scale_f32(c->q, 0)); }
+
+static void rt_fp8_channel(const rt_case *c)
+{
+    for (int64_t r = 0; r < c->q->t.n; r++)
+        rt_fp8_window(c, r, r + 1, 0, c->q->t.k, scale_f32(c->q, (size_t)r));
+}
+
+static void rt_fp8_block(const rt_case *c)
+{
+    int64_t n = c->q->t.n, k = c->q->t.k, tk = (k + 127) / 128;
+    for (int64_t r = 0; r < n; r += 128)
+        for (int64_t j = 0; j < k; j += 128)
+            rt_fp8_window(c, r, r + 128 < n ? r + 128 : n, j, j + 128 < k ? j + 128 : k,
+                          scale_f32(c->q, (size_t)(r / 128 * tk + j / 128)));
+}
+
+/* One block with power-of-two scale X: elements beyond the element type's
+ * largest value saturate to exactly ±max·X (X · element is exact), the rest
+ * are off by at most half a step. */
+static void rt_block_pow2(const float *x, const float *y, int bs, double X, double elem_max,
+                          double (*half_step)(double), const char *what)
+{
+    for (int j = 0; j < bs; j++) {
+        double a = fabs(x[j]);
+        if (a > elem_max * X)
+            cr_assert_eq((double)y[j], copysign(elem_max * X, x[j]), "%s: %a saturates to %a, got %a", what, x[j],
+                         copysign(elem_max * X, x[j]), y[j]);
+        else
+            cr_assert(fabs(y[j] - x[j]) <= half_step(a / X) * X, "%s: %a -> %a (X = %a)", what, x[j], y[j], X);
+    }
+}
+
+/* OCP MX: the stored E8M0 code must be floor(log2(amax)) - emax + 127. */
+static void rt_mx(const rt_case *c, int emax, double elem_max, double (*half_step)(double), const char *what)
+{
+    size_t nb = (size_t)(c->q->t.n * c->q->t.k) / 32;
+    for (size_t b = 0; b < nb; b++) {
+        const float *x = c->x + b * 32;
+        int code = floor_log2(amax_of(x, 32)) - emax + 127;
+        cr_assert_eq(scale_u8(c->q)[b], code, "%s block %zu: scale code %d, want %d", what, b, scale_u8(c->q)[b],
+                     code);
+        rt_block_pow2(x, c->y + b * 32, 32, ldexp(1.0, code - 127), elem_max, half_step, what);
+    }
+}
+
+/* E4M3 elements: amax / X lies in [256, 512), so the top of a block can
+ * saturate at 448 (the OCP rule's known clipping). */
+static void rt_mxfp8(const rt_case *c) { rt_mx(c, 8, 448.0, half_step_e4m3, "mxfp8"); }
+
+/* E2M1 elements: amax / X lies in [4, 8), so values above 6 X clip to 6 X. */
+static void rt_mxfp4(const rt_case *c) { rt_mx(c, 2, 6.0, half_step_e2m1, "mxfp4"); }
+
+/* NVFP4: global g = amax / 2688, block scale ue4m3(amax_b / (6 g)); the
+ * block scale's rounding (up to 2^-4 relative) lets amax_b / d reach
+ * 6 (1 + 2^-4): those values saturate at ±6 d. Slack 2^-20 for the f32
+ * division and products. */
+static void rt_nvfp4(const rt_case *c)
+{
+    int64_t count = c->q->t.n * c->q->t.k;
+    float g = amax_of(c->x, count) / (6.0f * 448.0f);
+    cr_assert_eq(bits_of(c->q->t.global_scale), bits_of(g), "global scale %a, want %a", c->q->t.global_scale, g);
+    for (int64_t b = 0; b < count / 16; b++) {
+        const float *x = c->x + b * 16, *y = c->y + b * 16;
+        float amax = amax_of(x, 16);
+        uint8_t code = amax > 0 ? kiln_f32_to_e4m3(amax / (6.0f * g)) : 0x38;
+        cr_assert_eq(scale_u8(c->q)[b], code, "nvfp4 block %lld: scale 0x%02x, want 0x%02x", (long long)b,
+                     scale_u8(c->q)[b], code);
+        float d = kiln_e4m3_to_f32(code) * g;
+        cr_assert(d > 0, "block scale of random data is positive");
+        for (int j = 0; j < 16; j++) {
+            float a = fabsf(x[j]);
+            if (a / d > 6.0f)
+                cr_assert_eq(y[j], copysignf(6.0f * d, x[j]), "nvfp4: %a saturates, got %a", x[j], y[j]);
+            else
+                cr_assert(fabs(y[j] - x[j]) <= half_step_e2m1(a / d) * d * (1 + 0x1p-20), "nvfp4: %a -> %a (d = %a)",
+                          x[j], y[j], d);
+        }
+    }
+}
+
+/* Q8_0: d = amax/127, stored as f16. Rounding to an integer costs half a
+ * step of the exact d; the f16 error of d costs |q| <= 127 times itself. */
+static void rt_q8_0(const rt_case *c)
+{
+    int64_t count = c->q->t.n * c->q->t.k;
+    for (int64_t b = 0; b < count / 32; b++) {
+        const float *x = c->x + b * 32, *y = c->y + b * 32;
+        const uint8_t *blk = data_u8(c->q) + b * 34;
+        float dt = amax_of(x, 32) / 127;
+        double d16 = f16_at(blk);
+        cr_assert_eq(d16, kiln_f16_to_f32(kiln_f32_to_f16(dt)), "q8_0 block %lld: d = f16(amax/127)", (long long)b);
+        double bound = 0.5 * dt * (1 + 0x1p-20) + 127 * fabs(d16 - dt) + 0x1p-30 * dt;
+        for (int j = 0; j < 32; j++)
+            cr_assert(fabs((double)y[j] - x[j]) <= bound, "q8_0 block %lld: %a -> %a", (long long)b, x[j], y[j]);
+    }
+}
+
+/* Q4_0: d = max / -8 with max the signed extreme, so x / d + 8 lies in
+ * [0, 16]: the extreme itself is exact (level 0), the opposite side can
+ * reach 16 and clips to 15 (error up to one step), everything else is off
+ * by at most half a step; plus the f16 error of d times |q - 8| <= 8. */
+static void rt_q4_0(const rt_case *c)
+{
+    int64_t count = c->q->t.n * c->q->t.k;
+    for (int64_t b = 0; b < count / 32; b++) {
+        const float *x = c->x + b * 32, *y = c->y + b * 32;
+        float amax = 0, max = 0;
+        for (int j = 0; j < 32; j++)
+            if (fabsf(x[j]) > amax) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        float dt = max / -8;
+        double d16 = f16_at(data_u8(c->q) + b * 18);
+        cr_assert_eq(d16, kiln_f16_to_f32(kiln_f32_to_f16(dt)), "q4_0 block %lld: d = f16(max/-8)", (long long)b);
+        for (int j = 0; j < 32; j++) {
+            double v = (double)x[j] / dt + 8;
+            double bound = fabs(dt) * (v > 15.5 ? v - 15 : 0.5) * (1 + 0x1p-20) + 8 * fabs(d16 - dt);
+            cr_assert(fabs((double)y[j] - x[j]) <= bound, "q4_0 block %lld: %a -> %a", (long long)b, x[j], y[j]);
+        }
+    }
+}
+
+/* K-quants store levels chosen by a fit, so the bound is the format's
+ * guarantee after ggml's requantization step: each value is the grid point
+ * of its sub-block nearest to x, up to f32 rounding of (x + m) / d. */
+static void rt_nearest_on_grid(const float *x, const float *y, int n, double d, double m, int qlo, int qhi,
+                               const char *what)
+{
+    for (int j = 0; j < n; j++) {
+        double best = INFINITY;
+        for (int q = qlo; q <= qhi; q++)
+            best = fmin(best, fabs(x[j] - (d * q - m)));
+        double slack = 0x1p-20 * (fabs(x[j]) + fabs(m) + fabs(d) * (qhi - qlo));
+        cr_assert(fabs((double)y[j] - x[j]) <= best + slack, "%s: %a -> %a, nearest grid point is %a away", what,
+                  x[j], y[j], best);
+    }
+}
+
+static void q4_k_unpack(const uint8_t *s, int j, int *sc, int *m)
+{
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+/* Relative RMS error ceilings, with room above what the fits achieve on
+ * Gaussian data: Q4_K spends 4 bits on a sub-block of 32 whose range is
+ * about 4 sigma, a step of ~0.27 sigma and a uniform rounding RMS of
+ * step / sqrt(12) ~ 0.077 sigma before the fit improves it; Q6_K has 64
+ * levels over about ±2 sigma per 16 values, RMS ~ 0.018 sigma. */
+static void rt_rms(const rt_case *c, double ceiling, const char *what)
+{
+    double se = 0, sx = 0;
+    for (int64_t i = 0; i < c->q->t.n * c->q->t.k; i++) {
+        se += ((double)c->y[i] - c->x[i]) * ((double)c->y[i] - c->x[i]);
+        sx += (double)c->x[i] * c->x[i];
+    }
+    cr_assert(sqrt(se / sx) <= ceiling, "%s: relative RMS error %g above %g", what, sqrt(se / sx), ceiling);
+}
+
+static void rt_q4_k(const rt_case *c)
+{
+    int64_t count = c->q->t.n * c->q->t.k;
+    for (int64_t b = 0; b < count / 256; b++) {
+        const uint8_t *blk = data_u8(c->q) + b * 144;
+        float d = f16_at(blk), dmin = f16_at(blk + 2);
+        for (int j = 0; j < 8; j++) {
+            int sc, m;
+            q4_k_unpack(blk + 4, j, &sc, &m);
+            const float *x = c->x + b * 256 + 32 * j, *y = c->y + b * 256 + 32 * j;
+            rt_nearest_on_grid(x, y, 32, (double)(d * sc), (double)(dmin * m), 0, 15, "q4_k");
+        }
+    }
+    if (c->sigma >= 1)
+        rt_rms(c, 0.10, "q4_k");
+}
+
+static void rt_q6_k(const rt_case *c)
+{
+    int64_t count = c->q->t.n * c->q->t.k;
+    for (int64_t b = 0; b < count / 256; b++) {
+        const uint8_t *blk = data_u8(c->q) + b * 210;
+        float d = f16_at(blk + 208);
+        for (int j = 0; j < 16; j++) {
+            const float *x = c->x + b * 256 + 16 * j, *y = c->y + b * 256 + 16 * j;
+            rt_nearest_on_grid(x, y, 16, (double)(d * (int8_t)blk[192 + j]), 0.0, -32, 31, "q6_k");
+        }
+    }
+    if (c->sigma >= 1)
+        rt_rms(c, 0.03, "q6_k");
+}
+
+/* GGML MXFP4 is OCP MXFP4 with ggml's scale rule and nearest-value search
+ * (ties toward the smaller magnitude): the same bound holds. */
+static void rt_ggml_mxfp4(const rt_case *c)
+{
+    size_t nb = (size_t)(c->q->t.n * c->q->t.k) / 32;
+    for (size_t b = 0; b < nb; b++) {
+        const float *x = c->x + b * 32;
+        const uint8_t *blk = data_u8(c->q) + b * 17;
+        int code = floor_log2(amax_of(x, 32)) - 2 + 127;
+        cr_assert_eq(blk[0], code, "ggml_mxfp4 block %zu: e = %d, want %d", b, blk[0], code);
+        rt_block_pow2(x, c->y + b * 32, 32, ldexp(1.0, code - 127), 6.0, half_step_e2m1, "ggml_mxfp4");
+    }
+}
+
+static void (*const rt_check[])(const rt_case *) = {
+    [KILN_FMT_F32] = rt_f32,
+    [KILN_FMT_F16] = rt_f16,
+    [KILN_FMT_BF16] = rt_bf16,
+    [KILN_FMT_FP8_TENSOR] = rt_fp8_tensor,
+    [KILN_FMT_FP8_CHANNEL] = rt_fp8_channel,
+    [KILN_FMT_FP8_BLOCK] = rt_fp8_block,
+    [KILN_FMT_MXFP8] = rt_mxfp8,
+    [KILN_FMT_NVFP4] = rt_nvfp4,
+    [KILN_FMT_MXFP4] = rt_mxfp4,
+    [KILN_FMT_Q8_0] = rt_q8_0,
+    [KILN_FMT_Q4_0] = rt_q4_0,
+    [KILN_FMT_Q4_K] = rt_q4_k,
+    [KILN_FMT_Q6_K] = rt_q6_k,
+    [KILN_FMT_GGML_MXFP4] = rt_ggml_mxfp4,
+};
+_Static_assert(sizeof rt_check / sizeof rt_check[0] == KILN_FMT_COUNT, "one round-trip check per format");
+
+static void round_trip(kiln_format f)
+{
+    const int64_t shapes[][2] = { { 1, 256 }, { 3, 512 }, { 130, 1024 }, { 129, 200 }, { 2, 48 }, { 1, 1 } };
+    const double sigmas[] = { 1.0, 1e-3, 300.0 };
+    const kiln_format_info *fi = kiln_format_get(f);
+    kt_rng rng = kt_rng_new(100 + (uint64_t)f);
+    int tested = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int64_t n = shapes[s][0], k = shapes[s][1];
+        if (k % fi->k_multiple != 0)
+            continue;
+        for (size_t g = 0; g < sizeof sigmas / sizeof sigmas[0]; g++) {
+            float *x = malloc((size_t)(n * k) * sizeof(float));
+            cr_assert_not_null(x);
+            kt_fill_normal(&rng, x, (size_t)(n * k), (float)sigmas[g]);
+            qbuf q = qbuf_new(f, n, k);
+            quant(x, &q);
+            float *y = dequant(&q);
+            rt_check[f](&(rt_case){ .x = x, .y = y, .q = &q, .sigma = sigmas[g] });
+            free(y);
+            free(x);
+            qbuf_free(&q);
+            tested++;
+        }
+    }
+    cr_assert_geq(tested, 9, "%s: at least three shapes", fi->name);
+}
+
+Test(round_trip, f32) { round_trip(KILN_FMT_F32); }
+Test(round_trip, f16) { round_trip(KILN_FMT_F16); }
+Test(round_trip, bf16) { round_trip(KILN_FMT_BF16); }
+Test(round_trip, fp8_tensor) { round_trip(KILN_FMT_FP8_TENSOR); }
+Test(round_trip, fp8_channel) { round_trip(KILN_FMT_FP8_CHANNEL); }
+Test(round_trip, fp8_block) { round_trip(KILN_FMT_FP8_BLOCK); }
+Test(round_trip, mxfp8) { round_trip(KILN_FMT_MXFP8); }
+Test(round_trip, nvfp4) { round_trip(KILN_FMT_NVFP4); }
+Test(round_trip, mxfp4) { round_trip(KILN_FMT_MXFP4); }
+Test(round_trip, q8_0) { round_trip(KILN_FMT_Q8_0); }
+Test(round_trip, q4_0) { round_trip(KILN_FMT_Q4_0); }
+Test(round_trip, q4_k) { round_trip(KILN_FMT_Q4_K); }
+Test(round_trip, q6_k) { round_trip(KILN_FMT_Q6_K); }
+Test(round_trip, ggml_mxfp4) { round_trip(KILN_FMT_GGML_MXFP4); }
+
+/* --------------------------------------------------- hand-built decoding */
+
+static void expect_values(const qbuf *q, const float *want, int64_t count, const char *what)
+{
+    float *y = dequant(q);
+    for (int64_t i = 0; i < count; i++)
+        assert_same(y[i], want[i], what, i);
+    free(y);
+}
+
+Test(decode, f32_is_copied_bit_for_bit)
+{
+    qbuf q = qbuf_new(KILN_FMT_F32, 1, 3);
+    const uint32_t raw[3] = { 0x3FC00000u, 0x80000000u, 0x7FC00001u };
+    memcpy(q.t.data, raw, sizeof raw);
+    float *y = dequant(&q);
+    cr_assert_eq(memcmp(y, raw, sizeof raw), 0, "1.5, -0 and a NaN payload come back unchanged");
+    free(y);
+    qbuf_free(&q);
+}
+
+Test(decode, f16_and_bf16)
+{
+    qbuf h = qbuf_new(KILN_FMT_F16, 1, 5);
+    const uint8_t hb[] = { 0x00, 0x3C, 0x01, 0x00, 0x00, 0x80, 0xFF, 0x7B, 0x00, 0xFC };
+    memcpy(h.t.data, hb, sizeof hb);
+    expect_values(&h, (const float[]){ 1.0f, 0x1p-24f, -0.0f, 65504.0f, -INFINITY }, 5, "f16");
+    qbuf b = qbuf_new(KILN_FMT_BF16, 1, 4);
+    const uint8_t bb[] = { 0x80, 0x3F, 0xC0, 0xBF, 0x01, 0x00, 0x80, 0x7F };
+    memcpy(b.t.data, bb, sizeof bb);
+    expect_values(&b, (const float[]){ 1.0f, -1.5f, 0x1p-133f, INFINITY }, 4, "bf16");
+    qbuf_free(&h);
+    qbuf_free(&b);
+}
+
+/* E4M3 codes: 0x38 = 1.0, 0x01 = 2^-9 (smallest subnormal), 0x07 = 7·2^-9
+ * (largest subnormal), 0x08 = 2^-6 (smallest normal), 0x7E = 448,
+ * 0x80 = -0, 0xFE = -448, 0x7F = NaN. */
+Test(decode, fp8_tensor_with_subnormals_saturated_codes_and_nan)
+{
+    qbuf q = qbuf_new(KILN_FMT_FP8_TENSOR, 2, 4);
+    const uint8_t codes[8] = { 0x38, 0x01, 0x80, 0x7E, 0xFE, 0x07, 0x08, 0x7F };
+    memcpy(q.t.data, codes, 8);
+    set_scale_f32(&q, 0, 0.5f);
+    expect_values(&q,
+                  (const float[]){ 0.5f, 0x1p-10f, -0.0f, 224.0f, -224.0f, 7 * 0x1p-10f, 0x1p-7f, NAN }, 8,
+                  "fp8");
+    qbuf_free(&q);
+}
+
+Test(decode, fp8_channel_uses_each_rows_scale)
+{
+    qbuf q = qbuf_new(KILN_FMT_FP8_CHANNEL, 2, 2);
+    /* 0x40 = 2, 0x44 = 3, 0xC0 = -2, 0x30 = 0.5 */
+    memcpy(q.t.data, (const uint8_t[]){ 0x40, 0x44, 0xC0, 0x30 }, 4);
+    set_scale_f32(&q, 0, 2.0f);
+    set_scale_f32(&q, 1, 0.25f);
+    expect_values(&q, (const float[]){ 4.0f, 6.0f, -0.5f, 0.125f }, 4, "fp8_channel");
+    qbuf_free(&q);
+}
+
+Test(decode, fp8_block_uses_the_scale_of_each_tile_including_partial_ones)
+{
+    qbuf q = qbuf_new(KILN_FMT_FP8_BLOCK, 130, 129);
+    cr_assert_eq(q.scale_bytes, 2 * 2 * 4);
+    memset(q.t.data, 0x38, q.data_bytes); /* every value 1.0 */
+    for (int i = 0; i < 4; i++)
+        set_scale_f32(&q, (size_t)i, (float)(1 << i));
+    float *y = dequant(&q);
+    const struct { int r, c; float v; } at[] = {
+        { 0, 0, 1 }, { 127, 127, 1 }, { 0, 128, 2 }, { 127, 128, 2 }, { 128, 0, 4 }, { 129, 127, 4 }, { 129, 128, 8 },
+    };
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++)
+        cr_assert_eq(y[at[i].r * 129 + at[i].c], at[i].v, "[%d,%d]", at[i].r, at[i].c);
+    free(y);
+    qbuf_free(&q);
+}
+
+Test(decode, mxfp8_with_e8m0_scales_including_nan_and_2_pow_minus_127)
+{
+    qbuf q = qbuf_new(KILN_FMT_MXFP8, 1, 96);
+    uint8_t *d = data_u8(&q);
+    memset(d, 0x00, 96);
+    memcpy(d, (const uint8_t[]){ 0x38, 0x01, 0x80, 0x7E, 0xB9 }, 5); /* 0xB9 = -1.125 */
+    d[32] = 0x38;
+    memcpy(d + 64, (const uint8_t[]){ 0x38, 0x01 }, 2);
+    memcpy(q.t.scale, (const uint8_t[]){ 127, 0xFF, 0 }, 3);
+    float want[96] = { 1.0f, 0x1p-9f, -0.0f, 448.0f, -1.125f };
+    for (int j = 32; j < 64; j++)
+        want[j] = NAN; /* scale 0xFF: every value of the block is NaN */
+    want[64] = 0x1p-127f;
+    want[65] = 0x1p-136f;
+    expect_values(&q, want, 96, "mxfp8");
+    qbuf_free(&q);
+}
+
+/* E2M1 nibbles: 1 = 0.5, 2 = 1, 7 = 6, 8 = -0, 9 = -0.5, 0xF = -6. */
+Test(decode, mxfp4_even_element_in_the_low_nibble)
+{
+    qbuf q = qbuf_new(KILN_FMT_MXFP4, 1, 64);
+    uint8_t *d = data_u8(&q);
+    memset(d, 0, 32);
+    memcpy(d, (const uint8_t[]){ 0x71, 0x9F, 0x08 }, 3);
+    d[16] = 0x22;
+    memcpy(q.t.scale, (const uint8_t[]){ 125, 0xFF }, 2);
+    float want[64] = { 0.125f, 1.5f, -1.5f, -0.125f, -0.0f, 0.0f };
+    for (int j = 32; j < 64; j++)
+        want[j] = NAN;
+    expect_values(&q, want, 64, "mxfp4");
+    qbuf_free(&q);
+}
+
+Test(decode, nvfp4_scale_times_global_with_nan_and_subnormal_scales)
+{
+    qbuf q = qbuf_new(KILN_FMT_NVFP4, 1, 48);
+    uint8_t *d = data_u8(&q);
+    memset(d, 0, 24);
+    memcpy(d, (const uint8_t[]){ 0x21, 0xF7, 0x08 }, 3);
+    d[8] = 0x11;
+    d[16] = 0x07;
+    memcpy(q.t.scale, (const uint8_t[]){ 0x38, 0x7F, 0x01 }, 3);
+    q.t.global_scale = 2.0f;
+    float want[48] = { 1.0f, 2.0f, 12.0f, -12.0f, -0.0f, 0.0f };
+    for (int j = 16; j < 32; j++)
+        want[j] = NAN; /* scale 0x7F is E4M3's NaN */
+    want[32] = 6 * 0x1p-9f * 2; /* subnormal scale 2^-9 */
+    expect_values(&q, want, 48, "nvfp4");
+    qbuf_free(&q);
+}
+
+Test(decode, q8_0_including_negative_zero_and_subnormal_scales)
+{
+    qbuf q = qbuf_new(KILN_FMT_Q8_0, 1, 96);
+    uint8_t *d = data_u8(&q);
+    memset(d, 0, 3 * 34);
+    put_f16(d, 0x3800); /* 0.5 */
+    memcpy(d + 2, (const uint8_t[]){ 0x80, 0x7F, 0x01, 0x00 }, 4);
+    put_f16(d + 34, 0x8000); /* -0 */
+    memcpy(d + 36, (const uint8_t[]){ 0x05, 0xFB }, 2);
+    put_f16(d + 68, 0x0001); /* 2^-24 */
+    d[70] = 3;
+    float want[96] = { -64.0f, 63.5f, 0.5f, 0.0f };
+    for (int j = 4; j < 32; j++)
+        want[j] = 0.0f;
+    for (int j = 32; j < 64; j++)
+        want[j] = -0.0f; /* 0 * -0 */
+    want[32] = -0.0f;
+    want[33] = 0.0f; /* -5 * -0 */
+    want[64] = 3 * 0x1p-24f;
+    expect_values(&q, want, 96, "q8_0");
+    qbuf_free(&q);
+}
+
+Test(decode, q4_0_split_halves)
+{
+    qbuf q = qbuf_new(KILN_FMT_Q4_0, 1, 32);
+    uint8_t *d = data_u8(&q);
+    put_f16(d, 0x4000); /* 2 */
+    memset(d + 2, 0x88, 16); /* q = 8: zero */
+    d[2] = 0x0F;
+    d[2 + 15] = 0x39;
+    float want[32];
+    for (int j = 0; j < 32; j++)
+        want[j] = 0.0f;
+    want[0] = 14.0f;   /* (15 - 8) * 2 */
+    want[16] = -16.0f; /* (0 - 8) * 2 */
+    want[15] = 2.0f;   /* (9 - 8) * 2 */
+    want[31] = -10.0f; /* (3 - 8) * 2 */
+    expect_values(&q, want, 32, "q4_0");
+    qbuf_free(&q);
+}
+
+/* d = 1, dmin = 0.5. Sub-block 0: scale 1, min 2; sub-block 1: scale 63,
+ * min 0; sub-block 4: scale 37 = 0b10_0101, min 58 = 0b11_1010, split as
+ * low nibbles in byte 8 (0xA5) and high bits in the top of bytes 0 and 4. */
+Test(decode, q4_k_six_bit_scales_and_mins)
+{
+    qbuf q = qbuf_new(KILN_FMT_Q4_K, 1, 256);
+    uint8_t *d = data_u8(&q);
+    memset(d, 0, 144);
+    put_f16(d, 0x3C00);
+    put_f16(d + 2, 0x3800);
+    uint8_t *s = d + 4;
+    s[0] = 1 | (2 << 6);
+    s[4] = 2 | (3 << 6);
+    s[1] = 63;
+    s[8] = 0xA5;
+    uint8_t *qs = d + 16;
+    qs[0] = 0x3F;  /* value 0: 15 (sub-block 0); value 32: 3 (sub-block 1) */
+    qs[64] = 0x02; /* value 128: 2 (sub-block 4); value 160: 0 (sub-block 5) */
+    float *y = dequant(&q);
+    cr_assert_eq(y[0], 14.0f, "1 * 1 * 15 - 0.5 * 2");
+    cr_assert_eq(y[1], -1.0f, "1 * 1 * 0 - 0.5 * 2");
+    cr_assert_eq(y[32], 189.0f, "63 * 3 - 0");
+    cr_assert_eq(y[33], 0.0f);
+    cr_assert_eq(y[64], 0.0f, "sub-block 2: scale 0, min 0");
+    cr_assert_eq(y[128], 45.0f, "37 * 2 - 0.5 * 58");
+    cr_assert_eq(y[129], -29.0f);
+    cr_assert_eq(y[160], 0.0f, "sub-block 5: scale 0, min 0");
+    free(y);
+    qbuf_free(&q);
+}
+
+/* d = 0.5; scales[0] = 2, [1] = 0, [2] = -3, [4] = 127, [6] = -128, [8] = 1.
+ * qh[0] = 0b11_10_01_00 gives values 0, 32, 64, 96 the top bits 0, 1, 2, 3. */
+Test(decode, q6_k_six_bit_values_and_signed_scales)
+{
+    qbuf q = qbuf_new(KILN_FMT_Q6_K, 1, 256);
+    uint8_t *d = data_u8(&q);
+    memset(d, 0, 210);
+    uint8_t *ql = d, *qh = d + 128;
+    int8_t *sc = (int8_t *)(d + 192);
+    put_f16(d + 208, 0x3800);
+    sc[0] = 2;
+    sc[2] = -3;
+    sc[4] = 127;
+    sc[6] = -128;
+    sc[8] = 1;
+    ql[0] = 0x21;  /* value 0: low 1; value 64: low 2 */
+    ql[32] = 0x0F; /* value 32: low 15; value 96: low 0 */
+    qh[0] = 0xE4;
+    float *y = dequant(&q);
+    cr_assert_eq(y[0], -31.0f, "0.5 * 2 * (1 - 32)");
+    cr_assert_eq(y[1], -32.0f, "0.5 * 2 * (0 - 32)");
+    cr_assert_eq(y[32], 1.5f, "0.5 * -3 * ((15 | 16) - 32)");
+    cr_assert_eq(y[64], 127.0f, "0.5 * 127 * ((2 | 32) - 32)");
+    cr_assert_eq(y[96], -1024.0f, "0.5 * -128 * (48 - 32)");
+    cr_assert_eq(y[128], -16.0f, "second half, scale index 8: 0.5 * 1 * -32");
+    cr_assert_eq(bits_of(y[16]), bits_of(-0.0f), "scale 0: (0.5 * 0) * -32 is -0");
+    free(y);
+    qbuf_free(&q);
+}
+
+/* ggml's table doubles E2M1 and halves the scale: code 8 is +0 (not -0), and
+ * e = 0xFF is the scale 2^127, not NaN, so 2 * 2^127 overflows to inf. */
+Test(decode, ggml_mxfp4_half_scale_and_e_ff)
+{
+    qbuf q = qbuf_new(KILN_FMT_GGML_MXFP4, 1, 96);
+    uint8_t *d = data_u8(&q);
+    memset(d, 0, 3 * 17);
+    d[0] = 127;
+    memcpy(d + 1, (const uint8_t[]){ 0x71, 0x9F, 0x08 }, 3);
+    d[17] = 0xFF;
+    d[18] = 0x21;
+    d[34] = 0;
+    d[35] = 0x07;
+    float want[96] = { 0.5f, -6.0f, 0.0f };
+    want[16] = 6.0f;
+    want[17] = -0.5f;
+    want[32] = 0x1p127f;
+    want[48] = INFINITY;
+    want[64] = 12 * 0x1p-128f;
+    expect_values(&q, want, 96, "ggml_mxfp4");
+    qbuf_free(&q);
+}
+
+/* -------------------------------------------------- quantization edges */
+
+/* Every format: an all-zero tensor gives finite zeros back, and the scales
+ * are finite (no 0/0). */
+Test(quantize, all_zero_tensors_give_zeros_and_finite_scales)
+{
+    for (int f = 0; f < KILN_FMT_COUNT; f++) {
+        const kiln_format_info *fi = kiln_format_get((kiln_format)f);
+        float x[2 * 256] = { 0 };
+        qbuf q = qbuf_new((kiln_format)f, 2, 256);
+        quant(x, &q);
+        float *y = dequant(&q);
+        for (int i = 0; i < 2 * 256; i++)
+            cr_assert(y[i] == 0.0f, "%s[%d] = %a", fi->name, i, y[i]);
+        if (fi->scale_type == KILN_SCALE_F32)
+            for (size_t i = 0; i < q.scale_bytes / 4; i++)
+                cr_assert_eq(scale_f32(&q, i), 0.0f, "%s scale %zu", fi->name, i);
+        if (fi->scale_type == KILN_SCALE_E8M0)
+            for (size_t i = 0; i < q.scale_bytes; i++)
+                cr_assert_eq(scale_u8(&q)[i], 0, "%s: a zero block gets code 0", fi->name);
+        if (fi->scale_type == KILN_SCALE_UE4M3) {
+            cr_assert_eq(q.t.global_scale, 0.0f, "%s global", fi->name);
+            for (size_t i = 0; i < q.scale_bytes; i++)
+                cr_assert_eq(scale_u8(&q)[i], 0x38, "%s: ModelOpt's 1.0 for a zero block", fi->name);
+        }
+        free(y);
+        qbuf_free(&q);
+    }
+}
+
+/* A zero block between non-zero ones: no NaN leaks into the format's
+ * stored scale, and its neighbours are unaffected. */
+Test(quantize, zero_block_inside_a_tensor)
+{
+    const kiln_format fmts[] = { KILN_FMT_MXFP8, KILN_FMT_MXFP4, KILN_FMT_NVFP4, KILN_FMT_Q8_0, KILN_FMT_Q4_0,
+                                 KILN_FMT_Q4_K, KILN_FMT_Q6_K, KILN_FMT_GGML_MXFP4, KILN_FMT_FP8_BLOCK };
+    kt_rng rng = kt_rng_new(7);
+    float x[3 * 256];
+    kt_fill_normal(&rng, x, 3 * 256, 1.0f);
+    memset(x + 256, 0, 256 * sizeof(float));
+    for (size_t i = 0; i < sizeof fmts / sizeof fmts[0]; i++) {
+        qbuf q = qbuf_new(fmts[i], 1, 3 * 256);
+        quant(x, &q);
+        float *y = dequant(&q);
+        for (int j = 0; j < 3 * 256; j++)
+            cr_assert(isfinite(y[j]), "%s[%d]", kiln_format_get(fmts[i])->name, j);
+        for (int j = 256; j < 512; j++)
+            cr_assert(y[j] == 0.0f, "%s[%d] = %a", kiln_format_get(fmts[i])->name, j, y[j]);
+        free(y);
+        qbuf_free(&q);
+    }
+}
+
+/* OCP MX clips: amax / X reaches up to 2^(emax + 1), beyond the element
+ * type's largest value. 511 has floor(log2) = 8, so X = 1 for MXFP8 and the
+ * value saturates to 448; 7.9 gives X = 1 for MXFP4 and saturates to 6. */
+Test(quantize, mx_blocks_saturate_at_the_element_maximum)
+{
+    float x[32] = { 511.0f, -500.0f, 1.0f };
+    qbuf q = qbuf_new(KILN_FMT_MXFP8, 1, 32);
+    quant(x, &q);
+    cr_assert_eq(scale_u8(&q)[0], 127);
+    cr_assert_eq(data_u8(&q)[0], 0x7E);
+    cr_assert_eq(data_u8(&q)[1], 0xFE);
+    cr_assert_eq(data_u8(&q)[2], 0x38);
+    qbuf_free(&q);
+
+    float z[32] = { 7.9f, -6.5f, 0.3f };
+    qbuf p = qbuf_new(KILN_FMT_MXFP4, 1, 32);
+    quant(z, &p);
+    cr_assert_eq(scale_u8(&p)[0], 127);
+    cr_assert_eq(data_u8(&p)[0], 0x7 | (0xF << 4), "6 and -6");
+    cr_assert_eq(data_u8(&p)[1] & 0xF, 0x1, "0.3 rounds to 0.5");
+    qbuf_free(&p);
+}
+
+/* Ties: OCP MXFP4 rounds to the even code, ggml's MXFP4 to the first table
+ * entry, the smaller magnitude. With amax = 6, X = 1 and ggml's d = 1/2. */
+Test(quantize, mxfp4_ties_ocp_to_even_ggml_to_smaller_magnitude)
+{
+    float x[32] = { 6.0f, 5.0f, 0.25f, -0.75f, 2.5f, 3.5f, -0.0f, 1.75f };
+    qbuf o = qbuf_new(KILN_FMT_MXFP4, 1, 32);
+    quant(x, &o);
+    const uint8_t *od = data_u8(&o);
+    cr_assert_eq(scale_u8(&o)[0], 127);
+    cr_assert_eq(od[0], 0x7 | (0x6 << 4), "6 -> 6, 5 -> 4 (even)");
+    cr_assert_eq(od[1], 0x0 | (0xA << 4), "0.25 -> 0, -0.75 -> -1 (even)");
+    cr_assert_eq(od[2], 0x4 | (0x6 << 4), "2.5 -> 2, 3.5 -> 4");
+    cr_assert_eq(od[3], 0x8 | (0x4 << 4), "-0 keeps its sign, 1.75 -> 2");
+
+    qbuf g = qbuf_new(KILN_FMT_GGML_MXFP4, 1, 32);
+    quant(x, &g);
+    const uint8_t *gd = data_u8(&g);
+    cr_assert_eq(gd[0], 127);
+    /* split halves: element j in the low nibble of qs[j], j + 16 in the high */
+    const uint8_t want[8] = { 7, 6, 0, 9, 4, 5, 0, 3 };
+    for (int j = 0; j < 8; j++)
+        cr_assert_eq(gd[1 + j] & 0xF, want[j], "element %d (%g): code %d, want %d", j, x[j], gd[1 + j] & 0xF, want[j]);
+    qbuf_free(&o);
+    qbuf_free(&g);
+}
+
+Test(quantize, negative_zero_keeps_its_sign_where_the_element_type_has_one)
+{
+    float x[32] = { -0.0f, 2.0f };
+    const kiln_format fmts[] = { KILN_FMT_FP8_TENSOR, KILN_FMT_FP8_CHANNEL, KILN_FMT_FP8_BLOCK, KILN_FMT_MXFP8,
+                                 KILN_FMT_MXFP4, KILN_FMT_NVFP4, KILN_FMT_F16, KILN_FMT_BF16, KILN_FMT_F32 };
+    for (size_t i = 0; i < sizeof fmts / sizeof fmts[0]; i++) {
+        qbuf q = qbuf_new(fmts[i], 1, 32);
+        quant(x, &q);
+        float *y = dequant(&q);
+        cr_assert_eq(bits_of(y[0]), bits_of(-0.0f), "%s: got %a", kiln_format_get(fmts[i])->name, y[0]);
+        cr_assert(fabsf(y[1] - 2.0f) <= 0x1p-20f, "%s: %a", kiln_format_get(fmts[i])->name, y[1]);
+        free(y);
+        qbuf_free(&q);
+    }
+}
+
+/* Worked by hand: x_j = j - 16. Q8_0: d = 16/127, f16 0x3008; 1/d is
+ * 7.9375 to f32 precision, far from any .5 for these x. Q4_0: the
+ * extreme is -16, d = 2, q = trunc(x / 2 + 8.5), 15 clipped at the top. */
+Test(quantize, q8_0_and_q4_0_worked_by_hand)
+{
+    float x[32];
+    for (int j = 0; j < 32; j++)
+        x[j] = (float)(j - 16);
+    qbuf a = qbuf_new(KILN_FMT_Q8_0, 1, 32);
+    quant(x, &a);
+    const uint8_t *ad = data_u8(&a);
+    cr_assert(ad[0] == 0x08 && ad[1] == 0x30, "d = 0x%02x%02x", ad[1], ad[0]);
+    cr_assert_eq((int8_t)ad[2 + 0], -127);
+    cr_assert_eq((int8_t)ad[2 + 17], 8, "1 * 7.9375 = 7.94 -> 8");
+    cr_assert_eq((int8_t)ad[2 + 18], 16, "2 * 7.9375 = 15.875 -> 16");
+    cr_assert_eq((int8_t)ad[2 + 31], 119, "15 * 7.9375 = 119.06 -> 119");
+    qbuf b = qbuf_new(KILN_FMT_Q4_0, 1, 32);
+    quant(x, &b);
+    const uint8_t *bd = data_u8(&b);
+    cr_assert(bd[0] == 0x00 && bd[1] == 0x40, "d = 2");
+    cr_assert_eq(bd[2 + 0] & 0xF, 0, "-16 -> 0");
+    cr_assert_eq(bd[2 + 0] >> 4, 8, "0 -> 8");
+    cr_assert_eq(bd[2 + 1] & 0xF, 1, "-15: -7.5 + 8.5 = 1");
+    cr_assert_eq(bd[2 + 15] >> 4, 15, "15: 7.5 + 8.5 = 16, clipped to 15");
+    qbuf_free(&a);
+    qbuf_free(&b);
+}
+
+/* ModelOpt NVFP4 by hand: amax 6 gives g = 6 / 2688, the block scale
+ * 6 / (6 g) = 448 (code 0x7E), so d = 448 g ≈ 1 and 6, 3, -1.5, 0.5 map to
+ * codes 7, 5, 0xB, 1; an all-zero block gets scale 1.0 (0x38). */
+Test(quantize, nvfp4_worked_by_hand)
+{
+    float x[32] = { 6.0f, 3.0f, -1.5f, 0.5f };
+    qbuf q = qbuf_new(KILN_FMT_NVFP4, 1, 32);
+    quant(x, &q);
+    cr_assert_eq(bits_of(q.t.global_scale), bits_of(6.0f / 2688.0f));
+    cr_assert_eq(scale_u8(&q)[0], 0x7E);
+    cr_assert_eq(scale_u8(&q)[1], 0x38);
+    cr_assert_eq(data_u8(&q)[0], 0x7 | (0x5 << 4));
+    cr_assert_eq(data_u8(&q)[1], 0xB | (0x1 << 4));
+    qbuf_free(&q);
+}
+
+/* A fixed input built from integer arithmetic and exact f32 operations only
+ * (no libm), so it is the same on every platform: blocks of Gaussian-like
+ * values, mostly positive values (Q4_K's min > 0 path), tiny values, and
+ * half-zero blocks of large values. */
+static uint64_t golden_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t fnv1a(const uint8_t *p, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+/* The hashes are of the bytes ggml's quantize_row_*_ref writes for this
+ * input. gguf-py has no K-quant quantizer, so these pin Q4_K and Q6_K to
+ * ggml's fits; a change in any fitting step changes them. */
+Test(quantize, ggml_formats_match_ggml_reference_bytes_on_a_fixed_input)
+{
+    enum { N = 8 * 256 };
+    static float x[N];
+    uint64_t s = 2024;
+    for (int i = 0; i < N; i++) {
+        float u = 0;
+        for (int r = 0; r < 4; r++)
+            u += (float)(golden_next(&s) >> 40) * 0x1p-24f;
+        float g = (u - 2.0f) * 1.7320508f;
+        switch ((i / 256) % 4) {
+        case 0: x[i] = g; break;
+        case 1: x[i] = g + 2.5f; break;
+        case 2: x[i] = g * 0x1p-12f; break;
+        default: x[i] = (i % 256) < 128 ? 0.0f : g * 300.0f; break;
+        }
+    }
+    const struct { kiln_format f; uint64_t hash; } golden[] = {
+        { KILN_FMT_Q4_K, 0xf7f19fb9b5f2f26bull }, { KILN_FMT_Q6_K, 0x3eeb0958c4b498bbull },
+        { KILN_FMT_Q8_0, 0xb6a607b23af22734ull }, { KILN_FMT_Q4_0, 0xd919bbfddadda08cull },
+        { KILN_FMT_GGML_MXFP4, 0xbb84734e9a4fbeb6ull },
+    };
+    for (size_t i = 0; i < sizeof golden / sizeof golden[0]; i++) {
+        qbuf q = qbuf_new(golden[i].f, 1, N);
+        quant(x, &q);
+        uint64_t h = fnv1a(q.t.data, q.data_bytes);
+        cr_assert_eq(h, golden[i].hash, "%s: FNV-1a of the blocks is 0x%016llx, ggml's is 0x%016llx",
+                     kiln_format_get(golden[i].f)->name, (unsigned long long)h, (unsigned long long)golden[i].hash);
+        qbuf_free(&q);
+    }
+}
+
+/* NaN inputs are defined: skipped by the block maximum, stored as the
+ * element type's NaN where it has one. */
+Test(quantize, nan_inputs_do_not_poison_their_block)
+{
+    float x[32];
+    for (int j = 0; j < 32; j++)
+        x[j] = (float)(j + 1) / 8;
+    x[5] = NAN;
+    qbuf q = qbuf_new(KILN_FMT_MXFP8, 1, 32);
+    quant(x, &q);
+    cr_assert_eq(scale_u8(&q)[0], floor_log2(4.0f) - 8 + 127, "amax 4 from the other elements");
+    cr_assert_eq(data_u8(&q)[5], 0x7F);
+    float *y = dequant(&q);
+    cr_assert(isnan(y[5]));
+    cr_assert_eq(y[31], 4.0f);
+    free(y);
+    qbuf_free(&q);
+
+    qbuf t = qbuf_new(KILN_FMT_FP8_TENSOR, 1, 32);
+    quant(x, &t);
+    cr_assert_eq(scale_f32(&t, 0), 4.0f / 448.0f);
+    qbuf_free(&t);
+
+    const kiln_format ggml[] = { KILN_FMT_Q8_0, KILN_FMT_Q4_0, KILN_FMT_GGML_MXFP4, KILN_FMT_NVFP4, KILN_FMT_MXFP4 };
+    for (size_t i = 0; i < sizeof ggml / sizeof ggml[0]; i++) {
+        qbuf g = qbuf_new(ggml[i], 1, 32);
+        quant(x, &g);
+        qbuf_free(&g);
+    }
+}
+
+/* ±inf, NaN, the extremes of f32 and a row of subnormals in one tensor:
+ * every format quantizes and dequantizes it without undefined behaviour
+ * (out-of-range float-to-int conversions, shifts), which the sanitizer build
+ * checks. What the values become is garbage in, garbage out. */
+Test(quantize, extreme_and_non_finite_inputs_are_defined_for_every_format)
+{
+    float x[2 * 256];
+    kt_rng rng = kt_rng_new(9);
+    kt_fill_normal(&rng, x, 2 * 256, 1.0f);
+    const float odd[] = { INFINITY, -INFINITY, NAN, 3.4e38f, -3.4e38f, 1e-45f, -1e-40f, 0x1p-126f };
+    for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++)
+        x[i * 7] = odd[i];
+    for (int j = 256; j < 512; j++)
+        x[j] = 0x1p-140f * (float)(j - 384);
+    for (int f = 0; f < KILN_FMT_COUNT; f++) {
+        qbuf q = qbuf_new((kiln_format)f, 2, 256);
+        quant(x, &q);
+        float *y = dequant(&q);
+        free(y);
+        qbuf_free(&q);
+    }
+}
+
+/* ------------------------------------------------------------ error paths */
+
+Test(errors, null_descriptor_and_null_buffers)
+{
+    float x[32] = { 1 }, y[32];
+    cr_assert_eq(kiln_quantize(x, NULL), KILN_ERR_INVALID_ARG);
+    cr_assert_eq(kiln_dequantize(NULL, y), KILN_ERR_INVALID_ARG);
+
+    qbuf q = qbuf_new(KILN_FMT_Q4_0, 1, 32);
+    cr_assert_eq(kiln_quantize(NULL, &q.t), KILN_ERR_INVALID_ARG);
+    cr_assert(strstr(kiln_last_error(), "q4_0") && strstr(kiln_last_error(), "src"), "%s", kiln_last_error());
+    cr_assert_eq(kiln_dequantize(&q.t, NULL), KILN_ERR_INVALID_ARG);
+    cr_assert(strstr(kiln_last_error(), "q4_0") && strstr(kiln_last_error(), "dst"), "%s", kiln_last_error());
+    kiln_qtensor nodata = q.t;
+    nodata.data = NULL;
+    cr_assert_eq(kiln_quantize(x, &nodata), KILN_ERR_INVALID_ARG);
+    cr_assert(strstr(kiln_last_error(), "q4_0") && strstr(kiln_last_error(), "data"), "%s", kiln_last_error());
+    cr_assert_eq(kiln_dequantize(&nodata, y), KILN_ERR_INVALID_ARG);
+    qbuf_free(&q);
+
+    qbuf m = qbuf_new(KILN_FMT_MXFP8, 1, 32);
+    kiln_qtensor noscale = m.t;
+    noscale.scale = NULL;
+    cr_assert_eq(kiln_quantize(x, &noscale), KILN_ERR_INVALID_ARG);
+    cr_assert(strstr(kiln_last_error(), "mxfp8") && strstr(kiln_last_error(), "scale"), "%s", kiln_last_error());
+    cr_assert_eq(kiln_dequantize(&noscale, y), KILN_ERR_INVALID_ARG);
+    qbuf_free(&m);
+
+    qbuf g = qbuf_new(KILN_FMT_Q8_0, 1, 32);
+    cr_assert_null(g.t.scale);
+    cr_assert_eq(kiln_quantize(x, &g.t), KILN_OK, "GGML formats need no scale array");
+    qbuf_free(&g);
+}
+
+Test(errors, unknown_format)
+{
+    float x[32] = { 1 }, y[32];
+    uint8_t buf[64];
+    kiln_qtensor t = { .format = KILN_FMT_COUNT, .n = 1, .k = 32, .data = buf, .scale = buf };
+    cr_assert_eq(kiln_quantize(x, &t), KILN_ERR_UNSUPPORTED);
+    cr_assert(strstr(kiln_last_error(), "format 14"), "%s", kiln_last_error());
+    t.format = (kiln_format)-1;
+    cr_assert_eq(kiln_dequantize(&t, y), KILN_ERR_UNSUPPORTED);
+    cr_assert(strstr(kiln_last_error(), "format -1"), "%s", kiln_last_error());
+}
+
+Test(errors, k_breaking_the_block_rule_names_format_and_k)
+{
+    float x[512] = { 1 }, y[512];
+    uint8_t buf[1024];
+    const struct { kiln_format f; int64_t k; const char *name; } bad[] = {
+        { KILN_FMT_Q4_K, 288, "q4_k" }, { KILN_FMT_Q6_K, 128, "q6_k" }, { KILN_FMT_Q8_0, 48, "q8_0" },
+        { KILN_FMT_Q4_0, 16, "q4_0" }, { KILN_FMT_MXFP8, 40, "mxfp8" }, { KILN_FMT_MXFP4, 16, "mxfp4" },
+        { KILN_FMT_NVFP4, 24, "nvfp4" }, { KILN_FMT_GGML_MXFP4, 33, "ggml_mxfp4" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char k_text[32];
+        snprintf(k_text, sizeof k_text, "K = %lld", (long long)bad[i].k);
+        kiln_qtensor t = { .format = bad[i].f, .n = 1, .k = bad[i].k, .data = buf, .scale = buf };
+        cr_assert_eq(kiln_quantize(x, &t), KILN_ERR_SHAPE, "%s", bad[i].name);
+        cr_assert(strstr(kiln_last_error(), bad[i].name) && strstr(kiln_last_error(), k_text) &&
+                      strstr(kiln_last_error(), "kiln_quantize"),
+                  "%s", kiln_last_error());
+        cr_assert_eq(kiln_dequantize(&t, y), KILN_ERR_SHAPE, "%s", bad[i].name);
+        cr_assert(strstr(kiln_last_error(), bad[i].name) && strstr(kiln_last_error(), "kiln_dequantize"), "%s",
+                  kiln_last_error());
+    }
+}
+
+Test(errors, non_positive_shapes)
+{
+    float x[32] = { 1 };
+    uint8_t buf[64];
+    const int64_t bad[][2] = { { 0, 32 }, { -2, 32 }, { 1, 0 }, { 1, -32 } };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kiln_qtensor t = { .format = KILN_FMT_Q8_0, .n = bad[i][0], .k = bad[i][1], .data = buf };
+        cr_assert_eq(kiln_quantize(x, &t), KILN_ERR_SHAPE);
+        cr_assert(strstr(kiln_last_error(), "q8_0"), "%s", kiln_last_error());
+    }
+}
+
+/* Q4_0 packs 4.5 bits per value: N * K / 32 * 18 bytes fit in size_t while
+ * the N * K floats on the f32 side do not. Nothing is touched. */
+Test(errors, f32_side_that_overflows_size_t)
+{
+    float x[1] = { 0 };
+    uint8_t buf[1];
+    kiln_qtensor t = { .format = KILN_FMT_Q4_0, .n = (int64_t)1 << 31, .k = (int64_t)1 << 31, .data = buf };
+    cr_assert_eq(kiln_quantize(x, &t), KILN_ERR_SHAPE);
+    cr_assert(strstr(kiln_last_error(), "q4_0") && strstr(kiln_last_error(), "overflow"), "%s", kiln_last_error());
+    cr_assert_eq(kiln_dequantize(&t, x), KILN_ERR_SHAPE);
+    t.format = KILN_FMT_F32;
+    cr_assert_eq(kiln_quantize(x, &t), KILN_ERR_SHAPE, "data bytes overflow first");
+    cr_assert(strstr(kiln_last_error(), "f32"), "%s", kiln_last_error());
+}
