@@ -1,0 +1,87 @@
+/* Backends and their selection. A backend is a table row of capability
+ * checks and code hooks (ggml's backend struct, vLLM's linear kernels); each
+ * format has a priority list of backend names, best first. */
+#ifndef KILN_BACKEND_H
+#define KILN_BACKEND_H
+
+#include "core.h"
+
+/* How a backend wants a linear's activations. Values only grow at the end. */
+typedef enum kiln_act {
+    KILN_ACT_BF16 = 0,    /* W*A16: activations stay BF16 */
+    KILN_ACT_FP8_TENSOR,  /* E4M3, one dynamic scale per tensor */
+    KILN_ACT_FP8_TOKEN,   /* E4M3, one scale per token (row) */
+    KILN_ACT_FP8_G128,    /* E4M3, one scale per token per 128 along K (block FP8) */
+    KILN_ACT_MXFP8_G32,   /* E4M3 with an E8M0 scale per 32 along K */
+    KILN_ACT_COUNT
+} kiln_act;
+
+const char *kiln_act_name(kiln_act a);
+/* Bytes of one token's activations of width k in scheme a, scales included. */
+size_t kiln_act_row_bytes(kiln_act a, int64_t k);
+
+/* Epilogues a linear can absorb. */
+enum {
+    KILN_EPI_BIAS = 1 << 0,     /* + bias[N] */
+    KILN_EPI_RESIDUAL = 1 << 1, /* + r[M,N] */
+    KILN_EPI_SILU_MUL = 1 << 2, /* · silu(g[M,N]): the up projection of a gated FFN */
+};
+/* "none", "bias", "bias+residual", ... into buf. */
+const char *kiln_epilogue_name(unsigned epi, char *buf, size_t size);
+
+/* What a backend is asked to implement: one linear, independent of M. */
+typedef struct kiln_linear_cfg {
+    kiln_format format;
+    int64_t n, k;
+    unsigned epilogue;
+} kiln_linear_cfg;
+
+/* Capability checks write a reason into why (for the plan's report and the
+ * no-fit error) and return 0 when they refuse. */
+typedef struct kiln_backend {
+    const char *name;
+    uint32_t formats;   /* bit f set: handles kiln_format f */
+    unsigned epilogues; /* KILN_EPI_* it can fuse */
+    int (*is_supported)(const kiln_target *t, char *why, size_t size);
+    int (*can_implement)(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket,
+                         char *why, size_t size);
+    /* The activation scheme it consumes for this linear and bucket. */
+    kiln_act (*act)(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket);
+    /* The variant (tile configuration, M class) for the signature; buckets
+     * that get the same variant share a kernel. */
+    void (*variant)(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket, char *buf,
+                    size_t size);
+} kiln_backend;
+
+#define KILN_MAX_BACKENDS 16
+
+/* The backends kiln can use and each format's priority list. Only backends
+ * whose kernels exist are in the default registry; tests build their own. */
+typedef struct kiln_registry {
+    const kiln_backend *backends[KILN_MAX_BACKENDS];
+    int n;
+    const char *priority[KILN_FMT_COUNT][KILN_MAX_BACKENDS + 1]; /* NULL-terminated names */
+} kiln_registry;
+
+const kiln_registry *kiln_registry_default(void);
+const kiln_backend *kiln_registry_find(const kiln_registry *r, const char *name);
+
+/* The outcome of choosing a backend for one (linear, bucket). */
+typedef struct kiln_choice {
+    const kiln_backend *backend; /* NULL: nothing fits */
+    char refused[1024];          /* "name: reason; name: reason" of those tried first */
+    int fell_back;               /* the forced backend was not taken */
+    char fallback_why[256];      /* why the forced backend was not taken */
+} kiln_choice;
+
+/* Choose for (cfg, bucket): the first backend of cfg's format priority list
+ * that is registered, passes is_supported and can_implement. With forced !=
+ * NULL the forced backend is tried alone first; when it cannot take the node
+ * the normal list decides and out->fell_back is set (strict: the caller turns
+ * that into an error). KILN_ERR_NO_KERNEL when nothing fits, the message
+ * naming the node and listing every backend's reason. */
+kiln_status kiln_backend_select(const kiln_registry *r, const kiln_target *t,
+                                const kiln_linear_cfg *cfg, int64_t bucket,
+                                const kiln_backend *forced, const char *node, kiln_choice *out);
+
+#endif

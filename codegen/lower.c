@@ -1,0 +1,594 @@
+/* Lowering: a graph and a target become a plan. Per token bucket, every
+ * linear gets a backend (codegen/backend.c), epilogues are fused where the
+ * chosen backend can, activation-quantization steps are inserted where it
+ * consumes quantized activations, every step gets a de-duplicated kernel
+ * signature, and a liveness plan places the activations in one arena. */
+#include "codegen/plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const int64_t default_capture[] = { KILN_DEFAULT_CAPTURE_SIZES };
+
+/* ------------------------------------------------------------ buckets */
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static kiln_status plan_buckets(kiln_plan *p, const kiln_plan_options *o)
+{
+    const int64_t *cap = o->capture ? o->capture : default_capture;
+    int n_cap = o->capture ? o->n_capture : (int)KILN_ARRAY_LEN(default_capture);
+    if (n_cap < 0 || (o->capture && n_cap == 0))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "plan: an empty list of capture sizes");
+    int64_t max = o->max_tokens;
+    for (int i = 0; i < n_cap; i++) {
+        if (cap[i] < 1)
+            return kiln_fail(KILN_ERR_INVALID_ARG, "plan: capture size %lld is not a token count",
+                             (long long)cap[i]);
+        if (!o->max_tokens && cap[i] > max)
+            max = cap[i];
+    }
+    if (max < 1)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "plan: max tokens %lld is not a token count",
+                         (long long)max);
+    p->buckets = malloc((size_t)(n_cap + 2) * sizeof *p->buckets);
+    if (!p->buckets)
+        return kiln_fail(KILN_ERR_NOMEM, "plan: buckets");
+    int n = 0;
+    p->buckets[n++] = 1;
+    p->buckets[n++] = max;
+    for (int i = 0; i < n_cap; i++)
+        if (cap[i] <= max)
+            p->buckets[n++] = cap[i];
+    qsort(p->buckets, (size_t)n, sizeof *p->buckets, cmp_i64);
+    int w = 0;
+    for (int i = 0; i < n; i++)
+        if (!w || p->buckets[w - 1] != p->buckets[i])
+            p->buckets[w++] = p->buckets[i];
+    p->n_buckets = w;
+    return KILN_OK;
+}
+
+int kiln_plan_n_buckets(const kiln_plan *p) { return p->n_buckets; }
+
+int64_t kiln_plan_bucket(const kiln_plan *p, int i)
+{
+    return i >= 0 && i < p->n_buckets ? p->buckets[i] : -1;
+}
+
+int kiln_plan_bucket_for(const kiln_plan *p, int64_t m)
+{
+    for (int i = 0; i < p->n_buckets; i++)
+        if (p->buckets[i] >= m)
+            return i;
+    return -1;
+}
+
+/* --------------------------------------------------------- signatures */
+
+static kiln_status plan_signature(kiln_plan *p, const char *text, int is_linear, int *out)
+{
+    for (int i = 0; i < p->n_signatures; i++)
+        if (!strcmp(p->signatures[i], text)) {
+            *out = i;
+            return KILN_OK;
+        }
+    if (p->n_signatures == p->cap_signatures) {
+        int cap = p->cap_signatures ? 2 * p->cap_signatures : 32;
+        char **s = realloc(p->signatures, (size_t)cap * sizeof *s);
+        if (s)
+            p->signatures = s;
+        int *l = realloc(p->signature_is_linear, (size_t)cap * sizeof *l);
+        if (l)
+            p->signature_is_linear = l;
+        if (!s || !l)
+            return kiln_fail(KILN_ERR_NOMEM, "plan: signatures");
+        p->cap_signatures = cap;
+    }
+    char *copy = strdup(text);
+    if (!copy)
+        return kiln_fail(KILN_ERR_NOMEM, "plan: signatures");
+    p->signatures[p->n_signatures] = copy;
+    p->signature_is_linear[p->n_signatures] = is_linear;
+    *out = p->n_signatures++;
+    return KILN_OK;
+}
+
+/* The scale granularity as the signature spells it: "f32:128x128". */
+static void scale_text(kiln_format f, char *buf, size_t size)
+{
+    static const char *const types[] = { "none", "f32", "e8m0", "ue4m3" };
+    const kiln_format_info *fi = kiln_format_get(f);
+    if (fi->scale_type == KILN_SCALE_NONE) {
+        snprintf(buf, size, "%s", fi->block > 1 ? "inline" : "none");
+        return;
+    }
+    char rows[24], cols[24];
+    snprintf(rows, sizeof rows, "%d", fi->scale_rows);
+    snprintf(cols, sizeof cols, "%d", fi->scale_cols);
+    snprintf(buf, size, "%s:%sx%s%s", types[fi->scale_type], fi->scale_rows ? rows : "N",
+             fi->scale_cols ? cols : "K", fi->has_global_scale ? "+f32" : "");
+}
+
+/* The canonical text of a linear kernel: everything that determines the
+ * compiled code, in a fixed order. M is absent: buckets share a kernel
+ * unless the backend's variant depends on them. */
+static kiln_status linear_signature(kiln_plan *p, const kiln_plan_lin *l,
+                                    const kiln_plan_choice *c, int64_t bucket, int *out)
+{
+    char variant[64] = "default", scales[48], epi[48], text[512];
+    kiln_linear_cfg cfg = l->cfg;
+    cfg.epilogue = c->epilogue;
+    if (c->backend->variant)
+        c->backend->variant(&p->target, &cfg, bucket, variant, sizeof variant);
+    scale_text(cfg.format, scales, sizeof scales);
+    snprintf(text, sizeof text,
+             "linear backend=%s variant=%s format=%s scales=%s act=%s n=%lld k=%lld "
+             "epilogue=%s out=bf16 target=%s",
+             c->backend->name, variant, kiln_format_get(cfg.format)->name, scales,
+             kiln_act_name(c->act), (long long)cfg.n, (long long)cfg.k,
+             kiln_epilogue_name(c->epilogue, epi, sizeof epi), p->target.name);
+    return plan_signature(p, text, 1, out);
+}
+
+/* ------------------------------------------------------------- fusion */
+
+/* How many op nodes of the topo order read t, and the last one. */
+static int consumers(kiln_tensor *const *topo, int n, const kiln_tensor *t, kiln_tensor **last)
+{
+    int count = 0;
+    for (int i = 0; i < n; i++)
+        for (int s = 0; s < KILN_MAX_SRC; s++)
+            if (topo[i]->src[s] == t) {
+                count++;
+                *last = topo[i];
+            }
+    return count;
+}
+
+/* Find what each linear could absorb: the add that takes it as one operand
+ * (residual), or the mul with a silu of another tensor (gated FFN). Only a
+ * consumer that reads nothing else of the linear and is its sole reader can
+ * be absorbed, and never a graph output's producer. */
+static void plan_fusion_candidates(kiln_plan *p, kiln_tensor *const *topo, int n)
+{
+    for (int i = 0; i < p->n_linears; i++) {
+        kiln_plan_lin *l = &p->linears[i];
+        kiln_tensor *c = NULL, *silu = NULL;
+        if (l->node->is_output || consumers(topo, n, l->node, &c) != 1)
+            continue;
+        if (c->op == KILN_OP_ADD && c->src[0] != c->src[1]) {
+            l->absorbed = c;
+            l->aux = c->src[0] == l->node ? c->src[1] : c->src[0];
+            l->candidate |= KILN_EPI_RESIDUAL;
+        } else if (c->op == KILN_OP_MUL && c->src[0] != c->src[1]) {
+            kiln_tensor *other = c->src[0] == l->node ? c->src[1] : c->src[0];
+            if (other->op == KILN_OP_SILU && !other->is_output &&
+                consumers(topo, n, other, &silu) == 1) {
+                l->absorbed = c;
+                l->absorbed2 = other;
+                l->aux = other->src[0];
+                l->candidate |= KILN_EPI_SILU_MUL;
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------- selection */
+
+static kiln_status plan_warn(kiln_plan *p, const char *text)
+{
+    for (int i = 0; i < p->n_warnings; i++)
+        if (!strcmp(p->warnings[i], text))
+            return KILN_OK;
+    char **w = realloc(p->warnings, (size_t)(p->n_warnings + 2) * sizeof *w);
+    if (!w)
+        return kiln_fail(KILN_ERR_NOMEM, "plan: warnings");
+    p->warnings = w;
+    if (!(w[p->n_warnings] = strdup(text)))
+        return kiln_fail(KILN_ERR_NOMEM, "plan: warnings");
+    w[++p->n_warnings] = NULL;
+    return KILN_OK;
+}
+
+static kiln_status plan_select(kiln_plan *p, const kiln_plan_options *o, const kiln_backend *forced)
+{
+    uint32_t warned = 0; /* one fallback warning per weight format */
+    for (int i = 0; i < p->n_linears; i++) {
+        kiln_plan_lin *l = &p->linears[i];
+        for (int b = 0; b < p->n_buckets; b++) {
+            kiln_plan_choice *c = &l->choice[b];
+            kiln_choice ch;
+            kiln_status st = kiln_backend_select(p->registry, &p->target, &l->cfg, p->buckets[b],
+                                                 forced, l->node->name, &ch);
+            if (st != KILN_OK)
+                return st;
+            if (ch.fell_back && o->strict_backend)
+                return kiln_fail(KILN_ERR_NO_KERNEL,
+                                 "--strict-backend: backend %s cannot take linear \"%s\" (%s, "
+                                 "N=%lld, K=%lld, M bucket %lld): %s",
+                                 forced->name, l->node->name,
+                                 kiln_format_get(l->cfg.format)->name, (long long)l->cfg.n,
+                                 (long long)l->cfg.k, (long long)p->buckets[b], ch.fallback_why);
+            if (ch.fell_back && !(warned & (1u << l->cfg.format))) {
+                char text[512];
+                snprintf(text, sizeof text,
+                         "backend %s cannot take %s linears (first: \"%s\", M bucket %lld: %s); "
+                         "they use the normal selection",
+                         forced->name, kiln_format_get(l->cfg.format)->name, l->node->name,
+                         (long long)p->buckets[b], ch.fallback_why);
+                if ((st = plan_warn(p, text)))
+                    return st;
+                warned |= 1u << l->cfg.format;
+            }
+            c->backend = ch.backend;
+            c->fell_back = ch.fell_back;
+            c->act = c->backend->act ? c->backend->act(&p->target, &l->cfg, p->buckets[b])
+                                     : KILN_ACT_BF16;
+            c->epilogue = l->cfg.epilogue | (l->candidate & c->backend->epilogues);
+            if (!(c->refused = strdup(ch.refused)))
+                return kiln_fail(KILN_ERR_NOMEM, "plan: refusals");
+            if ((st = linear_signature(p, l, c, p->buckets[b], &c->signature)))
+                return st;
+        }
+    }
+    return KILN_OK;
+}
+
+/* ----------------------------------------------------------- programs */
+
+typedef struct builder {
+    kiln_plan *p;
+    kiln_program *bk;
+    int bucket;
+    int *value_of; /* tensor id -> value id, -1 none */
+    int cap_steps;
+} builder;
+
+static kiln_status add_value(builder *b, kiln_tensor *t, int64_t width, kiln_act act, int *out)
+{
+    kiln_program *bk = b->bk;
+    if (bk->n_values == bk->cap_values) {
+        int cap = bk->cap_values ? 2 * bk->cap_values : 64;
+        kiln_value *v = realloc(bk->values, (size_t)cap * sizeof *v);
+        if (!v)
+            return kiln_fail(KILN_ERR_NOMEM, "plan: values");
+        bk->values = v;
+        bk->cap_values = cap;
+    }
+    kiln_value *v = &bk->values[bk->n_values];
+    *v = (kiln_value){ .tensor = t, .width = width, .act = act, .first = -1, .last = -1 };
+    size_t row = kiln_act_row_bytes(act, width);
+    if (!kiln_mul_size(row, (size_t)bk->m, &v->bytes))
+        return kiln_fail(KILN_ERR_SHAPE, "plan: %s [%lld, %lld] overflows the address space",
+                         t ? t->name : "activation", (long long)bk->m, (long long)width);
+    if (t)
+        b->value_of[t->id] = bk->n_values;
+    *out = bk->n_values++;
+    return KILN_OK;
+}
+
+static kiln_status add_step(builder *b, kiln_step s)
+{
+    kiln_program *bk = b->bk;
+    if (bk->n_steps == b->cap_steps) {
+        int cap = b->cap_steps ? 2 * b->cap_steps : 64;
+        kiln_step *v = realloc(bk->steps, (size_t)cap * sizeof *v);
+        if (!v)
+            return kiln_fail(KILN_ERR_NOMEM, "plan: steps");
+        bk->steps = v;
+        b->cap_steps = cap;
+    }
+    int idx = bk->n_steps++;
+    bk->steps[idx] = s;
+    for (int i = 0; i < KILN_STEP_MAX_SRC; i++)
+        if (s.src[i] >= 0)
+            bk->values[s.src[i]].last = idx;
+    bk->values[s.dst].first = idx;
+    return KILN_OK;
+}
+
+static kiln_status aux_signature(builder *b, kiln_step *s)
+{
+    char text[256];
+    const kiln_value *v = &b->bk->values[s->dst];
+    if (s->kind == KILN_STEP_QUANT)
+        snprintf(text, sizeof text, "quant act=%s k=%lld target=%s", kiln_act_name(s->act),
+                 (long long)v->width, b->p->target.name);
+    else
+        snprintf(text, sizeof text, "op %s width=%lld target=%s", kiln_op_name(s->node->op),
+                 (long long)v->width, b->p->target.name);
+    return plan_signature(b->p, text, 0, &s->signature);
+}
+
+/* The value holding x quantized to act, made by one QUANT step shared by
+ * every linear of the bucket that reads x in that scheme. */
+static kiln_status quantized(builder *b, int x, kiln_act act, int *out)
+{
+    kiln_program *bk = b->bk;
+    for (int i = 0; i < bk->n_steps; i++)
+        if (bk->steps[i].kind == KILN_STEP_QUANT && bk->steps[i].src[0] == x &&
+            bk->steps[i].act == act) {
+            *out = bk->steps[i].dst;
+            return KILN_OK;
+        }
+    int q;
+    kiln_status st = add_value(b, NULL, bk->values[x].width, act, &q);
+    kiln_step s = { .kind = KILN_STEP_QUANT, .node = bk->values[x].tensor, .act = act,
+                    .src = { x, -1, -1 }, .dst = q };
+    if (st == KILN_OK)
+        st = aux_signature(b, &s);
+    if (st == KILN_OK)
+        st = add_step(b, s);
+    *out = q;
+    return st;
+}
+
+static int value_of(builder *b, const kiln_tensor *t) { return b->value_of[t->id]; }
+
+static kiln_status build_program(builder *b, kiln_tensor *const *topo, int n)
+{
+    kiln_plan *p = b->p;
+    kiln_graph *g = p->graph;
+    kiln_status st = KILN_OK;
+    int v;
+    for (int i = 0; i < g->inputs.n && st == KILN_OK; i++)
+        st = add_value(b, g->inputs.v[i], g->inputs.v[i]->ne[0], KILN_ACT_BF16, &v);
+    /* A node absorbed into a linear produces no value of its own; the fused
+     * linear runs where its consumer would have (all aux inputs are ready
+     * there, by topological order). */
+    for (int i = 0; i < n && st == KILN_OK; i++) {
+        kiln_tensor *t = topo[i];
+        int li = -1, absorbed = 0;
+        for (int j = 0; j < p->n_linears; j++) {
+            const kiln_plan_lin *l = &p->linears[j];
+            unsigned fused = l->choice[b->bucket].epilogue & ~KILN_EPI_BIAS;
+            if (l->node == t && fused)
+                absorbed = 1; /* emitted at its consumer */
+            if (fused && (l->absorbed2 == t))
+                absorbed = 1;
+            if (fused && l->absorbed == t)
+                li = j;
+            if (!fused && l->node == t)
+                li = j;
+        }
+        if (absorbed)
+            continue;
+        if (li < 0) {
+            kiln_step s = { .kind = KILN_STEP_OP, .node = t, .linear = -1, .src = { -1, -1, -1 } };
+            for (int k = 0; k < KILN_MAX_SRC && t->src[k]; k++)
+                if (t->src[k]->op != KILN_OP_PARAM)
+                    s.src[k] = value_of(b, t->src[k]);
+            if ((st = add_value(b, t, t->ne[0], KILN_ACT_BF16, &s.dst)) ||
+                (st = aux_signature(b, &s)))
+                break;
+            st = add_step(b, s);
+            continue;
+        }
+        const kiln_plan_lin *l = &p->linears[li];
+        const kiln_plan_choice *c = &l->choice[b->bucket];
+        kiln_step s = { .kind = KILN_STEP_LINEAR, .node = t, .linear = li,
+                        .src = { value_of(b, l->node->src[0]), -1, -1 },
+                        .signature = c->signature };
+        if (c->act != KILN_ACT_BF16 && (st = quantized(b, s.src[0], c->act, &s.src[0])))
+            break;
+        if (c->epilogue & (KILN_EPI_RESIDUAL | KILN_EPI_SILU_MUL))
+            s.src[1] = value_of(b, l->aux);
+        if ((st = add_value(b, t, l->cfg.n, KILN_ACT_BF16, &s.dst)))
+            break;
+        st = add_step(b, s);
+    }
+    for (int i = 0; i < g->outputs.n && st == KILN_OK; i++)
+        b->bk->values[value_of(b, g->outputs.v[i])].last = b->bk->n_steps;
+    return st;
+}
+
+/* First-fit placement in the order values are produced: a value takes the
+ * lowest offset where it overlaps no earlier-placed value whose live range
+ * [first, last] meets its own. Ranges are inclusive, so a step's output never
+ * shares bytes with an input that dies at the same step: no kernel writes
+ * over what it reads. */
+static void plan_memory(kiln_program *bk)
+{
+    size_t top = 0, naive = 0;
+    for (int s = -1; s < bk->n_steps; s++) {
+        for (int i = 0; i < bk->n_values; i++) {
+            kiln_value *v = &bk->values[i];
+            if (v->first != s)
+                continue;
+            if (v->last < v->first)
+                v->last = v->first;
+            size_t size = (v->bytes + KILN_ARENA_ALIGN - 1) & ~(size_t)(KILN_ARENA_ALIGN - 1);
+            size_t off = 0;
+            for (int moved = 1; moved;) {
+                moved = 0;
+                for (int j = 0; j < bk->n_values; j++) {
+                    const kiln_value *u = &bk->values[j];
+                    int earlier = u->first < s || (u->first == s && j < i);
+                    if (!earlier || u->last < v->first)
+                        continue;
+                    if (off < u->offset + u->bytes && u->offset < off + size) {
+                        off = (u->offset + u->bytes + KILN_ARENA_ALIGN - 1) &
+                              ~(size_t)(KILN_ARENA_ALIGN - 1);
+                        moved = 1;
+                    }
+                }
+            }
+            v->offset = off;
+            if (off + size > top)
+                top = off + size;
+            naive += size;
+        }
+    }
+    bk->arena_bytes = top;
+    bk->naive_bytes = naive;
+}
+
+/* -------------------------------------------------------------- create */
+
+void kiln_plan_destroy(kiln_plan *p)
+{
+    if (!p)
+        return;
+    for (int i = 0; i < p->n_linears; i++) {
+        for (int b = 0; p->linears[i].choice && b < p->n_buckets; b++)
+            free(p->linears[i].choice[b].refused);
+        free(p->linears[i].choice);
+    }
+    free(p->linears);
+    for (int b = 0; p->programs && b < p->n_buckets; b++) {
+        free(p->programs[b].steps);
+        free(p->programs[b].values);
+    }
+    free(p->programs);
+    for (int i = 0; i < p->n_signatures; i++)
+        free(p->signatures[i]);
+    free(p->signatures);
+    free(p->signature_is_linear);
+    for (int i = 0; i < p->n_warnings; i++)
+        free(p->warnings[i]);
+    free(p->warnings);
+    free(p->buckets);
+    free(p);
+}
+
+kiln_status kiln_plan_create_with(const kiln_registry *r, kiln_graph *g, const kiln_target *t,
+                                  const kiln_plan_options *opts, kiln_plan **out)
+{
+    if (!r || !g || !t || !out)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "plan: graph, target and out are required");
+    const kiln_plan_options defaults = { 0 };
+    const kiln_plan_options *o = opts ? opts : &defaults;
+    const kiln_backend *forced = NULL;
+    if (o->backend && !(forced = kiln_registry_find(r, o->backend))) {
+        char built[256] = "";
+        for (int i = 0; i < r->n; i++)
+            snprintf(built + strlen(built), sizeof built - strlen(built), "%s%s", i ? ", " : "",
+                     r->backends[i]->name);
+        return kiln_fail(KILN_ERR_NOT_FOUND, "--backend %s: no such backend (built: %s)",
+                         o->backend, r->n ? built : "none");
+    }
+    kiln_tensor *const *topo;
+    int n;
+    kiln_status st = kiln_graph_topo(g, &topo, &n);
+    if (st != KILN_OK)
+        return st;
+    kiln_plan *p = calloc(1, sizeof *p);
+    if (!p)
+        return kiln_fail(KILN_ERR_NOMEM, "plan");
+    p->graph = g;
+    p->target = *t;
+    p->registry = r;
+    if ((st = plan_buckets(p, o)))
+        goto fail;
+    for (int i = 0; i < n; i++)
+        p->n_linears += topo[i]->op == KILN_OP_LINEAR;
+    p->linears = calloc((size_t)p->n_linears + 1, sizeof *p->linears);
+    p->programs = calloc((size_t)p->n_buckets, sizeof *p->programs);
+    if (!p->linears || !p->programs) {
+        st = kiln_fail(KILN_ERR_NOMEM, "plan");
+        goto fail;
+    }
+    for (int i = 0, j = 0; i < n; i++) {
+        kiln_tensor *lin = topo[i];
+        if (lin->op != KILN_OP_LINEAR)
+            continue;
+        kiln_plan_lin *l = &p->linears[j++];
+        l->node = lin;
+        l->cfg = (kiln_linear_cfg){ .format = lin->src[1]->weight.format,
+                                    .n = lin->src[1]->weight.n, .k = lin->src[1]->weight.k,
+                                    .epilogue = lin->src[2] ? KILN_EPI_BIAS : 0 };
+        if (!(l->choice = calloc((size_t)p->n_buckets, sizeof *l->choice))) {
+            st = kiln_fail(KILN_ERR_NOMEM, "plan");
+            goto fail;
+        }
+    }
+    if (!o->no_fuse)
+        plan_fusion_candidates(p, topo, n);
+    if ((st = plan_select(p, o, forced)))
+        goto fail;
+    builder b = { .p = p };
+    b.value_of = malloc((size_t)g->tensors.n * sizeof *b.value_of);
+    if (!b.value_of) {
+        st = kiln_fail(KILN_ERR_NOMEM, "plan");
+        goto fail;
+    }
+    for (int i = 0; i < p->n_buckets && st == KILN_OK; i++) {
+        memset(b.value_of, 0xff, (size_t)g->tensors.n * sizeof *b.value_of);
+        b.bk = &p->programs[i];
+        b.bucket = i;
+        b.cap_steps = 0;
+        b.bk->m = p->buckets[i];
+        if ((st = build_program(&b, topo, n)) == KILN_OK)
+            plan_memory(b.bk);
+    }
+    free(b.value_of);
+    if (st != KILN_OK)
+        goto fail;
+    *out = p;
+    return KILN_OK;
+fail:
+    kiln_plan_destroy(p);
+    return st;
+}
+
+kiln_status kiln_plan_create(kiln_graph *g, const kiln_target *t, const kiln_plan_options *opts,
+                             kiln_plan **out)
+{
+    return kiln_plan_create_with(kiln_registry_default(), g, t, opts, out);
+}
+
+/* ------------------------------------------------------------ queries */
+
+int kiln_plan_n_linears(const kiln_plan *p) { return p->n_linears; }
+
+kiln_status kiln_plan_linear_at(const kiln_plan *p, int linear, int bucket, kiln_plan_linear *out)
+{
+    if (linear < 0 || linear >= p->n_linears || bucket < 0 || bucket >= p->n_buckets)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "plan: linear %d of %d, bucket %d of %d", linear,
+                         p->n_linears, bucket, p->n_buckets);
+    static _Thread_local char epi[64];
+    const kiln_plan_lin *l = &p->linears[linear];
+    const kiln_plan_choice *c = &l->choice[bucket];
+    *out = (kiln_plan_linear){
+        .node = l->node->name,
+        .format = l->cfg.format,
+        .n = l->cfg.n,
+        .k = l->cfg.k,
+        .backend = c->backend->name,
+        .act = kiln_act_name(c->act),
+        .epilogue = kiln_epilogue_name(c->epilogue, epi, sizeof epi),
+        .signature = c->signature,
+        .refused = c->refused,
+        .fell_back = c->fell_back,
+    };
+    return KILN_OK;
+}
+
+int kiln_plan_n_signatures(const kiln_plan *p) { return p->n_signatures; }
+
+const char *kiln_plan_signature(const kiln_plan *p, int i)
+{
+    return i >= 0 && i < p->n_signatures ? p->signatures[i] : NULL;
+}
+
+const char *const *kiln_plan_warnings(const kiln_plan *p)
+{
+    static const char *const none[] = { NULL };
+    return p->warnings ? (const char *const *)p->warnings : none;
+}
+
+size_t kiln_plan_arena_bytes(const kiln_plan *p, int bucket)
+{
+    return bucket >= 0 && bucket < p->n_buckets ? p->programs[bucket].arena_bytes : 0;
+}
+
+size_t kiln_plan_naive_bytes(const kiln_plan *p, int bucket)
+{
+    return bucket >= 0 && bucket < p->n_buckets ? p->programs[bucket].naive_bytes : 0;
+}

@@ -1,0 +1,90 @@
+/* The plan's insides: what the codegen and the runtime read. */
+#ifndef KILN_PLAN_H
+#define KILN_PLAN_H
+
+#include "codegen/backend.h"
+#include "graph/graph_impl.h"
+
+/* A step of one bucket's program. */
+typedef enum kiln_step_kind {
+    KILN_STEP_OP = 0,  /* an elementwise graph op (add, mul, silu, gelu, rms_norm) */
+    KILN_STEP_LINEAR,  /* a linear with its fused epilogue */
+    KILN_STEP_QUANT,   /* quantize an activation for a linear (inserted) */
+} kiln_step_kind;
+
+enum { KILN_STEP_MAX_SRC = 3 };
+
+typedef struct kiln_step {
+    kiln_step_kind kind;
+    kiln_tensor *node;   /* the graph node it computes (the last absorbed one if fused) */
+    int linear;          /* KILN_STEP_LINEAR: index into plan->linears */
+    kiln_act act;        /* KILN_STEP_QUANT: the scheme */
+    int src[KILN_STEP_MAX_SRC]; /* value ids, -1 unused; linear: x, aux (residual / gate) */
+    int dst;             /* value id */
+    int signature;       /* the kernel it runs, index into plan->signatures */
+} kiln_step;
+
+/* An activation buffer of one bucket's program. */
+typedef struct kiln_value {
+    kiln_tensor *tensor; /* NULL for an inserted quantized activation */
+    int64_t width;
+    kiln_act act;        /* BF16 for ordinary activations */
+    size_t bytes;        /* for the bucket's M */
+    int first, last;     /* step that produces it (-1: graph input) and last that reads it */
+    size_t offset;       /* in the arena */
+} kiln_value;
+
+typedef struct kiln_program {
+    int64_t m;
+    kiln_step *steps;
+    int n_steps;
+    kiln_value *values;
+    int n_values, cap_values;
+    size_t arena_bytes, naive_bytes;
+} kiln_program;
+
+/* A linear node's choices, one per bucket. */
+typedef struct kiln_plan_choice {
+    const kiln_backend *backend;
+    kiln_act act;
+    unsigned epilogue; /* what is fused in this bucket */
+    int signature;
+    char *refused;
+    int fell_back;
+} kiln_plan_choice;
+
+typedef struct kiln_plan_lin {
+    kiln_tensor *node;      /* the linear */
+    kiln_tensor *absorbed;  /* the consumer fused into it (add / mul), or NULL */
+    kiln_tensor *absorbed2; /* silu_mul: the silu node absorbed with the mul */
+    kiln_tensor *aux;       /* residual r or gate g, the epilogue's extra input */
+    unsigned candidate;     /* epilogues it could fuse */
+    kiln_linear_cfg cfg;    /* epilogue = bias only; the rest depends on the bucket */
+    kiln_plan_choice *choice; /* [n_buckets] */
+} kiln_plan_lin;
+
+struct kiln_plan {
+    kiln_graph *graph;
+    kiln_target target;
+    const kiln_registry *registry;
+    int64_t *buckets;
+    int n_buckets;
+    kiln_program *programs; /* [n_buckets] */
+    kiln_plan_lin *linears;
+    int n_linears;
+    char **signatures;
+    int *signature_is_linear;
+    int n_signatures, cap_signatures;
+    char **warnings;            /* NULL-terminated */
+    int n_warnings;
+};
+
+/* kiln_plan_create with a registry of the caller's (tests register
+ * test-only backends this way). */
+kiln_status kiln_plan_create_with(const kiln_registry *r, kiln_graph *g, const kiln_target *t,
+                                  const kiln_plan_options *opts, kiln_plan **out);
+
+/* Arena offsets are multiples of this (the widest vector access). */
+#define KILN_ARENA_ALIGN 256
+
+#endif

@@ -1,0 +1,588 @@
+/* Lowering: backend selection by capability checks (in the spirit of vLLM's
+ * kernel-selection tests), token buckets, signature de-duplication, the
+ * inserted activation-quantization steps, epilogue fusion and the memory
+ * plan. The backends here are test-only rows with the capability rules of
+ * the real ones, so selection is tested apart from any kernel. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "codegen/plan.h"
+
+/* ---------------------------------------------------- test-only backends */
+
+#define ALL_FORMATS ((1u << KILN_FMT_COUNT) - 1)
+#define FP_FORMATS                                                                              \
+    ((1u << KILN_FMT_BF16) | (1u << KILN_FMT_F16) | (1u << KILN_FMT_FP8_TENSOR) |              \
+     (1u << KILN_FMT_FP8_CHANNEL) | (1u << KILN_FMT_FP8_BLOCK) | (1u << KILN_FMT_MXFP8) |      \
+     (1u << KILN_FMT_NVFP4) | (1u << KILN_FMT_MXFP4))
+
+static int any_target(const kiln_target *t, char *why, size_t n)
+{
+    (void)t, (void)why, (void)n;
+    return 1;
+}
+
+static int needs_wgmma(const kiln_target *t, char *why, size_t n)
+{
+    if (!t->wgmma)
+        snprintf(why, n, "needs wgmma (sm_90a), target is %s", t->name);
+    return t->wgmma;
+}
+
+static int needs_mma(const kiln_target *t, char *why, size_t n)
+{
+    if (!t->mma_bf16)
+        snprintf(why, n, "needs mma.sync (sm_80+), target is %s", t->name);
+    return t->mma_bf16;
+}
+
+static int small_m(const kiln_target *t, const kiln_linear_cfg *c, int64_t m, char *why, size_t n)
+{
+    (void)t, (void)c;
+    if (m > 16)
+        snprintf(why, n, "M bucket %lld > 16", (long long)m);
+    return m <= 16;
+}
+
+static int any_shape(const kiln_target *t, const kiln_linear_cfg *c, int64_t m, char *why,
+                     size_t n)
+{
+    (void)t, (void)c, (void)m, (void)why, (void)n;
+    return 1;
+}
+
+static int tile_shape(const kiln_target *t, const kiln_linear_cfg *c, int64_t m, char *why,
+                      size_t n)
+{
+    (void)t, (void)m;
+    if (c->format == KILN_FMT_FP8_BLOCK && (c->n % 128 || c->k % 128)) {
+        snprintf(why, n, "block FP8 needs N and K multiples of 128, got N=%lld K=%lld",
+                 (long long)c->n, (long long)c->k);
+        return 0;
+    }
+    return 1;
+}
+
+static kiln_act wgmma_act(const kiln_target *t, const kiln_linear_cfg *c, int64_t m)
+{
+    (void)t, (void)m;
+    switch (c->format) {
+    case KILN_FMT_FP8_BLOCK: return KILN_ACT_FP8_G128;
+    case KILN_FMT_FP8_TENSOR:
+    case KILN_FMT_FP8_CHANNEL: return KILN_ACT_FP8_TOKEN;
+    default: return KILN_ACT_BF16;
+    }
+}
+
+static void gemv_variant(const kiln_target *t, const kiln_linear_cfg *c, int64_t m, char *buf,
+                         size_t n)
+{
+    (void)t, (void)c;
+    snprintf(buf, n, "m%d", m <= 1 ? 1 : m <= 4 ? 4 : 16);
+}
+
+static void tile_variant(const kiln_target *t, const kiln_linear_cfg *c, int64_t m, char *buf,
+                         size_t n)
+{
+    (void)t, (void)c;
+    snprintf(buf, n, "%s", m <= 64 ? "64x128" : "128x128");
+}
+
+static const kiln_backend t_gemv = { .name = "gemv", .formats = ALL_FORMATS,
+                                     .epilogues = KILN_EPI_BIAS | KILN_EPI_RESIDUAL,
+                                     .is_supported = any_target, .can_implement = small_m,
+                                     .variant = gemv_variant };
+static const kiln_backend t_wgmma = { .name = "wgmma", .formats = FP_FORMATS,
+                                      .epilogues = KILN_EPI_BIAS | KILN_EPI_RESIDUAL |
+                                                   KILN_EPI_SILU_MUL,
+                                      .is_supported = needs_wgmma, .can_implement = tile_shape,
+                                      .act = wgmma_act, .variant = tile_variant };
+static const kiln_backend t_mma = { .name = "mma", .formats = ALL_FORMATS,
+                                    .epilogues = KILN_EPI_BIAS | KILN_EPI_RESIDUAL,
+                                    .is_supported = needs_mma, .can_implement = tile_shape,
+                                    .variant = tile_variant };
+static const kiln_backend t_simt = { .name = "simt", .formats = ALL_FORMATS,
+                                     .epilogues = KILN_EPI_BIAS, .is_supported = any_target,
+                                     .can_implement = any_shape };
+
+#define PRIORITY { "gemv", "wgmma", "mma", "simt", NULL }
+static kiln_registry reg = {
+    .backends = { &t_gemv, &t_wgmma, &t_mma, &t_simt },
+    .n = 4,
+    .priority = {
+        [KILN_FMT_F32] = PRIORITY, [KILN_FMT_F16] = PRIORITY, [KILN_FMT_BF16] = PRIORITY,
+        [KILN_FMT_FP8_TENSOR] = PRIORITY, [KILN_FMT_FP8_CHANNEL] = PRIORITY,
+        [KILN_FMT_FP8_BLOCK] = PRIORITY, [KILN_FMT_MXFP8] = PRIORITY,
+        [KILN_FMT_NVFP4] = PRIORITY, [KILN_FMT_MXFP4] = PRIORITY, [KILN_FMT_Q8_0] = PRIORITY,
+        [KILN_FMT_Q4_0] = PRIORITY, [KILN_FMT_Q4_K] = PRIORITY, [KILN_FMT_Q6_K] = PRIORITY,
+        [KILN_FMT_GGML_MXFP4] = PRIORITY,
+    },
+};
+
+/* --------------------------------------------------------------- graphs */
+
+static char dummy[16]; /* planning never reads weight bytes */
+
+static kiln_target target(const char *name)
+{
+    kiln_target t;
+    cr_assert_eq(kiln_target_from_name(name, &t), KILN_OK);
+    return t;
+}
+
+static kiln_tensor *weight(kiln_graph *g, const char *name, kiln_format f, int64_t n, int64_t k)
+{
+    kiln_qtensor q = { .format = f, .n = n, .k = k, .data = dummy, .scale = dummy };
+    kiln_tensor *w;
+    cr_assert_eq(kiln_graph_weight(g, name, &q, &w), KILN_OK, "%s", kiln_last_error());
+    return w;
+}
+
+/* One linear per format, each with its own input and output. */
+static kiln_graph *one_linear_per_format(int64_t n, int64_t k)
+{
+    kiln_graph *g;
+    cr_assert_eq(kiln_graph_create(&g), KILN_OK);
+    for (int f = KILN_FMT_F16; f < KILN_FMT_COUNT; f++) {
+        char name[64];
+        kiln_tensor *x, *y;
+        snprintf(name, sizeof name, "x.%d", f);
+        cr_assert_eq(kiln_graph_input(g, name, k, &x), KILN_OK);
+        snprintf(name, sizeof name, "w.%s", kiln_format_get((kiln_format)f)->name);
+        kiln_tensor *w = weight(g, name, (kiln_format)f, n, k);
+        snprintf(name, sizeof name, "y.%s", kiln_format_get((kiln_format)f)->name);
+        cr_assert_eq(kiln_graph_linear(g, name, x, w, NULL, &y), KILN_OK, "%s", kiln_last_error());
+        cr_assert_eq(kiln_graph_output(g, y), KILN_OK);
+    }
+    return g;
+}
+
+/* A gated FFN block: x + down(silu(gate(rms(x))) * up(rms(x))). */
+static kiln_graph *ffn(kiln_format f, int layers, int64_t d, int64_t h)
+{
+    static float ones[1 << 14];
+    for (size_t i = 0; i < sizeof ones / sizeof ones[0]; i++)
+        ones[i] = 1.0f;
+    kiln_graph *g;
+    kiln_tensor *x, *norm, *hh, *gate, *up, *act, *prod, *down;
+    cr_assert_eq(kiln_graph_create(&g), KILN_OK);
+    cr_assert_eq(kiln_graph_input(g, "x", d, &x), KILN_OK);
+    for (int l = 0; l < layers; l++) {
+        char n[64];
+        snprintf(n, sizeof n, "norm.%d", l);
+        cr_assert_eq(kiln_graph_param(g, n, d, ones, &norm), KILN_OK);
+        snprintf(n, sizeof n, "gate.%d.w", l);
+        kiln_tensor *wg = weight(g, n, f, h, d);
+        snprintf(n, sizeof n, "up.%d.w", l);
+        kiln_tensor *wu = weight(g, n, f, h, d);
+        snprintf(n, sizeof n, "down.%d.w", l);
+        kiln_tensor *wd = weight(g, n, f, d, h);
+        cr_assert_eq(kiln_graph_rms_norm(g, NULL, x, norm, 1e-5f, &hh), KILN_OK);
+        snprintf(n, sizeof n, "gate.%d", l);
+        cr_assert_eq(kiln_graph_linear(g, n, hh, wg, NULL, &gate), KILN_OK);
+        snprintf(n, sizeof n, "up.%d", l);
+        cr_assert_eq(kiln_graph_linear(g, n, hh, wu, NULL, &up), KILN_OK);
+        cr_assert_eq(kiln_graph_silu(g, NULL, gate, &act), KILN_OK);
+        cr_assert_eq(kiln_graph_mul(g, NULL, act, up, &prod), KILN_OK);
+        snprintf(n, sizeof n, "down.%d", l);
+        cr_assert_eq(kiln_graph_linear(g, n, prod, wd, NULL, &down), KILN_OK);
+        cr_assert_eq(kiln_graph_add(g, NULL, x, down, &x), KILN_OK);
+    }
+    cr_assert_eq(kiln_graph_output(g, x), KILN_OK);
+    return g;
+}
+
+static kiln_plan *plan(kiln_graph *g, const char *tname, const kiln_plan_options *o)
+{
+    kiln_target t = target(tname);
+    kiln_plan *p = NULL;
+    kiln_status st = kiln_plan_create_with(&reg, g, &t, o, &p);
+    cr_assert_eq(st, KILN_OK, "%s", kiln_last_error());
+    return p;
+}
+
+static kiln_plan_linear linear_at(const kiln_plan *p, int i, int64_t m)
+{
+    kiln_plan_linear l;
+    int b = kiln_plan_bucket_for(p, m);
+    cr_assert_geq(b, 0);
+    cr_assert_eq(kiln_plan_bucket(p, b), m, "bucket %lld exists", (long long)m);
+    cr_assert_eq(kiln_plan_linear_at(p, i, b, &l), KILN_OK);
+    return l;
+}
+
+/* ------------------------------------------------------------- priority */
+
+Test(lower, priority_per_format_and_target)
+{
+    kiln_graph *g = one_linear_per_format(256, 512);
+    struct { const char *target; int64_t m; const char *fp, *q; } want[] = {
+        { "sm_90a", 1, "gemv", "gemv" },   { "sm_90a", 16, "gemv", "gemv" },
+        { "sm_90a", 32, "wgmma", "mma" },  { "sm_90a", 512, "wgmma", "mma" },
+        { "sm_80", 512, "mma", "mma" },    { "sm_75", 512, "simt", "simt" },
+        { "sm_75", 1, "gemv", "gemv" },
+    };
+    for (size_t c = 0; c < sizeof want / sizeof want[0]; c++) {
+        kiln_plan *p = plan(g, want[c].target, NULL);
+        for (int i = 0; i < kiln_plan_n_linears(p); i++) {
+            kiln_plan_linear l = linear_at(p, i, want[c].m);
+            const char *expect = FP_FORMATS & (1u << l.format) ? want[c].fp : want[c].q;
+            cr_assert_str_eq(l.backend, expect, "%s on %s, M=%lld: got %s (refused: %s)",
+                             l.node, want[c].target, (long long)want[c].m, l.backend, l.refused);
+        }
+        kiln_plan_destroy(p);
+    }
+    kiln_graph_destroy(g);
+}
+
+Test(lower, refusals_are_recorded_in_priority_order)
+{
+    kiln_graph *g = one_linear_per_format(256, 512);
+    kiln_plan *p = plan(g, "sm_75", NULL);
+    kiln_plan_linear l = linear_at(p, 0, 512);
+    cr_assert_str_eq(l.backend, "simt");
+    cr_assert_str_eq(l.refused, "gemv: M bucket 512 > 16; wgmma: needs wgmma (sm_90a), target is "
+                                "sm_75; mma: needs mma.sync (sm_80+), target is sm_75");
+    l = linear_at(p, 0, 1);
+    cr_assert_str_empty(l.refused, "the first choice refuses nothing");
+    kiln_plan_destroy(p);
+    kiln_graph_destroy(g);
+}
+
+Test(lower, can_implement_constraints_move_to_the_next_backend)
+{
+    kiln_graph *g = one_linear_per_format(200, 512); /* N not a multiple of 128 */
+    kiln_plan *p = plan(g, "sm_90a", NULL);
+    for (int i = 0; i < kiln_plan_n_linears(p); i++) {
+        kiln_plan_linear l = linear_at(p, i, 512);
+        if (l.format == KILN_FMT_FP8_BLOCK) {
+            cr_assert_str_eq(l.backend, "simt", "wgmma and mma refuse block FP8 at N=200");
+            cr_assert(strstr(l.refused, "wgmma: block FP8 needs N and K multiples of 128, got "
+                                        "N=200 K=512"), "%s", l.refused);
+        } else if (FP_FORMATS & (1u << l.format)) {
+            cr_assert_str_eq(l.backend, "wgmma");
+        }
+    }
+    kiln_plan_destroy(p);
+    kiln_graph_destroy(g);
+}
+
+/* ------------------------------------------------------- --backend */
+
+Test(lower, explicit_backend_is_used_everywhere_it_can)
+{
+    kiln_graph *g = one_linear_per_format(256, 512);
+    kiln_plan *p = plan(g, "sm_90a", &(kiln_plan_options){ .backend = "simt" });
+    for (int i = 0; i < kiln_plan_n_linears(p); i++)
+        for (int b = 0; b < kiln_plan_n_buckets(p); b++) {
+            kiln_plan_linear l;
+            cr_assert_eq(kiln_plan_linear_at(p, i, b, &l), KILN_OK);
+            cr_assert_str_eq(l.backend, "simt");
+            cr_assert_not(l.fell_back);
+        }
+    cr_assert_null(kiln_plan_warnings(p)[0], "no warning when the backend takes everything");
+    kiln_plan_destroy(p);
+    kiln_graph_destroy(g);
+}
+
+Test(lower, fallback_warns_once_per_layer_type)
+{
+    /* wgmma has no kernel for q4_k: 8 q4_k linears x 10 buckets fall back
+     * with one warning; the bf16 layers take wgmma. */
+    kiln_graph *g;
+    cr_assert_eq(kiln_graph_create(&g), KILN_OK);
+    for (int i = 0; i < 16; i++) {
+        char n[32];
+        kiln_tensor *x, *y;
+        kiln_format f = i % 2 ? KILN_FMT_Q4_K : KILN_FMT_BF16;
+        snprintf(n, sizeof n, "x%d", i);
+        cr_assert_eq(kiln_graph_input(g, n, 512, &x), KILN_OK);
+        snprintf(n, sizeof n, "w%d", i);
+        kiln_tensor *w = weight(g, n, f, 256, 512);
+        cr_assert_eq(kiln_graph_linear(g, NULL, x, w, NULL, &y), KILN_OK);
+        cr_assert_eq(kiln_graph_output(g, y), KILN_OK);
+    }
+    kiln_plan *p = plan(g, "sm_90a", &(kiln_plan_options){ .backend = "wgmma" });
+    const char *const *w = kiln_plan_warnings(p);
+    cr_assert_not_null(w[0]);
+    cr_assert_null(w[1], "one warning, got a second: %s", w[1]);
+    cr_assert(strstr(w[0], "backend wgmma cannot take q4_k linears"), "%s", w[0]);
+    for (int i = 0; i < kiln_plan_n_linears(p); i++) {
+        kiln_plan_linear l = linear_at(p, i, 1);
+        if (l.format == KILN_FMT_Q4_K) {
+            cr_assert(l.fell_back);
+            cr_assert_str_eq(l.backend, "gemv", "normal selection decides");
+        } else {
+            cr_assert_not(l.fell_back);
+            cr_assert_str_eq(l.backend, "wgmma", "the forced backend beats gemv at M=1");
+        }
+    }
+    kiln_plan_destroy(p);
+    kiln_graph_destroy(g);
+}
+
+Test(lower, strict_backend_makes_fallback_an_error)
+{
+    kiln_graph *g = ffn(KILN_FMT_Q4_K, 1, 512, 1024);
+    kiln_target t = target("sm_90a");
+    kiln_plan *p = NULL;
+    kiln_status st = kiln_plan_create_with(
+        &reg, g, &t, &(kiln_plan_options){ .backend = "wgmma", .strict_backend = 1 }, &p);
+    cr_assert_eq(st, KILN_ERR_NO_KERNEL);
+    cr_assert_null(p);
+    cr_assert(strstr(kiln_last_error(), "--strict-backend: backend wgmma cannot take linear "
+                                        "\"gate.0\" (q4_k"), "%s", kiln_last_error());
+    cr_assert(strstr(kiln_last_error(), "no kernel for q4_k"));
+    kiln_graph_destroy(g);
+}
+
+Test(lower, unknown_backend_names_the_built_ones)
+{
+    kiln_graph *g = ffn(KILN_FMT_BF16, 1, 256, 512);
+    kiln_target t = target("sm_90a");
+    kiln_plan *p = NULL;
+    cr_assert_eq(kiln_plan_create_with(&reg, g, &t, &(kiln_plan_options){ .backend = "cutlass" },
+                                       &p), KILN_ERR_NOT_FOUND);
+    cr_assert(strstr(kiln_last_error(), "--backend cutlass: no such backend (built: gemv, "
+                                        "wgmma, mma, simt)"), "%s", kiln_last_error());
+    kiln_graph_destroy(g);
+}
+
+Test(lower, no_fit_lists_every_reason)
+{
+    kiln_registry tc = { .backends = { &t_wgmma, &t_mma }, .n = 2 };
+    for (int f = 0; f < KILN_FMT_COUNT; f++)
+        memcpy(tc.priority[f], reg.priority[f], sizeof tc.priority[f]);
+    kiln_graph *g = ffn(KILN_FMT_BF16, 1, 256, 512);
+    kiln_target t = target("sm_75");
+    kiln_plan *p = NULL;
+    cr_assert_eq(kiln_plan_create_with(&tc, g, &t, NULL, &p), KILN_ERR_NO_KERNEL);
+    const char *e = kiln_last_error();
+    cr_assert(strstr(e, "failed to find a kernel for linear \"gate.0\" (bf16, N=512, K=256"), "%s",
+              e);
+    cr_assert(strstr(e, "Reasons: wgmma: needs wgmma (sm_90a), target is sm_75; mma: needs "
+                        "mma.sync (sm_80+), target is sm_75"), "%s", e);
+    kiln_graph_destroy(g);
+}
+
+/* -------------------------------------------------------------- buckets */
+
+Test(lower, buckets_hold_one_the_capture_sizes_and_max)
+{
+    kiln_graph *g = ffn(KILN_FMT_BF16, 1, 256, 512);
+    kiln_plan *p = plan(g, "sm_90a", NULL);
+    int64_t want[] = { 1, 2, 4, 8, 16, 32, 64, 128, 256, 512 };
+    cr_assert_eq(kiln_plan_n_buckets(p), 10);
+    for (int i = 0; i < 10; i++)
+        cr_assert_eq(kiln_plan_bucket(p, i), want[i]);
+    cr_assert_eq(kiln_plan_bucket_for(p, 3), 2, "3 tokens run in the bucket of 4");
+    cr_assert_eq(kiln_plan_bucket_for(p, 512), 9);
+    cr_assert_eq(kiln_plan_bucket_for(p, 513), -1);
+    kiln_plan_destroy(p);
+
+    int64_t cap[] = { 24, 3, 3, 1000 };
+    p = plan(g, "sm_90a", &(kiln_plan_options){ .capture = cap, .n_capture = 4, .max_tokens = 100 });
+    int64_t want2[] = { 1, 3, 24, 100 };
+    cr_assert_eq(kiln_plan_n_buckets(p), 4, "sizes above max_tokens are dropped");
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(kiln_plan_bucket(p, i), want2[i]);
+    cr_assert_eq(kiln_plan_bucket_for(p, 50), 3);
+    kiln_plan_destroy(p);
+
+    kiln_target t = target("sm_90a");
+    int64_t bad[] = { 4, 0 };
+    cr_assert_eq(kiln_plan_create_with(&reg, g, &t,
+                                       &(kiln_plan_options){ .capture = bad, .n_capture = 2 }, &p),
+                 KILN_ERR_INVALID_ARG);
+    cr_assert(strstr(kiln_last_error(), "capture size 0"));
+    kiln_graph_destroy(g);
+}
+
+/* ------------------------------------------------------- de-duplication */
+
+Test(lower, llama8b_linears_share_kernels_by_signature)
+{
+    static const struct { const char *name; int64_t n, k; } proj[] = {
+        { "attn_q", 4096, 4096 },    { "attn_k", 1024, 4096 },  { "attn_v", 1024, 4096 },
+        { "attn_output", 4096, 4096 }, { "ffn_gate", 14336, 4096 }, { "ffn_up", 14336, 4096 },
+        { "ffn_down", 4096, 14336 },
+    };
+    kiln_graph *g;
+    cr_assert_eq(kiln_graph_create(&g), KILN_OK);
+    for (int l = 0; l < 32; l++)
+        for (int i = 0; i < 7; i++) {
+            char n[64];
+            kiln_tensor *x, *y;
+            snprintf(n, sizeof n, "blk.%d.%s.in", l, proj[i].name);
+            cr_assert_eq(kiln_graph_input(g, n, proj[i].k, &x), KILN_OK);
+            snprintf(n, sizeof n, "blk.%d.%s.weight", l, proj[i].name);
+            kiln_tensor *w = weight(g, n, KILN_FMT_FP8_BLOCK, proj[i].n, proj[i].k);
+            snprintf(n, sizeof n, "blk.%d.%s", l, proj[i].name);
+            cr_assert_eq(kiln_graph_linear(g, n, x, w, NULL, &y), KILN_OK);
+            cr_assert_eq(kiln_graph_output(g, y), KILN_OK);
+        }
+    kiln_plan *p = plan(g, "sm_90a", NULL);
+    cr_assert_eq(kiln_plan_n_linears(p), 224);
+    /* 4 distinct shapes; per shape gemv serves buckets 1..16 in 3 variants
+     * (m1, m4, m16) and wgmma 32..512 in 2 (64x128, 128x128). */
+    int linear_sigs = 0;
+    for (int i = 0; i < kiln_plan_n_signatures(p); i++)
+        linear_sigs += !strncmp(kiln_plan_signature(p, i), "linear ", 7);
+    cr_assert_eq(linear_sigs, 4 * (3 + 2), "got %d", linear_sigs);
+    /* Same (shape, backend, variant) <=> same signature. */
+    for (int i = 0; i < 224; i += 5)
+        for (int j = 0; j < 224; j += 3)
+            for (int b = 0; b < kiln_plan_n_buckets(p); b += 2) {
+                kiln_plan_linear a, c;
+                char va[32], vc[32];
+                kiln_plan_linear_at(p, i, b, &a);
+                kiln_plan_linear_at(p, j, b, &c);
+                kiln_linear_cfg ca = { .format = a.format, .n = a.n, .k = a.k };
+                int64_t m = kiln_plan_bucket(p, b);
+                (!strcmp(a.backend, "gemv") ? gemv_variant : tile_variant)(NULL, &ca, m, va, 32);
+                (!strcmp(c.backend, "gemv") ? gemv_variant : tile_variant)(NULL, &ca, m, vc, 32);
+                int same = a.n == c.n && a.k == c.k && !strcmp(a.backend, c.backend) &&
+                           !strcmp(va, vc);
+                cr_assert_eq(same, a.signature == c.signature, "%s vs %s", a.node, c.node);
+            }
+    const char *s = kiln_plan_signature(p, linear_at(p, 4, 512).signature);
+    cr_assert_str_eq(s, "linear backend=wgmma variant=128x128 format=fp8_block scales=f32:128x128 "
+                        "act=fp8-1x128 n=14336 k=4096 epilogue=none out=bf16 target=sm_90a");
+    kiln_plan_destroy(p);
+    kiln_graph_destroy(g);
+}
+
+/* ------------------------------------------------ passes on a program */
+
+static const kiln_program *program(const kiln_plan *p, int64_t m)
+{
+    return &p->programs[kiln_plan_bucket_for(p, m)];
+}
+
+static int count_steps(const kiln_program *bk, kiln_step_kind kind)
+{
+    int n = 0;
+    for (int i = 0; i < bk->n_steps; i++)
+        n += bk->steps[i].kind == kind;
+    return n;
+}
+
+Test(lower, activation_quantization_is_inserted_and_shared)
+{
+    kiln_graph *g = ffn(KILN_FMT_FP8_BLOCK, 2, 512, 1024);
+    kiln_plan *p = plan(g, "sm_90a", NULL);
+    const kiln_program *big = program(p, 512), *small = program(p, 1);
+    /* per layer: one quant of rms(x) shared by gate and up, one of the
+     * silu*up product for down */
+    cr_assert_eq(count_steps(big, KILN_STEP_QUANT), 4);
+    cr_assert_eq(count_steps(small, KILN_STEP_QUANT), 0, "gemv reads bf16 activations");
+    for (int i = 0; i < big->n_steps; i++) {
+        const kiln_step *s = &big->steps[i];
+        if (s->kind != KILN_STEP_LINEAR)
+            continue;
+        const kiln_value *x = &big->values[s->src[0]];
+        cr_assert_eq(x->act, KILN_ACT_FP8_G128, "%s reads fp8 1x128", s->node->name);
+        cr_assert_lt(x->first, i, "the quantized input is made before the linear");
+        cr_assert_eq(big->steps[x->first].kind, KILN_STEP_QUANT);
+        cr_assert_eq(x->bytes, (size_t)512 * (size_t)(x->width + x->width / 128 * 4));
+    }
+    kiln_plan_destroy(p);
+    kiln_graph_destroy(g);
+}
+
+Test(lower, epilogues_fuse_where_the_backend_can)
+{
+    kiln_graph *g = ffn(KILN_FMT_BF16, 1, 512, 1024);
+    kiln_plan *p = plan(g, "sm_90a", NULL);
+    /* wgmma (M=512) fuses silu*mul into up and the residual into down */
+    const kiln_program *big = program(p, 512);
+    cr_assert_eq(count_steps(big, KILN_STEP_LINEAR), 3);
+    cr_assert_eq(count_steps(big, KILN_STEP_OP), 1, "only rms_norm is left: %d",
+                 count_steps(big, KILN_STEP_OP));
+    cr_assert_str_eq(linear_at(p, 1, 512).epilogue, "silu_mul");
+    cr_assert_str_eq(linear_at(p, 2, 512).epilogue, "residual");
+    /* gemv (M=1) fuses the residual but not silu*mul */
+    const kiln_program *small = program(p, 1);
+    cr_assert_eq(count_steps(small, KILN_STEP_OP), 3, "rms_norm, silu, mul");
+    cr_assert_str_eq(linear_at(p, 1, 1).epilogue, "none");
+    cr_assert_str_eq(linear_at(p, 2, 1).epilogue, "residual");
+    kiln_plan_destroy(p);
+    /* --no-fuse keeps every op */
+    p = plan(g, "sm_90a", &(kiln_plan_options){ .no_fuse = 1 });
+    cr_assert_eq(count_steps(program(p, 512), KILN_STEP_OP), 4);
+    kiln_plan_destroy(p);
+    kiln_graph_destroy(g);
+}
+
+/* ---------------------------------------------------------- memory plan */
+
+static void assert_no_live_overlap(const kiln_program *bk)
+{
+    for (int i = 0; i < bk->n_values; i++) {
+        const kiln_value *a = &bk->values[i];
+        cr_assert_leq(a->offset + a->bytes, bk->arena_bytes);
+        cr_assert_eq(a->offset % KILN_ARENA_ALIGN, 0);
+        for (int j = i + 1; j < bk->n_values; j++) {
+            const kiln_value *b = &bk->values[j];
+            int live_together = a->first <= b->last && b->first <= a->last;
+            int overlap = a->offset < b->offset + b->bytes && b->offset < a->offset + a->bytes;
+            cr_assert(!(live_together && overlap),
+                      "values %d [%d,%d] @%zu+%zu and %d [%d,%d] @%zu+%zu share bytes", i,
+                      a->first, a->last, a->offset, a->bytes, j, b->first, b->last, b->offset,
+                      b->bytes);
+        }
+    }
+}
+
+Test(lower, memory_plan_never_overlaps_live_values)
+{
+    kiln_format fs[] = { KILN_FMT_BF16, KILN_FMT_FP8_BLOCK, KILN_FMT_Q4_K };
+    for (size_t f = 0; f < 3; f++) {
+        kiln_graph *g = ffn(fs[f], 8, 512, 1536);
+        const char *targets[] = { "sm_90a", "sm_80", "sm_75" };
+        for (int t = 0; t < 3; t++) {
+            kiln_plan *p = plan(g, targets[t], NULL);
+            for (int b = 0; b < kiln_plan_n_buckets(p); b++) {
+                const kiln_program *bk = &p->programs[b];
+                assert_no_live_overlap(bk);
+                cr_assert_leq(kiln_plan_arena_bytes(p, b), kiln_plan_naive_bytes(p, b));
+            }
+            /* 8 layers reuse the same few buffers */
+            int last = kiln_plan_n_buckets(p) - 1;
+            cr_assert_lt(kiln_plan_arena_bytes(p, last) * 4, kiln_plan_naive_bytes(p, last),
+                         "arena %zu vs naive %zu", kiln_plan_arena_bytes(p, last),
+                         kiln_plan_naive_bytes(p, last));
+            kiln_plan_destroy(p);
+        }
+        kiln_graph_destroy(g);
+    }
+}
+
+Test(lower, outputs_and_inputs_stay_live)
+{
+    kiln_graph *g = ffn(KILN_FMT_BF16, 3, 256, 512);
+    kiln_plan *p = plan(g, "sm_80", NULL);
+    const kiln_program *bk = program(p, 64);
+    for (int i = 0; i < bk->n_values; i++) {
+        const kiln_value *v = &bk->values[i];
+        if (v->tensor && v->tensor->op == KILN_OP_INPUT)
+            cr_assert_eq(v->first, -1);
+        if (v->tensor && v->tensor->is_output)
+            cr_assert_eq(v->last, bk->n_steps, "an output lives to the end");
+    }
+    kiln_plan_destroy(p);
+    kiln_graph_destroy(g);
+}
+
+Test(lower, graph_without_outputs_is_refused)
+{
+    kiln_graph *g;
+    kiln_tensor *x;
+    cr_assert_eq(kiln_graph_create(&g), KILN_OK);
+    cr_assert_eq(kiln_graph_input(g, "x", 64, &x), KILN_OK);
+    kiln_target t = target("sm_90a");
+    kiln_plan *p = NULL;
+    cr_assert_eq(kiln_plan_create_with(&reg, g, &t, NULL, &p), KILN_ERR_STATE);
+    kiln_graph_destroy(g);
+}
