@@ -40,5 +40,6 @@ void cli_demo_input(const cli_demo *d, int64_t m, float *x);
 
 extern const cli_command cli_cmd_formats;
 extern const cli_command cli_cmd_demo;
+extern const cli_command cli_cmd_inspect;
 
 #endif

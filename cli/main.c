@@ -7,6 +7,7 @@
 static const cli_command *const commands[] = {
     &cli_cmd_formats,
     &cli_cmd_demo,
+    &cli_cmd_inspect,
 };
 
 static void usage(FILE *out)

@@ -1,0 +1,172 @@
+#include "cli.h"
+#include "core.h"
+#include "graph/gguf.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void help(FILE *out)
+{
+    fprintf(out,
+            "usage: kiln inspect FILE|DIR [--metadata] [--tensor NAME --dequant OUT]\n"
+            "\n"
+            "Describes a model: a GGUF file, a .safetensors file, or a directory with\n"
+            "model.safetensors (or a sharded set with model.safetensors.index.json) and\n"
+            "config.json. Prints the container, the architecture and hyper-parameters, then\n"
+            "a table of tensors (name, format or stored type, shape, bytes).\n"
+            "\n"
+            "  --metadata        also print every GGUF metadata key and its value\n"
+            "  --tensor NAME     the tensor to write with --dequant\n"
+            "  --dequant OUT     write NAME dequantized to OUT as little-endian f32,\n"
+            "                    row-major [N, K], the raw bytes with no header\n");
+}
+
+static void shape_text(const kiln_model_tensor_info *t, char *buf, size_t size)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    /* outermost first, as PyTorch prints it: [N, K] */
+    for (int d = t->n_dims - 1; d >= 0; d--)
+        used += (size_t)snprintf(buf + used, used < size ? size - used : 0, "%s%lld",
+                                 d == t->n_dims - 1 ? "[" : ", ", (long long)t->ne[d]);
+    if (used < size)
+        snprintf(buf + used, size - used, "%s", t->n_dims ? "]" : "[]");
+}
+
+static int dequant(kiln_model *m, const char *path, const char *name, const char *out)
+{
+    kiln_qtensor q;
+    kiln_status st = kiln_model_weight(m, name, &q);
+    if (st != KILN_OK)
+        return cli_fail(st, "--tensor");
+    size_t elems;
+    if (!kiln_mul_size((size_t)q.n, (size_t)q.k, &elems) || elems > SIZE_MAX / sizeof(float))
+        return cli_fail(kiln_fail(KILN_ERR_SHAPE, "%s: tensor %s is too large", path, name),
+                        "--dequant");
+    float *buf = malloc(elems * sizeof *buf);
+    if (!buf)
+        return cli_fail(kiln_fail(KILN_ERR_NOMEM, "%s: tensor %s: %zu floats", path, name, elems),
+                        "--dequant");
+    st = kiln_dequantize(&q, buf);
+    if (st != KILN_OK) {
+        free(buf);
+        return cli_fail(kiln_fail_prefix(st, "%s: tensor %s", path, name), "--dequant");
+    }
+    /* Written beside the target and renamed, so a failure never leaves a
+     * truncated file under the name asked for. */
+    size_t len = strlen(out) + 16;
+    char *tmp = malloc(len);
+    if (!tmp) {
+        free(buf);
+        return cli_fail(kiln_fail(KILN_ERR_NOMEM, "%s", out), "--dequant");
+    }
+    snprintf(tmp, len, "%s.tmp", out);
+    FILE *f = fopen(tmp, "wb");
+    int ok = f && fwrite(buf, sizeof *buf, elems, f) == elems;
+    ok = f && fclose(f) == 0 && ok;
+    ok = ok && rename(tmp, out) == 0;
+    int err = errno;
+    free(buf);
+    if (!ok) {
+        remove(tmp);
+        free(tmp);
+        return cli_fail(kiln_fail(KILN_ERR_IO, "%s: %s", out, strerror(err)), "--dequant");
+    }
+    free(tmp);
+    fprintf(stderr, "kiln inspect: wrote %s [%lld, %lld] as f32 to %s (%zu bytes)\n", name,
+            (long long)q.n, (long long)q.k, out, elems * sizeof(float));
+    return CLI_OK;
+}
+
+static void print_metadata(kiln_model *m)
+{
+    int n = kiln_gguf_n_kv(m);
+    if (!n)
+        return;
+    printf("\nmetadata (%d keys):\n", n);
+    for (int i = 0; i < n; i++) {
+        const kiln_gguf_value *v;
+        const char *key = kiln_gguf_kv_at(m, i, &v);
+        char buf[512];
+        printf("  %-44s %s\n", key, kiln_gguf_value_summary(v, 8, buf, sizeof buf));
+    }
+}
+
+static int run(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "metadata", no_argument, NULL, 'm' },
+        { "tensor", required_argument, NULL, 't' },
+        { "dequant", required_argument, NULL, 'd' },
+        { 0 },
+    };
+    const char *tensor = NULL, *out = NULL;
+    int metadata = 0, c;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': metadata = 1; break;
+        case 't': tensor = optarg; break;
+        case 'd': out = optarg; break;
+        case ':': return cli_usage(&cli_cmd_inspect, "%s needs a value", argv[optind - 1]);
+        default: return cli_usage(&cli_cmd_inspect, "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc)
+        return cli_usage(&cli_cmd_inspect, "which model? give a FILE or DIR");
+    if (optind + 1 < argc)
+        return cli_usage(&cli_cmd_inspect, "unexpected argument '%s'", argv[optind + 1]);
+    if (!tensor != !out)
+        return cli_usage(&cli_cmd_inspect, "--tensor and --dequant go together");
+    const char *path = argv[optind];
+
+    kiln_model *m;
+    kiln_status st = kiln_model_open(path, &m);
+    if (st != KILN_OK)
+        return cli_fail(st, "inspect");
+    if (tensor) {
+        int rc = dequant(m, path, tensor, out);
+        kiln_model_close(m);
+        return rc;
+    }
+    kiln_model_info hp;
+    kiln_model_get_info(m, &hp);
+    printf("file:          %s (%s)\n", path, kiln_model_container(m));
+    printf("architecture:  %s\n", kiln_model_arch(m)[0] ? kiln_model_arch(m) : "(not given)");
+    printf("layers %lld, width %lld, ffn %lld, heads %lld, kv heads %lld, vocab %lld, "
+           "context %lld, rms eps %g\n",
+           (long long)hp.n_layers, (long long)hp.d_model, (long long)hp.d_ffn,
+           (long long)hp.n_heads, (long long)hp.n_kv_heads, (long long)hp.vocab,
+           (long long)hp.ctx, (double)hp.rms_eps);
+    if (metadata)
+        print_metadata(m);
+    int n = kiln_model_n_tensors(m);
+    size_t total = 0;
+    printf("\n%-52s %-12s %-22s %14s\n", "tensor", "format", "shape", "bytes");
+    for (int i = 0; i < n; i++) {
+        kiln_model_tensor_info t;
+        if ((st = kiln_model_tensor_at(m, i, &t)))
+            break;
+        char shape[96], fmt[40];
+        shape_text(&t, shape, sizeof shape);
+        if (t.supported)
+            snprintf(fmt, sizeof fmt, "%s", kiln_format_get(t.format)->name);
+        else
+            snprintf(fmt, sizeof fmt, "%s (unsupported)", t.type_name);
+        printf("%-52s %-12s %-22s %14zu\n", t.name, fmt, shape, t.bytes);
+        total += t.bytes;
+    }
+    printf("%d tensors, %zu bytes\n", n, total);
+    kiln_model_close(m);
+    return st == KILN_OK ? CLI_OK : cli_fail(st, "inspect");
+}
+
+const cli_command cli_cmd_inspect = {
+    .name = "inspect",
+    .summary = "describe a GGUF or safetensors model and its tensors",
+    .run = run,
+    .help = help,
+};

@@ -1,0 +1,61 @@
+"""ctypes bindings of libkiln ($KILN_LIB) shared by the oracle tests."""
+import ctypes
+import os
+import sys
+
+VP = ctypes.c_void_p
+
+
+class QTensor(ctypes.Structure):
+    _fields_ = [("format", ctypes.c_int), ("n", ctypes.c_int64), ("k", ctypes.c_int64),
+                ("data", VP), ("scale", VP), ("global_scale", ctypes.c_float)]
+
+
+class TensorInfo(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("type_name", ctypes.c_char_p), ("supported", ctypes.c_int),
+                ("format", ctypes.c_int), ("n_dims", ctypes.c_int), ("ne", ctypes.c_int64 * 4),
+                ("bytes", ctypes.c_size_t)]
+
+
+class ModelInfo(ctypes.Structure):
+    _fields_ = [(f, ctypes.c_int64) for f in ("n_layers", "d_model", "d_ffn", "n_heads", "n_kv_heads",
+                                              "vocab", "ctx")] + [("rms_eps", ctypes.c_float)]
+
+
+def load():
+    path = os.environ.get("KILN_LIB")
+    if not path:
+        sys.exit("KILN_LIB must name libkiln.so")
+    lib = ctypes.CDLL(path)
+    sigs = [
+        ("kiln_last_error", [], ctypes.c_char_p),
+        ("kiln_model_open", [ctypes.c_char_p, ctypes.POINTER(VP)], ctypes.c_int),
+        ("kiln_model_close", [VP], None),
+        ("kiln_model_get_info", [VP, ctypes.POINTER(ModelInfo)], None),
+        ("kiln_model_n_tensors", [VP], ctypes.c_int),
+        ("kiln_model_tensor_at", [VP, ctypes.c_int, ctypes.POINTER(TensorInfo)], ctypes.c_int),
+        ("kiln_model_weight", [VP, ctypes.c_char_p, ctypes.POINTER(QTensor)], ctypes.c_int),
+        ("kiln_model_build_ffn", [VP, VP, ctypes.c_int], ctypes.c_int),
+        ("kiln_model_build_linears", [VP, VP, ctypes.c_int], ctypes.c_int),
+        ("kiln_graph_create", [ctypes.POINTER(VP)], ctypes.c_int),
+        ("kiln_graph_destroy", [VP], None),
+        ("kiln_graph_n_tensors", [VP], ctypes.c_int),
+        ("kiln_graph_tensor", [VP, ctypes.c_int], VP),
+        ("kiln_tensor_op", [VP], ctypes.c_int),
+        ("kiln_tensor_name", [VP], ctypes.c_char_p),
+        ("kiln_cpu_create", [VP, VP, ctypes.POINTER(VP)], ctypes.c_int),
+        ("kiln_cpu_destroy", [VP], None),
+        ("kiln_cpu_run", [VP, ctypes.c_int64, ctypes.POINTER(VP), ctypes.POINTER(VP)], ctypes.c_int),
+        ("kiln_dequantize", [ctypes.POINTER(QTensor), VP], ctypes.c_int),
+    ]
+    for name, args, res in sigs:
+        f = getattr(lib, name)
+        f.argtypes = args
+        f.restype = res
+    return lib
+
+
+KILN_OK = 0
+KILN_ERR_NOT_FOUND = 7
+KILN_ERR_UNSUPPORTED = 5
+KILN_OP_LINEAR = 3

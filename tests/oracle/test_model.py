@@ -1,0 +1,335 @@
+#!/usr/bin/env python3
+"""Model graphs built from files, against a float64 reference.
+
+Small Llama-family models are written the way real ones are: a GGUF file
+with gguf-py's GGUFWriter (llama.* keys, blk.N.* names, Q8_0 / Q4_0 weights
+quantized by gguf.quants) and a Hugging Face directory (config.json +
+model.safetensors with model.layers.N.* names, BF16 and block-FP8 weights).
+kiln builds the FFN stack of each, runs it on the CPU executor, and must
+match x + down(silu(gate(rms(x))) * up(rms(x))) computed in float64 from the
+writer's own dequantized weights. The linears graph must hold every linear of
+every layer plus the head; `kiln inspect` must describe both files and write
+a tensor's dequantized bytes; unsupported and missing tensors are clear
+errors that name the tensor.
+"""
+import ctypes
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+try:
+    import numpy as np
+    import gguf
+    from gguf import GGMLQuantizationType as T
+except ImportError as e:  # the oracle is required, never skipped
+    sys.exit(f"test_model: {e}; install tests/oracle/requirements.txt")
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kilnlib  # noqa: E402
+
+SEED = int(os.environ.get("KILN_TEST_SEED", "0")) or int.from_bytes(os.urandom(4), "little")
+print(f"test seed: KILN_TEST_SEED={SEED}", file=sys.stderr)
+rng = np.random.default_rng(SEED)
+lib = kilnlib.load()
+CLI = os.environ.get("KILN_CLI", "kiln")
+
+D, F, LAYERS, EPS = 256, 512, 2, 1e-5
+
+
+def err():
+    return lib.kiln_last_error().decode()
+
+
+# -------------------------------------------------------------- writers
+
+
+def gguf_model(path, ffn_types, extra=None):
+    """A llama GGUF; ffn_types[l] is the GGML type of layer l's FFN weights.
+    Returns {name: float64 array} of the dequantized weights as gguf-py reads them."""
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_block_count(LAYERS)
+    w.add_embedding_length(D)
+    w.add_feed_forward_length(F)
+    w.add_head_count(4)
+    w.add_head_count_kv(2)
+    w.add_context_length(128)
+    w.add_layer_norm_rms_eps(EPS)
+    ref = {}
+
+    def put(name, arr, typ):
+        arr = arr.astype(np.float32)
+        if typ in (T.F32, T.F16):
+            data = arr.astype(np.float16) if typ == T.F16 else arr
+            w.add_tensor(name, data)
+            ref[name] = data.astype(np.float64)
+        else:
+            q = gguf.quants.quantize(arr, typ)
+            w.add_tensor(name, q, raw_dtype=typ)
+            ref[name] = gguf.quants.dequantize(q, typ).astype(np.float64).reshape(arr.shape)
+
+    for l in range(LAYERS):
+        put(f"blk.{l}.ffn_norm.weight", 1 + 0.1 * rng.standard_normal(D), T.F32)
+        put(f"blk.{l}.attn_norm.weight", 1 + 0.1 * rng.standard_normal(D), T.F32)
+        for role, (n, k) in (("attn_q", (D, D)), ("attn_k", (D // 2, D)), ("attn_v", (D // 2, D)),
+                             ("attn_output", (D, D)), ("ffn_gate", (F, D)), ("ffn_up", (F, D)),
+                             ("ffn_down", (D, F))):
+            typ = ffn_types[l] if role.startswith("ffn") else T.Q8_0
+            put(f"blk.{l}.{role}.weight", rng.standard_normal((n, k)) / np.sqrt(k), typ)
+    put("output.weight", rng.standard_normal((64, D)) / np.sqrt(D), T.Q8_0)
+    for name, (raw, typ) in (extra or {}).items():
+        w.add_tensor(name, raw, raw_dtype=typ)  # raw: the bytes, shape [N, row bytes]
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return ref
+
+
+E4M3 = None
+
+
+def e4m3_table():
+    global E4M3
+    if E4M3 is None:
+        t = np.zeros(256)
+        for c in range(256):
+            s, e, m = c >> 7, (c >> 3) & 15, c & 7
+            v = (m / 8) * 2.0 ** -6 if e == 0 else (1 + m / 8) * 2.0 ** (e - 7)
+            t[c] = np.nan if (e == 15 and m == 7) else (-v if s else v)
+        E4M3 = t
+    return E4M3
+
+
+def to_e4m3(x):
+    """Nearest E4M3 code (ties to even), saturating: via the decode table."""
+    t = e4m3_table()
+    finite = np.array([c for c in range(256) if not np.isnan(t[c])])
+    vals = t[finite]
+    idx = np.abs(np.clip(x, -448, 448)[..., None] - vals).argmin(axis=-1)
+    return finite[idx].astype(np.uint8)
+
+
+def safetensors_file(path, tensors):
+    """tensors: {name: (dtype string, shape, raw bytes)}, written per the spec."""
+    header, off, blobs = {}, 0, []
+    for name, (dt, shape, raw) in tensors.items():
+        header[name] = {"dtype": dt, "shape": list(shape), "data_offsets": [off, off + len(raw)]}
+        off += len(raw)
+        blobs.append(raw)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def bf16(x):
+    """float64 -> (raw BF16 bytes, the values they hold), round to nearest even."""
+    u = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    return u.tobytes(), (u.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def hf_model(d):
+    """A HF Llama directory: layer 0 BF16, layer 1 FP8 128x128 blocks."""
+    cfg = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": LAYERS, "hidden_size": D,
+           "intermediate_size": F, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "vocab_size": 64, "max_position_embeddings": 128, "rms_norm_eps": EPS,
+           "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    tensors, ref = {}, {}
+    for l in range(LAYERS):
+        p = f"model.layers.{l}."
+        raw, val = bf16(1 + 0.1 * rng.standard_normal(D))
+        tensors[p + "post_attention_layernorm.weight"] = ("BF16", (D,), raw)
+        ref[p + "post_attention_layernorm.weight"] = val
+        for role, (n, k) in (("mlp.gate_proj", (F, D)), ("mlp.up_proj", (F, D)),
+                             ("mlp.down_proj", (D, F))):
+            x = rng.standard_normal((n, k)) / np.sqrt(k)
+            name = p + role + ".weight"
+            if l == 0:
+                raw, val = bf16(x)
+                tensors[name] = ("BF16", (n, k), raw)
+                ref[name] = val.reshape(n, k)
+            else:
+                s = np.abs(x).reshape(n // 128, 128, k // 128, 128).max(axis=(1, 3)) / 448
+                s = s.astype(np.float32)
+                q = to_e4m3(x / np.repeat(np.repeat(s, 128, 0), 128, 1))
+                tensors[name] = ("F8_E4M3", (n, k), q.tobytes())
+                tensors[name[:-len("weight")] + "weight_scale_inv"] = ("F32", s.shape, s.tobytes())
+                ref[name] = e4m3_table()[q] * np.repeat(np.repeat(s.astype(np.float64), 128, 0), 128, 1)
+    safetensors_file(os.path.join(d, "model.safetensors"), tensors)
+    return ref
+
+
+# ------------------------------------------------------------ reference
+
+
+def ffn_reference(x, ref, names, eps=EPS):
+    x = x.astype(np.float64)
+    for norm, gate, up, down in names:
+        h = x / np.sqrt((x * x).mean(axis=1, keepdims=True) + eps) * ref[norm]
+        g = h @ ref[gate].T
+        u = h @ ref[up].T
+        x = x + (g / (1 + np.exp(-g)) * u) @ ref[down].T
+    return x
+
+
+def run_ffn(path, m):
+    model, g, cpu = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+    assert lib.kiln_model_open(path.encode(), ctypes.byref(model)) == 0, err()
+    assert lib.kiln_graph_create(ctypes.byref(g)) == 0
+    assert lib.kiln_model_build_ffn(model, g, 0) == 0, err()
+    assert lib.kiln_cpu_create(g, None, ctypes.byref(cpu)) == 0, err()
+    x = rng.standard_normal((m, D)).astype(np.float32)
+    y = np.zeros((m, D), np.float32)
+    ins = (ctypes.c_void_p * 1)(x.ctypes.data)
+    outs = (ctypes.c_void_p * 1)(y.ctypes.data)
+    assert lib.kiln_cpu_run(cpu, m, ins, outs) == 0, err()
+    lib.kiln_cpu_destroy(cpu)
+    lib.kiln_graph_destroy(g)
+    lib.kiln_model_close(model)
+    return x, y
+
+
+def count_linears(path):
+    model, g = ctypes.c_void_p(), ctypes.c_void_p()
+    assert lib.kiln_model_open(path.encode(), ctypes.byref(model)) == 0, err()
+    assert lib.kiln_graph_create(ctypes.byref(g)) == 0
+    st = lib.kiln_model_build_linears(model, g, 0)
+    msg = err()
+    n = sum(lib.kiln_tensor_op(lib.kiln_graph_tensor(g, i)) == kilnlib.KILN_OP_LINEAR
+            for i in range(lib.kiln_graph_n_tensors(g)))
+    lib.kiln_graph_destroy(g)
+    lib.kiln_model_close(model)
+    return st, msg, n
+
+
+def assert_close(tc, got, want):
+    # f32 arithmetic over K <= 512 terms: |error| well under 1e-4 of the scale
+    scale = np.abs(want).max()
+    tc.assertLess(np.abs(got - want).max(), 1e-4 * scale, "kiln differs from the float64 reference")
+
+
+class Model(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_gguf_ffn_stack_matches_float64(self):
+        path = os.path.join(self.dir, "llama.gguf")
+        ref = gguf_model(path, [T.Q8_0, T.Q4_0])
+        names = [(f"blk.{l}.ffn_norm.weight", f"blk.{l}.ffn_gate.weight", f"blk.{l}.ffn_up.weight",
+                  f"blk.{l}.ffn_down.weight") for l in range(LAYERS)]
+        for m in (1, 5):
+            x, y = run_ffn(path, m)
+            assert_close(self, y, ffn_reference(x, ref, names))
+        print(f"gguf FFN stack (q8_0, q4_0): matches float64 for M = 1, 5")
+
+    def test_hf_ffn_stack_matches_float64(self):
+        ref = hf_model(self.dir)
+        names = [(f"model.layers.{l}.post_attention_layernorm.weight",
+                  f"model.layers.{l}.mlp.gate_proj.weight", f"model.layers.{l}.mlp.up_proj.weight",
+                  f"model.layers.{l}.mlp.down_proj.weight") for l in range(LAYERS)]
+        for m in (1, 3):
+            x, y = run_ffn(self.dir, m)
+            assert_close(self, y, ffn_reference(x, ref, names))
+        print("safetensors FFN stack (bf16, fp8 128x128): matches float64 for M = 1, 3")
+
+    def test_linears_graph_has_every_linear_and_the_head(self):
+        path = os.path.join(self.dir, "llama.gguf")
+        gguf_model(path, [T.Q8_0, T.Q8_0])
+        st, msg, n = count_linears(path)
+        self.assertEqual(st, 0, msg)
+        self.assertEqual(n, 7 * LAYERS + 1)
+
+    def test_unsupported_type_is_an_error_only_when_used(self):
+        path = os.path.join(self.dir, "q5k.gguf")
+        raw = rng.integers(0, 256, size=(4, 176), dtype=np.uint8)  # Q5_K: 176 bytes per 256
+        raw[:, 0:4] = np.frombuffer(np.array([0.01, 0.01], np.float16).tobytes(), np.uint8)
+        gguf_model(path, [T.Q8_0, T.Q8_0], extra={"unused.weight": (raw, T.Q5_K)})
+        x, y = run_ffn(path, 2)  # unused: the FFN stack builds and runs
+        self.assertTrue(np.isfinite(y).all())
+        out = subprocess.run([CLI, "inspect", path], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("Q5_K (unsupported)", out.stdout)
+        out = subprocess.run([CLI, "inspect", path, "--tensor", "unused.weight", "--dequant",
+                              os.path.join(self.dir, "o.bin")], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("unused.weight", out.stderr)
+        self.assertIn("Q5_K", out.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "o.bin")))
+
+    def test_used_unsupported_or_missing_tensor_names_it(self):
+        path = os.path.join(self.dir, "bad.gguf")
+        w = gguf.GGUFWriter(path, "llama")
+        w.add_block_count(1)
+        w.add_embedding_length(D)
+        w.add_feed_forward_length(F)
+        w.add_tensor("blk.0.ffn_norm.weight", np.ones(D, np.float32))
+        raw = np.zeros((F, 176), np.uint8)  # one Q5_K block per row: K = 256 = D
+        w.add_tensor("blk.0.ffn_gate.weight", raw, raw_dtype=T.Q5_K)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        model, g = ctypes.c_void_p(), ctypes.c_void_p()
+        self.assertEqual(lib.kiln_model_open(path.encode(), ctypes.byref(model)), 0, err())
+        lib.kiln_graph_create(ctypes.byref(g))
+        self.assertEqual(lib.kiln_model_build_ffn(model, g, 0), kilnlib.KILN_ERR_UNSUPPORTED)
+        self.assertIn("blk.0.ffn_gate.weight", err())
+        self.assertIn("Q5_K", err())
+        self.assertIn(path, err())
+        st = lib.kiln_model_build_linears(model, g, 0)
+        self.assertEqual(st, kilnlib.KILN_ERR_NOT_FOUND)
+        self.assertIn("blk.0.attn_q.weight", err())
+        lib.kiln_graph_destroy(g)
+        lib.kiln_model_close(model)
+
+    def test_inspect_and_dequant(self):
+        path = os.path.join(self.dir, "llama.gguf")
+        ref = gguf_model(path, [T.Q4_0, T.Q8_0])
+        out = subprocess.run([CLI, "inspect", path], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("architecture:  llama", out.stdout)
+        self.assertIn("layers 2, width 256, ffn 512", out.stdout)
+        self.assertRegex(out.stdout, r"blk\.0\.ffn_up\.weight\s+q4_0\s+\[512, 256\]\s+73728")
+        dst = os.path.join(self.dir, "up.f32")
+        out = subprocess.run([CLI, "inspect", path, "--tensor", "blk.0.ffn_up.weight", "--dequant", dst],
+                             capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        got = np.fromfile(dst, "<f4").reshape(F, D)
+        self.assertTrue(np.array_equal(got, ref["blk.0.ffn_up.weight"].astype(np.float32)))
+
+        ref = hf_model(self.dir)
+        out = subprocess.run([CLI, "inspect", self.dir], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("LlamaForCausalLM", out.stdout)
+        self.assertRegex(out.stdout, r"model\.layers\.1\.mlp\.down_proj\.weight\s+fp8_block\s+\[256, 512\]")
+        name = "model.layers.1.mlp.gate_proj.weight"
+        out = subprocess.run([CLI, "inspect", self.dir, "--tensor", name, "--dequant", dst],
+                             capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        got = np.fromfile(dst, "<f4").reshape(F, D)
+        self.assertTrue(np.array_equal(got, ref[name].astype(np.float32)))
+
+    def test_inspect_usage_errors(self):
+        for args in ([], ["a", "b"], ["x", "--tensor", "t"], ["x", "--bogus"]):
+            out = subprocess.run([CLI, "inspect"] + args, capture_output=True, text=True)
+            self.assertEqual(out.returncode, 2, args)
+            self.assertIn("usage: kiln inspect", out.stderr)
+        out = subprocess.run([CLI, "inspect", os.path.join(self.dir, "none.gguf")],
+                             capture_output=True, text=True)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("none.gguf", out.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
