@@ -38,8 +38,22 @@ int64_t cli_demo_width(const cli_demo *d);
 /* The demo's deterministic input for m tokens, [m, width]. */
 void cli_demo_input(const cli_demo *d, int64_t m, float *x);
 
+/* What a command runs or compiles: "demo", or a model file / directory whose
+ * graph is built by kind ("ffn": the runnable FFN stack; "linears": every
+ * linear of the model). */
+typedef struct cli_source {
+    const char *name;
+    kiln_graph *g;
+    cli_demo *demo;
+    kiln_model *model;
+    kiln_graph *own;
+} cli_source;
+kiln_status cli_source_open(const char *arg, const char *graph, int layers, cli_source *out);
+void cli_source_close(cli_source *s);
+
 extern const cli_command cli_cmd_formats;
 extern const cli_command cli_cmd_demo;
 extern const cli_command cli_cmd_inspect;
+extern const cli_command cli_cmd_plan;
 
 #endif

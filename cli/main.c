@@ -8,6 +8,7 @@ static const cli_command *const commands[] = {
     &cli_cmd_formats,
     &cli_cmd_demo,
     &cli_cmd_inspect,
+    &cli_cmd_plan,
 };
 
 static void usage(FILE *out)

@@ -1,0 +1,216 @@
+#include "cli.h"
+
+#include <getopt.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void help(FILE *out)
+{
+    fprintf(out,
+            "usage: kiln plan MODEL|demo [--target T] [--backend B] [--strict-backend]\n"
+            "                 [--tokens LIST] [--max-tokens N] [--graph ffn|linears]\n"
+            "                 [--layers N] [--no-fuse] [--json]\n"
+            "\n"
+            "Lowers a model for a target and prints, per linear node, the backend chosen\n"
+            "for each range of token buckets, the activations it reads, the fused\n"
+            "epilogue and why the backends before it in the format's priority list were\n"
+            "refused; then how many kernels the plan needs and the activation arena.\n"
+            "\n"
+            "  --target T        sm_75, sm_80, sm_86, sm_89, sm_90, sm_90a or a product name\n"
+            "                    (t4, a100, a10, l40s, h100, h200); default sm_90a\n"
+            "  --backend B       use backend B wherever it can take a node; elsewhere fall\n"
+            "                    back to the normal choice with one warning per layer type\n"
+            "  --strict-backend  make such a fallback an error\n"
+            "  --tokens LIST     capture sizes (default 1,2,4,8,16,32,64,128,256,512)\n"
+            "  --max-tokens N    the largest token count to serve (default: largest size)\n"
+            "  --graph KIND      for a model file: ffn (the runnable FFN stack, default) or\n"
+            "                    linears (every linear of every layer and the head)\n"
+            "  --layers N        use only the first N layers of a model file\n"
+            "  --no-fuse         keep epilogues as separate kernels\n"
+            "  --json            print the plan as JSON on stdout\n");
+}
+
+/* Buckets [b0, b1] of linear i that share backend, activations and
+ * epilogue print as one row. */
+static int same_choice(const kiln_plan_linear *a, const kiln_plan_linear *b)
+{
+    return !strcmp(a->backend, b->backend) && !strcmp(a->act, b->act) &&
+           !strcmp(a->epilogue, b->epilogue) && !strcmp(a->refused, b->refused);
+}
+
+static void print_text(const kiln_plan *p, const char *source, const kiln_target *t)
+{
+    int nb = kiln_plan_n_buckets(p), nl = kiln_plan_n_linears(p);
+    printf("plan: %s for %s%s%s%s, %d token buckets:", source, t->name,
+           t->alias_of[0] ? " (" : "", t->alias_of, t->alias_of[0] ? ")" : "", nb);
+    for (int b = 0; b < nb; b++)
+        printf(" %lld", (long long)kiln_plan_bucket(p, b));
+    printf("\n\n%-28s %-11s %-12s %-9s %-7s %-11s %-15s %s\n", "linear", "format", "N x K",
+           "tokens", "backend", "activations", "epilogue", "refused before it");
+    for (int i = 0; i < nl; i++) {
+        for (int b0 = 0; b0 < nb;) {
+            kiln_plan_linear first, cur;
+            kiln_plan_linear_at(p, i, b0, &first);
+            int b1 = b0;
+            while (b1 + 1 < nb && (kiln_plan_linear_at(p, i, b1 + 1, &cur), same_choice(&first, &cur)))
+                b1++;
+            char shape[32], range[24];
+            snprintf(shape, sizeof shape, "%lldx%lld", (long long)first.n, (long long)first.k);
+            snprintf(range, sizeof range, "%lld-%lld", (long long)kiln_plan_bucket(p, b0),
+                     (long long)kiln_plan_bucket(p, b1));
+            printf("%-28s %-11s %-12s %-9s %-7s %-11s %-15s %s%s\n", b0 ? "" : first.node,
+                   b0 ? "" : kiln_format_get(first.format)->name, b0 ? "" : shape, range,
+                   first.backend, first.act, first.epilogue,
+                   first.fell_back ? "(fallback) " : "", first.refused[0] ? first.refused : "-");
+            b0 = b1 + 1;
+        }
+    }
+    int ns = kiln_plan_n_signatures(p), linear_sigs = 0;
+    for (int s = 0; s < ns; s++)
+        linear_sigs += !strncmp(kiln_plan_signature(p, s), "linear ", 7);
+    printf("\n%d linear nodes x %d buckets -> %d signatures -> %d kernels (%d linear, %d "
+           "elementwise and activation-quantization)\n",
+           nl, nb, linear_sigs, ns, linear_sigs, ns - linear_sigs);
+    printf("activation arena: %zu bytes at %lld tokens (no reuse: %zu bytes)\n",
+           kiln_plan_arena_bytes(p, nb - 1), (long long)kiln_plan_bucket(p, nb - 1),
+           kiln_plan_naive_bytes(p, nb - 1));
+}
+
+static int print_json(const kiln_plan *p, const char *source, const kiln_target *t)
+{
+    int nb = kiln_plan_n_buckets(p), nl = kiln_plan_n_linears(p);
+    json_t *root = json_object(), *buckets = json_array(), *linears = json_array(),
+           *sigs = json_array(), *arena = json_array(), *warn = json_array();
+    for (int b = 0; b < nb; b++) {
+        json_array_append_new(buckets, json_integer(kiln_plan_bucket(p, b)));
+        json_array_append_new(arena, json_pack("{s:I, s:I, s:I}", "tokens",
+                                               (json_int_t)kiln_plan_bucket(p, b), "bytes",
+                                               (json_int_t)kiln_plan_arena_bytes(p, b), "naive",
+                                               (json_int_t)kiln_plan_naive_bytes(p, b)));
+    }
+    for (int i = 0; i < nl; i++) {
+        json_t *per = json_array(), *node = NULL;
+        for (int b = 0; b < nb; b++) {
+            kiln_plan_linear l;
+            kiln_plan_linear_at(p, i, b, &l);
+            if (!node)
+                node = json_pack("{s:s, s:s, s:I, s:I}", "name", l.node, "format",
+                                 kiln_format_get(l.format)->name, "n", (json_int_t)l.n, "k",
+                                 (json_int_t)l.k);
+            json_array_append_new(per, json_pack("{s:I, s:s, s:s, s:s, s:i, s:s, s:b}", "tokens",
+                                                 (json_int_t)kiln_plan_bucket(p, b), "backend",
+                                                 l.backend, "act", l.act, "epilogue", l.epilogue,
+                                                 "signature", l.signature, "refused", l.refused,
+                                                 "fallback", l.fell_back));
+        }
+        json_object_set_new(node, "buckets", per);
+        json_array_append_new(linears, node);
+    }
+    for (int s = 0; s < kiln_plan_n_signatures(p); s++)
+        json_array_append_new(sigs, json_string(kiln_plan_signature(p, s)));
+    for (const char *const *w = kiln_plan_warnings(p); *w; w++)
+        json_array_append_new(warn, json_string(*w));
+    json_object_set_new(root, "source", json_string(source));
+    json_object_set_new(root, "target", json_string(t->name));
+    json_object_set_new(root, "buckets", buckets);
+    json_object_set_new(root, "linears", linears);
+    json_object_set_new(root, "signatures", sigs);
+    json_object_set_new(root, "arena", arena);
+    json_object_set_new(root, "warnings", warn);
+    int rc = json_dumpf(root, stdout, JSON_INDENT(1)) == 0 ? CLI_OK : CLI_FAIL;
+    putchar('\n');
+    json_decref(root);
+    return rc;
+}
+
+static int run(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "target", required_argument, NULL, 'T' },
+        { "backend", required_argument, NULL, 'b' },
+        { "strict-backend", no_argument, NULL, 's' },
+        { "tokens", required_argument, NULL, 't' },
+        { "max-tokens", required_argument, NULL, 'M' },
+        { "graph", required_argument, NULL, 'g' },
+        { "layers", required_argument, NULL, 'l' },
+        { "no-fuse", no_argument, NULL, 'F' },
+        { "json", no_argument, NULL, 'j' },
+        { 0 },
+    };
+    const char *target = "sm_90a", *graph = "ffn";
+    int64_t tokens[64];
+    int n_tokens = 0, json = 0, layers = 0, c;
+    kiln_plan_options po = { 0 };
+    char *end;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        switch (c) {
+        case 'T': target = optarg; break;
+        case 'b': po.backend = optarg; break;
+        case 's': po.strict_backend = 1; break;
+        case 'F': po.no_fuse = 1; break;
+        case 'j': json = 1; break;
+        case 'g': graph = optarg; break;
+        case 't':
+            if (cli_parse_tokens(optarg, tokens, 64, &n_tokens))
+                return cli_usage(&cli_cmd_plan, "bad --tokens '%s' (want e.g. 1,16,128)", optarg);
+            break;
+        case 'M':
+            po.max_tokens = strtoll(optarg, &end, 10);
+            if (*end || po.max_tokens < 1 || po.max_tokens > (1 << 20))
+                return cli_usage(&cli_cmd_plan, "bad --max-tokens '%s'", optarg);
+            break;
+        case 'l':
+            layers = (int)strtol(optarg, &end, 10);
+            if (*end || layers < 1)
+                return cli_usage(&cli_cmd_plan, "bad --layers '%s'", optarg);
+            break;
+        case ':': return cli_usage(&cli_cmd_plan, "%s needs a value", argv[optind - 1]);
+        default: return cli_usage(&cli_cmd_plan, "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc)
+        return cli_usage(&cli_cmd_plan, "what to plan? give a MODEL file or directory, or demo");
+    if (optind + 1 < argc)
+        return cli_usage(&cli_cmd_plan, "unexpected argument '%s'", argv[optind + 1]);
+    if (strcmp(graph, "ffn") && strcmp(graph, "linears"))
+        return cli_usage(&cli_cmd_plan, "bad --graph '%s' (want ffn or linears)", graph);
+    if (po.strict_backend && !po.backend)
+        return cli_usage(&cli_cmd_plan, "--strict-backend needs --backend");
+    if (n_tokens) {
+        po.capture = tokens;
+        po.n_capture = n_tokens;
+    }
+    kiln_target t;
+    kiln_status st = kiln_target_from_name(target, &t);
+    if (st != KILN_OK)
+        return cli_usage(&cli_cmd_plan, "%s", kiln_last_error());
+
+    cli_source src;
+    if ((st = cli_source_open(argv[optind], graph, layers, &src)))
+        return cli_fail(st, "plan");
+    kiln_plan *p;
+    if ((st = kiln_plan_create(src.g, &t, &po, &p))) {
+        cli_source_close(&src);
+        return cli_fail(st, "plan");
+    }
+    for (const char *const *w = kiln_plan_warnings(p); *w; w++)
+        fprintf(stderr, "kiln plan: warning: %s\n", *w);
+    int rc = CLI_OK;
+    if (json)
+        rc = print_json(p, argv[optind], &t);
+    else
+        print_text(p, argv[optind], &t);
+    kiln_plan_destroy(p);
+    cli_source_close(&src);
+    return rc;
+}
+
+const cli_command cli_cmd_plan = {
+    .name = "plan",
+    .summary = "show which backend runs each linear, per token bucket, and why",
+    .run = run,
+    .help = help,
+};
