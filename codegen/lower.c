@@ -108,7 +108,7 @@ static void scale_text(kiln_format f, char *buf, size_t size)
         snprintf(buf, size, "%s", fi->block > 1 ? "inline" : "none");
         return;
     }
-    char rows[24], cols[24];
+    char rows[12], cols[12];
     snprintf(rows, sizeof rows, "%d", fi->scale_rows);
     snprintf(cols, sizeof cols, "%d", fi->scale_cols);
     snprintf(buf, size, "%s:%sx%s%s", types[fi->scale_type], fi->scale_rows ? rows : "N",
@@ -121,7 +121,7 @@ static void scale_text(kiln_format f, char *buf, size_t size)
 static kiln_status linear_signature(kiln_plan *p, const kiln_plan_lin *l,
                                     const kiln_plan_choice *c, int64_t bucket, int *out)
 {
-    char variant[64] = "default", scales[48], epi[48], text[512];
+    char variant[64] = "default", scales[64], epi[48], text[512];
     kiln_linear_cfg cfg = l->cfg;
     cfg.epilogue = c->epilogue;
     if (c->backend->variant)
