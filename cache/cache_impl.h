@@ -1,0 +1,74 @@
+/* The cache's insides shared by its files: LMDB files, the layered handle,
+ * and the transaction helpers. */
+#ifndef KILN_CACHE_IMPL_H
+#define KILN_CACHE_IMPL_H
+
+#include "cache/cache.h"
+
+#include <lmdb.h>
+#include <sys/types.h>
+
+/* One LMDB file. */
+typedef struct kiln_cache_file {
+    MDB_env *env; /* NULL once closed (a map that could not grow) */
+    MDB_dbi dbi;
+    char *path;
+    dev_t dev;
+    ino_t ino;
+    int locked;   /* has a lock file: on the process's list of open files */
+    pid_t pid;    /* the process that opened it (a forked child inherits the list) */
+    struct kiln_cache_file *next_open;
+} kiln_cache_file;
+
+struct kiln_cache {
+    kiln_cache_file *files; /* the layers, in search order */
+    int n_files;
+    int writable;           /* its layer, or -1 */
+    size_t corrupt_seen;
+    void (*on_corrupt)(void *ctx, const char *message);
+    void *ctx;
+};
+
+/* An LMDB or system failure rc of what on path, as a status: LMDB's codes
+ * (negative) give KILN_ERR_CACHE, errno values KILN_ERR_IO. */
+kiln_status kiln_cache_mdb_fail(int rc, const char *path, const char *what);
+
+/* Open path into a zeroed f: MDB_RDONLY|MDB_NOLOCK for a read-only layer,
+ * 0 for a writable one with a lock file, MDB_NOLOCK for a new file no other
+ * process knows of. map_size 0 takes the size the file records. On failure
+ * f->path (when set) is still the caller's to free. */
+kiln_status kiln_cache_file_open(kiln_cache_file *f, const char *path, unsigned flags,
+                                 size_t map_size);
+/* Close the environment; f->path stays. Accepts a closed file. */
+void kiln_cache_file_close(kiln_cache_file *f);
+
+/* Begin a transaction on f (flags: 0 or MDB_RDONLY). */
+kiln_status kiln_cache_file_begin(kiln_cache_file *f, unsigned flags, MDB_txn **txn,
+                                  const char *what);
+
+/* The body of a write transaction. An LMDB failure goes through
+ * kiln_cache_body_fail, which leaves its code in *rc. */
+typedef kiln_status (*kiln_cache_write_fn)(kiln_cache_file *f, MDB_txn *txn, void *ctx, int *rc);
+
+static inline kiln_status kiln_cache_body_fail(int *rc_out, int rc, const kiln_cache_file *f,
+                                               const char *what)
+{
+    *rc_out = rc;
+    return kiln_cache_mdb_fail(rc, f->path, what);
+}
+
+/* Run body in a write transaction and commit. When the map fills up the
+ * transaction is dropped, the map doubled and the body run again, so a body
+ * must start from scratch each time. */
+kiln_status kiln_cache_file_write(kiln_cache_file *f, const char *what, kiln_cache_write_fn body,
+                                  void *ctx);
+
+/* Put an encoded record under key inside txn unless an intact record holds
+ * it already; *result says which. */
+kiln_status kiln_cache_file_put(kiln_cache_file *f, MDB_txn *txn, const uint8_t *key,
+                                const void *val, size_t size, kiln_cache_put *result, int *rc);
+
+/* The writable layer, or KILN_ERR_STATE naming the operation. */
+kiln_status kiln_cache_writable_file(kiln_cache *c, const char *what, kiln_cache_file **out);
+
+#endif

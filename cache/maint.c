@@ -1,0 +1,441 @@
+/* What `kiln cache` runs on a cache: iteration, verify, stat, gc, rm,
+ * merge and export. */
+#include "cache/cache_impl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static kiln_status layer_file(kiln_cache *c, int layer, kiln_cache_file **out)
+{
+    if (layer < 0 || layer >= c->n_files)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "cache layer %d: there are %d", layer,
+                         c->n_files);
+    *out = &c->files[layer];
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------- iteration */
+
+/* Fill e from one stored pair; problem says what is wrong with it. */
+static void entry_check(const kiln_cache_file *f, const MDB_val *k, const MDB_val *v,
+                        kiln_cache_entry *e)
+{
+    char hex[KILN_CACHE_KEY_HEX];
+    e->key_size = k->mv_size;
+    e->size = v->mv_size;
+    e->problem = "";
+    if (k->mv_size != KILN_CACHE_KEY_BYTES) {
+        e->status = kiln_fail(KILN_ERR_CACHE, "%s: a key of %zu bytes is not a kiln key",
+                              f->path, k->mv_size);
+    } else {
+        memcpy(e->key, k->mv_data, KILN_CACHE_KEY_BYTES);
+        kiln_cache_key_hex(e->key, hex);
+        if ((e->status = kiln_cache_record_decode(v->mv_data, v->mv_size, &e->rec)))
+            kiln_fail_prefix(e->status, "%s: key %s", f->path, hex);
+    }
+    if (e->status)
+        e->problem = kiln_last_error();
+}
+
+static kiln_status file_foreach(kiln_cache_file *f, int layer, kiln_cache_visit_fn fn, void *ctx)
+{
+    MDB_txn *txn;
+    MDB_cursor *cur;
+    kiln_status st = kiln_cache_file_begin(f, MDB_RDONLY, &txn, "read");
+    if (st)
+        return st;
+    int rc = mdb_cursor_open(txn, f->dbi, &cur);
+    if (rc) {
+        mdb_txn_abort(txn);
+        return kiln_cache_mdb_fail(rc, f->path, "read");
+    }
+    MDB_val k, v;
+    while (!st && !(rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
+        kiln_cache_entry e = { .layer = layer };
+        entry_check(f, &k, &v, &e);
+        st = fn(ctx, &e);
+    }
+    if (!st && rc != MDB_NOTFOUND)
+        st = kiln_cache_mdb_fail(rc, f->path, "read");
+    mdb_cursor_close(cur);
+    mdb_txn_abort(txn);
+    return st;
+}
+
+kiln_status kiln_cache_foreach(kiln_cache *c, int layer, kiln_cache_visit_fn fn, void *ctx)
+{
+    kiln_cache_file *f;
+    kiln_status st = layer_file(c, layer, &f);
+    return st ? st : file_foreach(f, layer, fn, ctx);
+}
+
+typedef struct verify_ctx {
+    kiln_cache_visit_fn on_bad;
+    void *ctx;
+    size_t entries, bad;
+} verify_ctx;
+
+static kiln_status verify_visit(void *ctx, const kiln_cache_entry *e)
+{
+    verify_ctx *v = ctx;
+    v->entries++;
+    if (e->status == KILN_OK)
+        return KILN_OK;
+    v->bad++;
+    return v->on_bad ? v->on_bad(v->ctx, e) : KILN_OK;
+}
+
+kiln_status kiln_cache_verify(kiln_cache *c, int layer, kiln_cache_visit_fn on_bad, void *ctx,
+                              size_t *n_entries, size_t *n_bad)
+{
+    verify_ctx v = { .on_bad = on_bad, .ctx = ctx };
+    kiln_status st = kiln_cache_foreach(c, layer, verify_visit, &v);
+    if (st)
+        return st;
+    if (n_entries)
+        *n_entries = v.entries;
+    if (n_bad)
+        *n_bad = v.bad;
+    return KILN_OK;
+}
+
+static kiln_status tally_add(kiln_cache_tally **t, int *n, const char *name, uint64_t bytes)
+{
+    int i = 0;
+    while (i < *n && strcmp((*t)[i].name, name))
+        i++;
+    if (i == *n) {
+        kiln_cache_tally *grown = realloc(*t, (size_t)(*n + 1) * sizeof *grown);
+        if (!grown)
+            return kiln_fail(KILN_ERR_NOMEM, "cache stat");
+        *t = grown;
+        grown[i] = (kiln_cache_tally){ .name = strdup(name) };
+        if (!grown[i].name)
+            return kiln_fail(KILN_ERR_NOMEM, "cache stat");
+        (*n)++;
+    }
+    (*t)[i].entries++;
+    (*t)[i].bytes += bytes;
+    return KILN_OK;
+}
+
+static kiln_status stat_visit(void *ctx, const kiln_cache_entry *e)
+{
+    kiln_cache_stats *s = ctx;
+    s->entries++;
+    s->bytes += e->size;
+    if (e->status) {
+        s->bad++;
+        return KILN_OK;
+    }
+    s->cubin_bytes += e->rec.cubin_size;
+    if (!s->oldest || e->rec.created < s->oldest)
+        s->oldest = e->rec.created;
+    if (e->rec.created > s->newest)
+        s->newest = e->rec.created;
+    kiln_status st = tally_add(&s->by_target, &s->n_targets, e->rec.target, e->size);
+    return st ? st : tally_add(&s->by_kind, &s->n_kinds, e->rec.kind, e->size);
+}
+
+kiln_status kiln_cache_stat(kiln_cache *c, int layer, kiln_cache_stats *out)
+{
+    kiln_cache_stats s = { 0 };
+    kiln_status st = kiln_cache_foreach(c, layer, stat_visit, &s);
+    if (st) {
+        kiln_cache_stats_free(&s);
+        return st;
+    }
+    const kiln_cache_file *f = &c->files[layer];
+    MDB_envinfo info;
+    struct stat fs;
+    mdb_env_info(f->env, &info);
+    s.map_bytes = info.me_mapsize;
+    if (!stat(f->path, &fs))
+        s.file_bytes = (uint64_t)fs.st_size;
+    *out = s;
+    return KILN_OK;
+}
+
+void kiln_cache_stats_free(kiln_cache_stats *s)
+{
+    if (!s)
+        return;
+    for (int i = 0; i < s->n_targets; i++)
+        free(s->by_target[i].name);
+    for (int i = 0; i < s->n_kinds; i++)
+        free(s->by_kind[i].name);
+    free(s->by_target);
+    free(s->by_kind);
+    *s = (kiln_cache_stats){ 0 };
+}
+
+/* -------------------------------------------------------- gc, rm */
+
+typedef struct gc_ctx {
+    const kiln_cache_gc_options *o;
+    uint64_t now;
+    size_t removed;
+    uint64_t bytes;
+} gc_ctx;
+
+static bool gc_drops(const gc_ctx *g, const MDB_val *k, const MDB_val *v)
+{
+    kiln_cache_record r;
+    if (k->mv_size != KILN_CACHE_KEY_BYTES || kiln_cache_record_decode(v->mv_data, v->mv_size, &r))
+        return g->o->corrupt;
+    if (g->o->compiler && strcmp(r.compiler, g->o->compiler))
+        return true;
+    return g->o->max_age_s && g->now > r.created && g->now - r.created > g->o->max_age_s;
+}
+
+static kiln_status gc_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int *rc_out)
+{
+    gc_ctx *g = ctx;
+    MDB_cursor *cur;
+    MDB_val k, v;
+    g->removed = 0;
+    g->bytes = 0;
+    int rc = mdb_cursor_open(txn, f->dbi, &cur);
+    if (rc)
+        return kiln_cache_body_fail(rc_out, rc, f, "gc");
+    while (!(rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
+        if (!gc_drops(g, &k, &v))
+            continue;
+        size_t size = v.mv_size;
+        if ((rc = mdb_cursor_del(cur, 0)))
+            break;
+        g->removed++;
+        g->bytes += size;
+    }
+    mdb_cursor_close(cur);
+    return rc == MDB_NOTFOUND ? KILN_OK : kiln_cache_body_fail(rc_out, rc, f, "gc");
+}
+
+kiln_status kiln_cache_gc(kiln_cache *c, const kiln_cache_gc_options *o, size_t *removed,
+                          uint64_t *bytes)
+{
+    kiln_cache_file *f;
+    kiln_status st = kiln_cache_writable_file(c, "gc", &f);
+    if (st)
+        return st;
+    assert(o);
+    gc_ctx g = { .o = o, .now = (uint64_t)time(NULL) };
+    if ((st = kiln_cache_file_write(f, "gc", gc_body, &g)))
+        return st;
+    if (removed)
+        *removed = g.removed;
+    if (bytes)
+        *bytes = g.bytes;
+    return KILN_OK;
+}
+
+typedef struct rm_ctx {
+    uint8_t prefix[KILN_CACHE_KEY_BYTES];
+    int nibbles; /* 0: every key */
+    size_t removed;
+} rm_ctx;
+
+static bool rm_matches(const rm_ctx *r, const MDB_val *k)
+{
+    const uint8_t *key = k->mv_data;
+    int whole = r->nibbles / 2;
+    if (k->mv_size * 2 < (size_t)r->nibbles || memcmp(key, r->prefix, (size_t)whole))
+        return false;
+    return r->nibbles % 2 == 0 || (key[whole] >> 4) == (r->prefix[whole] >> 4);
+}
+
+/* Keys sort bytewise, so those with a prefix are one run from the first key
+ * at or after it. */
+static kiln_status rm_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int *rc_out)
+{
+    rm_ctx *r = ctx;
+    MDB_cursor *cur;
+    MDB_stat ms;
+    r->removed = 0;
+    int rc;
+    if (!r->nibbles) {
+        if (!(rc = mdb_stat(txn, f->dbi, &ms)) && !(rc = mdb_drop(txn, f->dbi, 0)))
+            r->removed = ms.ms_entries;
+        return rc ? kiln_cache_body_fail(rc_out, rc, f, "rm") : KILN_OK;
+    }
+    if ((rc = mdb_cursor_open(txn, f->dbi, &cur)))
+        return kiln_cache_body_fail(rc_out, rc, f, "rm");
+    MDB_val k = { (size_t)(r->nibbles + 1) / 2, r->prefix }, v;
+    rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+    while (!rc && rm_matches(r, &k)) {
+        if ((rc = mdb_cursor_del(cur, 0)))
+            break;
+        r->removed++;
+        rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+    }
+    mdb_cursor_close(cur);
+    return rc && rc != MDB_NOTFOUND ? kiln_cache_body_fail(rc_out, rc, f, "rm") : KILN_OK;
+}
+
+static kiln_status rm_run(kiln_cache *c, rm_ctx *r, size_t *removed)
+{
+    kiln_cache_file *f;
+    kiln_status st = kiln_cache_writable_file(c, "rm", &f);
+    if (!st)
+        st = kiln_cache_file_write(f, "rm", rm_body, r);
+    if (!st && removed)
+        *removed = r->removed;
+    return st;
+}
+
+kiln_status kiln_cache_rm(kiln_cache *c, const char *hex_prefix, size_t *removed)
+{
+    rm_ctx r = { 0 };
+    kiln_status st = kiln_cache_key_parse(hex_prefix, r.prefix, &r.nibbles);
+    return st ? st : rm_run(c, &r, removed);
+}
+
+kiln_status kiln_cache_rm_all(kiln_cache *c, size_t *removed)
+{
+    rm_ctx r = { 0 };
+    return rm_run(c, &r, removed);
+}
+
+/* ------------------------------------------------------ merge, export */
+
+typedef struct merge_ctx {
+    kiln_cache_file *src;
+    kiln_cache_merge_result res;
+} merge_ctx;
+
+static kiln_status merge_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int *rc_out)
+{
+    merge_ctx *m = ctx;
+    MDB_txn *stxn;
+    MDB_cursor *cur;
+    MDB_val k, v;
+    kiln_cache_record r;
+    kiln_cache_put put;
+    size_t *const count[] = {
+        [KILN_CACHE_ADDED] = &m->res.added,
+        [KILN_CACHE_PRESENT] = &m->res.present,
+        [KILN_CACHE_REPLACED] = &m->res.replaced,
+    };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(count); i++)
+        *count[i] = 0;
+    kiln_status st = kiln_cache_file_begin(m->src, MDB_RDONLY, &stxn, "merge");
+    if (st)
+        return st;
+    int rc = mdb_cursor_open(stxn, m->src->dbi, &cur);
+    if (rc) {
+        mdb_txn_abort(stxn);
+        return kiln_cache_mdb_fail(rc, m->src->path, "merge");
+    }
+    while (!st && !(rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
+        if (k.mv_size != KILN_CACHE_KEY_BYTES || kiln_cache_record_decode(v.mv_data, v.mv_size, &r))
+            continue;
+        if (!(st = kiln_cache_file_put(f, txn, k.mv_data, v.mv_data, v.mv_size, &put, rc_out)))
+            (*count[put])++;
+    }
+    if (!st && rc != MDB_NOTFOUND)
+        st = kiln_cache_mdb_fail(rc, m->src->path, "merge");
+    mdb_cursor_close(cur);
+    mdb_txn_abort(stxn);
+    return st;
+}
+
+kiln_status kiln_cache_merge(kiln_cache *c, const char *src, kiln_cache_visit_fn on_bad,
+                             void *ctx, kiln_cache_merge_result *out)
+{
+    kiln_cache_file *f, s = { 0 };
+    kiln_status st = kiln_cache_writable_file(c, "merge", &f);
+    if (st)
+        return st;
+    if (!(st = kiln_cache_file_open(&s, src, MDB_RDONLY | MDB_NOLOCK, 0)) && s.dev == f->dev &&
+        s.ino == f->ino)
+        st = kiln_fail(KILN_ERR_INVALID_ARG, "merge %s: it is the writable cache itself", src);
+    /* Bad source records are reported by a pass of their own, because the
+     * copy below may run more than once. */
+    verify_ctx v = { .on_bad = on_bad, .ctx = ctx };
+    merge_ctx m = { .src = &s };
+    if (!st)
+        st = file_foreach(&s, -1, verify_visit, &v);
+    if (!st)
+        st = kiln_cache_file_write(f, "merge", merge_body, &m);
+    kiln_cache_file_close(&s);
+    free(s.path);
+    if (!st && out) {
+        *out = m.res;
+        out->bad = v.bad;
+    }
+    return st;
+}
+
+typedef struct export_ctx {
+    kiln_cache *c;
+    const char *path;
+    const uint8_t (*keys)[KILN_CACHE_KEY_BYTES];
+    size_t n_keys;
+} export_ctx;
+
+static kiln_status export_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int *rc_out)
+{
+    export_ctx *x = ctx;
+    kiln_status st = KILN_OK;
+    for (size_t i = 0; i < x->n_keys && !st; i++) {
+        kiln_cache_hit hit;
+        kiln_cache_put put;
+        if ((st = kiln_cache_lookup(x->c, x->keys[i], &hit)))
+            return kiln_fail_prefix(st, "export to %s", x->path);
+        st = kiln_cache_file_put(f, txn, x->keys[i], hit.blob, hit.size, &put, rc_out);
+        kiln_cache_hit_release(&hit);
+    }
+    return st;
+}
+
+kiln_status kiln_cache_export(kiln_cache *c, const uint8_t (*keys)[KILN_CACHE_KEY_BYTES],
+                              size_t n_keys, const char *path, int overwrite)
+{
+    struct stat fs;
+    if (!overwrite && !lstat(path, &fs))
+        return kiln_fail(KILN_ERR_IO, "%s exists; export replaces a file only when asked to",
+                         path);
+    size_t len = strlen(path);
+    char *tmp = malloc(len + sizeof ".XXXXXX");
+    if (!tmp)
+        return kiln_fail(KILN_ERR_NOMEM, "export to %s", path);
+    memcpy(tmp, path, len);
+    memcpy(tmp + len, ".XXXXXX", sizeof ".XXXXXX");
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        kiln_status st = kiln_fail(KILN_ERR_IO, "export to %s: cannot create a file beside it: %s",
+                                   path, strerror(errno));
+        free(tmp);
+        return st;
+    }
+    /* A shipped cache is read by the service's user, not only the builder. */
+    (void)fchmod(fd, 0644);
+    close(fd);
+    /* Room for everything the layers hold means the map rarely has to
+     * grow, which would run every lookup again. */
+    size_t map = (size_t)1 << 20;
+    for (int i = 0; i < c->n_files; i++)
+        if (!stat(c->files[i].path, &fs))
+            map += (size_t)fs.st_size;
+    /* The new file is this process's alone until it is renamed into place:
+     * no lock file. */
+    kiln_cache_file out = { 0 };
+    export_ctx x = { .c = c, .path = path, .keys = keys, .n_keys = n_keys };
+    kiln_status st = kiln_cache_file_open(&out, tmp, MDB_NOLOCK, map);
+    if (!st)
+        st = kiln_cache_file_write(&out, "export", export_body, &x);
+    kiln_cache_file_close(&out);
+    /* link() refuses an existing name atomically, which rename() would
+     * replace; either way the temporary name goes. */
+    if (!st && (overwrite ? rename(tmp, path) : link(tmp, path)))
+        st = kiln_fail(KILN_ERR_IO, "export to %s: %s", path, strerror(errno));
+    unlink(tmp);
+    free(out.path);
+    free(tmp);
+    return st;
+}
