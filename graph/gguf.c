@@ -1,11 +1,13 @@
-/* GGUF v2/v3 reader. The file is mapped read-only and parsed front to back;
- * metadata values and tensor data stay in the mapping (views, no copies).
+/* GGUF v2/v3 reader, the container: the header, the tensor infos, where the
+ * data lies, and the kiln_model they make (the metadata is gguf_meta.c's).
+ * The file is mapped read-only and parsed front to back; metadata values and
+ * tensor data stay in the mapping (views, no copies).
  *
  * Every count, length, offset and size comes from an untrusted file, so each
  * is checked against the bytes actually left before it is used. Counts are
  * bounded by the smallest encoding of what they count, which keeps every
  * allocation within a small multiple of the file size. */
-#include "graph/gguf.h"
+#include "graph/gguf_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,7 +24,6 @@
  * one can only serve to push data out of reach. */
 #define GGUF_MAX_ALIGNMENT (1u << 20)
 /* Limits from docs/gguf.md. */
-#define GGUF_MAX_KEY 65535
 #define GGUF_MAX_NAME 64
 #define GGUF_MAX_DIMS 4
 /* The smallest encodings of a key-value pair (key length, 1-byte key, type,
@@ -31,47 +32,7 @@
 #define GGUF_MIN_KV_BYTES (8 + 1 + 4 + 1)
 #define GGUF_MIN_TENSOR_BYTES (8 + 1 + 4 + 8 + 4 + 8)
 
-/* ------------------------------------------------------------ type tables */
-
-typedef enum gguf_kind {
-    GGUF_KIND_UNSIGNED,
-    GGUF_KIND_SIGNED,
-    GGUF_KIND_FLOAT,
-    GGUF_KIND_BOOL,
-    GGUF_KIND_STRING,
-    GGUF_KIND_ARRAY,
-} gguf_kind;
-
-typedef struct gguf_value_type {
-    const char *name;
-    gguf_kind kind;
-    size_t size;      /* bytes of a scalar; 0 for strings and arrays */
-    size_t min_bytes; /* smallest encoding: bounds an array's element count */
-} gguf_value_type;
-
-static const gguf_value_type gguf_value_types[] = {
-    [KILN_GGUF_UINT8] = {"uint8", GGUF_KIND_UNSIGNED, 1, 1},
-    [KILN_GGUF_INT8] = {"int8", GGUF_KIND_SIGNED, 1, 1},
-    [KILN_GGUF_UINT16] = {"uint16", GGUF_KIND_UNSIGNED, 2, 2},
-    [KILN_GGUF_INT16] = {"int16", GGUF_KIND_SIGNED, 2, 2},
-    [KILN_GGUF_UINT32] = {"uint32", GGUF_KIND_UNSIGNED, 4, 4},
-    [KILN_GGUF_INT32] = {"int32", GGUF_KIND_SIGNED, 4, 4},
-    [KILN_GGUF_FLOAT32] = {"float32", GGUF_KIND_FLOAT, 4, 4},
-    [KILN_GGUF_BOOL] = {"bool", GGUF_KIND_BOOL, 1, 1},
-    [KILN_GGUF_STRING] = {"string", GGUF_KIND_STRING, 0, 8},
-    [KILN_GGUF_ARRAY] = {"array", GGUF_KIND_ARRAY, 0, 12},
-    [KILN_GGUF_UINT64] = {"uint64", GGUF_KIND_UNSIGNED, 8, 8},
-    [KILN_GGUF_INT64] = {"int64", GGUF_KIND_SIGNED, 8, 8},
-    [KILN_GGUF_FLOAT64] = {"float64", GGUF_KIND_FLOAT, 8, 8},
-};
-_Static_assert(KILN_ARRAY_LEN(gguf_value_types) == KILN_GGUF_TYPE_COUNT, "one row per value type");
-
-const char *kiln_gguf_type_name(kiln_gguf_type type)
-{
-    if ((unsigned)type >= KILN_GGUF_TYPE_COUNT)
-        return "?";
-    return gguf_value_types[type].name;
-}
+/* ----------------------------------------------------------- tensor types */
 
 /* ggml's tensor types by id (ggml.h, ggml-common.h). Removed types keep
  * their name so an error can say what the file meant. Q8_1 is 36 bytes as
@@ -163,42 +124,12 @@ static void gguf_why_unsupported(uint32_t id, char *buf, size_t size)
 
 /* -------------------------------------------------------------- the model */
 
-typedef struct gguf_kv {
-    char *key;
-    size_t at; /* file offset of the key, for messages */
-    kiln_gguf_value value;
-} gguf_kv;
-
-typedef struct gguf_impl {
-    void *map;
-    size_t map_size;
-    gguf_kv *kv; /* file order */
-    size_t n_kv;
-    gguf_kv **by_key;
-} gguf_impl;
-
-static void gguf_value_free(kiln_gguf_value *v)
-{
-    if (v->type != KILN_GGUF_ARRAY || !v->arr.items)
-        return;
-    kiln_gguf_value *items = (kiln_gguf_value *)v->arr.items;
-    if (v->arr.type == KILN_GGUF_ARRAY)
-        for (size_t i = 0; i < v->arr.n; i++)
-            gguf_value_free(&items[i]);
-    free(items);
-}
-
 static void gguf_impl_free(void *opaque)
 {
-    gguf_impl *impl = opaque;
+    kiln_gguf_impl *impl = opaque;
     if (!impl)
         return;
-    for (size_t i = 0; i < impl->n_kv; i++) {
-        free(impl->kv[i].key);
-        gguf_value_free(&impl->kv[i].value);
-    }
-    free(impl->kv);
-    free(impl->by_key);
+    kiln_gguf_kvs_free(impl);
     if (impl->map)
         munmap(impl->map, impl->map_size);
     free(impl);
@@ -220,39 +151,14 @@ static void gguf_model_discard(kiln_model *m)
     free(m);
 }
 
-static const gguf_impl *gguf_impl_of(const kiln_model *m)
+const kiln_gguf_impl *kiln_gguf_impl_of(const kiln_model *m)
 {
     return m && m->impl_free == gguf_impl_free ? m->impl : NULL;
 }
 
-static int gguf_kv_cmp(const void *a, const void *b)
-{
-    return strcmp((*(gguf_kv *const *)a)->key, (*(gguf_kv *const *)b)->key);
-}
-
-static const gguf_kv *gguf_find(const gguf_impl *impl, const char *key)
-{
-    if (impl->n_kv == 0)
-        return NULL;
-    gguf_kv probe = {.key = (char *)key};
-    const gguf_kv *pp = &probe;
-    gguf_kv **hit = bsearch(&pp, impl->by_key, impl->n_kv, sizeof *impl->by_key, gguf_kv_cmp);
-    return hit ? *hit : NULL;
-}
-
 /* ------------------------------------------------------------- the parser */
 
-typedef struct gguf_parser {
-    const char *path;
-    const uint8_t *base;
-    size_t size;
-    size_t pos;
-    char where[160]; /* "key 'general.name'", "tensor 'output.weight'" or "" */
-} gguf_parser;
-
-static kiln_status gguf_bad(const gguf_parser *p, kiln_status st, size_t at, const char *fmt, ...)
-    KILN_PRINTF(4, 5);
-static kiln_status gguf_bad(const gguf_parser *p, kiln_status st, size_t at, const char *fmt, ...)
+kiln_status kiln_gguf_fail(const kiln_gguf_parser *p, kiln_status st, size_t at, const char *fmt, ...)
 {
     char what[512];
     va_list ap;
@@ -263,14 +169,14 @@ static kiln_status gguf_bad(const gguf_parser *p, kiln_status st, size_t at, con
                      p->where[0] ? ": " : "", what, at);
 }
 
-static kiln_status gguf_nomem(const gguf_parser *p)
+kiln_status kiln_gguf_nomem(const kiln_gguf_parser *p)
 {
     return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory while reading GGUF", p->path);
 }
 
 /* Names in messages come from the file: cut them short and keep control
  * bytes out of the terminal. */
-static void gguf_where(gguf_parser *p, const char *kind, const char *name, size_t len)
+void kiln_gguf_where(kiln_gguf_parser *p, const char *kind, const char *name, size_t len)
 {
     char clean[96];
     size_t n = len < sizeof clean - 4 ? len : sizeof clean - 4;
@@ -282,241 +188,66 @@ static void gguf_where(gguf_parser *p, const char *kind, const char *name, size_
     snprintf(p->where, sizeof p->where, "%s '%s'", kind, clean);
 }
 
-static size_t gguf_left(const gguf_parser *p) { return p->size - p->pos; }
-
-static kiln_status gguf_need(const gguf_parser *p, size_t n, const char *what)
+kiln_status kiln_gguf_need(const kiln_gguf_parser *p, size_t n, const char *what)
 {
-    if (n > gguf_left(p))
-        return gguf_bad(p, KILN_ERR_MALFORMED, p->pos, "truncated: %s needs %zu bytes, %zu left",
-                        what, n, gguf_left(p));
+    if (n > kiln_gguf_left(p))
+        return kiln_gguf_fail(p, KILN_ERR_MALFORMED, p->pos, "truncated: %s needs %zu bytes, %zu left",
+                              what, n, kiln_gguf_left(p));
     return KILN_OK;
 }
 
-static uint64_t gguf_le(const uint8_t *b, size_t n)
+kiln_status kiln_gguf_read_uint(kiln_gguf_parser *p, size_t n, const char *what, uint64_t *out)
 {
-    uint64_t v = 0;
-    for (size_t i = n; i-- > 0;)
-        v = v << 8 | b[i];
-    return v;
-}
-
-static kiln_status gguf_read_uint(gguf_parser *p, size_t n, const char *what, uint64_t *out)
-{
-    kiln_status st = gguf_need(p, n, what);
+    kiln_status st = kiln_gguf_need(p, n, what);
     if (st != KILN_OK)
         return st;
-    *out = gguf_le(p->base + p->pos, n);
+    *out = kiln_gguf_le(p->base + p->pos, n);
     p->pos += n;
     return KILN_OK;
 }
 
-static kiln_status gguf_read_u32(gguf_parser *p, const char *what, uint32_t *out)
+kiln_status kiln_gguf_read_u32(kiln_gguf_parser *p, const char *what, uint32_t *out)
 {
     uint64_t v;
-    kiln_status st = gguf_read_uint(p, 4, what, &v);
+    kiln_status st = kiln_gguf_read_uint(p, 4, what, &v);
     if (st == KILN_OK)
         *out = (uint32_t)v;
     return st;
 }
 
-static kiln_status gguf_read_str(gguf_parser *p, const char *what, const char **ptr, size_t *len)
+kiln_status kiln_gguf_read_str(kiln_gguf_parser *p, const char *what, const char **ptr, size_t *len)
 {
     size_t at = p->pos;
     uint64_t n;
-    kiln_status st = gguf_read_uint(p, 8, what, &n);
+    kiln_status st = kiln_gguf_read_uint(p, 8, what, &n);
     if (st != KILN_OK)
         return st;
-    if (n > gguf_left(p))
-        return gguf_bad(p, KILN_ERR_MALFORMED, at, "%s length %llu exceeds the %zu bytes left", what,
-                        (unsigned long long)n, gguf_left(p));
+    if (n > kiln_gguf_left(p))
+        return kiln_gguf_fail(p, KILN_ERR_MALFORMED, at, "%s length %llu exceeds the %zu bytes left", what,
+                              (unsigned long long)n, kiln_gguf_left(p));
     *ptr = (const char *)p->base + p->pos;
     *len = (size_t)n;
     p->pos += (size_t)n;
     return KILN_OK;
 }
 
-static kiln_status gguf_read_type(gguf_parser *p, const char *what, kiln_gguf_type *out)
-{
-    size_t at = p->pos;
-    uint32_t t;
-    kiln_status st = gguf_read_u32(p, what, &t);
-    if (st != KILN_OK)
-        return st;
-    if (t >= KILN_GGUF_TYPE_COUNT)
-        return gguf_bad(p, KILN_ERR_MALFORMED, at, "unknown %s %u", what, t);
-    *out = (kiln_gguf_type)t;
-    return KILN_OK;
-}
-
-static void gguf_decode_scalar(kiln_gguf_type type, const uint8_t *b, kiln_gguf_value *out)
-{
-    const gguf_value_type *vt = &gguf_value_types[type];
-    uint64_t bits = gguf_le(b, vt->size);
-    out->type = type;
-    switch (vt->kind) {
-    case GGUF_KIND_UNSIGNED:
-    case GGUF_KIND_BOOL:
-        out->u = bits;
-        break;
-    case GGUF_KIND_SIGNED:
-        if (vt->size < 8 && (bits >> (vt->size * 8 - 1) & 1))
-            bits |= ~(uint64_t)0 << (vt->size * 8);
-        memcpy(&out->i, &bits, sizeof bits);
-        break;
-    case GGUF_KIND_FLOAT:
-        if (vt->size == 4) {
-            uint32_t b32 = (uint32_t)bits;
-            float f;
-            memcpy(&f, &b32, sizeof f);
-            out->f = f;
-        } else {
-            memcpy(&out->f, &bits, sizeof bits);
-        }
-        break;
-    case GGUF_KIND_STRING:
-    case GGUF_KIND_ARRAY:
-        assert(!"not a scalar type");
-        break;
-    }
-}
-
-static kiln_status gguf_read_value(gguf_parser *p, kiln_gguf_type type, int depth,
-                                   kiln_gguf_value *out);
-
-static kiln_status gguf_read_array(gguf_parser *p, int depth, kiln_gguf_value *out)
-{
-    size_t at = p->pos;
-    if (depth >= KILN_GGUF_MAX_DEPTH)
-        return gguf_bad(p, KILN_ERR_MALFORMED, at, "arrays nested deeper than %d levels",
-                        KILN_GGUF_MAX_DEPTH);
-    kiln_gguf_type et;
-    kiln_status st = gguf_read_type(p, "array element type", &et);
-    if (st != KILN_OK)
-        return st;
-    size_t count_at = p->pos;
-    uint64_t n;
-    if ((st = gguf_read_uint(p, 8, "array count", &n)) != KILN_OK)
-        return st;
-    const gguf_value_type *vt = &gguf_value_types[et];
-    if (n > gguf_left(p) / vt->min_bytes)
-        return gguf_bad(p, KILN_ERR_MALFORMED, count_at,
-                        "array of %llu %s elements does not fit in the %zu bytes left",
-                        (unsigned long long)n, vt->name, gguf_left(p));
-    out->arr.type = et;
-    out->arr.n = (size_t)n;
-    if (vt->size) {
-        const uint8_t *raw = p->base + p->pos;
-        if (vt->kind == GGUF_KIND_BOOL)
-            for (size_t i = 0; i < n; i++)
-                if (raw[i] > 1)
-                    return gguf_bad(p, KILN_ERR_MALFORMED, p->pos + i,
-                                    "array element %zu: bool value %u is neither 0 nor 1", i, raw[i]);
-        out->arr.raw = raw;
-        p->pos += (size_t)n * vt->size;
-        return KILN_OK;
-    }
-    if (n == 0)
-        return KILN_OK;
-    kiln_gguf_value *items = calloc((size_t)n, sizeof *items);
-    if (!items)
-        return gguf_nomem(p);
-    out->arr.items = items;
-    for (size_t i = 0; i < n; i++)
-        if ((st = gguf_read_value(p, et, depth + 1, &items[i])) != KILN_OK)
-            return st;
-    return KILN_OK;
-}
-
-/* Reads one value of the given type; on failure *out may hold a partly read
- * array, which gguf_value_free releases. */
-static kiln_status gguf_read_value(gguf_parser *p, kiln_gguf_type type, int depth,
-                                   kiln_gguf_value *out)
-{
-    const gguf_value_type *vt = &gguf_value_types[type];
-    out->type = type;
-    if (vt->kind == GGUF_KIND_STRING)
-        return gguf_read_str(p, "string", &out->str.ptr, &out->str.len);
-    if (vt->kind == GGUF_KIND_ARRAY)
-        return gguf_read_array(p, depth, out);
-    kiln_status st = gguf_need(p, vt->size, vt->name);
-    if (st != KILN_OK)
-        return st;
-    if (vt->kind == GGUF_KIND_BOOL && p->base[p->pos] > 1)
-        return gguf_bad(p, KILN_ERR_MALFORMED, p->pos, "bool value %u is neither 0 nor 1",
-                        p->base[p->pos]);
-    gguf_decode_scalar(type, p->base + p->pos, out);
-    p->pos += vt->size;
-    return KILN_OK;
-}
-
-static kiln_status gguf_read_kvs(gguf_parser *p, gguf_impl *impl, uint64_t n_kv)
-{
-    kiln_status st;
-    if (n_kv == 0)
-        return KILN_OK;
-    impl->kv = calloc((size_t)n_kv, sizeof *impl->kv);
-    impl->by_key = calloc((size_t)n_kv, sizeof *impl->by_key);
-    if (!impl->kv || !impl->by_key)
-        return gguf_nomem(p);
-    for (size_t i = 0; i < n_kv; i++) {
-        gguf_kv *kv = &impl->kv[i];
-        size_t at = p->pos;
-        const char *key;
-        size_t len;
-        snprintf(p->where, sizeof p->where, "key #%zu", i);
-        if ((st = gguf_read_str(p, "key", &key, &len)) != KILN_OK)
-            return st;
-        if (len == 0)
-            return gguf_bad(p, KILN_ERR_MALFORMED, at, "empty key");
-        if (len > GGUF_MAX_KEY)
-            return gguf_bad(p, KILN_ERR_MALFORMED, at, "key is %zu bytes long, the limit is %d", len,
-                            GGUF_MAX_KEY);
-        if (memchr(key, '\0', len))
-            return gguf_bad(p, KILN_ERR_MALFORMED, at, "key contains a NUL byte");
-        gguf_where(p, "key", key, len);
-        if (!(kv->key = malloc(len + 1)))
-            return gguf_nomem(p);
-        memcpy(kv->key, key, len);
-        kv->key[len] = '\0';
-        kv->at = at;
-        impl->n_kv = i + 1;
-        impl->by_key[i] = kv;
-        kiln_gguf_type type;
-        if ((st = gguf_read_type(p, "value type", &type)) != KILN_OK)
-            return st;
-        if ((st = gguf_read_value(p, type, 0, &kv->value)) != KILN_OK)
-            return st;
-    }
-    qsort(impl->by_key, impl->n_kv, sizeof *impl->by_key, gguf_kv_cmp);
-    for (size_t i = 1; i < impl->n_kv; i++) {
-        const gguf_kv *a = impl->by_key[i - 1], *b = impl->by_key[i];
-        if (strcmp(a->key, b->key) == 0) {
-            gguf_where(p, "key", a->key, strlen(a->key));
-            return gguf_bad(p, KILN_ERR_MALFORMED, a->at > b->at ? a->at : b->at,
-                            "duplicate key (first at byte offset %zu)", a->at < b->at ? a->at : b->at);
-        }
-    }
-    p->where[0] = '\0';
-    return KILN_OK;
-}
-
-static kiln_status gguf_read_alignment(gguf_parser *p, const gguf_impl *impl, size_t *out)
+static kiln_status gguf_read_alignment(kiln_gguf_parser *p, const kiln_gguf_impl *impl, size_t *out)
 {
     *out = GGUF_DEFAULT_ALIGNMENT;
-    const gguf_kv *kv = gguf_find(impl, "general.alignment");
+    const kiln_gguf_kv *kv = kiln_gguf_find(impl, "general.alignment");
     if (!kv)
         return KILN_OK;
-    gguf_where(p, "key", kv->key, strlen(kv->key));
+    kiln_gguf_where(p, "key", kv->key, strlen(kv->key));
     if (kv->value.type != KILN_GGUF_UINT32)
-        return gguf_bad(p, KILN_ERR_MALFORMED, kv->at, "must be uint32, not %s",
-                        kiln_gguf_type_name(kv->value.type));
+        return kiln_gguf_fail(p, KILN_ERR_MALFORMED, kv->at, "must be uint32, not %s",
+                              kiln_gguf_type_name(kv->value.type));
     uint64_t a = kv->value.u;
     if (a == 0 || (a & (a - 1)) != 0)
-        return gguf_bad(p, KILN_ERR_MALFORMED, kv->at, "alignment %llu is not a power of two",
-                        (unsigned long long)a);
+        return kiln_gguf_fail(p, KILN_ERR_MALFORMED, kv->at, "alignment %llu is not a power of two",
+                              (unsigned long long)a);
     if (a > GGUF_MAX_ALIGNMENT)
-        return gguf_bad(p, KILN_ERR_MALFORMED, kv->at, "alignment %llu is above the limit %u",
-                        (unsigned long long)a, GGUF_MAX_ALIGNMENT);
+        return kiln_gguf_fail(p, KILN_ERR_MALFORMED, kv->at, "alignment %llu is above the limit %u",
+                              (unsigned long long)a, GGUF_MAX_ALIGNMENT);
     p->where[0] = '\0';
     *out = (size_t)a;
     return KILN_OK;
@@ -531,25 +262,25 @@ typedef struct gguf_tensor_rec {
     size_t offset_at; /* file offset of its data offset field */
 } gguf_tensor_rec;
 
-static kiln_status gguf_read_tensor(gguf_parser *p, size_t alignment, size_t index,
+static kiln_status gguf_read_tensor(kiln_gguf_parser *p, size_t alignment, size_t index,
                                     kiln_model_tensor *t, gguf_tensor_rec *rec)
 {
     kiln_status st;
     const char *name;
     size_t len, at = p->pos;
     snprintf(p->where, sizeof p->where, "tensor #%zu", index);
-    if ((st = gguf_read_str(p, "tensor name", &name, &len)) != KILN_OK)
+    if ((st = kiln_gguf_read_str(p, "tensor name", &name, &len)) != KILN_OK)
         return st;
     if (len == 0)
-        return gguf_bad(p, KILN_ERR_MALFORMED, at, "empty tensor name");
+        return kiln_gguf_fail(p, KILN_ERR_MALFORMED, at, "empty tensor name");
     if (len > GGUF_MAX_NAME)
-        return gguf_bad(p, KILN_ERR_MALFORMED, at, "tensor name is %zu bytes long, the limit is %d",
-                        len, GGUF_MAX_NAME);
+        return kiln_gguf_fail(p, KILN_ERR_MALFORMED, at, "tensor name is %zu bytes long, the limit is %d",
+                              len, GGUF_MAX_NAME);
     if (memchr(name, '\0', len))
-        return gguf_bad(p, KILN_ERR_MALFORMED, at, "tensor name contains a NUL byte");
-    gguf_where(p, "tensor", name, len);
+        return kiln_gguf_fail(p, KILN_ERR_MALFORMED, at, "tensor name contains a NUL byte");
+    kiln_gguf_where(p, "tensor", name, len);
     if (!(t->name = malloc(len + 1)))
-        return gguf_nomem(p);
+        return kiln_gguf_nomem(p);
     memcpy(t->name, name, len);
     t->name[len] = '\0';
     rec->t = t;
@@ -557,57 +288,58 @@ static kiln_status gguf_read_tensor(gguf_parser *p, size_t alignment, size_t ind
 
     at = p->pos;
     uint32_t n_dims;
-    if ((st = gguf_read_u32(p, "n_dims", &n_dims)) != KILN_OK)
+    if ((st = kiln_gguf_read_u32(p, "n_dims", &n_dims)) != KILN_OK)
         return st;
     if (n_dims < 1 || n_dims > GGUF_MAX_DIMS)
-        return gguf_bad(p, KILN_ERR_MALFORMED, at, "n_dims %u is not in 1..%d", n_dims,
-                        GGUF_MAX_DIMS);
+        return kiln_gguf_fail(p, KILN_ERR_MALFORMED, at, "n_dims %u is not in 1..%d", n_dims,
+                              GGUF_MAX_DIMS);
     t->n_dims = (int)n_dims;
     int64_t nelem = 1;
     for (int d = 0; d < GGUF_MAX_DIMS; d++) {
         uint64_t ne = 1;
         at = p->pos;
-        if (d < (int)n_dims && (st = gguf_read_uint(p, 8, "dimension", &ne)) != KILN_OK)
+        if (d < (int)n_dims && (st = kiln_gguf_read_uint(p, 8, "dimension", &ne)) != KILN_OK)
             return st;
         if (ne == 0 || ne > INT64_MAX)
-            return gguf_bad(p, KILN_ERR_MALFORMED, at, "dimension %d is %llu, not in 1..2^63-1", d,
-                            (unsigned long long)ne);
+            return kiln_gguf_fail(p, KILN_ERR_MALFORMED, at, "dimension %d is %llu, not in 1..2^63-1", d,
+                                  (unsigned long long)ne);
         t->ne[d] = (int64_t)ne;
         if (__builtin_mul_overflow(nelem, t->ne[d], &nelem))
-            return gguf_bad(p, KILN_ERR_MALFORMED, at,
-                            "the element count overflows at dimension %d (%lld)", d, (long long)ne);
+            return kiln_gguf_fail(p, KILN_ERR_MALFORMED, at,
+                                  "the element count overflows at dimension %d (%lld)", d, (long long)ne);
     }
 
     at = p->pos;
     uint32_t id;
-    if ((st = gguf_read_u32(p, "tensor type", &id)) != KILN_OK)
+    if ((st = kiln_gguf_read_u32(p, "tensor type", &id)) != KILN_OK)
         return st;
     const kiln_gguf_tensor_type *tt = kiln_gguf_tensor_type_get(id);
     if (!tt)
-        return gguf_bad(p, KILN_ERR_MALFORMED, at, "unknown tensor type id %u", id);
+        return kiln_gguf_fail(p, KILN_ERR_MALFORMED, at, "unknown tensor type id %u", id);
     if (tt->block == 0)
-        return gguf_bad(p, KILN_ERR_UNSUPPORTED, at,
-                        "type %u (%s) has been removed from GGUF; its layout is unknown", id,
-                        tt->name);
+        return kiln_gguf_fail(p, KILN_ERR_UNSUPPORTED, at,
+                              "type %u (%s) has been removed from GGUF; its layout is unknown", id,
+                              tt->name);
     if (t->ne[0] % tt->block != 0)
-        return gguf_bad(p, KILN_ERR_MALFORMED, at,
-                        "type %s needs ne[0] to be a multiple of %d, but ne[0] is %lld", tt->name,
-                        tt->block, (long long)t->ne[0]);
+        return kiln_gguf_fail(p, KILN_ERR_MALFORMED, at,
+                              "type %s needs ne[0] to be a multiple of %d, but ne[0] is %lld", tt->name,
+                              tt->block, (long long)t->ne[0]);
     size_t row_bytes = (size_t)(t->ne[0] / tt->block) * (size_t)tt->type_size;
     size_t bytes = row_bytes;
     for (int d = 1; d < GGUF_MAX_DIMS; d++)
         if (!kiln_mul_size(bytes, (size_t)t->ne[d], &bytes))
-            return gguf_bad(p, KILN_ERR_MALFORMED, at, "the size in bytes overflows");
+            return kiln_gguf_fail(p, KILN_ERR_MALFORMED, at, "the size in bytes overflows");
     t->bytes = bytes;
     if (!(t->type_name = strdup(tt->name)))
-        return gguf_nomem(p);
+        return kiln_gguf_nomem(p);
 
     at = p->pos;
-    if ((st = gguf_read_uint(p, 8, "tensor data offset", &rec->offset)) != KILN_OK)
+    if ((st = kiln_gguf_read_uint(p, 8, "tensor data offset", &rec->offset)) != KILN_OK)
         return st;
     if (rec->offset % alignment != 0)
-        return gguf_bad(p, KILN_ERR_MALFORMED, at, "data offset %llu is not a multiple of the alignment %zu",
-                        (unsigned long long)rec->offset, alignment);
+        return kiln_gguf_fail(p, KILN_ERR_MALFORMED, at,
+                              "data offset %llu is not a multiple of the alignment %zu",
+                              (unsigned long long)rec->offset, alignment);
     rec->offset_at = at;
 
     kiln_format fmt;
@@ -625,7 +357,7 @@ static kiln_status gguf_read_tensor(gguf_parser *p, size_t alignment, size_t ind
         gguf_why_unsupported(id, why, sizeof why);
         t->qt.format = KILN_FMT_COUNT;
         if (!(t->why = strdup(why)))
-            return gguf_nomem(p);
+            return kiln_gguf_nomem(p);
     }
     p->where[0] = '\0';
     return KILN_OK;
@@ -644,7 +376,7 @@ static int gguf_rec_by_name(const void *a, const void *b)
 
 /* Every tensor lies inside the file, none overlaps another, no name repeats;
  * then point the supported ones into the mapping. */
-static kiln_status gguf_place_tensors(gguf_parser *p, kiln_model *m, gguf_tensor_rec *recs,
+static kiln_status gguf_place_tensors(kiln_gguf_parser *p, kiln_model *m, gguf_tensor_rec *recs,
                                       size_t data_start)
 {
     size_t n = (size_t)m->n_tensors;
@@ -653,11 +385,11 @@ static kiln_status gguf_place_tensors(gguf_parser *p, kiln_model *m, gguf_tensor
         size_t end;
         if (recs[i].offset > p->size || !kiln_add_size(data_start, (size_t)recs[i].offset, &end) ||
             !kiln_add_size(end, t->bytes, &end) || end > p->size) {
-            gguf_where(p, "tensor", t->name, strlen(t->name));
-            return gguf_bad(p, KILN_ERR_MALFORMED, recs[i].offset_at,
-                            "data (offset %llu, %zu bytes, data section at %zu) runs past the end of "
-                            "the file (%zu bytes)",
-                            (unsigned long long)recs[i].offset, t->bytes, data_start, p->size);
+            kiln_gguf_where(p, "tensor", t->name, strlen(t->name));
+            return kiln_gguf_fail(p, KILN_ERR_MALFORMED, recs[i].offset_at,
+                                  "data (offset %llu, %zu bytes, data section at %zu) runs past the end of "
+                                  "the file (%zu bytes)",
+                                  (unsigned long long)recs[i].offset, t->bytes, data_start, p->size);
         }
     }
     for (size_t i = 0; i < n; i++) {
@@ -669,21 +401,21 @@ static kiln_status gguf_place_tensors(gguf_parser *p, kiln_model *m, gguf_tensor
     for (size_t i = 1; i < n; i++) {
         const gguf_tensor_rec *a = &recs[i - 1], *b = &recs[i];
         if (a->offset + a->t->bytes > b->offset) {
-            gguf_where(p, "tensor", b->t->name, strlen(b->t->name));
-            return gguf_bad(p, KILN_ERR_MALFORMED, b->offset_at,
-                            "data at offset %llu overlaps tensor '%s' (offset %llu, %zu bytes)",
-                            (unsigned long long)b->offset, a->t->name,
-                            (unsigned long long)a->offset, a->t->bytes);
+            kiln_gguf_where(p, "tensor", b->t->name, strlen(b->t->name));
+            return kiln_gguf_fail(p, KILN_ERR_MALFORMED, b->offset_at,
+                                  "data at offset %llu overlaps tensor '%s' (offset %llu, %zu bytes)",
+                                  (unsigned long long)b->offset, a->t->name,
+                                  (unsigned long long)a->offset, a->t->bytes);
         }
     }
     qsort(recs, n, sizeof *recs, gguf_rec_by_name);
     for (size_t i = 1; i < n; i++) {
         const gguf_tensor_rec *a = &recs[i - 1], *b = &recs[i];
         if (strcmp(a->t->name, b->t->name) == 0) {
-            gguf_where(p, "tensor", a->t->name, strlen(a->t->name));
-            return gguf_bad(p, KILN_ERR_MALFORMED, a->name_at > b->name_at ? a->name_at : b->name_at,
-                            "duplicate tensor name (first at byte offset %zu)",
-                            a->name_at < b->name_at ? a->name_at : b->name_at);
+            kiln_gguf_where(p, "tensor", a->t->name, strlen(a->t->name));
+            return kiln_gguf_fail(p, KILN_ERR_MALFORMED, a->name_at > b->name_at ? a->name_at : b->name_at,
+                                  "duplicate tensor name (first at byte offset %zu)",
+                                  a->name_at < b->name_at ? a->name_at : b->name_at);
         }
     }
     p->where[0] = '\0';
@@ -715,7 +447,7 @@ static kiln_status gguf_hparam_count(const kiln_model *m, const char *key, int64
     kiln_status st = kiln_gguf_get_int(m, key, out);
     if (st == KILN_OK && *out < 0)
         return kiln_fail(KILN_ERR_MALFORMED, "%s: key '%s': %lld is negative (at byte offset %zu)",
-                         m->path, key, (long long)*out, gguf_find(m->impl, key)->at);
+                         m->path, key, (long long)*out, kiln_gguf_find(m->impl, key)->at);
     return st;
 }
 
@@ -733,7 +465,7 @@ static kiln_status gguf_read_hparams(kiln_model *m)
         return kiln_fail(KILN_ERR_MALFORMED,
                          "%s: key 'general.architecture': not a name of 1..%zu characters "
                          "(at byte offset %zu)",
-                         m->path, sizeof hp->arch - 1, gguf_find(m->impl, "general.architecture")->at);
+                         m->path, sizeof hp->arch - 1, kiln_gguf_find(m->impl, "general.architecture")->at);
     memcpy(hp->arch, arch, len);
     hp->arch[len] = '\0';
 
@@ -758,7 +490,7 @@ static kiln_status gguf_read_hparams(kiln_model *m)
                              "%s: key 'tokenizer.ggml.tokens': must be an array, not %s "
                              "(at byte offset %zu)",
                              m->path, kiln_gguf_type_name(tokens->type),
-                             gguf_find(m->impl, "tokenizer.ggml.tokens")->at);
+                             kiln_gguf_find(m->impl, "tokenizer.ggml.tokens")->at);
         if (tokens)
             hp->vocab = (int64_t)tokens->arr.n;
     }
@@ -767,45 +499,45 @@ static kiln_status gguf_read_hparams(kiln_model *m)
 
 /* ---------------------------------------------------------------- opening */
 
-static kiln_status gguf_read_header(gguf_parser *p, uint32_t *version, uint64_t *n_tensors,
+static kiln_status gguf_read_header(kiln_gguf_parser *p, uint32_t *version, uint64_t *n_tensors,
                                     uint64_t *n_kv)
 {
     kiln_status st;
     if (p->size < 4 || memcmp(p->base, "GGUF", 4) != 0)
-        return gguf_bad(p, KILN_ERR_MALFORMED, 0, "not a GGUF file (no \"GGUF\" magic)");
+        return kiln_gguf_fail(p, KILN_ERR_MALFORMED, 0, "not a GGUF file (no \"GGUF\" magic)");
     p->pos = 4;
-    if ((st = gguf_read_u32(p, "version", version)) != KILN_OK)
+    if ((st = kiln_gguf_read_u32(p, "version", version)) != KILN_OK)
         return st;
     uint32_t swapped = __builtin_bswap32(*version);
     if (*version >= 0x10000 && swapped >= 1 && swapped <= 3)
-        return gguf_bad(p, KILN_ERR_UNSUPPORTED, 4, "big-endian GGUF (version %u) is not supported",
-                        swapped);
+        return kiln_gguf_fail(p, KILN_ERR_UNSUPPORTED, 4, "big-endian GGUF (version %u) is not supported",
+                              swapped);
     if (*version != 2 && *version != 3)
-        return gguf_bad(p, KILN_ERR_UNSUPPORTED, 4,
-                        "GGUF version %u is not supported (only versions 2 and 3)", *version);
+        return kiln_gguf_fail(p, KILN_ERR_UNSUPPORTED, 4,
+                              "GGUF version %u is not supported (only versions 2 and 3)", *version);
     size_t at = p->pos;
-    if ((st = gguf_read_uint(p, 8, "tensor count", n_tensors)) != KILN_OK)
+    if ((st = kiln_gguf_read_uint(p, 8, "tensor count", n_tensors)) != KILN_OK)
         return st;
     size_t kv_at = p->pos;
-    if ((st = gguf_read_uint(p, 8, "metadata count", n_kv)) != KILN_OK)
+    if ((st = kiln_gguf_read_uint(p, 8, "metadata count", n_kv)) != KILN_OK)
         return st;
-    size_t left = gguf_left(p);
+    size_t left = kiln_gguf_left(p);
     if (*n_tensors > left / GGUF_MIN_TENSOR_BYTES || *n_tensors > INT32_MAX)
-        return gguf_bad(p, KILN_ERR_MALFORMED, at,
-                        "%llu tensors cannot fit in the %zu bytes left",
-                        (unsigned long long)*n_tensors, left);
+        return kiln_gguf_fail(p, KILN_ERR_MALFORMED, at,
+                              "%llu tensors cannot fit in the %zu bytes left",
+                              (unsigned long long)*n_tensors, left);
     if (*n_kv > left / GGUF_MIN_KV_BYTES || *n_kv > INT32_MAX)
-        return gguf_bad(p, KILN_ERR_MALFORMED, kv_at,
-                        "%llu metadata pairs cannot fit in the %zu bytes left",
-                        (unsigned long long)*n_kv, left);
+        return kiln_gguf_fail(p, KILN_ERR_MALFORMED, kv_at,
+                              "%llu metadata pairs cannot fit in the %zu bytes left",
+                              (unsigned long long)*n_kv, left);
     if (*n_tensors * GGUF_MIN_TENSOR_BYTES + *n_kv * GGUF_MIN_KV_BYTES > left)
-        return gguf_bad(p, KILN_ERR_MALFORMED, at,
-                        "%llu tensors and %llu metadata pairs cannot fit in the %zu bytes left",
-                        (unsigned long long)*n_tensors, (unsigned long long)*n_kv, left);
+        return kiln_gguf_fail(p, KILN_ERR_MALFORMED, at,
+                              "%llu tensors and %llu metadata pairs cannot fit in the %zu bytes left",
+                              (unsigned long long)*n_tensors, (unsigned long long)*n_kv, left);
     return KILN_OK;
 }
 
-static kiln_status gguf_parse(gguf_parser *p, kiln_model *m, gguf_impl *impl)
+static kiln_status gguf_parse(kiln_gguf_parser *p, kiln_model *m, kiln_gguf_impl *impl)
 {
     uint32_t version = 0;
     uint64_t n_tensors = 0, n_kv = 0;
@@ -815,8 +547,8 @@ static kiln_status gguf_parse(gguf_parser *p, kiln_model *m, gguf_impl *impl)
     char container[16];
     snprintf(container, sizeof container, "gguf v%u", version);
     if (!(m->container = strdup(container)))
-        return gguf_nomem(p);
-    if ((st = gguf_read_kvs(p, impl, n_kv)) != KILN_OK)
+        return kiln_gguf_nomem(p);
+    if ((st = kiln_gguf_read_kvs(p, impl, n_kv)) != KILN_OK)
         return st;
     size_t alignment;
     if ((st = gguf_read_alignment(p, impl, &alignment)) != KILN_OK)
@@ -830,7 +562,7 @@ static kiln_status gguf_parse(gguf_parser *p, kiln_model *m, gguf_impl *impl)
     gguf_tensor_rec *recs = calloc((size_t)n_tensors, sizeof *recs);
     if (!m->tensors || !recs) {
         free(recs);
-        return gguf_nomem(p);
+        return kiln_gguf_nomem(p);
     }
     for (size_t i = 0; i < n_tensors && st == KILN_OK; i++) {
         m->n_tensors = (int)i + 1;
@@ -877,7 +609,7 @@ kiln_status kiln_gguf_open(const char *path, kiln_model **out)
     if (!path || !out)
         return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_gguf_open: path and out must not be NULL");
     kiln_model *m = calloc(1, sizeof *m);
-    gguf_impl *impl = calloc(1, sizeof *impl);
+    kiln_gguf_impl *impl = calloc(1, sizeof *impl);
     if (!m || !impl || !(m->path = strdup(path))) {
         free(m ? m->path : NULL);
         free(m);
@@ -888,7 +620,7 @@ kiln_status kiln_gguf_open(const char *path, kiln_model **out)
     m->impl_free = gguf_impl_free;
     kiln_status st = gguf_map(path, &impl->map, &impl->map_size);
     if (st == KILN_OK) {
-        gguf_parser p = {.path = path, .base = impl->map, .size = impl->map_size};
+        kiln_gguf_parser p = {.path = path, .base = impl->map, .size = impl->map_size};
         st = gguf_parse(&p, m, impl);
     }
     if (st != KILN_OK) {
@@ -897,189 +629,4 @@ kiln_status kiln_gguf_open(const char *path, kiln_model **out)
     }
     *out = m;
     return KILN_OK;
-}
-
-/* ----------------------------------------------------------------- lookup */
-
-const kiln_gguf_value *kiln_gguf_get(const kiln_model *m, const char *key)
-{
-    const gguf_impl *impl = gguf_impl_of(m);
-    if (!impl || !key)
-        return NULL;
-    const gguf_kv *kv = gguf_find(impl, key);
-    return kv ? &kv->value : NULL;
-}
-
-/* The pair behind key, or NOT_FOUND with a message. */
-static kiln_status gguf_lookup(const kiln_model *m, const char *key, const gguf_kv **out)
-{
-    const gguf_impl *impl = gguf_impl_of(m);
-    const gguf_kv *kv = impl && key ? gguf_find(impl, key) : NULL;
-    if (!kv)
-        return kiln_fail(KILN_ERR_NOT_FOUND, "%s: no metadata key '%s'", m ? m->path : "?",
-                         key ? key : "(null)");
-    *out = kv;
-    return KILN_OK;
-}
-
-static kiln_status gguf_wrong_type(const kiln_model *m, const gguf_kv *kv, const char *expected)
-{
-    return kiln_fail(KILN_ERR_MALFORMED, "%s: key '%s': expected %s, found %s (at byte offset %zu)",
-                     m->path, kv->key, expected, kiln_gguf_type_name(kv->value.type), kv->at);
-}
-
-kiln_status kiln_gguf_get_int(const kiln_model *m, const char *key, int64_t *out)
-{
-    const gguf_kv *kv = NULL;
-    kiln_status st = gguf_lookup(m, key, &kv);
-    if (st != KILN_OK)
-        return st;
-    gguf_kind kind = gguf_value_types[kv->value.type].kind;
-    if (kind == GGUF_KIND_SIGNED) {
-        *out = kv->value.i;
-        return KILN_OK;
-    }
-    if (kind != GGUF_KIND_UNSIGNED)
-        return gguf_wrong_type(m, kv, "an integer");
-    if (kv->value.u > INT64_MAX)
-        return kiln_fail(KILN_ERR_MALFORMED, "%s: key '%s': %llu does not fit an int64 (at byte offset %zu)",
-                         m->path, kv->key, (unsigned long long)kv->value.u, kv->at);
-    *out = (int64_t)kv->value.u;
-    return KILN_OK;
-}
-
-kiln_status kiln_gguf_get_float(const kiln_model *m, const char *key, double *out)
-{
-    const gguf_kv *kv = NULL;
-    kiln_status st = gguf_lookup(m, key, &kv);
-    if (st != KILN_OK)
-        return st;
-    if (gguf_value_types[kv->value.type].kind != GGUF_KIND_FLOAT)
-        return gguf_wrong_type(m, kv, "a float");
-    *out = kv->value.f;
-    return KILN_OK;
-}
-
-kiln_status kiln_gguf_get_str(const kiln_model *m, const char *key, const char **ptr, size_t *len)
-{
-    const gguf_kv *kv = NULL;
-    kiln_status st = gguf_lookup(m, key, &kv);
-    if (st != KILN_OK)
-        return st;
-    if (kv->value.type != KILN_GGUF_STRING)
-        return gguf_wrong_type(m, kv, "a string");
-    *ptr = kv->value.str.ptr;
-    *len = kv->value.str.len;
-    return KILN_OK;
-}
-
-kiln_status kiln_gguf_array_at(const kiln_gguf_value *arr, size_t i, kiln_gguf_value *out)
-{
-    if (!arr || !out || arr->type != KILN_GGUF_ARRAY)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_gguf_array_at: not an array value");
-    if (i >= arr->arr.n)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_gguf_array_at: index %zu out of range (%zu items)",
-                         i, arr->arr.n);
-    const gguf_value_type *vt = &gguf_value_types[arr->arr.type];
-    if (vt->size)
-        gguf_decode_scalar(arr->arr.type, arr->arr.raw + i * vt->size, out);
-    else
-        *out = arr->arr.items[i];
-    return KILN_OK;
-}
-
-int kiln_gguf_n_kv(const kiln_model *m)
-{
-    const gguf_impl *impl = gguf_impl_of(m);
-    return impl ? (int)impl->n_kv : 0;
-}
-
-const char *kiln_gguf_kv_at(const kiln_model *m, int i, const kiln_gguf_value **value)
-{
-    const gguf_impl *impl = gguf_impl_of(m);
-    if (!impl || i < 0 || (size_t)i >= impl->n_kv)
-        return NULL;
-    if (value)
-        *value = &impl->kv[i].value;
-    return impl->kv[i].key;
-}
-
-/* ---------------------------------------------------------------- summary */
-
-typedef struct gguf_text {
-    char *buf;
-    size_t size, len;
-} gguf_text;
-
-static void gguf_put(gguf_text *t, const char *fmt, ...) KILN_PRINTF(2, 3);
-static void gguf_put(gguf_text *t, const char *fmt, ...)
-{
-    if (t->len + 1 >= t->size)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(t->buf + t->len, t->size - t->len, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        t->len = t->len + (size_t)n < t->size ? t->len + (size_t)n : t->size - 1;
-}
-
-#define GGUF_SUMMARY_STR_MAX 64
-
-static void gguf_put_value(gguf_text *t, const kiln_gguf_value *v, int max_items)
-{
-    switch (gguf_value_types[v->type].kind) {
-    case GGUF_KIND_UNSIGNED:
-        gguf_put(t, "%llu", (unsigned long long)v->u);
-        break;
-    case GGUF_KIND_SIGNED:
-        gguf_put(t, "%lld", (long long)v->i);
-        break;
-    case GGUF_KIND_FLOAT:
-        gguf_put(t, v->type == KILN_GGUF_FLOAT32 ? "%.9g" : "%.17g", v->f);
-        break;
-    case GGUF_KIND_BOOL:
-        gguf_put(t, "%s", v->u ? "true" : "false");
-        break;
-    case GGUF_KIND_STRING: {
-        size_t n = v->str.len < GGUF_SUMMARY_STR_MAX ? v->str.len : GGUF_SUMMARY_STR_MAX;
-        gguf_put(t, "\"");
-        for (size_t i = 0; i < n; i++) {
-            unsigned char c = (unsigned char)v->str.ptr[i];
-            if (c == '"' || c == '\\')
-                gguf_put(t, "\\%c", c);
-            else if (c < 0x20 || c == 0x7f)
-                gguf_put(t, "\\x%02x", c);
-            else
-                gguf_put(t, "%c", c);
-        }
-        gguf_put(t, "%s", n < v->str.len ? "\"..." : "\"");
-        break;
-    }
-    case GGUF_KIND_ARRAY: {
-        gguf_put(t, "array<%s>[%zu] [", kiln_gguf_type_name(v->arr.type), v->arr.n);
-        size_t shown = max_items < 0 ? 0 : (size_t)max_items;
-        if (shown > v->arr.n)
-            shown = v->arr.n;
-        for (size_t i = 0; i < shown; i++) {
-            kiln_gguf_value item;
-            kiln_gguf_array_at(v, i, &item);
-            gguf_put(t, "%s", i ? ", " : "");
-            gguf_put_value(t, &item, max_items);
-        }
-        gguf_put(t, "%s", shown < v->arr.n ? (shown ? ", ...]" : "...]") : "]");
-        break;
-    }
-    }
-}
-
-char *kiln_gguf_value_summary(const kiln_gguf_value *v, int max_items, char *buf, size_t size)
-{
-    if (!buf || size == 0)
-        return buf;
-    gguf_text t = {.buf = buf, .size = size};
-    buf[0] = '\0';
-    if (v)
-        gguf_put_value(&t, v, max_items);
-    return buf;
 }

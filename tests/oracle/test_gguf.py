@@ -24,41 +24,15 @@ except ImportError as e:
     print(f"FAIL: cannot import the oracle ({e}); run `pip install gguf numpy`", file=sys.stderr)
     sys.exit(1)
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kilnlib  # noqa: E402
+from kilnlib import QTensor  # noqa: E402
+
 # Like tests/util/testutil.h: $KILN_TEST_SEED, else from the clock; printed.
 SEED = int(os.environ.get("KILN_TEST_SEED", str(time.time_ns() & 0xFFFFFFFF)), 0)
 
 
-class QTensor(ctypes.Structure):
-    _fields_ = [
-        ("format", ctypes.c_int),
-        ("n", ctypes.c_int64),
-        ("k", ctypes.c_int64),
-        ("data", ctypes.c_void_p),
-        ("scale", ctypes.c_void_p),
-        ("global_scale", ctypes.c_float),
-    ]
-
-
-def load_kiln():
-    path = os.environ.get("KILN_LIB")
-    if not path:
-        print("FAIL: KILN_LIB must name libkiln.so", file=sys.stderr)
-        sys.exit(1)
-    try:
-        lib = ctypes.CDLL(path)
-    except OSError as e:
-        print(f"FAIL: cannot load KILN_LIB: {e}", file=sys.stderr)
-        sys.exit(1)
-    lib.kiln_format_from_name.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int)]
-    lib.kiln_format_data_bytes.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
-                                           ctypes.POINTER(ctypes.c_size_t)]
-    lib.kiln_quantize.argtypes = [ctypes.c_void_p, ctypes.POINTER(QTensor)]
-    lib.kiln_dequantize.argtypes = [ctypes.POINTER(QTensor), ctypes.c_void_p]
-    lib.kiln_last_error.restype = ctypes.c_char_p
-    return lib
-
-
-LIB = load_kiln()
+LIB = kilnlib.load()
 
 
 def kiln_format(name):

@@ -26,82 +26,27 @@ try:
 except ImportError as e:  # the oracle is required, never skipped
     sys.exit(f"test_gguf_reader: {e}; install tests/oracle/requirements.txt")
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kilnlib  # noqa: E402
+from kilnlib import KILN_ERR_MALFORMED, KILN_ERR_UNSUPPORTED, KILN_OK, VP, ModelInfo, QTensor  # noqa: E402
+
 SEED = int(os.environ.get("KILN_TEST_SEED", "0")) or int.from_bytes(os.urandom(4), "little")
 print(f"test seed: KILN_TEST_SEED={SEED}", file=sys.stderr)
 
 # ------------------------------------------------------------- the library
 
-
-class QTensor(ctypes.Structure):
-    _fields_ = [("format", ctypes.c_int), ("n", ctypes.c_int64), ("k", ctypes.c_int64),
-                ("data", ctypes.c_void_p), ("scale", ctypes.c_void_p), ("global_scale", ctypes.c_float)]
-
-
-class TensorInfo(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_char_p), ("type_name", ctypes.c_char_p), ("supported", ctypes.c_int),
-                ("format", ctypes.c_int), ("n_dims", ctypes.c_int), ("ne", ctypes.c_int64 * 4),
-                ("bytes", ctypes.c_size_t)]
-
-
-class ModelInfo(ctypes.Structure):
-    _fields_ = [(f, ctypes.c_int64) for f in ("n_layers", "d_model", "d_ffn", "n_heads", "n_kv_heads",
-                                              "vocab", "ctx")] + [("rms_eps", ctypes.c_float)]
-
-
-class TensorType(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_char_p), ("block", ctypes.c_int), ("type_size", ctypes.c_int)]
-
-
-lib_path = os.environ.get("KILN_LIB")
-if not lib_path:
-    sys.exit("test_gguf_reader: KILN_LIB must name libkiln.so")
-lib = ctypes.CDLL(lib_path)
-VP = ctypes.c_void_p
-for name, args, res in [
-    ("kiln_model_open", [ctypes.c_char_p, ctypes.POINTER(VP)], ctypes.c_int),
-    ("kiln_model_close", [VP], None),
-    ("kiln_model_container", [VP], ctypes.c_char_p),
-    ("kiln_model_arch", [VP], ctypes.c_char_p),
-    ("kiln_model_get_info", [VP, ctypes.POINTER(ModelInfo)], None),
-    ("kiln_model_n_tensors", [VP], ctypes.c_int),
-    ("kiln_model_tensor_at", [VP, ctypes.c_int, ctypes.POINTER(TensorInfo)], ctypes.c_int),
-    ("kiln_model_weight", [VP, ctypes.c_char_p, ctypes.POINTER(QTensor)], ctypes.c_int),
-    ("kiln_dequantize", [ctypes.POINTER(QTensor), ctypes.POINTER(ctypes.c_float)], ctypes.c_int),
-    ("kiln_last_error", [], ctypes.c_char_p),
-    ("kiln_gguf_n_kv", [VP], ctypes.c_int),
-    ("kiln_gguf_kv_at", [VP, ctypes.c_int, ctypes.POINTER(VP)], ctypes.c_char_p),
-    ("kiln_gguf_value_summary", [VP, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t], ctypes.c_char_p),
-    ("kiln_gguf_tensor_type_get", [ctypes.c_uint32], ctypes.POINTER(TensorType)),
-]:
-    fn = getattr(lib, name)
-    fn.argtypes, fn.restype = args, res
-
-KILN_OK, KILN_ERR_MALFORMED, KILN_ERR_UNSUPPORTED = 0, 4, 5
+lib = kilnlib.load()
 # kiln_format values of the GGML types kiln reads (include/kiln.h).
 KILN_FORMAT = {T.F32: 0, T.F16: 1, T.BF16: 2, T.Q8_0: 9, T.Q4_0: 10, T.Q4_K: 11, T.Q6_K: 12, T.MXFP4: 13}
 
 
 def last_error():
-    return lib.kiln_last_error().decode(errors="replace")
+    return kilnlib.last_error(lib)
 
 
-class Model:
+class Model(kilnlib.Model):
     def __init__(self, path):
-        self.h = VP()
-        st = lib.kiln_model_open(str(path).encode(), ctypes.byref(self.h))
-        if st != KILN_OK:
-            raise AssertionError(f"open {path}: {last_error()}")
-
-    def close(self):
-        lib.kiln_model_close(self.h)
-
-    def tensors(self):
-        out = []
-        for i in range(lib.kiln_model_n_tensors(self.h)):
-            t = TensorInfo()
-            assert lib.kiln_model_tensor_at(self.h, i, ctypes.byref(t)) == KILN_OK, last_error()
-            out.append(t)
-        return out
+        super().__init__(lib, path)
 
     def metadata(self):
         """[(key, summary)] in file order, every array item shown."""

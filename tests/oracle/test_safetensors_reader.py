@@ -25,68 +25,22 @@ try:
 except ImportError as e:  # the oracle is required, never skipped
     sys.exit(f"test_safetensors_reader: {e}; install tests/oracle/requirements.txt")
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kilnlib  # noqa: E402
+from kilnlib import KILN_ERR_UNSUPPORTED, KILN_OK, ModelInfo, QTensor  # noqa: E402
+
 SEED = int(os.environ.get("KILN_TEST_SEED", "0")) or int.from_bytes(os.urandom(4), "little")
 print(f"test seed: KILN_TEST_SEED={SEED}", file=sys.stderr)
 
 # ------------------------------------------------------------- the library
 
-
-class QTensor(ctypes.Structure):
-    _fields_ = [("format", ctypes.c_int), ("n", ctypes.c_int64), ("k", ctypes.c_int64),
-                ("data", ctypes.c_void_p), ("scale", ctypes.c_void_p), ("global_scale", ctypes.c_float)]
-
-
-class TensorInfo(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_char_p), ("type_name", ctypes.c_char_p), ("supported", ctypes.c_int),
-                ("format", ctypes.c_int), ("n_dims", ctypes.c_int), ("ne", ctypes.c_int64 * 4),
-                ("bytes", ctypes.c_size_t)]
-
-
-class ModelInfo(ctypes.Structure):
-    _fields_ = [(f, ctypes.c_int64) for f in ("n_layers", "d_model", "d_ffn", "n_heads", "n_kv_heads",
-                                              "vocab", "ctx")] + [("rms_eps", ctypes.c_float)]
-
-
-lib_path = os.environ.get("KILN_LIB")
-if not lib_path:
-    sys.exit("test_safetensors_reader: KILN_LIB must name libkiln.so")
-lib = ctypes.CDLL(lib_path)
-lib.kiln_safetensors_open.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
-lib.kiln_model_close.argtypes = [ctypes.c_void_p]
-lib.kiln_model_close.restype = None
-lib.kiln_model_n_tensors.argtypes = [ctypes.c_void_p]
-lib.kiln_model_tensor_at.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(TensorInfo)]
-lib.kiln_model_weight.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(QTensor)]
-lib.kiln_model_container.argtypes = [ctypes.c_void_p]
-lib.kiln_model_container.restype = ctypes.c_char_p
-lib.kiln_model_arch.argtypes = [ctypes.c_void_p]
-lib.kiln_model_arch.restype = ctypes.c_char_p
-lib.kiln_model_get_info.argtypes = [ctypes.c_void_p, ctypes.POINTER(ModelInfo)]
-lib.kiln_model_get_info.restype = None
-lib.kiln_dequantize.argtypes = [ctypes.POINTER(QTensor), ctypes.POINTER(ctypes.c_float)]
-lib.kiln_last_error.restype = ctypes.c_char_p
-
-KILN_OK, KILN_ERR_UNSUPPORTED = 0, 5
+lib = kilnlib.load()
 FMT = {"f32": 0, "f16": 1, "bf16": 2, "fp8": 3, "fp8_channel": 4, "fp8_block": 5, "nvfp4": 7, "mxfp4": 8}
 
 
-class Model:
+class Model(kilnlib.Model):
     def __init__(self, path):
-        self.h = ctypes.c_void_p()
-        st = lib.kiln_safetensors_open(str(path).encode(), ctypes.byref(self.h))
-        if st != KILN_OK:
-            raise AssertionError(f"open {path}: {lib.kiln_last_error().decode()}")
-
-    def close(self):
-        lib.kiln_model_close(self.h)
-
-    def tensors(self):
-        out = []
-        for i in range(lib.kiln_model_n_tensors(self.h)):
-            t = TensorInfo()
-            assert lib.kiln_model_tensor_at(self.h, i, ctypes.byref(t)) == KILN_OK
-            out.append(t)
-        return out
+        super().__init__(lib, path, opener="kiln_safetensors_open")
 
     def weight(self, name):
         qt = QTensor()

@@ -1,0 +1,362 @@
+/* The quantization conventions of Hugging Face checkpoints: the settings in
+ * quantization_config (or hf_quant_config.json), and the joining of each
+ * quantized weight with its scale tensors into one kiln weight. The
+ * container (safetensors.c) has already checked every tensor's dtype, shape
+ * and bytes; what is checked here is how the tensors fit together. */
+#include "graph/safetensors_impl.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* The only FP8 block and NVFP4 group kiln's formats define. */
+#define ST_FP8_BLOCK 128
+#define ST_NVFP4_GROUP 16
+#define ST_MXFP4_BLOCK 32
+
+/* The two spellings of gpt-oss's MXFP4 pair: Hugging Face's and the original
+ * checkpoint's. */
+static const struct st_mx_suffix {
+    const char *blocks, *scales;
+} st_mx_suffixes[] = {
+    { "_blocks", "_scales" },
+    { ".blocks", ".scales" },
+};
+
+/* Mark slot unusable and say why (replacing an earlier reason). */
+static kiln_status st_refuse(kiln_st_slot *s, const char *fmt, ...) KILN_PRINTF(2, 3);
+static kiln_status st_refuse(kiln_st_slot *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *why = kiln_st_vstrdupf(fmt, ap);
+    va_end(ap);
+    if (!why)
+        return kiln_st_nomem();
+    free(s->t.why);
+    s->t.why = why;
+    s->t.supported = 0;
+    return KILN_OK;
+}
+
+static void st_shape_str(const kiln_st_slot *s, char *buf, size_t len)
+{
+    size_t at = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < s->rank && i < KILN_ST_MAX_DIMS && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%" PRId64, i ? ", " : "", s->shape[i]);
+    if (at < len)
+        snprintf(buf + at, len - at, "]");
+}
+
+static int64_t st_numel(const kiln_st_slot *s)
+{
+    int64_t n = 1;
+    for (int i = 0; i < s->rank && i < KILN_ST_MAX_DIMS; i++)
+        n *= s->shape[i];
+    return n;
+}
+
+/* ceil(a / b) without the overflow of (a + b - 1) / b. */
+static int64_t st_ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); }
+
+/* ------------------------------------------------- quantization settings */
+
+kiln_status kiln_st_parse_quant(kiln_st_loader *L, const char *file, const json_t *q)
+{
+    if (!json_is_object(q))
+        return kiln_fail(KILN_ERR_MALFORMED, "%s: the quantization settings are not a JSON object", file);
+    const json_t *method = json_object_get(q, "quant_method");
+    const json_t *algo = json_object_get(q, "quant_algo");
+    if ((method && !json_is_string(method)) || (algo && !json_is_string(algo)))
+        return kiln_fail(KILN_ERR_MALFORMED, "%s: quant_method / quant_algo is not a string", file);
+    if (method && !strcasecmp(json_string_value(method), "fp8")) {
+        const json_t *wbs = json_object_get(q, "weight_block_size");
+        if (wbs && !json_is_null(wbs)) {
+            const json_t *r = json_array_get(wbs, 0), *c = json_array_get(wbs, 1);
+            if (json_array_size(wbs) != 2 || !json_is_integer(r) || !json_is_integer(c) ||
+                json_integer_value(r) <= 0 || json_integer_value(c) <= 0)
+                return kiln_fail(KILN_ERR_MALFORMED, "%s: weight_block_size is not [rows, cols]", file);
+            L->q.block_rows = json_integer_value(r);
+            L->q.block_cols = json_integer_value(c);
+        }
+    }
+    if (algo && !strcasecmp(json_string_value(algo), "NVFP4")) {
+        const json_t *g = json_object_get(q, "group_size");
+        if (g && !json_is_null(g)) {
+            if (!json_is_integer(g) || json_integer_value(g) <= 0)
+                return kiln_fail(KILN_ERR_MALFORMED, "%s: group_size is not a positive integer", file);
+            L->q.nvfp4_group = json_integer_value(g);
+        }
+    }
+    return KILN_OK;
+}
+
+/* ------------------------------------------------- quantization conventions */
+
+static int st_find(const kiln_st_loader *L, const char *base, const char *suffix)
+{
+    char *name = kiln_st_strdupf("%s%s", base, suffix);
+    const json_t *at = name ? json_object_get(L->names, name) : NULL;
+    free(name);
+    return at ? (int)json_integer_value(at) : -1;
+}
+
+static int st_is_scalar(const kiln_st_slot *s) { return s->rank <= 1 && st_numel(s) == 1; }
+
+/* A pointer a reader may load elements of `align` bytes through. safetensors
+ * guarantees no alignment, so a tensor at an odd offset is copied once into
+ * memory the model owns. */
+static kiln_status st_aligned(kiln_st_loader *L, const kiln_st_slot *s, size_t align, void **out)
+{
+    if ((uintptr_t)s->data % align == 0 || s->t.bytes == 0) {
+        *out = (void *)s->data;
+        return KILN_OK;
+    }
+    kiln_st_impl *impl = L->impl;
+    void *copy = malloc(s->t.bytes);
+    if (!copy ||
+        !kiln_st_grow((void **)&impl->owned, &impl->cap_owned, impl->n_owned + 1, sizeof *impl->owned)) {
+        free(copy);
+        return kiln_st_nomem();
+    }
+    memcpy(copy, s->data, s->t.bytes);
+    impl->owned[impl->n_owned++] = copy;
+    *out = copy;
+    return KILN_OK;
+}
+
+/* Make w a usable weight of format fmt, [n, k] with its scales, unless
+ * kiln's format table refuses the shape (a K its blocks do not divide, an
+ * empty tensor). */
+static kiln_status st_set_weight(kiln_st_slot *w, kiln_format fmt, int64_t n, int64_t k,
+                                 const kiln_st_slot *scale, float global)
+{
+    size_t data_bytes = 0, scale_bytes = 0;
+    const kiln_format_info *fi = kiln_format_get(fmt);
+    kiln_status fst = kiln_format_data_bytes(fmt, n, k, &data_bytes);
+    if (!fst)
+        fst = kiln_format_scale_bytes(fmt, n, k, &scale_bytes);
+    if (fst)
+        return st_refuse(w, "%s [%" PRId64 ", %" PRId64 "]: %s", fi->name, n, k, kiln_last_error());
+    /* The callers checked the shapes against the checkpoint convention,
+     * which for these formats is kiln's own layout byte for byte. */
+    assert(data_bytes == w->t.bytes && scale_bytes == scale->t.bytes);
+    /* An F32 scale was classified as a plain tensor first, which already
+     * gave it an aligned address; byte scales need none. */
+    void *scale_ptr = scale->dtype == KILN_ST_F32 ? scale->t.qt.data : (void *)scale->data;
+    w->t.qt = (kiln_qtensor){
+        .format = fmt, .n = n, .k = k, .data = (void *)w->data, .scale = scale_ptr, .global_scale = global
+    };
+    /* The logical [N, K], not the packed bytes (NVFP4 stores K/2 columns). */
+    w->t.ne[0] = k;
+    w->t.ne[1] = n;
+    w->t.supported = 1;
+    free(w->t.why);
+    w->t.why = NULL;
+    return KILN_OK;
+}
+
+static kiln_status st_shape_error(const kiln_st_slot *w, const kiln_st_slot *s, const char *expect)
+{
+    char ws[128], ss[128];
+    st_shape_str(w, ws, sizeof ws);
+    st_shape_str(s, ss, sizeof ss);
+    return kiln_fail(KILN_ERR_MALFORMED, "%s: tensor %s: %s %s does not fit weight %s %s: expected %s",
+                     s->file, s->t.name, s->t.type_name, ss, w->t.name, ws, expect);
+}
+
+/* FP8: weight F8_E4M3 [N, K] with weight_scale f32 (scalar or [N]) or with
+ * weight_scale_inv f32 [ceil(N/128), ceil(K/128)]. */
+static kiln_status st_join_fp8(kiln_st_loader *L, int wi, const char *base)
+{
+    int si = st_find(L, base, ".weight_scale"), bi = st_find(L, base, ".weight_scale_inv");
+    kiln_st_slot *w = &L->v[wi];
+    if (si >= 0 && bi >= 0)
+        return kiln_fail(KILN_ERR_MALFORMED, "%s: tensor %s: has both %s and %s", w->file, w->t.name,
+                         L->v[si].t.name, L->v[bi].t.name);
+    if (si < 0 && bi < 0)
+        return st_refuse(w, "F8_E4M3 weight without weight_scale or weight_scale_inv");
+    const kiln_st_slot *s = &L->v[si >= 0 ? si : bi];
+    if (w->rank != 2)
+        return st_refuse(w, "F8_E4M3 weight of rank %d: kiln's weights are 2-D", w->rank);
+    if (s->dtype != KILN_ST_F32)
+        return st_refuse(w, "scale %s is %s: kiln's FP8 scales are F32", s->t.name, s->t.type_name);
+    int64_t n = w->shape[0], k = w->shape[1];
+    if (si >= 0) {
+        if (st_is_scalar(s))
+            return st_set_weight(w, KILN_FMT_FP8_TENSOR, n, k, s, 0);
+        if ((s->rank == 1 && s->shape[0] == n) || (s->rank == 2 && s->shape[0] == n && s->shape[1] == 1))
+            return st_set_weight(w, KILN_FMT_FP8_CHANNEL, n, k, s, 0);
+        return st_shape_error(w, s, "[], [1], [N] or [N, 1]");
+    }
+    int64_t br = L->q.block_rows ? L->q.block_rows : ST_FP8_BLOCK;
+    int64_t bc = L->q.block_cols ? L->q.block_cols : ST_FP8_BLOCK;
+    if (s->rank != 2 || s->shape[0] != st_ceil_div(n, br) || s->shape[1] != st_ceil_div(k, bc)) {
+        char expect[96];
+        snprintf(expect, sizeof expect,
+                 "[ceil(N/%" PRId64 "), ceil(K/%" PRId64 ")] = [%" PRId64 ", %" PRId64 "]", br, bc,
+                 st_ceil_div(n, br), st_ceil_div(k, bc));
+        return st_shape_error(w, s, expect);
+    }
+    if (br != ST_FP8_BLOCK || bc != ST_FP8_BLOCK)
+        return st_refuse(w, "weight_block_size [%" PRId64 ", %" PRId64 "]: kiln's block FP8 is 128x128", br,
+                         bc);
+    return st_set_weight(w, KILN_FMT_FP8_BLOCK, n, k, s, 0);
+}
+
+/* ModelOpt NVFP4: weight U8 [N, K/2], weight_scale F8_E4M3 [N, K/16],
+ * weight_scale_2 f32 scalar (the global scale). */
+static kiln_status st_join_nvfp4(kiln_st_loader *L, int wi, const char *base)
+{
+    int si = st_find(L, base, ".weight_scale"), gi = st_find(L, base, ".weight_scale_2");
+    kiln_st_slot *w = &L->v[wi];
+    if (si < 0)
+        return KILN_OK;
+    kiln_st_slot *s = &L->v[si];
+    if (s->dtype != KILN_ST_F8_E4M3)
+        return st_refuse(w, "U8 weight with a %s weight_scale: no convention kiln knows", s->t.type_name);
+    if (gi < 0)
+        return kiln_fail(KILN_ERR_MALFORMED, "%s: tensor %s: NVFP4 weight with %s but no weight_scale_2",
+                         w->file, w->t.name, s->t.name);
+    const kiln_st_slot *g = &L->v[gi];
+    if (g->dtype != KILN_ST_F32 || !st_is_scalar(g))
+        return kiln_fail(KILN_ERR_MALFORMED,
+                         "%s: tensor %s: global scale of NVFP4 weight %s is not an F32 scalar", g->file,
+                         g->t.name, w->t.name);
+    if (w->rank != 2)
+        return st_refuse(w, "NVFP4 weight of rank %d: kiln's weights are 2-D", w->rank);
+    int64_t group = L->q.nvfp4_group ? L->q.nvfp4_group : ST_NVFP4_GROUP;
+    int64_t n = w->shape[0], k;
+    if (__builtin_mul_overflow(w->shape[1], 2, &k) || k % group || s->rank != 2 || s->shape[0] != n ||
+        s->shape[1] != k / group) {
+        char expect[96];
+        snprintf(expect, sizeof expect, "[N, K/%" PRId64 "] with K = 2 x %" PRId64 " a multiple of %" PRId64,
+                 group, w->shape[1], group);
+        return st_shape_error(w, s, expect);
+    }
+    kiln_status st = st_refuse(s, "the block scales of NVFP4 weight %s", w->t.name);
+    if (st)
+        return st;
+    if (group != ST_NVFP4_GROUP)
+        return st_refuse(w, "NVFP4 group_size %" PRId64 ": kiln's NVFP4 groups are 16", group);
+    float global;
+    memcpy(&global, g->data, sizeof global);
+    return st_set_weight(w, KILN_FMT_NVFP4, n, k, s, global);
+}
+
+/* gpt-oss MXFP4: X_blocks U8 [..., N, K/32, 16] and X_scales U8 [..., N, K/32]
+ * become weight X. Row n of the blocks, flattened, is kiln's MXFP4 data row:
+ * 16 bytes per 32 elements, the even element in the low nibble (the OCP order,
+ * which gpt-oss's reference dequantization also uses). */
+static kiln_status st_join_mxfp4(kiln_st_loader *L, int bi, const char *base, const char *scale_suffix)
+{
+    int si = st_find(L, base, scale_suffix);
+    const kiln_st_slot *b = &L->v[bi];
+    if (si < 0 || b->rank > KILN_ST_MAX_DIMS)
+        return KILN_OK;
+    const kiln_st_slot *s = &L->v[si];
+    if (b->dtype != KILN_ST_U8 || s->dtype != KILN_ST_U8)
+        return KILN_OK;
+    int fits = (b->rank == 3 || b->rank == 4) && s->rank == b->rank - 1 && b->shape[b->rank - 1] == 16;
+    for (int i = 0; fits && i < s->rank; i++)
+        fits = s->shape[i] == b->shape[i];
+    if (!fits)
+        return st_shape_error(b, s, "blocks [..., N, K/32, 16] with scales [..., N, K/32]");
+    if (json_object_get(L->names, base)) {
+        const kiln_st_slot *x = &L->v[json_integer_value(json_object_get(L->names, base))];
+        return kiln_fail(KILN_ERR_MALFORMED, "%s: tensor %s: MXFP4 weight %s is also stored as tensor %s",
+                         b->file, b->t.name, base, x->t.name);
+    }
+    int64_t e = b->rank == 4 ? b->shape[0] : 1, n = b->shape[b->rank - 3], k;
+    if (__builtin_mul_overflow(b->shape[b->rank - 2], ST_MXFP4_BLOCK, &k))
+        return st_shape_error(b, s, "K = 32 x groups to fit in 64 bits");
+
+    if (!kiln_st_grow((void **)&L->v, &L->cap, L->n + 1, sizeof *L->v))
+        return kiln_st_nomem();
+    b = &L->v[bi];
+    s = &L->v[si];
+    kiln_st_slot x = {
+        .dtype = KILN_ST_U8, .rank = e > 1 ? 3 : 2, .data = b->data, .file = b->file, .insert_before = bi
+    };
+    x.t.name = strdup(base);
+    x.t.type_name = strdup(b->t.type_name);
+    json_t *ix = json_integer(L->n);
+    if (!x.t.name || !x.t.type_name || !ix || json_object_set_new(L->names, base, ix)) {
+        kiln_st_tensor_free(&x.t);
+        return kiln_st_nomem();
+    }
+    x.t.n_dims = x.rank;
+    x.t.ne[0] = k;
+    x.t.ne[1] = n;
+    x.t.ne[2] = e;
+    x.t.ne[3] = 1;
+    x.t.bytes = b->t.bytes;
+    L->v[L->n++] = x;
+    kiln_st_slot *xs = &L->v[L->n - 1];
+    kiln_status st = st_refuse(&L->v[bi], "the blocks of MXFP4 weight %s", base);
+    if (!st)
+        st = st_refuse(&L->v[si], "the scales of MXFP4 weight %s", base);
+    if (st)
+        return st;
+    if (e > 1)
+        return st_refuse(
+            xs, "expert tensors are 3-D: [%" PRId64 ", %" PRId64 ", %" PRId64 "], kiln's weights are 2-D", e,
+            n, k);
+    return st_set_weight(xs, KILN_FMT_MXFP4, n, k, &L->v[si], 0);
+}
+
+/* Every stored tensor on its own: plain float types are usable as they are;
+ * the rest wait for a convention to claim them. */
+static kiln_status st_classify(kiln_st_loader *L, kiln_st_slot *s)
+{
+    if (s->dtype == KILN_ST_DTYPE_COUNT)
+        return st_refuse(s, "dtype %s is not a safetensors dtype kiln knows", s->t.type_name);
+    const kiln_st_dtype_info *d = &kiln_st_dtypes[s->dtype];
+    if (s->rank > KILN_ST_MAX_DIMS)
+        return st_refuse(s, "rank %d: kiln's tensors have at most 4 dims", s->rank);
+    if (!d->raw)
+        return st_refuse(s, "dtype %s is not supported", d->name);
+    if (!d->plain)
+        return st_refuse(s, "%s tensor outside any quantization convention kiln recognises", d->name);
+    int64_t k = s->rank ? s->shape[s->rank - 1] : 1, n = 1;
+    for (int i = 0; i + 1 < s->rank; i++)
+        n *= s->shape[i];
+    void *data = NULL;
+    kiln_status st = st_aligned(L, s, (size_t)d->bits / 8, &data);
+    if (st)
+        return st;
+    s->t.supported = 1;
+    s->t.qt = (kiln_qtensor){ .format = d->format, .n = n, .k = k, .data = data };
+    return KILN_OK;
+}
+
+kiln_status kiln_st_join_all(kiln_st_loader *L)
+{
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < L->n && !st; i++)
+        st = st_classify(L, &L->v[i]);
+    L->n_stored = L->n;
+    for (int i = 0; i < L->n_stored && !st; i++) {
+        const char *name = L->v[i].t.name;
+        size_t len = strlen(name);
+        char *base = NULL;
+        if (kiln_st_ends_with(name, ".weight") &&
+            (L->v[i].dtype == KILN_ST_F8_E4M3 || L->v[i].dtype == KILN_ST_U8)) {
+            if (!(base = strndup(name, len - strlen(".weight"))))
+                return kiln_st_nomem();
+            st = L->v[i].dtype == KILN_ST_F8_E4M3 ? st_join_fp8(L, i, base) : st_join_nvfp4(L, i, base);
+        }
+        for (size_t j = 0; j < KILN_ARRAY_LEN(st_mx_suffixes) && !base; j++) {
+            if (!kiln_st_ends_with(name, st_mx_suffixes[j].blocks))
+                continue;
+            if (!(base = strndup(name, len - strlen(st_mx_suffixes[j].blocks))))
+                return kiln_st_nomem();
+            st = st_join_mxfp4(L, i, base, st_mx_suffixes[j].scales);
+        }
+        free(base);
+    }
+    return st;
+}
