@@ -36,6 +36,21 @@ typedef struct kiln_linear_cfg {
     unsigned epilogue;
 } kiln_linear_cfg;
 
+/* One linear kernel as its signature names it: the linear, the fused
+ * epilogue (in cfg.epilogue), the activation scheme and the variant. */
+typedef struct kiln_linear_kernel {
+    kiln_linear_cfg cfg;
+    kiln_act act;
+    char variant[64];
+} kiln_linear_kernel;
+
+/* How to launch one kernel for a bucket of m tokens. */
+typedef struct kiln_launch {
+    unsigned grid[3];
+    unsigned block[3];
+    unsigned smem; /* dynamic shared memory, bytes */
+} kiln_launch;
+
 /* Capability checks write a reason into why (for the plan's report and the
  * no-fit error) and return 0 when they refuse. */
 typedef struct kiln_backend {
@@ -51,7 +66,25 @@ typedef struct kiln_backend {
      * that get the same variant share a kernel. */
     void (*variant)(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket, char *buf,
                     size_t size);
+    /* Code hooks, optional: NULL in a backend that only takes part in
+     * planning (tests), which then cannot be compiled. */
+    /* The source after the generated header comment: the template's
+     * include and an extern "C" __global__ function named entry taking one
+     * kiln_linear_args (kernels/common/kiln_args.h). Writes at most size
+     * bytes, NUL included: KILN_ERR_INVALID_ARG when they cannot hold it;
+     * KILN_ERR_UNSUPPORTED for a kernel it does not build (an unknown
+     * variant, an activation scheme it does not take). */
+    kiln_status (*emit)(const kiln_target *t, const kiln_linear_kernel *k, const char *entry,
+                        char *buf, size_t size);
+    /* Grid, block and dynamic shared memory of k for a bucket of m tokens;
+     * KILN_ERR_UNSUPPORTED as emit, KILN_ERR_SHAPE for an m it cannot
+     * launch. */
+    kiln_status (*launch)(const kiln_target *t, const kiln_linear_kernel *k, int64_t m,
+                          kiln_launch *out);
 } kiln_backend;
+
+/* The portable fallback: dequantize + f32 FMA, every format, sm_75+. */
+extern const kiln_backend kiln_backend_simt;
 
 #define KILN_MAX_BACKENDS 16
 

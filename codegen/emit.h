@@ -1,0 +1,100 @@
+/* The source emitter: a kernel signature of the plan becomes a short CUDA
+ * source that includes a template of kernels/ and instantiates it with the
+ * signature's parameters (DeepGEMM's JIT layout). The templates hold the
+ * logic; a generated source is a header comment, an include and an
+ * extern "C" __global__ wrapper. Kernel arguments are the structs of
+ * kernels/common/kiln_args.h. */
+#ifndef KILN_EMIT_H
+#define KILN_EMIT_H
+
+#include "codegen/plan.h"
+
+/* The device templates (every .cuh and .h under kernels/), embedded at build time
+ * by cmake/embed.cmake; NVRTC gets every one as an in-memory header named
+ * "kiln/<file name>". A cache key covers them all: changing any template
+ * changes every key. */
+typedef struct kiln_embedded_file {
+    const char *name; /* "kiln/simt.cuh" */
+    const char *text; /* NUL-terminated */
+    size_t length;    /* bytes, NUL excluded */
+} kiln_embedded_file;
+
+extern const kiln_embedded_file kiln_embedded_headers[];
+extern const size_t kiln_embedded_headers_count;
+
+enum {
+    KILN_ENTRY_MAX = 64,    /* an entry name, NUL included */
+    KILN_MAX_LAUNCHES = 2,  /* kernels one step launches, in order */
+};
+
+/* A signature, parsed. Its entry name is "kiln_<backend | op | quant>_"
+ * followed by 16 hex digits of the XXH3-64 of the signature text: the
+ * same signature gives the same name on every machine and run. */
+typedef struct kiln_kernel_desc {
+    kiln_step_kind kind;
+    kiln_target target;
+    char entry[KILN_ENTRY_MAX];
+    const kiln_backend *backend; /* KILN_STEP_LINEAR */
+    kiln_linear_kernel linear;   /* KILN_STEP_LINEAR */
+    kiln_op op;                  /* KILN_STEP_OP */
+    kiln_act act;                /* KILN_STEP_QUANT */
+    int64_t width;               /* KILN_STEP_OP: row width; KILN_STEP_QUANT: k */
+} kiln_kernel_desc;
+
+/* Parse one of the plan's signature forms (codegen/lower.c):
+ *   linear backend=B variant=V format=F scales=S act=A n=N k=K epilogue=E out=bf16 target=T
+ *   op OP width=W target=T
+ *   quant act=A k=K target=T
+ * Linear backends are looked up in r. KILN_ERR_MALFORMED for text that is
+ * none of these; KILN_ERR_NOT_FOUND for an unknown backend, format,
+ * activation scheme, op or target; KILN_ERR_UNSUPPORTED for an output
+ * other than bf16. */
+kiln_status kiln_kernel_parse(const kiln_registry *r, const char *signature, kiln_kernel_desc *out);
+
+/* One generated source. */
+typedef struct kiln_kernel_source {
+    kiln_kernel_desc desc;
+    char *text;    /* malloc'ed, NUL-terminated */
+    size_t length;
+} kiln_kernel_source;
+
+/* The cache-key line of every generated source carries this placeholder
+ * until kiln_emit_set_key fills it. A key is XXH3-128 in 32 hex digits. */
+#define KILN_EMIT_KEY_PLACEHOLDER "________________________________"
+
+/* Emit the source of signature. Besides kiln_kernel_parse's errors:
+ * KILN_ERR_UNSUPPORTED when the backend has no code hooks or refuses the
+ * kernel, or for an op or scheme that has no kernel (bf16 needs none).
+ * *out is untouched on failure; release it with kiln_kernel_source_free. */
+kiln_status kiln_emit(const kiln_registry *r, const char *signature, kiln_kernel_source *out);
+void kiln_kernel_source_free(kiln_kernel_source *s);
+
+/* Write key_hex (32 hex digits) over the placeholder in text, in place.
+ * KILN_ERR_INVALID_ARG for a key of another form, or when text has no
+ * placeholder left. */
+kiln_status kiln_emit_set_key(char *text, const char *key_hex);
+
+/* One kernel launch of a step. */
+typedef struct kiln_kernel_launch {
+    char entry[KILN_ENTRY_MAX];
+    kiln_launch cfg;
+} kiln_kernel_launch;
+
+/* The launches that run d for a bucket of m tokens, in stream order, all
+ * with the same argument struct: one, except the fp8-tensor quantizer,
+ * whose "<entry>_amax" kernel runs first. KILN_ERR_SHAPE for an m that
+ * cannot be launched. */
+kiln_status kiln_kernel_launches(const kiln_kernel_desc *d, int64_t m,
+                                 kiln_kernel_launch out[KILN_MAX_LAUNCHES], int *n);
+
+/* Where kernel sources are kept (--keep-source DIR): keep when set, else
+ * $KILN_DUMP_SOURCE when set and not empty, else NULL. */
+const char *kiln_emit_keep_dir(const char *keep);
+
+/* Write dir/<entry>.cu with source and, when not NULL, dir/<entry>.log
+ * and dir/<entry>.ptx; dir is created (with its parents) when missing.
+ * KILN_ERR_IO naming the path that failed. */
+kiln_status kiln_emit_keep(const char *dir, const char *entry, const char *source, const char *log,
+                           const char *ptx);
+
+#endif

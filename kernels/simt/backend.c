@@ -1,0 +1,168 @@
+/* The simt backend's host side: capability checks, the tile variant per
+ * token bucket, the instantiation of kernels/simt/simt.cuh and its launch
+ * shape. Weights stay in kiln's storage layout: nothing to pack. */
+#include "codegen/backend.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Tile configurations, smallest M first; a bucket takes the first whose
+ * max_m covers it. Every one runs 256 threads: small tiles for decode,
+ * where each dequantized weight tile serves few rows and more blocks
+ * spread the weight reads; larger ones where reuse pays. BK is a multiple
+ * of every format's chunk (16 at most). */
+typedef struct simt_tile {
+    const char *name;
+    int64_t max_m;
+    int bm, bn, bk, tm, tn;
+} simt_tile;
+
+static const simt_tile tiles[] = {
+    { "t16x64", 16, 16, 64, 32, 1, 4 },
+    { "t64x64", 64, 64, 64, 32, 4, 4 },
+    { "t128x128", INT64_MAX, 128, 128, 16, 8, 8 },
+};
+
+/* Blocks along M are grid.y, which CUDA caps at 65535. */
+enum { SIMT_MAX_GRID_Y = 65535 };
+
+static const simt_tile *tile_for_bucket(int64_t m)
+{
+    size_t i = 0;
+    while (m > tiles[i].max_m)
+        i++;
+    return &tiles[i];
+}
+
+static const simt_tile *tile_named(const char *name)
+{
+    for (size_t i = 0; i < KILN_ARRAY_LEN(tiles); i++)
+        if (!strcmp(tiles[i].name, name))
+            return &tiles[i];
+    return NULL;
+}
+
+static int simt_is_supported(const kiln_target *t, char *why, size_t size)
+{
+    if (t->sm >= 75)
+        return 1;
+    snprintf(why, size, "needs sm_75 or newer, target is %s", t->name);
+    return 0;
+}
+
+/* Any shape the format allows, within the kernel's int indexing (N and K
+ * are template arguments of type int) and CUDA's grid limit on M. */
+static int simt_can_implement(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket,
+                              char *why, size_t size)
+{
+    (void)t;
+    if (c->n > INT_MAX || c->k > INT_MAX) {
+        snprintf(why, size, "N=%lld, K=%lld: both must be below 2^31", (long long)c->n,
+                 (long long)c->k);
+        return 0;
+    }
+    const simt_tile *tile = tile_for_bucket(bucket);
+    if (kiln_ceil_div(bucket, tile->bm) > SIMT_MAX_GRID_Y) {
+        snprintf(why, size, "M bucket %lld exceeds %lld rows", (long long)bucket,
+                 (long long)SIMT_MAX_GRID_Y * tile->bm);
+        return 0;
+    }
+    return 1;
+}
+
+static kiln_act simt_act(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket)
+{
+    (void)t, (void)c, (void)bucket;
+    return KILN_ACT_BF16;
+}
+
+static void simt_variant(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket, char *buf,
+                         size_t size)
+{
+    (void)t, (void)c;
+    snprintf(buf, size, "%s", tile_for_bucket(bucket)->name);
+}
+
+/* The tile of k, or a refusal naming what simt does not build. */
+static kiln_status simt_check(const kiln_linear_kernel *k, const simt_tile **out)
+{
+    const simt_tile *tile = tile_named(k->variant);
+    if (!tile)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "simt: no variant \"%s\" (t16x64, t64x64, t128x128)",
+                         k->variant);
+    if (k->act != KILN_ACT_BF16)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "simt: activations must be bf16, not %s",
+                         kiln_act_name(k->act));
+    if ((k->cfg.epilogue & KILN_EPI_RESIDUAL) && (k->cfg.epilogue & KILN_EPI_SILU_MUL))
+        return kiln_fail(KILN_ERR_UNSUPPORTED,
+                         "simt: residual and silu_mul cannot both be fused (one aux input)");
+    if (!kiln_format_get(k->cfg.format))
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "simt: format %d is not a kiln_format",
+                         (int)k->cfg.format);
+    *out = tile;
+    return KILN_OK;
+}
+
+static kiln_status simt_emit(const kiln_target *t, const kiln_linear_kernel *k, const char *entry,
+                             char *buf, size_t size)
+{
+    (void)t;
+    const simt_tile *tile;
+    kiln_status st = simt_check(k, &tile);
+    if (st != KILN_OK)
+        return st;
+    unsigned epi = k->cfg.epilogue;
+    int n = snprintf(
+        buf, size,
+        "#include \"kiln/simt.cuh\"\n"
+        "\n"
+        "using format = kiln::fmt_%s;\n"
+        "using tile = kiln::simt_tile</*bm*/ %d, /*bn*/ %d, /*bk*/ %d, /*tm*/ %d, /*tn*/ %d>;\n"
+        "using epilogue = kiln::epilogue</*bias*/ %s, /*residual*/ %s, /*silu_mul*/ %s>;\n"
+        "\n"
+        "extern \"C\" __global__ void __launch_bounds__(tile::threads)\n"
+        "%s(const kiln_linear_args args)\n"
+        "{\n"
+        "    kiln::simt_gemm<format, tile, epilogue, /*n*/ %lld, /*k*/ %lld>(args);\n"
+        "}\n",
+        kiln_format_get(k->cfg.format)->name, tile->bm, tile->bn, tile->bk, tile->tm, tile->tn,
+        epi & KILN_EPI_BIAS ? "true" : "false", epi & KILN_EPI_RESIDUAL ? "true" : "false",
+        epi & KILN_EPI_SILU_MUL ? "true" : "false", entry, (long long)k->cfg.n,
+        (long long)k->cfg.k);
+    if (n < 0 || (size_t)n >= size)
+        return kiln_fail(KILN_ERR_INVALID_ARG,
+                         "simt: the source needs %d bytes, the buffer has %zu", n + 1, size);
+    return KILN_OK;
+}
+
+static kiln_status simt_launch(const kiln_target *t, const kiln_linear_kernel *k, int64_t m,
+                               kiln_launch *out)
+{
+    (void)t;
+    const simt_tile *tile;
+    kiln_status st = simt_check(k, &tile);
+    if (st != KILN_OK)
+        return st;
+    if (m < 1 || kiln_ceil_div(m, tile->bm) > SIMT_MAX_GRID_Y)
+        return kiln_fail(KILN_ERR_SHAPE, "simt %s: cannot launch for M = %lld (1 to %lld)",
+                         tile->name, (long long)m, (long long)SIMT_MAX_GRID_Y * tile->bm);
+    *out = (kiln_launch){
+        .grid = { (unsigned)kiln_ceil_div(k->cfg.n, tile->bn), (unsigned)kiln_ceil_div(m, tile->bm),
+                  1 },
+        .block = { (unsigned)((tile->bm / tile->tm) * (tile->bn / tile->tn)), 1, 1 },
+    };
+    return KILN_OK;
+}
+
+const kiln_backend kiln_backend_simt = {
+    .name = "simt",
+    .formats = (1u << KILN_FMT_COUNT) - 1,
+    .epilogues = KILN_EPI_BIAS | KILN_EPI_RESIDUAL | KILN_EPI_SILU_MUL,
+    .is_supported = simt_is_supported,
+    .can_implement = simt_can_implement,
+    .act = simt_act,
+    .variant = simt_variant,
+    .emit = simt_emit,
+    .launch = simt_launch,
+};

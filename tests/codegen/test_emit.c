@@ -1,0 +1,698 @@
+/* The emitter: generated sources are stable (golden text), entry names are
+ * deterministic, every malformed signature is refused with the right
+ * status, launches match the templates, kept sources land on disk, the
+ * embedded templates are the files of kernels/, and the simt backend's
+ * capability rules. Compiling is tests/codegen/test_nvrtc.c's. */
+#include <criterion/criterion.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "codegen/emit.h"
+#include "kernels/common/kiln_args.h"
+#include "testutil.h"
+
+#define Q4K_SIG                                                                                    \
+    "linear backend=simt variant=t64x64 format=q4_k scales=inline act=bf16 n=4096 k=14336 "       \
+    "epilogue=bias+residual out=bf16 target=sm_90a"
+
+/* A simt linear on sm_80 with the fields that vary. */
+#define SIMT(variant, format, act, n, k, epilogue)                                                 \
+    "linear backend=simt variant=" variant " format=" format " scales=x act=" act " n=" n        \
+    " k=" k " epilogue=" epilogue " out=bf16 target=sm_80"
+
+static const kiln_registry *reg(void) { return kiln_registry_default(); }
+
+static kiln_kernel_source emit_ok(const char *sig)
+{
+    kiln_kernel_source s;
+    cr_assert_eq(kiln_emit(reg(), sig, &s), KILN_OK, "%s: %s", sig, kiln_last_error());
+    return s;
+}
+
+/* ------------------------------------------------------------- golden */
+
+Test(emit, linear_source_is_stable)
+{
+    static const char golden[] =
+        "// kiln kernel, generated from its signature: the logic is in the included template.\n"
+        "// signature: " Q4K_SIG "\n"
+        "// cache key: ________________________________\n"
+        "#include \"kiln/simt.cuh\"\n"
+        "\n"
+        "using format = kiln::fmt_q4_k;\n"
+        "using tile = kiln::simt_tile</*bm*/ 64, /*bn*/ 64, /*bk*/ 32, /*tm*/ 4, /*tn*/ 4>;\n"
+        "using epilogue = kiln::epilogue</*bias*/ true, /*residual*/ true, /*silu_mul*/ false>;\n"
+        "\n"
+        "extern \"C\" __global__ void __launch_bounds__(tile::threads)\n"
+        "kiln_simt_158627c8c69de24f(const kiln_linear_args args)\n"
+        "{\n"
+        "    kiln::simt_gemm<format, tile, epilogue, /*n*/ 4096, /*k*/ 14336>(args);\n"
+        "}\n";
+    kiln_kernel_source s = emit_ok(Q4K_SIG);
+    cr_assert_str_eq(s.text, golden);
+    cr_assert_eq(s.length, strlen(golden));
+    cr_assert_str_eq(s.desc.entry, "kiln_simt_158627c8c69de24f");
+    kiln_kernel_source_free(&s);
+    kiln_kernel_source_free(&s); /* idempotent */
+    kiln_kernel_source_free(NULL);
+}
+
+Test(emit, aux_sources_are_stable)
+{
+    static const char golden_norm[] =
+        "// kiln kernel, generated from its signature: the logic is in the included template.\n"
+        "// signature: op rms_norm width=4096 target=sm_90a\n"
+        "// cache key: ________________________________\n"
+        "#include \"kiln/elementwise.cuh\"\n"
+        "\n"
+        "extern \"C\" __global__ void __launch_bounds__(KILN_ROW_THREADS)\n"
+        "kiln_rms_norm_24a180e41c08795b(const kiln_op_args args)\n"
+        "{\n"
+        "    kiln::rms_norm</*width*/ 4096>(args);\n"
+        "}\n";
+    static const char golden_tensor[] =
+        "// kiln kernel, generated from its signature: the logic is in the included template.\n"
+        "// signature: quant act=fp8-tensor k=4096 target=sm_90a\n"
+        "// cache key: ________________________________\n"
+        "#include \"kiln/elementwise.cuh\"\n"
+        "\n"
+        "extern \"C\" __global__ void __launch_bounds__(KILN_ROW_THREADS)\n"
+        "kiln_quant_14883eb009f465c9_amax(const kiln_quant_args args)\n"
+        "{\n"
+        "    kiln::quant_fp8_tensor_amax</*k*/ 4096>(args);\n"
+        "}\n"
+        "\n"
+        "extern \"C\" __global__ void __launch_bounds__(KILN_ROW_THREADS)\n"
+        "kiln_quant_14883eb009f465c9(const kiln_quant_args args)\n"
+        "{\n"
+        "    kiln::quant_fp8_tensor</*k*/ 4096>(args);\n"
+        "}\n";
+    kiln_kernel_source s = emit_ok("op rms_norm width=4096 target=sm_90a");
+    cr_assert_str_eq(s.text, golden_norm);
+    kiln_kernel_source_free(&s);
+    s = emit_ok("quant act=fp8-tensor k=4096 target=sm_90a");
+    cr_assert_str_eq(s.text, golden_tensor);
+    kiln_kernel_source_free(&s);
+}
+
+/* Every op, scheme, format and epilogue reaches the source as the
+ * template arguments that stand for it. */
+Test(emit, sources_carry_their_parameters)
+{
+    static const struct {
+        const char *sig, *want;
+    } cases[] = {
+        { "op add width=7 target=sm_75",
+          "kiln::elementwise<kiln::add_fn, /*binary*/ true, /*width*/ 7>" },
+        { "op mul width=7 target=sm_75",
+          "kiln::elementwise<kiln::mul_fn, /*binary*/ true, /*width*/ 7>" },
+        { "op silu width=7 target=sm_75",
+          "kiln::elementwise<kiln::silu_fn, /*binary*/ false, /*width*/ 7>" },
+        { "op gelu width=7 target=sm_75",
+          "kiln::elementwise<kiln::gelu_fn, /*binary*/ false, /*width*/ 7>" },
+        { "quant act=fp8-token k=9 target=sm_80", "kiln::quant_fp8_token</*k*/ 9>" },
+        { "quant act=fp8-1x128 k=9 target=sm_80",
+          "kiln::quant_fp8_groups</*k*/ 9, /*group*/ 128, /*mx*/ false>" },
+        { "quant act=mxfp8-1x32 k=9 target=sm_80",
+          "kiln::quant_fp8_groups</*k*/ 9, /*group*/ 32, /*mx*/ true>" },
+        { SIMT("t16x64", "nvfp4", "bf16", "3", "32", "none"), "using format = kiln::fmt_nvfp4;" },
+        { SIMT("t16x64", "nvfp4", "bf16", "3", "32", "none"),
+          "/*bias*/ false, /*residual*/ false, /*silu_mul*/ false" },
+        { SIMT("t128x128", "fp8_block", "bf16", "3", "5", "bias+silu_mul"),
+          "/*bias*/ true, /*residual*/ false, /*silu_mul*/ true" },
+        { SIMT("t128x128", "fp8_block", "bf16", "3", "5", "bias+silu_mul"),
+          "kiln::simt_tile</*bm*/ 128, /*bn*/ 128, /*bk*/ 16, /*tm*/ 8, /*tn*/ 8>" },
+        { SIMT("t64x64", "q6_k", "bf16", "3", "256", "residual"), "/*n*/ 3, /*k*/ 256>" },
+    };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+        kiln_kernel_source s = emit_ok(cases[i].sig);
+        cr_assert(strstr(s.text, cases[i].want), "%s\nlacks %s:\n%s", cases[i].sig, cases[i].want,
+                  s.text);
+        kiln_kernel_source_free(&s);
+    }
+}
+
+/* -------------------------------------------------------------- entries */
+
+Test(emit, entry_names_are_deterministic_and_distinct)
+{
+    enum { N = 3 * KILN_FMT_COUNT };
+    char sigs[N][256];
+    char entries[N][KILN_ENTRY_MAX];
+    static const char *const variants[] = { "t16x64", "t64x64", "t128x128" };
+    for (int i = 0; i < N; i++) {
+        snprintf(sigs[i], sizeof sigs[i],
+                 "linear backend=simt variant=%s format=%s scales=x act=bf16 n=4096 k=4096 "
+                 "epilogue=none out=bf16 target=sm_90a",
+                 variants[i % 3], kiln_format_get((kiln_format)(i / 3))->name);
+        kiln_kernel_desc a, b;
+        cr_assert_eq(kiln_kernel_parse(reg(), sigs[i], &a), KILN_OK, "%s", kiln_last_error());
+        cr_assert_eq(kiln_kernel_parse(reg(), sigs[i], &b), KILN_OK);
+        cr_assert_str_eq(a.entry, b.entry);
+        cr_assert_eq(strlen(a.entry), strlen("kiln_simt_") + 16, "%s", a.entry);
+        cr_assert_eq(strncmp(a.entry, "kiln_simt_", 10), 0, "%s", a.entry);
+        cr_assert_eq(strspn(a.entry + 10, "0123456789abcdef"), 16, "%s", a.entry);
+        memcpy(entries[i], a.entry, sizeof entries[i]);
+        for (int j = 0; j < i; j++)
+            cr_assert_str_neq(entries[i], entries[j], "%s and %s", sigs[i], sigs[j]);
+    }
+}
+
+Test(emit, parse_reads_every_field)
+{
+    kiln_kernel_desc d;
+    cr_assert_eq(kiln_kernel_parse(reg(), Q4K_SIG, &d), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(d.kind, KILN_STEP_LINEAR);
+    cr_assert_eq(d.backend, &kiln_backend_simt);
+    cr_assert_str_eq(d.linear.variant, "t64x64");
+    cr_assert_eq(d.linear.cfg.format, KILN_FMT_Q4_K);
+    cr_assert_eq(d.linear.cfg.n, 4096);
+    cr_assert_eq(d.linear.cfg.k, 14336);
+    cr_assert_eq(d.linear.cfg.epilogue, KILN_EPI_BIAS | KILN_EPI_RESIDUAL);
+    cr_assert_eq(d.linear.act, KILN_ACT_BF16);
+    cr_assert_str_eq(d.target.name, "sm_90a");
+    cr_assert_eq(d.target.wgmma, 1);
+
+    cr_assert_eq(kiln_kernel_parse(reg(), "op rms_norm width=4096 target=sm_80", &d), KILN_OK);
+    cr_assert_eq(d.kind, KILN_STEP_OP);
+    cr_assert_eq(d.op, KILN_OP_RMS_NORM);
+    cr_assert_eq(d.width, 4096);
+    cr_assert_str_eq(d.target.name, "sm_80");
+    cr_assert_eq(strncmp(d.entry, "kiln_rms_norm_", 14), 0, "%s", d.entry);
+
+    cr_assert_eq(kiln_kernel_parse(reg(), "quant act=fp8-1x128 k=7168 target=h100", &d), KILN_OK);
+    cr_assert_eq(d.kind, KILN_STEP_QUANT);
+    cr_assert_eq(d.act, KILN_ACT_FP8_G128);
+    cr_assert_eq(d.width, 7168);
+    cr_assert_str_eq(d.target.name, "sm_90a");
+    cr_assert_eq(strncmp(d.entry, "kiln_quant_", 11), 0, "%s", d.entry);
+}
+
+/* ---------------------------------------------------------------- errors */
+
+Test(emit, malformed_signatures_are_refused)
+{
+    static const struct {
+        const char *sig;
+        kiln_status want;
+    } cases[] = {
+        { "", KILN_ERR_MALFORMED },
+        { "conv backend=simt", KILN_ERR_MALFORMED },
+        { "linear backend=simt", KILN_ERR_MALFORMED },
+        { "op", KILN_ERR_MALFORMED },
+        { "op add", KILN_ERR_MALFORMED },
+        { "op add width=8 target=sm_80 extra=1", KILN_ERR_MALFORMED },
+        { "op add width=8 width=8 target=sm_80", KILN_ERR_MALFORMED },
+        { "op add width target=sm_80", KILN_ERR_MALFORMED },
+        { "op add =8 target=sm_80", KILN_ERR_MALFORMED },
+        { "op add width=eight target=sm_80", KILN_ERR_MALFORMED },
+        { "op add width=0 target=sm_80", KILN_ERR_MALFORMED },
+        { "op add width=-3 target=sm_80", KILN_ERR_MALFORMED },
+        { "op add width=99999999999999999999 target=sm_80", KILN_ERR_MALFORMED },
+        { "op add width=8 target=sm_12", KILN_ERR_NOT_FOUND },
+        { "op nosuch width=8 target=sm_80", KILN_ERR_NOT_FOUND },
+        { "quant act=fp4 k=8 target=sm_80", KILN_ERR_NOT_FOUND },
+        { "linear backend=gemv variant=v format=q4_0 scales=x act=bf16 n=8 k=32 epilogue=none "
+          "out=bf16 target=sm_80",
+          KILN_ERR_NOT_FOUND },
+        { SIMT("t16x64", "q5_k", "bf16", "8", "32", "none"), KILN_ERR_NOT_FOUND },
+        { SIMT("t16x64", "q4_0", "bf17", "8", "32", "none"), KILN_ERR_NOT_FOUND },
+        { SIMT("t16x64", "q4_0", "bf16", "8", "32x", "none"), KILN_ERR_MALFORMED },
+        { "linear backend=simt variant=t16x64 format=q4_0 scales=x act=bf16 n=8 k=32 epilogue=none "
+          "out=f32 target=sm_80",
+          KILN_ERR_UNSUPPORTED },
+        { SIMT("t16x64", "q4_0", "bf16", "8", "32", "scale"), KILN_ERR_MALFORMED },
+        { SIMT("t16x64", "q4_0", "bf16", "8", "32", "bias+bias"), KILN_ERR_MALFORMED },
+        { SIMT("t16x64", "q4_0", "bf16", "8", "32", "bias+"), KILN_ERR_MALFORMED },
+        { SIMT("t16x64", "q4_0", "bf16", "8", "32", "+bias"), KILN_ERR_MALFORMED },
+        { SIMT("x123456789x123456789x123456789x123456789x123456789x123456789x123", "q4_0",
+               "bf16", "8", "32", "none"),
+          KILN_ERR_MALFORMED },
+    };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+        kiln_kernel_desc d;
+        kiln_kernel_source s = { .text = NULL };
+        cr_assert_eq(kiln_kernel_parse(reg(), cases[i].sig, &d), cases[i].want, "\"%s\": %s",
+                     cases[i].sig, kiln_last_error());
+        if (cases[i].sig[0])
+            cr_assert(strstr(kiln_last_error(), cases[i].sig),
+                      "the message names the signature: %s", kiln_last_error());
+        cr_assert_eq(kiln_emit(reg(), cases[i].sig, &s), cases[i].want);
+        cr_assert_null(s.text, "out is untouched on failure");
+    }
+    char long_sig[600];
+    memset(long_sig, 'x', sizeof long_sig - 1);
+    long_sig[sizeof long_sig - 1] = '\0';
+    kiln_kernel_desc d;
+    cr_assert_eq(kiln_kernel_parse(reg(), long_sig, &d), KILN_ERR_MALFORMED);
+    cr_assert_eq(kiln_kernel_parse(NULL, Q4K_SIG, &d), KILN_ERR_INVALID_ARG);
+    cr_assert_eq(kiln_kernel_parse(reg(), NULL, &d), KILN_ERR_INVALID_ARG);
+    cr_assert_eq(kiln_emit(reg(), Q4K_SIG, NULL), KILN_ERR_INVALID_ARG);
+}
+
+/* A planning-only backend, as tests register them. */
+static int any_target(const kiln_target *t, char *why, size_t n)
+{
+    (void)t, (void)why, (void)n;
+    return 1;
+}
+
+static int any_shape(const kiln_target *t, const kiln_linear_cfg *c, int64_t m, char *why, size_t n)
+{
+    (void)t, (void)c, (void)m, (void)why, (void)n;
+    return 1;
+}
+
+static const kiln_backend planning_only = {
+    .name = "plan",
+    .formats = 1u << KILN_FMT_BF16,
+    .is_supported = any_target,
+    .can_implement = any_shape,
+};
+
+Test(emit, kernels_without_a_template_are_unsupported)
+{
+    static const char *const cases[] = {
+        SIMT("t8x8", "q4_0", "bf16", "8", "32", "none"),
+        SIMT("t16x64", "q4_0", "fp8-token", "8", "32", "none"),
+        SIMT("t16x64", "q4_0", "bf16", "8", "32", "residual+silu_mul"),
+        "op linear width=8 target=sm_80",
+        "op input width=8 target=sm_80",
+        "quant act=bf16 k=8 target=sm_80",
+        "op add width=2147483648 target=sm_80",
+        "quant act=fp8-token k=2147483648 target=sm_80",
+    };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+        kiln_kernel_source s = { .text = NULL };
+        cr_assert_eq(kiln_emit(reg(), cases[i], &s), KILN_ERR_UNSUPPORTED, "\"%s\": %s", cases[i],
+                     kiln_last_error());
+        cr_assert_null(s.text);
+    }
+    kiln_registry r = { .backends = { &planning_only }, .n = 1 };
+    kiln_kernel_source s = { .text = NULL };
+    const char *sig = "linear backend=plan variant=default format=bf16 scales=none act=bf16 n=8 "
+                      "k=8 epilogue=none out=bf16 target=sm_80";
+    cr_assert_eq(kiln_emit(&r, sig, &s), KILN_ERR_UNSUPPORTED);
+    cr_assert(strstr(kiln_last_error(), "no code hooks"), "%s", kiln_last_error());
+    kiln_kernel_desc d;
+    cr_assert_eq(kiln_kernel_parse(&r, sig, &d), KILN_OK);
+    kiln_kernel_launch l[KILN_MAX_LAUNCHES];
+    int n;
+    cr_assert_eq(kiln_kernel_launches(&d, 4, l, &n), KILN_ERR_UNSUPPORTED);
+}
+
+/* An entry name is "kiln_<backend>_<16 hex>" in KILN_ENTRY_MAX bytes. */
+Test(emit, a_backend_name_too_long_for_an_entry_is_refused)
+{
+    kiln_backend wordy = planning_only;
+    wordy.name = "a_backend_whose_name_leaves_no_room_for_the_hash_";
+    kiln_registry r = { .backends = { &wordy }, .n = 1 };
+    kiln_kernel_desc d;
+    const char *sig = "linear backend=a_backend_whose_name_leaves_no_room_for_the_hash_ "
+                      "variant=v format=bf16 scales=none act=bf16 n=8 k=8 epilogue=none out=bf16 "
+                      "target=sm_80";
+    cr_assert_eq(kiln_kernel_parse(&r, sig, &d), KILN_ERR_INVALID_ARG);
+    cr_assert(strstr(kiln_last_error(), "too long for an entry name"), "%s", kiln_last_error());
+}
+
+Test(simt, emit_refuses_a_buffer_too_small)
+{
+    kiln_target t;
+    cr_assert_eq(kiln_target_from_name("sm_80", &t), KILN_OK);
+    kiln_linear_kernel k = { .cfg = { .format = KILN_FMT_Q8_0, .n = 64, .k = 64 },
+                             .act = KILN_ACT_BF16, .variant = "t64x64" };
+    char buf[64];
+    cr_assert_eq(kiln_backend_simt.emit(&t, &k, "kiln_simt_0", buf, sizeof buf),
+                 KILN_ERR_INVALID_ARG);
+    cr_assert(strstr(kiln_last_error(), "the buffer has 64"), "%s", kiln_last_error());
+}
+
+/* ------------------------------------------------------------ cache key */
+
+Test(emit, the_key_fills_its_placeholder_once)
+{
+    kiln_kernel_source s = emit_ok(Q4K_SIG);
+    char *before = strdup(s.text);
+    const char *key = "0123456789abcdef0123456789abcdef";
+    cr_assert_eq(kiln_emit_set_key(s.text, key), KILN_OK, "%s", kiln_last_error());
+    cr_assert(strstr(s.text, "// cache key: 0123456789abcdef0123456789abcdef\n"), "%s", s.text);
+    cr_assert_eq(strlen(s.text), strlen(before));
+    cr_assert_eq(kiln_emit_set_key(s.text, key), KILN_ERR_INVALID_ARG);
+    free(before);
+    kiln_kernel_source_free(&s);
+
+    s = emit_ok(Q4K_SIG);
+    static const char *const bad[] = { "0123", "0123456789ABCDEF0123456789ABCDEF",
+                                       "0123456789abcdef0123456789abcdefg",
+                                       "0123456789abcdef0123456789abcdeg" };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(bad); i++)
+        cr_assert_eq(kiln_emit_set_key(s.text, bad[i]), KILN_ERR_INVALID_ARG, "%s", bad[i]);
+    cr_assert_eq(kiln_emit_set_key(NULL, key), KILN_ERR_INVALID_ARG);
+    cr_assert(strstr(s.text, KILN_EMIT_KEY_PLACEHOLDER), "refused keys change nothing");
+    kiln_kernel_source_free(&s);
+}
+
+/* ------------------------------------------------------------- launches */
+
+static void launches(const char *sig, int64_t m, kiln_kernel_launch *l, int *n)
+{
+    kiln_kernel_desc d;
+    cr_assert_eq(kiln_kernel_parse(reg(), sig, &d), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_kernel_launches(&d, m, l, n), KILN_OK, "%s", kiln_last_error());
+}
+
+Test(emit, simt_launches_cover_the_output)
+{
+    static const struct {
+        const char *variant;
+        int64_t m;
+        unsigned gx, gy, threads;
+    } cases[] = {
+        { "t16x64", 1, 63, 1, 256 },   { "t16x64", 17, 63, 2, 256 },
+        { "t64x64", 64, 63, 1, 256 },  { "t64x64", 65, 63, 2, 256 },
+        { "t128x128", 512, 32, 4, 256 }, { "t128x128", 513, 32, 5, 256 },
+    };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+        char sig[256];
+        snprintf(sig, sizeof sig,
+                 "linear backend=simt variant=%s format=q8_0 scales=inline act=bf16 n=4000 k=4096 "
+                 "epilogue=none out=bf16 target=sm_80",
+                 cases[i].variant);
+        kiln_kernel_launch l[KILN_MAX_LAUNCHES];
+        int n = 0;
+        launches(sig, cases[i].m, l, &n);
+        cr_assert_eq(n, 1);
+        kiln_kernel_desc d;
+        kiln_kernel_parse(reg(), sig, &d);
+        cr_assert_str_eq(l[0].entry, d.entry);
+        long long m = (long long)cases[i].m;
+        cr_assert_eq(l[0].cfg.grid[0], cases[i].gx, "%s m=%lld", cases[i].variant, m);
+        cr_assert_eq(l[0].cfg.grid[1], cases[i].gy, "%s m=%lld", cases[i].variant, m);
+        cr_assert_eq(l[0].cfg.grid[2], 1);
+        cr_assert_eq(l[0].cfg.block[0], cases[i].threads);
+        cr_assert_eq(l[0].cfg.block[1] * l[0].cfg.block[2], 1);
+        cr_assert_eq(l[0].cfg.smem, 0);
+    }
+}
+
+Test(emit, row_kernels_launch_a_block_per_row)
+{
+    kiln_kernel_launch l[KILN_MAX_LAUNCHES];
+    int n = 0;
+    launches("op rms_norm width=4096 target=sm_80", 37, l, &n);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(l[0].cfg.grid[0], 37);
+    cr_assert_eq(l[0].cfg.block[0], KILN_ROW_THREADS);
+    launches("quant act=fp8-token k=4096 target=sm_80", 5, l, &n);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(l[0].cfg.grid[0], 5);
+
+    /* The per-tensor scale is reduced by a first kernel of fixed size. */
+    kiln_kernel_desc d;
+    cr_assert_eq(kiln_kernel_parse(reg(), "quant act=fp8-tensor k=4096 target=sm_80", &d), KILN_OK);
+    launches("quant act=fp8-tensor k=4096 target=sm_80", 300, l, &n);
+    cr_assert_eq(n, 2);
+    char amax[KILN_ENTRY_MAX + 8];
+    snprintf(amax, sizeof amax, "%s_amax", d.entry);
+    cr_assert_str_eq(l[0].entry, amax);
+    cr_assert_eq(l[0].cfg.grid[0], KILN_QUANT_AMAX_PARTS);
+    cr_assert_eq(l[0].cfg.block[0], KILN_ROW_THREADS);
+    cr_assert_str_eq(l[1].entry, d.entry);
+    cr_assert_eq(l[1].cfg.grid[0], 300);
+}
+
+Test(emit, launches_refuse_impossible_token_counts)
+{
+    kiln_kernel_desc d;
+    kiln_kernel_launch l[KILN_MAX_LAUNCHES];
+    int n;
+    cr_assert_eq(kiln_kernel_parse(reg(), "op add width=8 target=sm_80", &d), KILN_OK);
+    cr_assert_eq(kiln_kernel_launches(&d, 0, l, &n), KILN_ERR_SHAPE);
+    cr_assert_eq(kiln_kernel_launches(&d, (int64_t)INT_MAX + 1, l, &n), KILN_ERR_SHAPE);
+    cr_assert_eq(kiln_kernel_launches(NULL, 1, l, &n), KILN_ERR_INVALID_ARG);
+    cr_assert_eq(kiln_kernel_parse(reg(), SIMT("t16x64", "bf16", "bf16", "8", "8", "none"), &d),
+                 KILN_OK);
+    cr_assert_eq(kiln_kernel_launches(&d, 16 * 65535, l, &n), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_kernel_launches(&d, 16 * 65535 + 1, l, &n), KILN_ERR_SHAPE);
+    cr_assert(strstr(kiln_last_error(), d.entry), "%s", kiln_last_error());
+    /* A variant that no longer exists cannot be launched either. */
+    snprintf(d.linear.variant, sizeof d.linear.variant, "t1x1");
+    cr_assert_eq(kiln_kernel_launches(&d, 1, l, &n), KILN_ERR_UNSUPPORTED);
+}
+
+/* --------------------------------------------------------------- keeping */
+
+static char *temp_dir(void)
+{
+    char tmpl[] = "/tmp/kiln-emit-XXXXXX";
+    char *dir = mkdtemp(tmpl);
+    cr_assert_not_null(dir);
+    return strdup(dir);
+}
+
+static void expect_file(const char *dir, const char *name, const char *text)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s is missing", path);
+    char buf[4096] = { 0 };
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    cr_assert_eq(n, strlen(text));
+    cr_assert_str_eq(buf, text);
+    unlink(path);
+}
+
+Test(emit, keep_writes_source_log_and_ptx)
+{
+    char *dir = temp_dir();
+    char sub[512];
+    snprintf(sub, sizeof sub, "%s/a/b/", dir);
+    kiln_kernel_source s = emit_ok(Q4K_SIG);
+    cr_assert_eq(kiln_emit_keep(sub, s.desc.entry, s.text, "the log", ".version 9.0"), KILN_OK,
+                 "%s", kiln_last_error());
+    char name[128];
+    snprintf(name, sizeof name, "%s.cu", s.desc.entry);
+    expect_file(sub, name, s.text);
+    snprintf(name, sizeof name, "%s.log", s.desc.entry);
+    expect_file(sub, name, "the log");
+    snprintf(name, sizeof name, "%s.ptx", s.desc.entry);
+    expect_file(sub, name, ".version 9.0");
+
+    /* Without a log and PTX only the source is written. */
+    cr_assert_eq(kiln_emit_keep(sub, "only", "src", NULL, NULL), KILN_OK);
+    expect_file(sub, "only.cu", "src");
+    char log_path[600];
+    snprintf(log_path, sizeof log_path, "%s/only.log", sub);
+    cr_assert_neq(access(log_path, F_OK), 0);
+
+    snprintf(sub, sizeof sub, "%s/a/b", dir);
+    cr_assert_eq(rmdir(sub), 0);
+    snprintf(sub, sizeof sub, "%s/a", dir);
+    cr_assert_eq(rmdir(sub), 0);
+    cr_assert_eq(rmdir(dir), 0);
+    kiln_kernel_source_free(&s);
+    free(dir);
+}
+
+Test(emit, keep_reports_what_it_cannot_write)
+{
+    char *dir = temp_dir();
+    char file[512], below[600];
+    snprintf(file, sizeof file, "%s/plain", dir);
+    FILE *f = fopen(file, "w");
+    cr_assert_not_null(f);
+    fclose(f);
+    cr_assert_eq(kiln_emit_keep(file, "k", "src", NULL, NULL), KILN_ERR_IO);
+    cr_assert(strstr(kiln_last_error(), file), "%s", kiln_last_error());
+    snprintf(below, sizeof below, "%s/sub", file);
+    cr_assert_eq(kiln_emit_keep(below, "k", "src", NULL, NULL), KILN_ERR_IO);
+    cr_assert(strstr(kiln_last_error(), "cannot create directory"), "%s", kiln_last_error());
+    /* An entry that names a directory cannot be written as a file. */
+    snprintf(below, sizeof below, "%s/k.cu", dir);
+    cr_assert_eq(mkdir(below, 0777), 0);
+    cr_assert_eq(kiln_emit_keep(dir, "k", "src", NULL, NULL), KILN_ERR_IO);
+    cr_assert(strstr(kiln_last_error(), "cannot create"), "%s", kiln_last_error());
+    char huge[5000];
+    memset(huge, 'd', sizeof huge - 1);
+    huge[sizeof huge - 1] = '\0';
+    cr_assert_eq(kiln_emit_keep(huge, "k", "src", NULL, NULL), KILN_ERR_IO);
+    cr_assert_eq(kiln_emit_keep(NULL, "k", "src", NULL, NULL), KILN_ERR_INVALID_ARG);
+    rmdir(below);
+    unlink(file);
+    rmdir(dir);
+    free(dir);
+}
+
+Test(emit, keep_dir_prefers_the_option_then_the_environment)
+{
+    unsetenv("KILN_DUMP_SOURCE");
+    cr_assert_null(kiln_emit_keep_dir(NULL));
+    cr_assert_str_eq(kiln_emit_keep_dir("opt"), "opt");
+    setenv("KILN_DUMP_SOURCE", "", 1);
+    cr_assert_null(kiln_emit_keep_dir(NULL));
+    setenv("KILN_DUMP_SOURCE", "env", 1);
+    cr_assert_str_eq(kiln_emit_keep_dir(NULL), "env");
+    cr_assert_str_eq(kiln_emit_keep_dir("opt"), "opt");
+}
+
+/* --------------------------------------------------------- the templates */
+
+/* The embedded headers are the files of kernels/ as they are now (the
+ * build regenerates them), one per file, named kiln/<file>. */
+Test(emit, embedded_headers_are_the_template_files)
+{
+    static const char *const files[] = {
+        "kernels/common/kiln_args.h", "kernels/common/kiln_types.cuh",
+        "kernels/common/dequant.cuh", "kernels/common/elementwise.cuh", "kernels/simt/simt.cuh",
+    };
+    const char *root = getenv("KILN_SOURCE_DIR");
+    cr_assert_not_null(root, "ctest sets KILN_SOURCE_DIR");
+    for (size_t i = 0; i < KILN_ARRAY_LEN(files); i++) {
+        const char *base = strrchr(files[i], '/') + 1;
+        char name[128], path[1024];
+        snprintf(name, sizeof name, "kiln/%s", base);
+        snprintf(path, sizeof path, "%s/%s", root, files[i]);
+        const kiln_embedded_file *e = NULL;
+        for (size_t j = 0; j < kiln_embedded_headers_count; j++)
+            if (!strcmp(kiln_embedded_headers[j].name, name))
+                e = &kiln_embedded_headers[j];
+        cr_assert_not_null(e, "%s is not embedded", name);
+        FILE *f = fopen(path, "rb");
+        cr_assert_not_null(f, "%s", path);
+        fseek(f, 0, SEEK_END);
+        long n = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        char *text = malloc((size_t)n + 1);
+        cr_assert_eq(fread(text, 1, (size_t)n, f), (size_t)n);
+        fclose(f);
+        text[n] = '\0';
+        cr_assert_eq(e->length, (size_t)n, "%s", name);
+        cr_assert_eq(strlen(e->text), e->length, "%s is NUL-terminated text", name);
+        cr_assert_str_eq(e->text, text, "%s", name);
+        free(text);
+    }
+    for (size_t j = 1; j < kiln_embedded_headers_count; j++)
+        cr_assert_lt(strcmp(kiln_embedded_headers[j - 1].name, kiln_embedded_headers[j].name), 0,
+                     "sorted, no duplicates");
+}
+
+/* ---------------------------------------------------- the simt backend */
+
+static kiln_target target(const char *name)
+{
+    kiln_target t;
+    cr_assert_eq(kiln_target_from_name(name, &t), KILN_OK, "%s", kiln_last_error());
+    return t;
+}
+
+Test(simt, runs_on_sm_75_and_newer)
+{
+    char why[128] = "";
+    for (const char *const *n = kiln_target_names(); *n; n++) {
+        kiln_target t = target(*n);
+        cr_assert_eq(kiln_backend_simt.is_supported(&t, why, sizeof why), 1, "%s", *n);
+    }
+    kiln_target old = { .name = "sm_70", .sm = 70 };
+    cr_assert_eq(kiln_backend_simt.is_supported(&old, why, sizeof why), 0);
+    cr_assert_str_eq(why, "needs sm_75 or newer, target is sm_70");
+}
+
+Test(simt, takes_every_format_and_epilogue_with_bf16_activations)
+{
+    cr_assert_eq(kiln_backend_simt.formats, (1u << KILN_FMT_COUNT) - 1);
+    cr_assert_eq(kiln_backend_simt.epilogues,
+                 KILN_EPI_BIAS | KILN_EPI_RESIDUAL | KILN_EPI_SILU_MUL);
+    kiln_target t = target("sm_90a");
+    char why[128];
+    for (int f = 0; f < KILN_FMT_COUNT; f++) {
+        kiln_linear_cfg c = { .format = (kiln_format)f, .n = 4096, .k = 4096 };
+        cr_assert_eq(kiln_backend_simt.can_implement(&t, &c, 512, why, sizeof why), 1);
+        cr_assert_eq(kiln_backend_simt.act(&t, &c, 512), KILN_ACT_BF16);
+    }
+}
+
+Test(simt, refuses_shapes_past_its_indexing)
+{
+    kiln_target t = target("sm_80");
+    char why[128];
+    kiln_linear_cfg c = { .format = KILN_FMT_BF16, .n = (int64_t)INT_MAX + 1, .k = 64 };
+    cr_assert_eq(kiln_backend_simt.can_implement(&t, &c, 1, why, sizeof why), 0);
+    cr_assert(strstr(why, "2^31"), "%s", why);
+    c = (kiln_linear_cfg){ .format = KILN_FMT_BF16, .n = 64, .k = (int64_t)INT_MAX + 1 };
+    cr_assert_eq(kiln_backend_simt.can_implement(&t, &c, 1, why, sizeof why), 0);
+    c.k = 64;
+    cr_assert_eq(kiln_backend_simt.can_implement(&t, &c, 128 * 65535, why, sizeof why), 1);
+    cr_assert_eq(kiln_backend_simt.can_implement(&t, &c, 128 * 65535 + 1, why, sizeof why), 0);
+    cr_assert(strstr(why, "rows"), "%s", why);
+}
+
+Test(simt, variants_follow_the_bucket)
+{
+    static const struct {
+        int64_t m;
+        const char *variant;
+    } cases[] = {
+        { 1, "t16x64" }, { 16, "t16x64" }, { 17, "t64x64" }, { 64, "t64x64" },
+        { 65, "t128x128" }, { 512, "t128x128" }, { 100000, "t128x128" },
+    };
+    kiln_target t = target("sm_89");
+    kiln_linear_cfg c = { .format = KILN_FMT_Q4_0, .n = 4096, .k = 4096 };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+        char v[64];
+        kiln_backend_simt.variant(&t, &c, cases[i].m, v, sizeof v);
+        cr_assert_str_eq(v, cases[i].variant, "m=%lld", (long long)cases[i].m);
+    }
+}
+
+/* The default registry plans with simt, and every signature of the plan
+ * (linears, ops) emits. */
+Test(simt, default_plans_emit)
+{
+    cr_assert_eq(kiln_registry_find(kiln_registry_default(), "simt"), &kiln_backend_simt);
+    kt_rng rng = kt_rng_new(7);
+    enum { D = 256, F = 512 };
+    static uint8_t wdata[F * D], scale[4096];
+    static float norm[D];
+    kt_fill_normal(&rng, norm, D, 1.0f);
+    kiln_graph *g;
+    cr_assert_eq(kiln_graph_create(&g), KILN_OK);
+    kiln_tensor *x, *nw, *h, *wg, *wu, *wd, *gate, *up, *act, *prod, *down, *out;
+    kiln_qtensor qg = { .format = KILN_FMT_Q4_K, .n = F, .k = D, .data = wdata };
+    kiln_qtensor qu = { .format = KILN_FMT_NVFP4, .n = F, .k = D, .data = wdata, .scale = scale };
+    kiln_qtensor qd = { .format = KILN_FMT_FP8_BLOCK, .n = D, .k = F, .data = wdata,
+                        .scale = scale };
+    cr_assert_eq(kiln_graph_input(g, "x", D, &x), KILN_OK);
+    cr_assert_eq(kiln_graph_param(g, "norm", D, norm, &nw), KILN_OK);
+    cr_assert_eq(kiln_graph_rms_norm(g, "h", x, nw, 1e-6f, &h), KILN_OK);
+    cr_assert_eq(kiln_graph_weight(g, "wg", &qg, &wg), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_graph_weight(g, "wu", &qu, &wu), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_graph_weight(g, "wd", &qd, &wd), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_graph_linear(g, "gate", h, wg, NULL, &gate), KILN_OK);
+    cr_assert_eq(kiln_graph_linear(g, "up", h, wu, NULL, &up), KILN_OK);
+    cr_assert_eq(kiln_graph_silu(g, "act", gate, &act), KILN_OK);
+    cr_assert_eq(kiln_graph_mul(g, "prod", up, act, &prod), KILN_OK);
+    cr_assert_eq(kiln_graph_linear(g, "down", prod, wd, NULL, &down), KILN_OK);
+    cr_assert_eq(kiln_graph_add(g, "out", x, down, &out), KILN_OK);
+    cr_assert_eq(kiln_graph_output(g, out), KILN_OK);
+    kiln_target t = target("h100");
+    kiln_plan *p;
+    cr_assert_eq(kiln_plan_create(g, &t, NULL, &p), KILN_OK, "%s", kiln_last_error());
+    int linears = 0, fused = 0;
+    for (int i = 0; i < kiln_plan_n_signatures(p); i++) {
+        const char *sig = kiln_plan_signature(p, i);
+        kiln_kernel_source s = emit_ok(sig);
+        linears += s.desc.kind == KILN_STEP_LINEAR;
+        fused += strstr(sig, "silu_mul") || strstr(sig, "residual");
+        kiln_kernel_source_free(&s);
+    }
+    cr_assert_eq(linears, 3 * 3, "three linears, three tile variants over the buckets");
+    cr_assert_eq(fused, 6, "up absorbs silu·mul, down the residual, in every variant");
+    kiln_plan_destroy(p);
+    kiln_graph_destroy(g);
+}
