@@ -69,7 +69,7 @@ static kiln_status file_foreach(kiln_cache_file *f, int layer, kiln_cache_visit_
 
 kiln_status kiln_cache_foreach(kiln_cache *c, int layer, kiln_cache_visit_fn fn, void *ctx)
 {
-    kiln_cache_file *f;
+    kiln_cache_file *f = NULL;
     kiln_status st = layer_file(c, layer, &f);
     return st ? st : file_foreach(f, layer, fn, ctx);
 }
@@ -219,7 +219,7 @@ static kiln_status gc_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int *rc_
 kiln_status kiln_cache_gc(kiln_cache *c, const kiln_cache_gc_options *o, size_t *removed,
                           uint64_t *bytes)
 {
-    kiln_cache_file *f;
+    kiln_cache_file *f = NULL;
     kiln_status st = kiln_cache_writable_file(c, "gc", &f);
     if (st)
         return st;
@@ -279,7 +279,7 @@ static kiln_status rm_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int *rc_
 
 static kiln_status rm_run(kiln_cache *c, rm_ctx *r, size_t *removed)
 {
-    kiln_cache_file *f;
+    kiln_cache_file *f = NULL;
     kiln_status st = kiln_cache_writable_file(c, "rm", &f);
     if (!st)
         st = kiln_cache_file_write(f, "rm", rm_body, r);

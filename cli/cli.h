@@ -35,8 +35,27 @@ kiln_graph *cli_demo_graph(cli_demo *d);
 int cli_demo_n_layers(const cli_demo *d);
 const char *cli_demo_layer_desc(const cli_demo *d, int i);
 int64_t cli_demo_width(const cli_demo *d);
-/* The demo's deterministic input for m tokens, [m, width]. */
-void cli_demo_input(const cli_demo *d, int64_t m, float *x);
+
+/* Runs a graph on the GPU session when there is one, else the CPU executor. */
+typedef struct cli_exec {
+    kiln_session *gpu;
+    kiln_cpu *cpu;
+} cli_exec;
+kiln_status cli_exec_run(cli_exec *e, int64_t m, const float *const *in, float *const *out);
+
+/* The deterministic input of graph input number `input`: [m, width]. */
+void cli_fill_input(int input, int64_t m, int64_t width, float *x);
+
+/* Run g for each token count `steps` times on fresh deterministic inputs and
+ * print tokens, the outputs' checksum (sum, mean |y|) and the median time.
+ * first_run_s (may be NULL) gets the very first run's time. */
+int cli_run_table(const char *cmd, cli_exec *e, kiln_graph *g, const int64_t *tokens,
+                  int n_tokens, int steps, double *first_run_s);
+
+/* Run g for m tokens on both executors and give the largest difference,
+ * relative to the largest |y| of the CPU's output. */
+int cli_run_compare(const char *cmd, cli_exec *gpu, cli_exec *cpu, kiln_graph *g, int64_t m,
+                    double *max_err);
 
 /* What a command runs or compiles: "demo", or a model file / directory whose
  * graph is built by kind ("ffn": the runnable FFN stack; "linears": every
@@ -51,9 +70,56 @@ typedef struct cli_source {
 kiln_status cli_source_open(const char *arg, const char *graph, int layers, cli_source *out);
 void cli_source_close(cli_source *s);
 
+/* The lowering options every planning command shares (plan, compile, run,
+ * cache export): their long options, parsing and the plan they make. */
+enum {
+    CLI_OPT_TARGET = 1000, CLI_OPT_BACKEND, CLI_OPT_STRICT, CLI_OPT_TOKENS, CLI_OPT_MAX_TOKENS,
+    CLI_OPT_GRAPH, CLI_OPT_LAYERS, CLI_OPT_NO_FUSE,
+};
+#define CLI_PLAN_LONG_OPTIONS                                                                   \
+    { "target", required_argument, NULL, CLI_OPT_TARGET },                                      \
+    { "backend", required_argument, NULL, CLI_OPT_BACKEND },                                    \
+    { "strict-backend", no_argument, NULL, CLI_OPT_STRICT },                                    \
+    { "tokens", required_argument, NULL, CLI_OPT_TOKENS },                                      \
+    { "max-tokens", required_argument, NULL, CLI_OPT_MAX_TOKENS },                              \
+    { "graph", required_argument, NULL, CLI_OPT_GRAPH },                                        \
+    { "layers", required_argument, NULL, CLI_OPT_LAYERS },                                      \
+    { "no-fuse", no_argument, NULL, CLI_OPT_NO_FUSE }
+#define CLI_PLAN_HELP                                                                           \
+    "  --target T        sm_75, sm_80, sm_86, sm_89, sm_90, sm_90a or a product name\n"         \
+    "                    (t4, a100, a10, l40s, h100, h200); default sm_90a\n"                   \
+    "  --backend B       use backend B wherever it can take a node; elsewhere fall\n"          \
+    "                    back to the normal choice with one warning per layer type\n"          \
+    "  --strict-backend  make such a fallback an error\n"                                      \
+    "  --tokens LIST     capture sizes (default 1,2,4,8,16,32,64,128,256,512)\n"               \
+    "  --max-tokens N    the largest token count to serve (default: largest size)\n"           \
+    "  --graph KIND      for a model file: ffn (the runnable FFN stack, default) or\n"         \
+    "                    linears (every linear of every layer and the head)\n"                 \
+    "  --layers N        use only the first N layers of a model file\n"                        \
+    "  --no-fuse         keep epilogues as separate kernels\n"
+
+typedef struct cli_plan_args {
+    const char *target, *graph;
+    int64_t tokens[64];
+    int n_tokens, layers;
+    kiln_plan_options po;
+} cli_plan_args;
+void cli_plan_args_init(cli_plan_args *a);
+/* 1 when c is a planning option (then *rc is CLI_OK or CLI_USAGE, already
+ * reported), 0 when it is not. */
+int cli_plan_option(const cli_command *cmd, int c, const char *arg, cli_plan_args *a, int *rc);
+/* Check the options together and resolve the target; CLI_OK or CLI_USAGE. */
+int cli_plan_finish(const cli_command *cmd, cli_plan_args *a, kiln_target *t);
+/* Open what (demo or a model) and plan it; src stays open for the plan. */
+kiln_status cli_plan_open(const char *what, cli_plan_args *a, const kiln_target *t,
+                          cli_source *src, kiln_plan **p);
+
 extern const cli_command cli_cmd_formats;
 extern const cli_command cli_cmd_demo;
 extern const cli_command cli_cmd_inspect;
 extern const cli_command cli_cmd_plan;
+extern const cli_command cli_cmd_compile;
+extern const cli_command cli_cmd_cache;
+extern const cli_command cli_cmd_run;
 
 #endif

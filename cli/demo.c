@@ -5,7 +5,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* The demo: a stack of FFN blocks, x + down(silu(gate(rms(x))) * up(rms(x))),
  * one weight format per layer so one run touches the main families, then a
@@ -160,14 +159,6 @@ int cli_demo_n_layers(const cli_demo *d) { (void)d; return DEMO_LAYERS; }
 const char *cli_demo_layer_desc(const cli_demo *d, int i) { return d->desc[i]; }
 int64_t cli_demo_width(const cli_demo *d) { (void)d; return DEMO_WIDTH; }
 
-void cli_demo_input(const cli_demo *d, int64_t m, float *x)
-{
-    (void)d;
-    uint64_t seed = 0x696e707574;
-    for (int64_t i = 0; i < m * DEMO_WIDTH; i++)
-        x[i] = demo_uniform(&seed, 1.0f);
-}
-
 /* ------------------------------------------------------------ kiln demo */
 
 static void help(FILE *out)
@@ -184,12 +175,6 @@ static void help(FILE *out)
             "  --steps S       timed runs per token count (default 3)\n"
             "  --threads N     CPU threads (default: one per core)\n",
             DEMO_LAYERS, DEMO_WIDTH, DEMO_FFN);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 static int run(int argc, char **argv)
@@ -247,42 +232,9 @@ static int run(int argc, char **argv)
     for (int l = 0; l < DEMO_LAYERS; l++)
         printf("%-6d %-12s gate, up %dx%d; down %dx%d\n", l, d->desc[l], DEMO_FFN, DEMO_WIDTH,
                DEMO_WIDTH, DEMO_FFN);
-    printf("\n%-7s %-16s %-14s %s\n", "tokens", "checksum (sum)", "mean |y|", "time/run (median)");
-
-    int rc = CLI_OK;
-    for (int t = 0; t < n_tokens && rc == CLI_OK; t++) {
-        int64_t m = tokens[t];
-        size_t elems = (size_t)m * DEMO_WIDTH;
-        float *x = malloc(elems * sizeof *x), *y = malloc(elems * sizeof *y);
-        double *times = malloc((size_t)steps * sizeof *times);
-        if (!x || !y || !times) {
-            rc = cli_fail(kiln_fail(KILN_ERR_NOMEM, "%zu activations", elems), "demo");
-        } else {
-            cli_demo_input(d, m, x);
-            const float *in[1] = { x };
-            float *outs[1] = { y };
-            for (int s = 0; s < steps && rc == CLI_OK; s++) {
-                double t0 = kiln_now();
-                st = kiln_cpu_run(cpu, m, in, outs);
-                times[s] = kiln_now() - t0;
-                if (st != KILN_OK)
-                    rc = cli_fail(st, "running the demo");
-            }
-            if (rc == CLI_OK) {
-                double sum = 0, l1 = 0;
-                for (size_t i = 0; i < elems; i++) {
-                    sum += y[i];
-                    l1 += fabs(y[i]);
-                }
-                qsort(times, (size_t)steps, sizeof *times, cmp_double);
-                printf("%-7lld %-+16.9e %-14.6e %.3f ms\n", (long long)m, sum, l1 / (double)elems,
-                       times[steps / 2] * 1e3);
-            }
-        }
-        free(x);
-        free(y);
-        free(times);
-    }
+    putchar('\n');
+    cli_exec e = { .cpu = cpu };
+    int rc = cli_run_table("demo", &e, cli_demo_graph(d), tokens, n_tokens, steps, NULL);
     kiln_cpu_destroy(cpu);
     cli_demo_destroy(d);
     return rc;

@@ -9,6 +9,9 @@ static const cli_command *const commands[] = {
     &cli_cmd_demo,
     &cli_cmd_inspect,
     &cli_cmd_plan,
+    &cli_cmd_compile,
+    &cli_cmd_cache,
+    &cli_cmd_run,
 };
 
 static void usage(FILE *out)

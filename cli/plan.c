@@ -17,17 +17,7 @@ static void help(FILE *out)
             "epilogue and why the backends before it in the format's priority list were\n"
             "refused; then how many kernels the plan needs and the activation arena.\n"
             "\n"
-            "  --target T        sm_75, sm_80, sm_86, sm_89, sm_90, sm_90a or a product name\n"
-            "                    (t4, a100, a10, l40s, h100, h200); default sm_90a\n"
-            "  --backend B       use backend B wherever it can take a node; elsewhere fall\n"
-            "                    back to the normal choice with one warning per layer type\n"
-            "  --strict-backend  make such a fallback an error\n"
-            "  --tokens LIST     capture sizes (default 1,2,4,8,16,32,64,128,256,512)\n"
-            "  --max-tokens N    the largest token count to serve (default: largest size)\n"
-            "  --graph KIND      for a model file: ffn (the runnable FFN stack, default) or\n"
-            "                    linears (every linear of every layer and the head)\n"
-            "  --layers N        use only the first N layers of a model file\n"
-            "  --no-fuse         keep epilogues as separate kernels\n"
+            CLI_PLAN_HELP
             "  --json            print the plan as JSON on stdout\n");
 }
 
@@ -127,46 +117,23 @@ static int print_json(const kiln_plan *p, const char *source, const kiln_target 
 static int run(int argc, char **argv)
 {
     static const struct option opts[] = {
-        { "target", required_argument, NULL, 'T' },
-        { "backend", required_argument, NULL, 'b' },
-        { "strict-backend", no_argument, NULL, 's' },
-        { "tokens", required_argument, NULL, 't' },
-        { "max-tokens", required_argument, NULL, 'M' },
-        { "graph", required_argument, NULL, 'g' },
-        { "layers", required_argument, NULL, 'l' },
-        { "no-fuse", no_argument, NULL, 'F' },
+        CLI_PLAN_LONG_OPTIONS,
         { "json", no_argument, NULL, 'j' },
         { 0 },
     };
-    const char *target = "sm_90a", *graph = "ffn";
-    int64_t tokens[64];
-    int n_tokens = 0, json = 0, layers = 0, c;
-    kiln_plan_options po = { 0 };
-    char *end;
+    cli_plan_args a;
+    int json = 0, c, rc;
+    cli_plan_args_init(&a);
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        if (cli_plan_option(&cli_cmd_plan, c, optarg, &a, &rc)) {
+            if (rc != CLI_OK)
+                return rc;
+            continue;
+        }
         switch (c) {
-        case 'T': target = optarg; break;
-        case 'b': po.backend = optarg; break;
-        case 's': po.strict_backend = 1; break;
-        case 'F': po.no_fuse = 1; break;
         case 'j': json = 1; break;
-        case 'g': graph = optarg; break;
-        case 't':
-            if (cli_parse_tokens(optarg, tokens, 64, &n_tokens))
-                return cli_usage(&cli_cmd_plan, "bad --tokens '%s' (want e.g. 1,16,128)", optarg);
-            break;
-        case 'M':
-            po.max_tokens = strtoll(optarg, &end, 10);
-            if (*end || po.max_tokens < 1 || po.max_tokens > (1 << 20))
-                return cli_usage(&cli_cmd_plan, "bad --max-tokens '%s'", optarg);
-            break;
-        case 'l':
-            layers = (int)strtol(optarg, &end, 10);
-            if (*end || layers < 1)
-                return cli_usage(&cli_cmd_plan, "bad --layers '%s'", optarg);
-            break;
         case ':': return cli_usage(&cli_cmd_plan, "%s needs a value", argv[optind - 1]);
         default: return cli_usage(&cli_cmd_plan, "unknown option '%s'", argv[optind - 1]);
         }
@@ -175,30 +142,17 @@ static int run(int argc, char **argv)
         return cli_usage(&cli_cmd_plan, "what to plan? give a MODEL file or directory, or demo");
     if (optind + 1 < argc)
         return cli_usage(&cli_cmd_plan, "unexpected argument '%s'", argv[optind + 1]);
-    if (strcmp(graph, "ffn") && strcmp(graph, "linears"))
-        return cli_usage(&cli_cmd_plan, "bad --graph '%s' (want ffn or linears)", graph);
-    if (po.strict_backend && !po.backend)
-        return cli_usage(&cli_cmd_plan, "--strict-backend needs --backend");
-    if (n_tokens) {
-        po.capture = tokens;
-        po.n_capture = n_tokens;
-    }
     kiln_target t;
-    kiln_status st = kiln_target_from_name(target, &t);
-    if (st != KILN_OK)
-        return cli_usage(&cli_cmd_plan, "%s", kiln_last_error());
-
+    if ((rc = cli_plan_finish(&cli_cmd_plan, &a, &t)) != CLI_OK)
+        return rc;
     cli_source src;
-    if ((st = cli_source_open(argv[optind], graph, layers, &src)))
-        return cli_fail(st, "plan");
     kiln_plan *p;
-    if ((st = kiln_plan_create(src.g, &t, &po, &p))) {
-        cli_source_close(&src);
+    kiln_status st = cli_plan_open(argv[optind], &a, &t, &src, &p);
+    if (st != KILN_OK)
         return cli_fail(st, "plan");
-    }
     for (const char *const *w = kiln_plan_warnings(p); *w; w++)
         fprintf(stderr, "kiln plan: warning: %s\n", *w);
-    int rc = CLI_OK;
+    rc = CLI_OK;
     if (json)
         rc = print_json(p, argv[optind], &t);
     else

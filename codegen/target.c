@@ -58,3 +58,29 @@ kiln_status kiln_target_from_name(const char *name, kiln_target *out)
                      "unknown target '%s' (known: sm_75, sm_80, sm_86, sm_89, sm_90, sm_90a, "
                      "t4, a100, a10, l40s, h100, h200)", name);
 }
+
+kiln_status kiln_target_from_cc(int major, int minor, int sm_count, int smem_optin,
+                                kiln_target *out)
+{
+    int sm = major * 10 + minor;
+    if (major < 7 || minor < 0 || minor > 9 || sm < 75)
+        return kiln_fail(KILN_ERR_UNSUPPORTED,
+                         "compute capability %d.%d: kiln needs 7.5 (sm_75) or newer", major,
+                         minor);
+    /* A live sm_90 device is a Hopper chip, where the arch-specific
+     * instructions (wgmma) exist: its cubins are built for sm_90a. */
+    char name[16];
+    snprintf(name, sizeof name, "sm_%d%s", sm, sm == 90 ? "a" : "");
+    kiln_target t;
+    if (kiln_target_from_name(name, &t) != KILN_OK) {
+        /* An architecture newer than the table: what every later one keeps. */
+        t = (kiln_target){ .sm = sm, .mma_bf16 = 1, .mma_fp8 = 1, .tma = sm >= 90 };
+        snprintf(t.name, sizeof t.name, "%s", name);
+    }
+    t.sm_count = sm_count;
+    if (smem_optin > 0)
+        t.smem_optin = smem_optin;
+    kiln_clear_error();
+    *out = t;
+    return KILN_OK;
+}

@@ -264,6 +264,14 @@ typedef struct kiln_target {
  * the names kiln knows. */
 kiln_status kiln_target_from_name(const char *name, kiln_target *out);
 
+/* The target of a device of compute capability major.minor with sm_count
+ * multiprocessors and smem_optin bytes of shared memory per block (0: the
+ * architecture's default). An sm_90 device gets sm_90a; an architecture newer
+ * than kiln's table gets the capabilities every later one keeps.
+ * KILN_ERR_UNSUPPORTED below sm_75. */
+kiln_status kiln_target_from_cc(int major, int minor, int sm_count, int smem_optin,
+                                kiln_target *out);
+
 /* The names kiln_target_from_name accepts, NULL-terminated. */
 const char *const *kiln_target_names(void);
 
@@ -329,6 +337,58 @@ const char *const *kiln_plan_warnings(const kiln_plan *p);
  * comparison, the sum of every activation's size. */
 size_t kiln_plan_arena_bytes(const kiln_plan *p, int bucket);
 size_t kiln_plan_naive_bytes(const kiln_plan *p, int bucket);
+
+/* ------------------------------------------------------------ GPU session */
+
+/* A session binds a graph to a GPU: the plan for the live device, every
+ * kernel loaded from the caches (compiled first where a cache lacks one,
+ * unless offline), weights packed and uploaded, one activation arena, and
+ * one CUDA graph per token bucket, instantiated before the first run. */
+typedef struct kiln_session kiln_session;
+
+typedef struct kiln_session_options {
+    int device;                 /* CUDA device ordinal */
+    const char *const *shipped; /* read-only caches, searched first */
+    int n_shipped;
+    const char *cache;          /* the writable cache; NULL: $KILN_CACHE or the default */
+    int no_writable;            /* use no writable cache (read-only deployments) */
+    int offline;                /* a kernel missing from every cache is an error;
+                                   also on when $KILN_OFFLINE=1 */
+    int eager;                  /* launch kernels one by one instead of replaying graphs */
+    int quiet;                  /* no progress line while compiling */
+    kiln_plan_options plan;
+} kiln_session_options;
+
+/* Where the time of a cold start went, and what the session holds. */
+typedef struct kiln_session_stats {
+    char device[128];
+    char target[16];
+    int kernels, cached, compiled;
+    double plan_s, cache_s, module_s, weights_s, graphs_s; /* seconds */
+    size_t weight_bytes, arena_bytes;
+} kiln_session_stats;
+
+/* KILN_ERR_NO_DEVICE when there is no GPU or driver (callers fall back to
+ * the CPU executor); KILN_ERR_OFFLINE_MISS naming the signature; KILN_ERR_CUDA
+ * naming the kernel whose cubin the device cannot load. opts may be NULL.
+ * The graph and its weight memory must outlive the session. */
+kiln_status kiln_session_create(kiln_graph *g, const kiln_session_options *opts,
+                                kiln_session **out);
+void kiln_session_destroy(kiln_session *s);
+
+/* As kiln_cpu_run: f32 inputs and outputs in host memory; the activations are
+ * BF16 on the device. Replays the graph of the smallest bucket >= m.
+ * KILN_ERR_SHAPE when m exceeds the largest bucket. */
+kiln_status kiln_session_run(kiln_session *s, int64_t m, const float *const *inputs,
+                             float *const *outputs);
+
+/* Replace the weight named name in place: the new values are packed and
+ * copied into the existing device buffers, so the instantiated graphs stay
+ * valid. KILN_ERR_STATE, naming the weight, when w's format or shape differs
+ * from the one the session was built with. */
+kiln_status kiln_session_set_weight(kiln_session *s, const char *name, const kiln_qtensor *w);
+
+void kiln_session_get_stats(const kiln_session *s, kiln_session_stats *out);
 
 /* ---------------------------------------------------------- CPU executor */
 

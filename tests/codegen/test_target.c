@@ -51,3 +51,20 @@ Test(target, unknown_name_lists_the_known_ones)
     cr_assert_eq(t.sm, 1234, "out is untouched on failure");
     cr_assert_eq(kiln_target_from_name(NULL, &t), KILN_ERR_INVALID_ARG);
 }
+
+Test(target, from_compute_capability)
+{
+    kiln_target t;
+    cr_assert_eq(kiln_target_from_cc(9, 0, 132, 232448, &t), KILN_OK);
+    cr_assert_str_eq(t.name, "sm_90a", "a live Hopper runs arch-specific code");
+    cr_assert(t.wgmma);
+    cr_assert_eq(t.sm_count, 132);
+    cr_assert_eq(kiln_target_from_cc(8, 9, 142, 0, &t), KILN_OK);
+    cr_assert_str_eq(t.name, "sm_89");
+    cr_assert_eq(t.smem_optin, 101376, "0 keeps the architecture's limit");
+    cr_assert_eq(kiln_target_from_cc(12, 0, 84, 101376, &t), KILN_OK);
+    cr_assert_str_eq(t.name, "sm_120");
+    cr_assert(t.mma_fp8 && t.tma && !t.wgmma, "newer chips keep mma and TMA, not sm_90a's wgmma");
+    cr_assert_eq(kiln_target_from_cc(7, 0, 80, 0, &t), KILN_ERR_UNSUPPORTED);
+    cr_assert(strstr(kiln_last_error(), "7.0"));
+}

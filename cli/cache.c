@@ -1,0 +1,592 @@
+/* `kiln cache`: look into kernel caches, check and prune them, and write the
+ * file a deployment ships: exactly the kernels of one plan. */
+#include "cli.h"
+#include "cache/cache.h"
+#include "codegen/compile.h"
+#include "core.h"
+
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static void help(FILE *out)
+{
+    fprintf(out,
+            "usage: kiln cache SUBCOMMAND [ARGS] [--cache FILE]\n"
+            "\n"
+            "Looks into kernel caches, checks and prunes them, and writes the cache file a\n"
+            "deployment ships. The writable cache is the one kiln compile fills; a shipped\n"
+            "cache is a read-only file a deployment searches before it.\n"
+            "\n"
+            "  ls [FILE] [--wide]     one line per record: key, target, kind (backend, op or\n"
+            "                         quant), cubin bytes, date created (UTC), signature; the\n"
+            "                         signature is cut to fit unless --wide, which also shows\n"
+            "                         the compiler\n"
+            "  stat [FILE]            records, bytes (values, cubins, the file, its map),\n"
+            "                         oldest and newest record, records by target and by kind\n"
+            "  verify [FILE]          check every record; print each bad one (key, problem),\n"
+            "                         then \"N records, B bad\"; exit 1 when any is bad\n"
+            "  export --model MODEL|demo -o SHIPPED [--force] [planning options]\n"
+            "                         plan MODEL (a model file or directory, or demo) as kiln\n"
+            "                         plan does (default target sm_90a), and write\n"
+            "                         SHIPPED holding exactly the kernels the plan needs, each\n"
+            "                         from the first cache that has it; a kernel no cache has\n"
+            "                         is an error: run kiln compile with the same options\n"
+            "                         first. An existing SHIPPED is replaced only with --force\n"
+            "  merge SRC              copy every intact record of the cache file SRC into the\n"
+            "                         writable cache, keeping the intact records it has; print\n"
+            "                         how many were added, present, replaced (corrupt here) and\n"
+            "                         bad (corrupt in SRC, left out)\n"
+            "  gc [--compiler VERSION] [--older-than DAYS] [--corrupt]\n"
+            "                         remove from the writable cache every record made by a\n"
+            "                         compiler other than VERSION (as ls --wide shows it, e.g.\n"
+            "                         \"nvrtc 13.0\"), created more than DAYS ago, or failing\n"
+            "                         verify; give at least one\n"
+            "  rm KEYPREFIX | --all   remove the writable cache's records whose key starts with\n"
+            "                         KEYPREFIX (1 to 32 hex digits; none matching is an\n"
+            "                         error), or all of them\n"
+            "\n"
+            "  --cache FILE           the writable cache (default $KILN_CACHE, else\n"
+            "                         $XDG_CACHE_HOME/kiln/kernels.kiln, else\n"
+            "                         ~/.cache/kiln/kernels.kiln); created when absent\n"
+            "  --shipped FILE         ls, stat, verify: a file to read as well as FILE\n"
+            "                         (repeatable); export: a shipped cache searched before\n"
+            "                         the writable one\n"
+            "\n"
+            "ls, stat and verify read the files named (FILE and --shipped), or the writable\n"
+            "cache when none is; a named file is opened read-only without a lock, as a\n"
+            "deployment opens it, unless it is the writable cache.\n"
+            "\n"
+            "planning options of export, as for kiln plan:\n" CLI_PLAN_HELP);
+}
+
+/* Options of the cache subcommands; a subcommand lists the ones it takes as
+ * bits of this enum. The planning options are export's alone. */
+typedef enum cache_opt {
+    CACHE_OPT_CACHE,
+    CACHE_OPT_SHIPPED,
+    CACHE_OPT_WIDE,
+    CACHE_OPT_MODEL,
+    CACHE_OPT_OUTPUT,
+    CACHE_OPT_FORCE,
+    CACHE_OPT_COMPILER,
+    CACHE_OPT_OLDER,
+    CACHE_OPT_CORRUPT,
+    CACHE_OPT_ALL,
+    CACHE_OPT_COUNT
+} cache_opt;
+
+/* getopt_long values of the options above, clear of the planning ones. */
+enum { CACHE_OPT_BASE = 2000 };
+
+#define TAKES(o) (1u << CACHE_OPT_##o)
+
+/* Files a reading subcommand may name, FILE and --shipped together. */
+enum { CACHE_MAX_FILES = 16 };
+
+/* Signature characters ls prints without --wide: a line of about 140
+ * columns, enough to show backend, variant and format. */
+enum { LS_SIGNATURE_COLS = 64 };
+
+typedef struct cache_args cache_args;
+
+typedef struct cache_sub {
+    const char *name;
+    unsigned takes;      /* TAKES() bits */
+    bool plans;          /* takes the planning options */
+    int min_args, max_args;
+    const char *missing; /* the usage error when fewer than min_args are given */
+    int (*run)(cache_args *a);
+} cache_sub;
+
+struct cache_args {
+    const cache_sub *sub;
+    const char *cache;
+    const char *files[CACHE_MAX_FILES];
+    int n_files;
+    const char *model, *output, *compiler;
+    uint64_t max_age_s;
+    int wide, force, corrupt, all;
+    cli_plan_args plan;
+    char **args;
+    int n_args;
+};
+
+static int usage(const cache_args *a, const char *fmt, ...) KILN_PRINTF(2, 3);
+
+static int usage(const cache_args *a, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (!a->sub)
+        return cli_usage(&cli_cmd_cache, "%s", msg);
+    return cli_usage(&cli_cmd_cache, "%s: %s", a->sub->name, msg);
+}
+
+static int fail(const cache_args *a, kiln_status st)
+{
+    char what[32];
+    snprintf(what, sizeof what, "cache %s", a->sub->name);
+    return cli_fail(st, what);
+}
+
+/* ------------------------------------------------------------ opening */
+
+static bool same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return !stat(a, &sa) && !stat(b, &sb) && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+static const char *layer_role(const kiln_cache *c, int layer)
+{
+    return layer == kiln_cache_writable_layer(c) ? "writable" : "shipped";
+}
+
+/* What a reading subcommand reads: the named files, read-only and without a
+ * lock, or the writable cache when none is named. A named file that is the
+ * writable cache goes through LMDB's lock instead, because another process
+ * may be writing it. */
+static kiln_status open_named(const cache_args *a, kiln_cache **out)
+{
+    char writable[4096];
+    const char *path = a->cache;
+    if (!path && kiln_cache_default_path(writable, sizeof writable) == KILN_OK)
+        path = writable;
+    const char *shipped[CACHE_MAX_FILES];
+    kiln_cache_options o = { .shipped = shipped, .path = a->cache, .no_writable = a->n_files > 0 };
+    for (int i = 0; i < a->n_files; i++) {
+        if (path && same_file(a->files[i], path))
+            o.no_writable = 0;
+        else
+            shipped[o.n_shipped++] = a->files[i];
+    }
+    return kiln_cache_open(&o, out);
+}
+
+static kiln_status open_writable(const cache_args *a, kiln_cache **out)
+{
+    kiln_cache_options o = { .path = a->cache };
+    return kiln_cache_open(&o, out);
+}
+
+/* ---------------------------------------------------------- reporting */
+
+static void key_text(const kiln_cache_entry *e, char out[KILN_CACHE_KEY_HEX])
+{
+    if (e->key_size == KILN_CACHE_KEY_BYTES)
+        kiln_cache_key_hex(e->key, out);
+    else
+        snprintf(out, KILN_CACHE_KEY_HEX, "(a key of %zu bytes)", e->key_size);
+}
+
+static void time_text(uint64_t t, const char *fmt, char *buf, size_t size)
+{
+    struct tm tm;
+    time_t tt = (time_t)t;
+    if (!t || !gmtime_r(&tt, &tm) || !strftime(buf, size, fmt, &tm))
+        snprintf(buf, size, "-");
+}
+
+/* Before each layer's report when a subcommand reads more than one. */
+static void layer_heading(const kiln_cache *c, int layer)
+{
+    if (kiln_cache_n_layers(c) > 1)
+        printf("%s%s (%s):\n", layer ? "\n" : "", kiln_cache_layer_path(c, layer),
+               layer_role(c, layer));
+}
+
+/* ----------------------------------------------------------------- ls */
+
+static kiln_status ls_visit(void *ctx, const kiln_cache_entry *e)
+{
+    const cache_args *a = ctx;
+    char key[KILN_CACHE_KEY_HEX], date[16];
+    key_text(e, key);
+    if (e->status != KILN_OK) {
+        printf("%-32s  bad: %s\n", key, e->problem);
+        return KILN_OK;
+    }
+    const kiln_cache_record *r = &e->rec;
+    time_text(r->created, "%Y-%m-%d", date, sizeof date);
+    printf("%s  %-7s %-7s %9llu  %-10s  ", key, r->target, r->kind,
+           (unsigned long long)r->cubin_size, date);
+    size_t len = strlen(r->signature);
+    if (a->wide)
+        printf("%-12s  %s\n", r->compiler, r->signature);
+    else if (len > LS_SIGNATURE_COLS)
+        printf("%.*s...\n", LS_SIGNATURE_COLS - 3, r->signature);
+    else
+        printf("%s\n", r->signature);
+    return KILN_OK;
+}
+
+static int run_ls(cache_args *a)
+{
+    kiln_cache *c = NULL;
+    kiln_status st = open_named(a, &c);
+    for (int i = 0; st == KILN_OK && i < kiln_cache_n_layers(c); i++) {
+        layer_heading(c, i);
+        printf("%-32s  %-7s %-7s %9s  %-10s  %s%s\n", "key", "target", "kind", "cubin",
+               "created", a->wide ? "compiler      " : "", "signature");
+        st = kiln_cache_foreach(c, i, ls_visit, a);
+    }
+    kiln_cache_close(c);
+    return st == KILN_OK ? CLI_OK : fail(a, st);
+}
+
+/* --------------------------------------------------------------- stat */
+
+static void print_tallies(const char *what, const kiln_cache_tally *t, int n)
+{
+    printf("\n%-10s %8s %12s\n", what, "records", "bytes");
+    for (int i = 0; i < n; i++)
+        printf("%-10s %8zu %12llu\n", t[i].name, t[i].entries, (unsigned long long)t[i].bytes);
+}
+
+static int run_stat(cache_args *a)
+{
+    kiln_cache *c = NULL;
+    kiln_status st = open_named(a, &c);
+    for (int i = 0; st == KILN_OK && i < kiln_cache_n_layers(c); i++) {
+        kiln_cache_stats s;
+        if ((st = kiln_cache_stat(c, i, &s)) != KILN_OK)
+            break;
+        char oldest[32], newest[32];
+        time_text(s.oldest, "%Y-%m-%dT%H:%M:%SZ", oldest, sizeof oldest);
+        time_text(s.newest, "%Y-%m-%dT%H:%M:%SZ", newest, sizeof newest);
+        printf("%scache:    %s (%s)\n", i ? "\n" : "", kiln_cache_layer_path(c, i),
+               layer_role(c, i));
+        printf("records:  %zu (%zu bad)\n", s.entries, s.bad);
+        printf("bytes:    values %llu, cubins %llu, file %llu, map %llu\n",
+               (unsigned long long)s.bytes, (unsigned long long)s.cubin_bytes,
+               (unsigned long long)s.file_bytes, (unsigned long long)s.map_bytes);
+        printf("oldest:   %s\nnewest:   %s\n", oldest, newest);
+        print_tallies("target", s.by_target, s.n_targets);
+        print_tallies("kind", s.by_kind, s.n_kinds);
+        kiln_cache_stats_free(&s);
+    }
+    kiln_cache_close(c);
+    return st == KILN_OK ? CLI_OK : fail(a, st);
+}
+
+/* ------------------------------------------------------------- verify */
+
+static kiln_status verify_bad(void *ctx, const kiln_cache_entry *e)
+{
+    (void)ctx;
+    char key[KILN_CACHE_KEY_HEX];
+    key_text(e, key);
+    printf("%s  %s\n", key, e->problem);
+    return KILN_OK;
+}
+
+static int run_verify(cache_args *a)
+{
+    kiln_cache *c = NULL;
+    size_t total = 0, total_bad = 0;
+    kiln_status st = open_named(a, &c);
+    for (int i = 0; st == KILN_OK && i < kiln_cache_n_layers(c); i++) {
+        size_t n, bad;
+        if ((st = kiln_cache_verify(c, i, verify_bad, NULL, &n, &bad)) == KILN_OK) {
+            total += n;
+            total_bad += bad;
+        }
+    }
+    kiln_cache_close(c);
+    if (st != KILN_OK)
+        return fail(a, st);
+    printf("%zu records, %zu bad\n", total, total_bad);
+    return total_bad ? CLI_FAIL : CLI_OK;
+}
+
+/* ------------------------------------------------------------- export */
+
+static void export_corrupt(void *ctx, const char *message)
+{
+    (void)ctx;
+    fprintf(stderr, "kiln cache export: warning: %s\n", message);
+}
+
+/* The shipped file must not replace a cache this process has mapped. */
+static kiln_status export_target_check(const kiln_cache *c, const char *path)
+{
+    for (int i = 0; i < kiln_cache_n_layers(c); i++)
+        if (same_file(path, kiln_cache_layer_path(c, i)))
+            return kiln_fail(KILN_ERR_INVALID_ARG, "%s is the %s cache %s, which export reads",
+                             path, layer_role(c, i), kiln_cache_layer_path(c, i));
+    return KILN_OK;
+}
+
+static kiln_status export_keys(kiln_cache *c, const kiln_build *b, const char *path, int force)
+{
+    uint8_t(*keys)[KILN_CACHE_KEY_BYTES] = malloc(((size_t)b->n + 1) * sizeof *keys);
+    if (!keys)
+        return kiln_fail(KILN_ERR_NOMEM, "export to %s: %d keys", path, b->n);
+    for (int i = 0; i < b->n; i++)
+        memcpy(keys[i], b->kernels[i].key, KILN_CACHE_KEY_BYTES);
+    kiln_status st = kiln_cache_export(c, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])keys,
+                                       (size_t)b->n, path, force);
+    free(keys);
+    return st;
+}
+
+static int run_export(cache_args *a)
+{
+    if (!a->model)
+        return usage(a, "export what? give --model MODEL or --model demo");
+    if (!a->output)
+        return usage(a, "export where? give -o SHIPPED");
+    kiln_target t;
+    int rc = cli_plan_finish(&cli_cmd_cache, &a->plan, &t);
+    if (rc != CLI_OK)
+        return rc;
+    cli_source src;
+    kiln_plan *p;
+    kiln_status st = cli_plan_open(a->model, &a->plan, &t, &src, &p);
+    if (st != KILN_OK)
+        return fail(a, st);
+    for (const char *const *w = kiln_plan_warnings(p); *w; w++)
+        fprintf(stderr, "kiln cache export: warning: %s\n", *w);
+
+    kiln_cache_options o = {
+        .shipped = a->files, .n_shipped = a->n_files, .path = a->cache,
+        .on_corrupt = export_corrupt,
+    };
+    kiln_build_options bo = { .offline = 1, .no_cubins = 1, .quiet = 1 };
+    kiln_build b = { 0 };
+    kiln_cache *c = NULL;
+    struct stat fs;
+    if ((st = kiln_cache_open(&o, &c)) == KILN_OK)
+        st = export_target_check(c, a->output);
+    if (st == KILN_OK)
+        st = kiln_build_plan(p, c, &bo, &b);
+    if (st == KILN_OK)
+        st = export_keys(c, &b, a->output, a->force);
+    if (st == KILN_OK)
+        printf("exported %d kernels (%llu bytes) to %s\n", b.n,
+               stat(a->output, &fs) ? 0ull : (unsigned long long)fs.st_size, a->output);
+    kiln_build_free(&b);
+    kiln_cache_close(c);
+    kiln_plan_destroy(p);
+    cli_source_close(&src);
+    if (st == KILN_OK)
+        return CLI_OK;
+    rc = fail(a, st);
+    if (st == KILN_ERR_OFFLINE_MISS)
+        fprintf(stderr,
+                "kiln cache export: compile the plan's kernels first: kiln compile %s --target "
+                "%s, with the same planning options and caches\n",
+                a->model, t.name);
+    return rc;
+}
+
+/* ---------------------------------------------------- merge, gc, rm */
+
+static kiln_status merge_bad(void *ctx, const kiln_cache_entry *e)
+{
+    (void)ctx;
+    fprintf(stderr, "kiln cache merge: left out: %s\n", e->problem);
+    return KILN_OK;
+}
+
+static int run_merge(cache_args *a)
+{
+    kiln_cache *c = NULL;
+    kiln_cache_merge_result m;
+    kiln_status st = open_writable(a, &c);
+    if (st == KILN_OK && (st = kiln_cache_merge(c, a->args[0], merge_bad, NULL, &m)) == KILN_OK)
+        printf("merged %s into %s: %zu added, %zu present, %zu replaced, %zu bad\n", a->args[0],
+               kiln_cache_layer_path(c, kiln_cache_writable_layer(c)), m.added, m.present,
+               m.replaced, m.bad);
+    kiln_cache_close(c);
+    return st == KILN_OK ? CLI_OK : fail(a, st);
+}
+
+static int run_gc(cache_args *a)
+{
+    if (!a->compiler && !a->max_age_s && !a->corrupt)
+        return usage(a, "what to remove? give --compiler, --older-than or --corrupt");
+    kiln_cache_gc_options g = { .compiler = a->compiler, .max_age_s = a->max_age_s,
+                                .corrupt = a->corrupt };
+    kiln_cache *c = NULL;
+    size_t removed;
+    uint64_t bytes;
+    kiln_status st = open_writable(a, &c);
+    if (st == KILN_OK && (st = kiln_cache_gc(c, &g, &removed, &bytes)) == KILN_OK)
+        printf("removed %zu records (%llu bytes) from %s\n", removed, (unsigned long long)bytes,
+               kiln_cache_layer_path(c, kiln_cache_writable_layer(c)));
+    kiln_cache_close(c);
+    return st == KILN_OK ? CLI_OK : fail(a, st);
+}
+
+static int run_rm(cache_args *a)
+{
+    const char *prefix = a->n_args ? a->args[0] : NULL;
+    uint8_t key[KILN_CACHE_KEY_BYTES];
+    int nibbles;
+    if (!prefix && !a->all)
+        return usage(a, "remove what? give a KEYPREFIX or --all");
+    if (prefix && a->all)
+        return usage(a, "give a KEYPREFIX or --all, not both");
+    if (prefix && kiln_cache_key_parse(prefix, key, &nibbles) != KILN_OK)
+        return usage(a, "bad KEYPREFIX '%s' (want 1 to 32 hex digits)", prefix);
+    kiln_cache *c = NULL;
+    size_t removed = 0;
+    kiln_status st = open_writable(a, &c);
+    if (st == KILN_OK)
+        st = prefix ? kiln_cache_rm(c, prefix, &removed) : kiln_cache_rm_all(c, &removed);
+    const char *path = st == KILN_OK ? kiln_cache_layer_path(c, kiln_cache_writable_layer(c)) : "";
+    if (st == KILN_OK && prefix && !removed)
+        st = kiln_fail(KILN_ERR_NOT_FOUND, "%s: no key starts with %s", path, prefix);
+    if (st == KILN_OK)
+        printf("removed %zu records from %s\n", removed, path);
+    kiln_cache_close(c);
+    return st == KILN_OK ? CLI_OK : fail(a, st);
+}
+
+/* -------------------------------------------------------- dispatch */
+
+#define TAKES_READ (TAKES(CACHE) | TAKES(SHIPPED))
+
+static const cache_sub subs[] = {
+    { "ls", TAKES_READ | TAKES(WIDE), false, 0, 1, NULL, run_ls },
+    { "stat", TAKES_READ, false, 0, 1, NULL, run_stat },
+    { "verify", TAKES_READ, false, 0, 1, NULL, run_verify },
+    { "export", TAKES_READ | TAKES(MODEL) | TAKES(OUTPUT) | TAKES(FORCE), true, 0, 0, NULL,
+      run_export },
+    { "merge", TAKES(CACHE), false, 1, 1, "merge what? give a cache file", run_merge },
+    { "gc", TAKES(CACHE) | TAKES(COMPILER) | TAKES(OLDER) | TAKES(CORRUPT), false, 0, 0, NULL,
+      run_gc },
+    { "rm", TAKES(CACHE) | TAKES(ALL), false, 0, 1, NULL, run_rm },
+};
+
+static const struct option cache_options[] = {
+    CLI_PLAN_LONG_OPTIONS,
+    { "cache", required_argument, NULL, CACHE_OPT_BASE + CACHE_OPT_CACHE },
+    { "shipped", required_argument, NULL, CACHE_OPT_BASE + CACHE_OPT_SHIPPED },
+    { "wide", no_argument, NULL, CACHE_OPT_BASE + CACHE_OPT_WIDE },
+    { "model", required_argument, NULL, CACHE_OPT_BASE + CACHE_OPT_MODEL },
+    { "output", required_argument, NULL, CACHE_OPT_BASE + CACHE_OPT_OUTPUT },
+    { "force", no_argument, NULL, CACHE_OPT_BASE + CACHE_OPT_FORCE },
+    { "compiler", required_argument, NULL, CACHE_OPT_BASE + CACHE_OPT_COMPILER },
+    { "older-than", required_argument, NULL, CACHE_OPT_BASE + CACHE_OPT_OLDER },
+    { "corrupt", no_argument, NULL, CACHE_OPT_BASE + CACHE_OPT_CORRUPT },
+    { "all", no_argument, NULL, CACHE_OPT_BASE + CACHE_OPT_ALL },
+    { 0 },
+};
+
+/* One of the cache's own options; CLI_OK or a reported usage error. */
+static int take_option(cache_args *a, cache_opt o, const char *arg)
+{
+    char *end;
+    double days;
+    switch (o) {
+    case CACHE_OPT_CACHE: a->cache = arg; break;
+    case CACHE_OPT_SHIPPED:
+        if (a->n_files == CACHE_MAX_FILES)
+            return usage(a, "more than %d cache files", CACHE_MAX_FILES);
+        a->files[a->n_files++] = arg;
+        break;
+    case CACHE_OPT_WIDE: a->wide = 1; break;
+    case CACHE_OPT_MODEL: a->model = arg; break;
+    case CACHE_OPT_OUTPUT: a->output = arg; break;
+    case CACHE_OPT_FORCE: a->force = 1; break;
+    case CACHE_OPT_COMPILER:
+        if (!arg[0])
+            return usage(a, "--compiler needs a version, e.g. \"nvrtc 13.0\"");
+        a->compiler = arg;
+        break;
+    case CACHE_OPT_OLDER:
+        /* A day's fraction is allowed; less than a second would mean no limit. */
+        days = strtod(arg, &end);
+        if (end == arg || *end || !(days * 86400.0 >= 1.0) || days > 1e6)
+            return usage(a, "bad --older-than '%s' (want days, e.g. 30 or 0.5)", arg);
+        a->max_age_s = (uint64_t)(days * 86400.0);
+        break;
+    case CACHE_OPT_CORRUPT: a->corrupt = 1; break;
+    case CACHE_OPT_ALL: a->all = 1; break;
+    case CACHE_OPT_COUNT: assert(0);
+    }
+    return CLI_OK;
+}
+
+/* getopt_long names the long option it matched; the one short option is -o. */
+static int refuse_option(const cache_args *a, int index)
+{
+    if (index < 0)
+        return usage(a, "takes no -o");
+    return usage(a, "takes no --%s", cache_options[index].name);
+}
+
+static int parse(int argc, char **argv, cache_args *a)
+{
+    int c, index, rc;
+    opterr = 0;
+    optind = 1;
+    while (index = -1, (c = getopt_long(argc, argv, ":o:", cache_options, &index)) != -1) {
+        if (c == ':')
+            return usage(a, "%s needs a value", argv[optind - 1]);
+        if (c == '?')
+            return usage(a, "unknown option '%s'", argv[optind - 1]);
+        if (c == 'o')
+            c = CACHE_OPT_BASE + CACHE_OPT_OUTPUT;
+        if (cli_plan_option(&cli_cmd_cache, c, optarg, &a->plan, &rc)) {
+            if (rc != CLI_OK)
+                return rc;
+            if (!a->sub->plans)
+                return refuse_option(a, index);
+            continue;
+        }
+        cache_opt o = (cache_opt)(c - CACHE_OPT_BASE);
+        if (!(a->sub->takes & (1u << o)))
+            return refuse_option(a, index);
+        if ((rc = take_option(a, o, optarg)) != CLI_OK)
+            return rc;
+    }
+    a->args = argv + optind;
+    a->n_args = argc - optind;
+    if (a->n_args < a->sub->min_args)
+        return usage(a, "%s", a->sub->missing);
+    if (a->n_args > a->sub->max_args)
+        return usage(a, "unexpected argument '%s'", a->args[a->sub->max_args]);
+    return CLI_OK;
+}
+
+static int run(int argc, char **argv)
+{
+    cache_args a = { 0 };
+    cli_plan_args_init(&a.plan);
+    if (argc < 2)
+        return usage(&a, "which subcommand? ls, stat, verify, export, merge, gc or rm");
+    for (size_t i = 0; i < KILN_ARRAY_LEN(subs) && !a.sub; i++)
+        if (!strcmp(argv[1], subs[i].name))
+            a.sub = &subs[i];
+    if (!a.sub)
+        return usage(&a, "unknown subcommand '%s'", argv[1]);
+    int rc = parse(argc - 1, argv + 1, &a);
+    if (rc != CLI_OK)
+        return rc;
+    /* FILE is read with the --shipped files, first. */
+    if (a.n_args && a.sub->takes & TAKES(SHIPPED)) {
+        if (a.n_files == CACHE_MAX_FILES)
+            return usage(&a, "more than %d cache files", CACHE_MAX_FILES);
+        memmove(a.files + 1, a.files, (size_t)a.n_files * sizeof a.files[0]);
+        a.files[0] = a.args[0];
+        a.n_files++;
+    }
+    return a.sub->run(&a);
+}
+
+const cli_command cli_cmd_cache = {
+    .name = "cache",
+    .summary = "list, check, prune and merge kernel caches; export a plan's kernels to ship",
+    .run = run,
+    .help = help,
+};

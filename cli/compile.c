@@ -1,0 +1,117 @@
+#include "cli.h"
+#include "codegen/compile.h"
+
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void help(FILE *out)
+{
+    fprintf(out,
+            "usage: kiln compile MODEL|demo [--target T] [--cache FILE] [--shipped FILE]...\n"
+            "                    [-j N] [--keep-source DIR] [--quiet] [planning options]\n"
+            "\n"
+            "Plans a model for a target, then compiles with NVRTC every kernel the plan\n"
+            "needs that no cache holds, and stores it in the writable cache. Needs no GPU.\n"
+            "Prints \"S signatures: H cached, C compiled in T s\"; a second run compiles\n"
+            "nothing.\n"
+            "\n"
+            "  --cache FILE      the writable cache (default $KILN_CACHE, else\n"
+            "                    $XDG_CACHE_HOME/kiln/kernels.kiln)\n"
+            "  --shipped FILE    a read-only cache searched first (repeatable)\n"
+            "  -j, --jobs N      compiles at once (default: one per core)\n"
+            "  --keep-source DIR write each kernel's source, NVRTC log and PTX to DIR\n"
+            "                    (also $KILN_DUMP_SOURCE)\n"
+            "  --quiet           no progress line\n"
+            "\n"
+            "planning options, as for kiln plan:\n" CLI_PLAN_HELP);
+}
+
+static void on_corrupt(void *ctx, const char *message)
+{
+    (void)ctx;
+    fprintf(stderr, "kiln: warning: %s (it will be compiled again)\n", message);
+}
+
+static int run(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        CLI_PLAN_LONG_OPTIONS,
+        { "cache", required_argument, NULL, 'c' },
+        { "shipped", required_argument, NULL, 's' },
+        { "jobs", required_argument, NULL, 'j' },
+        { "keep-source", required_argument, NULL, 'k' },
+        { "quiet", no_argument, NULL, 'q' },
+        { 0 },
+    };
+    cli_plan_args a;
+    const char *shipped[16];
+    kiln_cache_options co = { .shipped = shipped, .on_corrupt = on_corrupt };
+    kiln_build_options bo = { 0 };
+    int c, rc;
+    char *end;
+    cli_plan_args_init(&a);
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":j:", opts, NULL)) != -1) {
+        if (cli_plan_option(&cli_cmd_compile, c, optarg, &a, &rc)) {
+            if (rc != CLI_OK)
+                return rc;
+            continue;
+        }
+        switch (c) {
+        case 'c': co.path = optarg; break;
+        case 's':
+            if (co.n_shipped == (int)(sizeof shipped / sizeof shipped[0]))
+                return cli_usage(&cli_cmd_compile, "too many --shipped caches");
+            shipped[co.n_shipped++] = optarg;
+            break;
+        case 'j':
+            bo.jobs = (int)strtol(optarg, &end, 10);
+            if (*end || bo.jobs < 1 || bo.jobs > 1024)
+                return cli_usage(&cli_cmd_compile, "bad --jobs '%s'", optarg);
+            break;
+        case 'k': bo.keep_source = optarg; break;
+        case 'q': bo.quiet = 1; break;
+        case ':': return cli_usage(&cli_cmd_compile, "%s needs a value", argv[optind - 1]);
+        default: return cli_usage(&cli_cmd_compile, "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc)
+        return cli_usage(&cli_cmd_compile, "what to compile? give a MODEL file or directory, or demo");
+    if (optind + 1 < argc)
+        return cli_usage(&cli_cmd_compile, "unexpected argument '%s'", argv[optind + 1]);
+    kiln_target t;
+    if ((rc = cli_plan_finish(&cli_cmd_compile, &a, &t)) != CLI_OK)
+        return rc;
+
+    cli_source src;
+    kiln_plan *p;
+    kiln_status st = cli_plan_open(argv[optind], &a, &t, &src, &p);
+    if (st != KILN_OK)
+        return cli_fail(st, "compile");
+    for (const char *const *w = kiln_plan_warnings(p); *w; w++)
+        fprintf(stderr, "kiln compile: warning: %s\n", *w);
+    kiln_cache *cache = NULL;
+    kiln_build b;
+    bo.no_cubins = 1;
+    if ((st = kiln_cache_open(&co, &cache)) == KILN_OK)
+        st = kiln_build_plan(p, cache, &bo, &b);
+    if (st == KILN_OK) {
+        printf("%d signatures: %d cached, %d compiled in %.2f s (%s, %s)\n", b.n, b.cached,
+               b.compiled, b.seconds, t.name,
+               kiln_cache_layer_path(cache, kiln_cache_writable_layer(cache)));
+        kiln_build_free(&b);
+    }
+    kiln_cache_close(cache);
+    kiln_plan_destroy(p);
+    cli_source_close(&src);
+    return st == KILN_OK ? CLI_OK : cli_fail(st, "compile");
+}
+
+const cli_command cli_cmd_compile = {
+    .name = "compile",
+    .summary = "compile the kernels a model needs into the kernel cache (no GPU needed)",
+    .run = run,
+    .help = help,
+};

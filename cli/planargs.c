@@ -1,0 +1,71 @@
+#include "cli.h"
+
+#include <getopt.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+void cli_plan_args_init(cli_plan_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->target = "sm_90a";
+    a->graph = "ffn";
+}
+
+int cli_plan_option(const cli_command *cmd, int c, const char *arg, cli_plan_args *a, int *rc)
+{
+    char *end;
+    *rc = CLI_OK;
+    switch (c) {
+    case CLI_OPT_TARGET: a->target = arg; return 1;
+    case CLI_OPT_BACKEND: a->po.backend = arg; return 1;
+    case CLI_OPT_STRICT: a->po.strict_backend = 1; return 1;
+    case CLI_OPT_NO_FUSE: a->po.no_fuse = 1; return 1;
+    case CLI_OPT_GRAPH:
+        if (strcmp(arg, "ffn") && strcmp(arg, "linears"))
+            *rc = cli_usage(cmd, "bad --graph '%s' (want ffn or linears)", arg);
+        a->graph = arg;
+        return 1;
+    case CLI_OPT_TOKENS:
+        if (cli_parse_tokens(arg, a->tokens, 64, &a->n_tokens))
+            *rc = cli_usage(cmd, "bad --tokens '%s' (want e.g. 1,16,128)", arg);
+        return 1;
+    case CLI_OPT_MAX_TOKENS:
+        a->po.max_tokens = strtoll(arg, &end, 10);
+        if (*end || a->po.max_tokens < 1 || a->po.max_tokens > (1 << 20))
+            *rc = cli_usage(cmd, "bad --max-tokens '%s'", arg);
+        return 1;
+    case CLI_OPT_LAYERS:
+        a->layers = (int)strtol(arg, &end, 10);
+        if (*end || a->layers < 1)
+            *rc = cli_usage(cmd, "bad --layers '%s'", arg);
+        return 1;
+    default: return 0;
+    }
+}
+
+int cli_plan_finish(const cli_command *cmd, cli_plan_args *a, kiln_target *t)
+{
+    if (a->po.strict_backend && !a->po.backend)
+        return cli_usage(cmd, "--strict-backend needs --backend");
+    if (a->n_tokens) {
+        a->po.capture = a->tokens;
+        a->po.n_capture = a->n_tokens;
+    }
+    if (kiln_target_from_name(a->target, t) != KILN_OK)
+        return cli_usage(cmd, "%s", kiln_last_error());
+    return CLI_OK;
+}
+
+kiln_status cli_plan_open(const char *what, cli_plan_args *a, const kiln_target *t,
+                          cli_source *src, kiln_plan **p)
+{
+    kiln_status st = cli_source_open(what, a->graph, a->layers, src);
+    if (st != KILN_OK)
+        return st;
+    if ((st = kiln_plan_create(src->g, t, &a->po, p))) {
+        cli_source_close(src);
+        return st;
+    }
+    return KILN_OK;
+}

@@ -1,0 +1,172 @@
+#include "cli.h"
+#include "core.h"
+
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void help(FILE *out)
+{
+    fprintf(out,
+            "usage: kiln run MODEL|demo [--cache FILE] [--shipped FILE]... [--offline]\n"
+            "                [--device cpu|cuda:N] [--tokens LIST] [--steps S] [--eager]\n"
+            "                [--check] [--backend B] [--max-tokens N] [--graph ffn|linears]\n"
+            "                [--layers N]\n"
+            "\n"
+            "Runs a model's runnable graph (the demo MLP; a model file's FFN stack) on the\n"
+            "GPU: the plan for the live device, kernels from the caches (compiled first\n"
+            "where they lack one, unless --offline), weights uploaded once, one CUDA graph\n"
+            "per token bucket. Prints the output checksum per token count, the cold-start\n"
+            "breakdown and the steady-state time per step. Without a GPU or driver it says\n"
+            "so once and runs on the CPU executor.\n"
+            "\n"
+            "  --cache FILE      the writable cache (default $KILN_CACHE, else\n"
+            "                    $XDG_CACHE_HOME/kiln/kernels.kiln)\n"
+            "  --shipped FILE    a read-only cache searched first (repeatable)\n"
+            "  --offline         a kernel missing from every cache is an error, before\n"
+            "                    anything runs (also KILN_OFFLINE=1)\n"
+            "  --device D        cpu, or cuda:N (default cuda:0, else cpu)\n"
+            "  --tokens LIST     token counts to run (default 1,16,128)\n"
+            "  --steps S         timed steps per token count (default 20)\n"
+            "  --eager           launch kernels one by one instead of replaying graphs\n"
+            "  --check           also run the CPU executor and print the largest difference\n"
+            "  --backend B, --max-tokens N, --graph KIND, --layers N: as for kiln plan\n");
+}
+
+static int run(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        CLI_PLAN_LONG_OPTIONS,
+        { "cache", required_argument, NULL, 'c' },
+        { "shipped", required_argument, NULL, 's' },
+        { "offline", no_argument, NULL, 'o' },
+        { "device", required_argument, NULL, 'd' },
+        { "steps", required_argument, NULL, 'S' },
+        { "eager", no_argument, NULL, 'e' },
+        { "check", no_argument, NULL, 'k' },
+        { 0 },
+    };
+    cli_plan_args a;
+    const char *shipped[16];
+    kiln_session_options so = { .shipped = shipped };
+    int64_t tokens[64] = { 1, 16, 128 };
+    int n_tokens = 3, steps = 20, cpu_only = 0, check = 0, c, rc;
+    char *end;
+    cli_plan_args_init(&a);
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        if (c == CLI_OPT_TOKENS) { /* here: the token counts to run */
+            if (cli_parse_tokens(optarg, tokens, 64, &n_tokens))
+                return cli_usage(&cli_cmd_run, "bad --tokens '%s' (want e.g. 1,16,128)", optarg);
+            continue;
+        }
+        if (c == CLI_OPT_TARGET || c == CLI_OPT_NO_FUSE || c == CLI_OPT_STRICT)
+            return cli_usage(&cli_cmd_run, "unknown option '%s'", argv[optind - 1]);
+        if (cli_plan_option(&cli_cmd_run, c, optarg, &a, &rc)) {
+            if (rc != CLI_OK)
+                return rc;
+            continue;
+        }
+        switch (c) {
+        case 'c': so.cache = optarg; break;
+        case 's':
+            if (so.n_shipped == (int)(sizeof shipped / sizeof shipped[0]))
+                return cli_usage(&cli_cmd_run, "too many --shipped caches");
+            shipped[so.n_shipped++] = optarg;
+            break;
+        case 'o': so.offline = 1; break;
+        case 'e': so.eager = 1; break;
+        case 'k': check = 1; break;
+        case 'd':
+            if (!strcmp(optarg, "cpu")) {
+                cpu_only = 1;
+            } else if (!strncmp(optarg, "cuda:", 5)) {
+                so.device = (int)strtol(optarg + 5, &end, 10);
+                if (*end || end == optarg + 5 || so.device < 0)
+                    return cli_usage(&cli_cmd_run, "bad --device '%s'", optarg);
+            } else {
+                return cli_usage(&cli_cmd_run, "bad --device '%s' (want cpu or cuda:N)", optarg);
+            }
+            break;
+        case 'S':
+            steps = (int)strtol(optarg, &end, 10);
+            if (*end || steps < 1 || steps > 100000)
+                return cli_usage(&cli_cmd_run, "bad --steps '%s'", optarg);
+            break;
+        case ':': return cli_usage(&cli_cmd_run, "%s needs a value", argv[optind - 1]);
+        default: return cli_usage(&cli_cmd_run, "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc)
+        return cli_usage(&cli_cmd_run, "what to run? give a MODEL file or directory, or demo");
+    if (optind + 1 < argc)
+        return cli_usage(&cli_cmd_run, "unexpected argument '%s'", argv[optind + 1]);
+    /* The buckets must reach the largest count asked for. */
+    if (!a.po.max_tokens && tokens[n_tokens - 1] > 512)
+        a.po.max_tokens = tokens[n_tokens - 1];
+    so.plan = a.po;
+
+    cli_source src;
+    kiln_status st = cli_source_open(argv[optind], a.graph, a.layers, &src);
+    if (st != KILN_OK)
+        return cli_fail(st, "run");
+    cli_exec gpu = { 0 }, cpu = { 0 };
+    double t0 = kiln_now();
+    if (!cpu_only) {
+        st = kiln_session_create(src.g, &so, &gpu.gpu);
+        if (st == KILN_ERR_NO_DEVICE) {
+            fprintf(stderr, "kiln run: %s; running on the CPU executor\n", kiln_last_error());
+            cpu_only = 1;
+        } else if (st != KILN_OK) {
+            cli_source_close(&src);
+            return cli_fail(st, "run");
+        }
+    }
+    double create_s = kiln_now() - t0;
+    rc = CLI_OK;
+    if (cpu_only || check) {
+        if ((st = kiln_cpu_create(src.g, NULL, &cpu.cpu)) != KILN_OK)
+            rc = cli_fail(st, "run");
+    }
+    cli_exec *e = gpu.gpu ? &gpu : &cpu;
+    double first = 0;
+    if (rc == CLI_OK) {
+        if (gpu.gpu) {
+            kiln_session_stats ss;
+            kiln_session_get_stats(gpu.gpu, &ss);
+            printf("run: %s on %s (%s): %d kernels, %d cached, %d compiled\n", argv[optind],
+                   ss.device, ss.target, ss.kernels, ss.cached, ss.compiled);
+        } else {
+            printf("run: %s on the CPU executor (%d threads)\n", argv[optind], kiln_cpu_count());
+        }
+        rc = cli_run_table("run", e, src.g, tokens, n_tokens, steps, &first);
+    }
+    if (rc == CLI_OK && gpu.gpu) {
+        kiln_session_stats ss;
+        kiln_session_get_stats(gpu.gpu, &ss);
+        printf("cold start %.1f ms: plan %.1f, cache open + lookup %.1f, module load %.1f, "
+               "weights upload %.1f (%zu bytes), graph instantiate %.1f, first run %.1f\n",
+               (create_s + first) * 1e3, ss.plan_s * 1e3, ss.cache_s * 1e3, ss.module_s * 1e3,
+               ss.weights_s * 1e3, ss.weight_bytes, ss.graphs_s * 1e3, first * 1e3);
+    }
+    if (rc == CLI_OK && gpu.gpu && check) {
+        for (int t = 0; t < n_tokens && rc == CLI_OK; t++) {
+            double err;
+            if ((rc = cli_run_compare("run", &gpu, &cpu, src.g, tokens[t], &err)) == CLI_OK)
+                printf("check %lld tokens: largest |gpu - cpu| = %.3e of max |y|\n",
+                       (long long)tokens[t], err);
+        }
+    }
+    kiln_session_destroy(gpu.gpu);
+    kiln_cpu_destroy(cpu.cpu);
+    cli_source_close(&src);
+    return rc;
+}
+
+const cli_command cli_cmd_run = {
+    .name = "run",
+    .summary = "run a model on the GPU (or the CPU executor when there is none)",
+    .run = run,
+    .help = help,
+};

@@ -1,0 +1,171 @@
+#include "codegen/compile.h"
+
+#include "codegen/nvrtc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void kiln_build_free(kiln_build *b)
+{
+    if (!b)
+        return;
+    for (int i = 0; i < b->n; i++)
+        free(b->kernels[i].cubin);
+    free(b->kernels);
+    memset(b, 0, sizeof *b);
+}
+
+/* The kind a record is filed under: the backend, or the aux kernel's family. */
+static const char *kernel_kind(const kiln_kernel_desc *d)
+{
+    switch (d->kind) {
+    case KILN_STEP_LINEAR: return d->backend->name;
+    case KILN_STEP_QUANT: return "quant";
+    default: return "op";
+    }
+}
+
+static kiln_status store(kiln_cache *c, const kiln_kernel *k, const char *compiler)
+{
+    kiln_kernel_launch l[KILN_MAX_LAUNCHES];
+    int nl = 0;
+    kiln_status st = kiln_kernel_launches(&k->desc, 1, l, &nl);
+    if (st != KILN_OK)
+        return st;
+    kiln_cache_record rec = {
+        .compiler = compiler,
+        .entry = k->desc.entry,
+        .target = k->desc.target.name,
+        .kind = kernel_kind(&k->desc),
+        .signature = k->signature,
+        .threads = l[0].cfg.block[0] * l[0].cfg.block[1] * l[0].cfg.block[2],
+        .smem = l[0].cfg.smem,
+        .cubin = k->cubin,
+        .cubin_size = k->cubin_size,
+    };
+    kiln_cache_put put;
+    return kiln_cache_store(c, k->key, &rec, &put);
+}
+
+kiln_status kiln_build_plan(const kiln_plan *p, kiln_cache *c, const kiln_build_options *opts,
+                            kiln_build *out)
+{
+    const kiln_build_options defaults = { 0 };
+    const kiln_build_options *o = opts ? opts : &defaults;
+    double t0 = kiln_now();
+    kiln_build b = { .n = kiln_plan_n_signatures(p) };
+    kiln_compile_job *jobs = NULL;
+    kiln_kernel_source *srcs = NULL;
+    int *job_of = NULL, n_jobs = 0;
+    kiln_nvrtc *nv = NULL;
+    char options[256];
+    kiln_status st = KILN_OK;
+    kiln_nvrtc_options(&p->target, options, sizeof options);
+
+    b.kernels = calloc((size_t)b.n + 1, sizeof *b.kernels);
+    srcs = calloc((size_t)b.n + 1, sizeof *srcs);
+    jobs = calloc((size_t)b.n + 1, sizeof *jobs);
+    job_of = calloc((size_t)b.n + 1, sizeof *job_of);
+    if (!b.kernels || !srcs || !jobs || !job_of) {
+        st = kiln_fail(KILN_ERR_NOMEM, "build: %d kernels", b.n);
+        goto done;
+    }
+    /* Key every signature over its source with the key line still a
+     * placeholder, then write the key in: the key covers the code, and the
+     * compiled source names the key it is filed under. */
+    for (int i = 0; i < b.n && st == KILN_OK; i++) {
+        kiln_kernel *k = &b.kernels[i];
+        k->signature = kiln_plan_signature(p, i);
+        if ((st = kiln_emit(p->registry, k->signature, &srcs[i])))
+            break;
+        k->desc = srcs[i].desc;
+        if ((st = kiln_cache_key(p->target.name, options, srcs[i].text, srcs[i].length, k->key)))
+            break;
+        char hex[KILN_CACHE_KEY_HEX];
+        kiln_cache_key_hex(k->key, hex);
+        if ((st = kiln_emit_set_key(srcs[i].text, hex)))
+            break;
+        kiln_cache_hit hit;
+        st = kiln_cache_lookup(c, k->key, &hit);
+        if (st == KILN_OK) {
+            int fits = !strcmp(hit.rec.entry, k->desc.entry) &&
+                       !strcmp(hit.rec.target, p->target.name);
+            if (fits) {
+                k->cached = 1;
+                k->layer = hit.layer;
+                b.cached++;
+                if (!o->no_cubins && (k->cubin = malloc(hit.rec.cubin_size ? hit.rec.cubin_size
+                                                                           : 1)))
+                    memcpy(k->cubin, hit.rec.cubin, hit.rec.cubin_size);
+                k->cubin_size = hit.rec.cubin_size;
+                kiln_cache_hit_release(&hit);
+                if (!o->no_cubins && !k->cubin)
+                    st = kiln_fail(KILN_ERR_NOMEM, "build: cubin of %s", k->desc.entry);
+                continue;
+            }
+            /* Same key, other kernel: only a hash collision does this; the
+             * record is not this kernel's, so compile it. */
+            kiln_cache_hit_release(&hit);
+        } else if (st != KILN_ERR_NOT_FOUND) {
+            break;
+        }
+        st = KILN_OK;
+        if (o->offline) {
+            st = kiln_cache_offline_miss(c, k->signature, k->key);
+            break;
+        }
+        job_of[n_jobs] = i;
+        jobs[n_jobs++] = (kiln_compile_job){ .name = k->signature, .entry = k->desc.entry,
+                                             .source = srcs[i].text, .target = &p->target };
+    }
+    if (st == KILN_OK && n_jobs) {
+        if ((st = kiln_nvrtc_open(&nv)))
+            goto done;
+        snprintf(b.compiler, sizeof b.compiler, "%s", kiln_nvrtc_version(nv));
+        kiln_compile_options co = { .threads = o->jobs,
+                                    .keep_dir = kiln_emit_keep_dir(o->keep_source),
+                                    .quiet = o->quiet };
+        kiln_status cst = kiln_nvrtc_compile_all(nv, jobs, n_jobs, &co);
+        /* Store every kernel that compiled, even when another failed: the
+         * next build finds them. The first failure is the error. */
+        for (int j = 0; j < n_jobs; j++) {
+            kiln_kernel *k = &b.kernels[job_of[j]];
+            if (jobs[j].status != KILN_OK)
+                continue;
+            k->cubin = jobs[j].cubin;
+            k->cubin_size = jobs[j].cubin_size;
+            k->seconds = jobs[j].seconds;
+            jobs[j].cubin = NULL;
+            b.compiled++;
+            if (kiln_cache_writable_layer(c) >= 0 && st == KILN_OK)
+                st = store(c, k, b.compiler);
+        }
+        if (cst != KILN_OK) {
+            for (int j = 0; j < n_jobs; j++)
+                if (jobs[j].status != KILN_OK) {
+                    st = kiln_fail(jobs[j].status, "%s", jobs[j].message ? jobs[j].message
+                                                                          : kiln_last_error());
+                    break;
+                }
+            if (st == KILN_OK)
+                st = cst;
+        }
+    }
+done:
+    for (int j = 0; jobs && j < n_jobs; j++)
+        kiln_compile_job_reset(&jobs[j]);
+    for (int i = 0; srcs && i < b.n; i++)
+        kiln_kernel_source_free(&srcs[i]);
+    free(srcs);
+    free(jobs);
+    free(job_of);
+    kiln_nvrtc_close(nv);
+    b.seconds = kiln_now() - t0;
+    if (st != KILN_OK) {
+        kiln_build_free(&b);
+        return st;
+    }
+    *out = b;
+    return KILN_OK;
+}
