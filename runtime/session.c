@@ -1,0 +1,486 @@
+/* A GPU session: plan for the live device, kernels from the caches, weights
+ * uploaded once, one activation arena, one CUDA graph per token bucket. */
+#include "codegen/compile.h"
+#include "kernels/common/kiln_args.h"
+#include "runtime/driver.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Device copies of one weight tensor (kiln storage layout: no backend built
+ * so far packs weights). Reloads copy into these very buffers. */
+typedef struct dev_weight {
+    kiln_tensor *tensor;
+    CUdeviceptr data, scale, global;
+    size_t data_bytes, scale_bytes;
+} dev_weight;
+
+typedef struct dev_kernel {
+    CUmodule module;
+    CUfunction fn[KILN_MAX_LAUNCHES];
+    int n_fn;
+} dev_kernel;
+
+struct kiln_session {
+    const kiln_cu *cu;
+    CUdevice dev;
+    CUcontext ctx;
+    CUstream stream;
+    kiln_graph *graph;
+    kiln_plan *plan;
+    kiln_build build;
+    dev_kernel *kernels;      /* [build.n] */
+    dev_weight *weights;      /* one per weight tensor used */
+    int n_weights;
+    CUdeviceptr *params;      /* tensor id -> f32 copy of a param, 0 when none */
+    CUdeviceptr arena;
+    CUdeviceptr quant_scratch; /* fp8-tensor scale + amax partials, per quant step */
+    CUgraphExec *execs;        /* [n_buckets] */
+    uint16_t *staging;         /* bf16 rows for inputs and outputs */
+    size_t staging_elems;
+    int eager;
+    kiln_session_stats stats;
+};
+
+#define CU(call, what)                                                                          \
+    do {                                                                                        \
+        kiln_status st_ = kiln_cu_check(s->cu, (call), (what));                                 \
+        if (st_ != KILN_OK)                                                                     \
+            return st_;                                                                         \
+    } while (0)
+
+/* ------------------------------------------------------------ weights */
+
+static dev_weight *weight_of(kiln_session *s, const kiln_tensor *t)
+{
+    for (int i = 0; i < s->n_weights; i++)
+        if (s->weights[i].tensor == t)
+            return &s->weights[i];
+    return NULL;
+}
+
+static kiln_status weight_upload(kiln_session *s, dev_weight *w, const kiln_qtensor *q)
+{
+    CU(s->cu->MemcpyHtoD(w->data, q->data, w->data_bytes), w->tensor->name);
+    if (w->scale_bytes)
+        CU(s->cu->MemcpyHtoD(w->scale, q->scale, w->scale_bytes), w->tensor->name);
+    CU(s->cu->MemcpyHtoD(w->global, &q->global_scale, sizeof(float)), w->tensor->name);
+    return KILN_OK;
+}
+
+static kiln_status weights_create(kiln_session *s)
+{
+    const kiln_plan *p = s->plan;
+    s->weights = calloc((size_t)p->n_linears + 1, sizeof *s->weights);
+    s->params = calloc((size_t)s->graph->tensors.n + 1, sizeof *s->params);
+    if (!s->weights || !s->params)
+        return kiln_fail(KILN_ERR_NOMEM, "session: weights");
+    for (int i = 0; i < p->n_linears; i++) {
+        kiln_tensor *t = p->linears[i].node->src[1];
+        if (weight_of(s, t))
+            continue;
+        dev_weight *w = &s->weights[s->n_weights++];
+        w->tensor = t;
+        kiln_status st = kiln_format_data_bytes(t->weight.format, t->weight.n, t->weight.k,
+                                                &w->data_bytes);
+        if (st == KILN_OK)
+            st = kiln_format_scale_bytes(t->weight.format, t->weight.n, t->weight.k,
+                                         &w->scale_bytes);
+        if (st != KILN_OK)
+            return kiln_fail_prefix(st, "weight %s", t->name);
+        CU(s->cu->MemAlloc(&w->data, w->data_bytes), t->name);
+        if (w->scale_bytes)
+            CU(s->cu->MemAlloc(&w->scale, w->scale_bytes), t->name);
+        CU(s->cu->MemAlloc(&w->global, sizeof(float)), t->name);
+        if ((st = weight_upload(s, w, &t->weight)))
+            return st;
+        s->stats.weight_bytes += w->data_bytes + w->scale_bytes;
+    }
+    for (int i = 0; i < s->graph->tensors.n; i++) {
+        kiln_tensor *t = s->graph->tensors.v[i];
+        if (t->op != KILN_OP_PARAM)
+            continue;
+        size_t bytes = (size_t)t->ne[0] * sizeof(float);
+        CU(s->cu->MemAlloc(&s->params[t->id], bytes), t->name);
+        CU(s->cu->MemcpyHtoD(s->params[t->id], t->param, bytes), t->name);
+        s->stats.weight_bytes += bytes;
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_session_set_weight(kiln_session *s, const char *name, const kiln_qtensor *q)
+{
+    if (!s || !name || !q)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "set_weight: session, name and weight are required");
+    kiln_tensor *t = kiln_graph_find(s->graph, name);
+    dev_weight *w = t ? weight_of(s, t) : NULL;
+    if (!w)
+        return kiln_fail(KILN_ERR_NOT_FOUND, "set_weight: no weight %s in the session", name);
+    const kiln_qtensor *old = &t->weight;
+    if (q->format != old->format || q->n != old->n || q->k != old->k)
+        return kiln_fail(KILN_ERR_STATE,
+                         "set_weight %s: the session holds %s [%lld, %lld] and the graphs "
+                         "captured its buffers; %s [%lld, %lld] does not fit them (create a new "
+                         "session for a new layout)",
+                         name, kiln_format_get(old->format)->name, (long long)old->n,
+                         (long long)old->k,
+                         kiln_format_get(q->format) ? kiln_format_get(q->format)->name : "?",
+                         (long long)q->n, (long long)q->k);
+    if (!q->data || (w->scale_bytes && !q->scale))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "set_weight %s: data or scale missing", name);
+    /* The stream may be replaying a graph that reads the old weights. */
+    CU(s->cu->StreamSynchronize(s->stream), "set_weight");
+    return weight_upload(s, w, q);
+}
+
+/* ------------------------------------------------------------ kernels */
+
+static kiln_status kernels_load(kiln_session *s)
+{
+    s->kernels = calloc((size_t)s->build.n + 1, sizeof *s->kernels);
+    if (!s->kernels)
+        return kiln_fail(KILN_ERR_NOMEM, "session: kernels");
+    for (int i = 0; i < s->build.n; i++) {
+        const kiln_kernel *k = &s->build.kernels[i];
+        dev_kernel *d = &s->kernels[i];
+        CUresult r = s->cu->ModuleLoadData(&d->module, k->cubin);
+        if (r != CUDA_SUCCESS) {
+            kiln_cu_check(s->cu, r, "cuModuleLoadData");
+            return kiln_fail_prefix(KILN_ERR_CUDA,
+                                    "kernel %s (%s) built for %s cannot be loaded on %s",
+                                    k->desc.entry, k->signature, k->desc.target.name,
+                                    s->stats.target);
+        }
+        kiln_kernel_launch l[KILN_MAX_LAUNCHES];
+        kiln_status st = kiln_kernel_launches(&k->desc, 1, l, &d->n_fn);
+        if (st != KILN_OK)
+            return st;
+        for (int f = 0; f < d->n_fn; f++)
+            CU(s->cu->ModuleGetFunction(&d->fn[f], d->module, l[f].entry), l[f].entry);
+    }
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------ launches */
+
+static CUdeviceptr value_ptr(const kiln_session *s, const kiln_program *bk, int v)
+{
+    return v < 0 ? 0 : s->arena + bk->values[v].offset;
+}
+
+static kiln_status launch_step(kiln_session *s, const kiln_program *bk, int si)
+{
+    const kiln_step *st = &bk->steps[si];
+    const kiln_kernel *k = &s->build.kernels[st->signature];
+    const dev_kernel *d = &s->kernels[st->signature];
+    union {
+        kiln_linear_args linear;
+        kiln_op_args op;
+        kiln_quant_args quant;
+    } a;
+    memset(&a, 0, sizeof a);
+    int m = (int)bk->m;
+    CUdeviceptr scratch = s->quant_scratch + (size_t)si * (1 + KILN_QUANT_AMAX_PARTS) * 4;
+    switch (st->kind) {
+    case KILN_STEP_LINEAR: {
+        const kiln_plan_lin *l = &s->plan->linears[st->linear];
+        const dev_weight *w = weight_of(s, l->node->src[1]);
+        a.linear = (kiln_linear_args){
+            .y = (void *)value_ptr(s, bk, st->dst),
+            .x = (const void *)value_ptr(s, bk, st->src[0]),
+            .w = (const void *)w->data,
+            .w_scale = (const void *)w->scale,
+            .w_global = (const float *)w->global,
+            .bias = l->node->src[2] ? (const float *)s->params[l->node->src[2]->id] : NULL,
+            .aux = (const void *)value_ptr(s, bk, st->src[1]),
+            .m = m,
+        };
+        /* fp8-tensor activations carry their scale beside the quant step */
+        if (bk->values[st->src[0]].act == KILN_ACT_FP8_TENSOR) {
+            int q = bk->values[st->src[0]].first;
+            a.linear.x_scale =
+                (const void *)(s->quant_scratch + (size_t)q * (1 + KILN_QUANT_AMAX_PARTS) * 4);
+        }
+        break;
+    }
+    case KILN_STEP_OP: {
+        const kiln_tensor *t = st->node;
+        a.op = (kiln_op_args){
+            .y = (void *)value_ptr(s, bk, st->dst),
+            .a = (const void *)value_ptr(s, bk, st->src[0]),
+            .b = (const void *)value_ptr(s, bk, st->src[1]),
+            .weight = t->op == KILN_OP_RMS_NORM ? (const float *)s->params[t->src[1]->id] : NULL,
+            .eps = t->eps,
+            .m = m,
+        };
+        break;
+    }
+    case KILN_STEP_QUANT:
+        a.quant = (kiln_quant_args){
+            .q = (void *)value_ptr(s, bk, st->dst),
+            .x = (const void *)value_ptr(s, bk, st->src[0]),
+            .scale = (float *)scratch,
+            .partial = (float *)(scratch + 4),
+            .m = m,
+        };
+        break;
+    }
+    kiln_kernel_launch l[KILN_MAX_LAUNCHES];
+    int n;
+    kiln_status rs = kiln_kernel_launches(&k->desc, bk->m, l, &n);
+    if (rs != KILN_OK)
+        return rs;
+    void *params[] = { &a };
+    for (int f = 0; f < n; f++) {
+        const kiln_launch *c = &l[f].cfg;
+        if (c->smem > 48 * 1024)
+            CU(s->cu->FuncSetAttribute(d->fn[f], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                       (int)c->smem), l[f].entry);
+        CU(s->cu->LaunchKernel(d->fn[f], c->grid[0], c->grid[1], c->grid[2], c->block[0],
+                               c->block[1], c->block[2], c->smem, s->stream, params, NULL),
+           l[f].entry);
+    }
+    return KILN_OK;
+}
+
+static kiln_status launch_program(kiln_session *s, int b)
+{
+    const kiln_program *bk = &s->plan->programs[b];
+    for (int i = 0; i < bk->n_steps; i++) {
+        kiln_status st = launch_step(s, bk, i);
+        if (st != KILN_OK)
+            return kiln_fail_prefix(st, "bucket %lld, step %d (%s)", (long long)bk->m, i,
+                                    bk->steps[i].node ? bk->steps[i].node->name : "?");
+    }
+    return KILN_OK;
+}
+
+static kiln_status graphs_create(kiln_session *s)
+{
+    int nb = s->plan->n_buckets;
+    s->execs = calloc((size_t)nb, sizeof *s->execs);
+    if (!s->execs)
+        return kiln_fail(KILN_ERR_NOMEM, "session: graphs");
+    for (int b = 0; b < nb; b++) {
+        CUgraph graph;
+        CU(s->cu->StreamBeginCapture(s->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+           "cuStreamBeginCapture");
+        kiln_status st = launch_program(s, b);
+        CUresult r = s->cu->StreamEndCapture(s->stream, &graph);
+        if (st != KILN_OK) {
+            if (r == CUDA_SUCCESS)
+                s->cu->GraphDestroy(graph);
+            return st;
+        }
+        CU(r, "cuStreamEndCapture");
+        r = s->cu->GraphInstantiateWithFlags(&s->execs[b], graph, 0);
+        s->cu->GraphDestroy(graph);
+        CU(r, "cuGraphInstantiate");
+    }
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------ create */
+
+static void on_corrupt(void *ctx, const char *message)
+{
+    (void)ctx;
+    fprintf(stderr, "kiln: warning: %s\n", message);
+}
+
+void kiln_session_destroy(kiln_session *s)
+{
+    if (!s)
+        return;
+    const kiln_cu *cu = s->cu;
+    if (cu && s->ctx) {
+        if (s->stream)
+            cu->StreamSynchronize(s->stream);
+        for (int b = 0; s->execs && b < s->plan->n_buckets; b++)
+            if (s->execs[b])
+                cu->GraphExecDestroy(s->execs[b]);
+        for (int i = 0; s->kernels && i < s->build.n; i++)
+            if (s->kernels[i].module)
+                cu->ModuleUnload(s->kernels[i].module);
+        for (int i = 0; i < s->n_weights; i++) {
+            cu->MemFree(s->weights[i].data);
+            cu->MemFree(s->weights[i].scale);
+            cu->MemFree(s->weights[i].global);
+        }
+        for (int i = 0; s->params && i < s->graph->tensors.n; i++)
+            cu->MemFree(s->params[i]);
+        cu->MemFree(s->arena);
+        cu->MemFree(s->quant_scratch);
+        if (s->stream)
+            cu->StreamDestroy(s->stream);
+        cu->DevicePrimaryCtxRelease(s->dev);
+    }
+    free(s->execs);
+    free(s->kernels);
+    free(s->weights);
+    free(s->params);
+    free(s->staging);
+    kiln_build_free(&s->build);
+    kiln_plan_destroy(s->plan);
+    free(s);
+}
+
+static kiln_status session_init(kiln_session *s, const kiln_session_options *o)
+{
+    kiln_target t;
+    kiln_status st = kiln_cu_target(s->cu, o->device, &t, s->stats.device,
+                                    sizeof s->stats.device);
+    if (st != KILN_OK)
+        return st;
+    snprintf(s->stats.target, sizeof s->stats.target, "%s", t.name);
+    CU(s->cu->DeviceGet(&s->dev, o->device), "cuDeviceGet");
+    CU(s->cu->DevicePrimaryCtxRetain(&s->ctx, s->dev), "cuDevicePrimaryCtxRetain");
+    CU(s->cu->CtxSetCurrent(s->ctx), "cuCtxSetCurrent");
+    CU(s->cu->StreamCreate(&s->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+
+    double t0 = kiln_now();
+    if ((st = kiln_plan_create(s->graph, &t, &o->plan, &s->plan)))
+        return st;
+    s->stats.plan_s = kiln_now() - t0;
+
+    t0 = kiln_now();
+    kiln_cache *cache;
+    kiln_cache_options co = { .shipped = o->shipped, .n_shipped = o->n_shipped,
+                              .path = o->cache, .no_writable = o->no_writable,
+                              .on_corrupt = on_corrupt };
+    const char *env = getenv("KILN_OFFLINE");
+    kiln_build_options bo = { .offline = o->offline || (env && !strcmp(env, "1")),
+                              .quiet = o->quiet };
+    if ((st = kiln_cache_open(&co, &cache)))
+        return st;
+    st = kiln_build_plan(s->plan, cache, &bo, &s->build);
+    kiln_cache_close(cache);
+    if (st != KILN_OK)
+        return st;
+    s->stats.kernels = s->build.n;
+    s->stats.cached = s->build.cached;
+    s->stats.compiled = s->build.compiled;
+    s->stats.cache_s = kiln_now() - t0;
+
+    t0 = kiln_now();
+    if ((st = kernels_load(s)))
+        return st;
+    s->stats.module_s = kiln_now() - t0;
+
+    t0 = kiln_now();
+    if ((st = weights_create(s)))
+        return st;
+    size_t arena = 0, staging = 0;
+    int max_steps = 0;
+    for (int b = 0; b < s->plan->n_buckets; b++) {
+        const kiln_program *bk = &s->plan->programs[b];
+        if (bk->arena_bytes > arena)
+            arena = bk->arena_bytes;
+        if (bk->n_steps > max_steps)
+            max_steps = bk->n_steps;
+    }
+    for (int i = 0; i < s->graph->tensors.n; i++) {
+        const kiln_tensor *x = s->graph->tensors.v[i];
+        size_t rows = (size_t)s->plan->buckets[s->plan->n_buckets - 1] * (size_t)x->ne[0];
+        if ((x->op == KILN_OP_INPUT || x->is_output) && rows > staging)
+            staging = rows;
+    }
+    s->stats.arena_bytes = arena;
+    CU(s->cu->MemAlloc(&s->arena, arena ? arena : 1), "activation arena");
+    CU(s->cu->MemsetD8(s->arena, 0, arena ? arena : 1), "activation arena");
+    size_t scratch = (size_t)(max_steps + 1) * (1 + KILN_QUANT_AMAX_PARTS) * 4;
+    CU(s->cu->MemAlloc(&s->quant_scratch, scratch), "quantization scratch");
+    if (!(s->staging = malloc((staging ? staging : 1) * sizeof *s->staging)))
+        return kiln_fail(KILN_ERR_NOMEM, "session: staging");
+    s->staging_elems = staging;
+    CU(s->cu->CtxSynchronize(), "weight upload");
+    s->stats.weights_s = kiln_now() - t0;
+
+    t0 = kiln_now();
+    if (!s->eager && (st = graphs_create(s)))
+        return st;
+    s->stats.graphs_s = kiln_now() - t0;
+    return KILN_OK;
+}
+
+kiln_status kiln_session_create(kiln_graph *g, const kiln_session_options *opts,
+                                kiln_session **out)
+{
+    if (!g || !out)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "session: graph and out are required");
+    const kiln_session_options defaults = { 0 };
+    const kiln_session_options *o = opts ? opts : &defaults;
+    const kiln_cu *cu;
+    kiln_status st = kiln_cu_get(&cu);
+    if (st != KILN_OK)
+        return st;
+    kiln_session *s = calloc(1, sizeof *s);
+    if (!s)
+        return kiln_fail(KILN_ERR_NOMEM, "session");
+    s->cu = cu;
+    s->graph = g;
+    s->eager = o->eager;
+    if ((st = session_init(s, o)) != KILN_OK) {
+        kiln_session_destroy(s);
+        return st;
+    }
+    *out = s;
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------ run */
+
+static const kiln_value *value_of_tensor(const kiln_program *bk, const kiln_tensor *t)
+{
+    for (int i = 0; i < bk->n_values; i++)
+        if (bk->values[i].tensor == t)
+            return &bk->values[i];
+    return NULL;
+}
+
+kiln_status kiln_session_run(kiln_session *s, int64_t m, const float *const *inputs,
+                             float *const *outputs)
+{
+    if (!s || !inputs || !outputs)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "session run: inputs and outputs are required");
+    int b = m >= 1 ? kiln_plan_bucket_for(s->plan, m) : -1;
+    if (b < 0)
+        return kiln_fail(KILN_ERR_SHAPE, "session run: %lld tokens; the session serves 1 to %lld",
+                         (long long)m, (long long)s->plan->buckets[s->plan->n_buckets - 1]);
+    const kiln_program *bk = &s->plan->programs[b];
+    kiln_graph *g = s->graph;
+    CU(s->cu->CtxSetCurrent(s->ctx), "cuCtxSetCurrent");
+    /* Rows past m are zero, so padding never feeds a per-tensor statistic. */
+    for (int i = 0; i < g->inputs.n; i++) {
+        const kiln_tensor *x = g->inputs.v[i];
+        const kiln_value *v = value_of_tensor(bk, x);
+        if (!v)
+            continue;
+        size_t n = (size_t)m * (size_t)x->ne[0], all = (size_t)bk->m * (size_t)x->ne[0];
+        for (size_t j = 0; j < n; j++)
+            s->staging[j] = kiln_f32_to_bf16(inputs[i][j]);
+        memset(s->staging + n, 0, (all - n) * sizeof *s->staging);
+        CU(s->cu->MemcpyHtoD(s->arena + v->offset, s->staging, all * sizeof *s->staging),
+           x->name);
+    }
+    if (s->eager) {
+        kiln_status st = launch_program(s, b);
+        if (st != KILN_OK)
+            return st;
+    } else {
+        CU(s->cu->GraphLaunch(s->execs[b], s->stream), "cuGraphLaunch");
+    }
+    CU(s->cu->StreamSynchronize(s->stream), "run");
+    for (int i = 0; i < g->outputs.n; i++) {
+        const kiln_tensor *y = g->outputs.v[i];
+        const kiln_value *v = value_of_tensor(bk, y);
+        size_t n = (size_t)m * (size_t)y->ne[0];
+        CU(s->cu->MemcpyDtoH(s->staging, s->arena + v->offset, n * sizeof *s->staging), y->name);
+        for (size_t j = 0; j < n; j++)
+            outputs[i][j] = kiln_bf16_to_f32(s->staging[j]);
+    }
+    return KILN_OK;
+}
+
+void kiln_session_get_stats(const kiln_session *s, kiln_session_stats *out) { *out = s->stats; }

@@ -1,0 +1,300 @@
+/* The GPU session against the CPU executor: every registered backend and
+ * format on fresh random inputs, several shapes and token counts; graph
+ * replay against eager launches; weights reloaded in place under captured
+ * graphs; offline misses. Skipped, with the reason, where there is no GPU. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "codegen/backend.h"
+#include "runtime/driver.h"
+#include "testutil.h"
+
+static void need_gpu(void)
+{
+    const kiln_cu *cu;
+    if (kiln_cu_get(&cu) != KILN_OK)
+        cr_skip_test("no GPU here (%s): the gpu suite runs on a machine with one",
+                     kiln_last_error());
+}
+
+/* A private writable cache per test process. */
+static char cache_path[256];
+static void fresh_cache(void)
+{
+    char dir[] = "/tmp/kiln-gpu-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(cache_path, sizeof cache_path, "%s/kernels.kiln", dir);
+}
+
+/* One weight with its storage, quantized from N(0, 1/K) values. */
+typedef struct weight {
+    kiln_qtensor q;
+    float *bias;
+} weight;
+
+static void weight_make(weight *w, kt_rng *r, kiln_format f, int64_t n, int64_t k)
+{
+    size_t data, scale;
+    cr_assert_eq(kiln_format_data_bytes(f, n, k, &data), KILN_OK);
+    cr_assert_eq(kiln_format_scale_bytes(f, n, k, &scale), KILN_OK);
+    float *src = malloc((size_t)(n * k) * sizeof *src);
+    kt_fill_normal(r, src, (size_t)(n * k), 1.0f / sqrtf((float)k));
+    w->q = (kiln_qtensor){ .format = f, .n = n, .k = k, .data = malloc(data),
+                           .scale = scale ? malloc(scale) : NULL };
+    cr_assert_eq(kiln_quantize(src, &w->q), KILN_OK, "%s", kiln_last_error());
+    free(src);
+    w->bias = malloc((size_t)n * sizeof *w->bias);
+    kt_fill_normal(r, w->bias, (size_t)n, 0.1f);
+}
+
+static void weight_free(weight *w)
+{
+    free(w->q.data);
+    free(w->q.scale);
+    free(w->bias);
+}
+
+/* y = x·wᵀ + b, alone in a graph. */
+static kiln_graph *linear_graph(weight *w)
+{
+    kiln_graph *g;
+    kiln_tensor *x, *wt, *b, *y;
+    cr_assert_eq(kiln_graph_create(&g), KILN_OK);
+    cr_assert_eq(kiln_graph_input(g, "x", w->q.k, &x), KILN_OK);
+    cr_assert_eq(kiln_graph_weight(g, "w", &w->q, &wt), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_graph_param(g, "b", w->q.n, w->bias, &b), KILN_OK);
+    cr_assert_eq(kiln_graph_linear(g, "y", x, wt, b, &y), KILN_OK);
+    cr_assert_eq(kiln_graph_output(g, y), KILN_OK);
+    return g;
+}
+
+/* A gated FFN block with a residual, so the fused epilogues run. */
+static kiln_graph *ffn_graph(weight *gate, weight *up, weight *down, float *norm)
+{
+    kiln_graph *g;
+    kiln_tensor *x, *nw, *wg, *wu, *wd, *h, *a, *u, *s, *p, *d, *y;
+    int64_t dm = gate->q.k;
+    cr_assert_eq(kiln_graph_create(&g), KILN_OK);
+    cr_assert_eq(kiln_graph_input(g, "x", dm, &x), KILN_OK);
+    cr_assert_eq(kiln_graph_param(g, "norm", dm, norm, &nw), KILN_OK);
+    cr_assert_eq(kiln_graph_weight(g, "gate.w", &gate->q, &wg), KILN_OK);
+    cr_assert_eq(kiln_graph_weight(g, "up.w", &up->q, &wu), KILN_OK);
+    cr_assert_eq(kiln_graph_weight(g, "down.w", &down->q, &wd), KILN_OK);
+    cr_assert_eq(kiln_graph_rms_norm(g, "h", x, nw, 1e-5f, &h), KILN_OK);
+    cr_assert_eq(kiln_graph_linear(g, "gate", h, wg, NULL, &a), KILN_OK);
+    cr_assert_eq(kiln_graph_linear(g, "up", h, wu, NULL, &u), KILN_OK);
+    cr_assert_eq(kiln_graph_silu(g, "act", a, &s), KILN_OK);
+    cr_assert_eq(kiln_graph_mul(g, "prod", s, u, &p), KILN_OK);
+    cr_assert_eq(kiln_graph_linear(g, "down", p, wd, NULL, &d), KILN_OK);
+    cr_assert_eq(kiln_graph_add(g, "y", x, d, &y), KILN_OK);
+    cr_assert_eq(kiln_graph_output(g, y), KILN_OK);
+    return g;
+}
+
+static const int64_t capture[] = { 1, 4, 16, 64 };
+
+static kiln_session *session(kiln_graph *g, int eager)
+{
+    kiln_session_options o = { .cache = cache_path, .eager = eager, .quiet = 1,
+                                .plan = { .capture = capture, .n_capture = 4 } };
+    kiln_session *s = NULL;
+    kiln_status st = kiln_session_create(g, &o, &s);
+    cr_assert_eq(st, KILN_OK, "%s", kiln_last_error());
+    return s;
+}
+
+/* Run g on the session and on the CPU executor with the same input. The GPU
+ * keeps activations in BF16 (8 significant bits): inputs, every intermediate
+ * and the output are rounded to it, so each output may differ from the f32
+ * CPU result by a few BF16 ulps of the terms that made it. The bound is
+ * 2^-6 of the largest |y| plus 2^-6 of |y| itself. */
+static double compare(kiln_session *s, kiln_graph *g, int64_t m, kt_rng *r, float *gpu_out)
+{
+    int64_t k = kiln_tensor_ne(kiln_graph_input_at(g, 0), 0);
+    int64_t n = kiln_tensor_ne(kiln_graph_output_at(g, 0), 0);
+    float *x = malloc((size_t)(m * k) * sizeof *x), *yg = malloc((size_t)(m * n) * sizeof *yg),
+          *yc = malloc((size_t)(m * n) * sizeof *yc);
+    kt_fill_normal(r, x, (size_t)(m * k), 1.0f);
+    const float *in[] = { x };
+    float *og[] = { yg }, *oc[] = { yc };
+    kiln_cpu *cpu;
+    cr_assert_eq(kiln_cpu_create(g, NULL, &cpu), KILN_OK);
+    cr_assert_eq(kiln_session_run(s, m, in, og), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_cpu_run(cpu, m, in, oc), KILN_OK);
+    kiln_cpu_destroy(cpu);
+    double scale = 0, worst = 0;
+    for (int64_t i = 0; i < m * n; i++)
+        scale = fmax(scale, fabs(yc[i]));
+    for (int64_t i = 0; i < m * n; i++) {
+        cr_assert(isfinite(yg[i]), "y[%lld] = %g", (long long)i, yg[i]);
+        double err = fabs((double)yg[i] - yc[i]);
+        double tol = ldexp(scale, -6) + ldexp(fabs(yc[i]), -6);
+        cr_assert_leq(err, tol, "m=%lld y[%lld][%lld]: gpu %g cpu %g", (long long)m,
+                      (long long)(i / n), (long long)(i % n), yg[i], yc[i]);
+        worst = fmax(worst, err / scale);
+    }
+    if (gpu_out)
+        memcpy(gpu_out, yg, (size_t)(m * n) * sizeof *yg);
+    free(x);
+    free(yg);
+    free(yc);
+    return worst;
+}
+
+Test(gpu_session, every_format_matches_the_cpu, .timeout = 600)
+{
+    need_gpu();
+    fresh_cache();
+    kt_rng r = kt_rng_new(1);
+    static const int64_t shapes[][2] = { { 256, 512 }, { 200, 768 } };
+    static const int64_t ms[] = { 1, 3, 16, 50 };
+    for (int f = 0; f < KILN_FMT_COUNT; f++)
+        for (size_t sh = 0; sh < 2; sh++) {
+            weight w;
+            weight_make(&w, &r, (kiln_format)f, shapes[sh][0], shapes[sh][1]);
+            kiln_graph *g = linear_graph(&w);
+            kiln_session *s = session(g, 0);
+            double worst = 0;
+            for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
+                worst = fmax(worst, compare(s, g, ms[i], &r, NULL));
+            fprintf(stderr, "%-12s %lldx%lld: max |gpu-cpu| = %.2e of max |y|\n",
+                    kiln_format_get((kiln_format)f)->name, (long long)shapes[sh][0],
+                    (long long)shapes[sh][1], worst);
+            kiln_session_destroy(s);
+            kiln_graph_destroy(g);
+            weight_free(&w);
+        }
+}
+
+Test(gpu_session, fused_ffn_matches_the_cpu, .timeout = 600)
+{
+    need_gpu();
+    fresh_cache();
+    kt_rng r = kt_rng_new(2);
+    kiln_format fs[] = { KILN_FMT_BF16, KILN_FMT_FP8_BLOCK, KILN_FMT_NVFP4, KILN_FMT_Q4_K };
+    float norm[512];
+    kt_fill_normal(&r, norm, 512, 0.2f);
+    for (int i = 0; i < 512; i++)
+        norm[i] += 1.0f;
+    for (size_t f = 0; f < sizeof fs / sizeof fs[0]; f++) {
+        weight gate, up, down;
+        weight_make(&gate, &r, fs[f], 768, 512);
+        weight_make(&up, &r, fs[f], 768, 512);
+        weight_make(&down, &r, fs[f], 512, 768);
+        kiln_graph *g = ffn_graph(&gate, &up, &down, norm);
+        kiln_session *s = session(g, 0);
+        for (int64_t m = 1; m <= 64; m *= 4)
+            compare(s, g, m, &r, NULL);
+        kiln_session_destroy(s);
+        kiln_graph_destroy(g);
+        weight_free(&gate);
+        weight_free(&up);
+        weight_free(&down);
+    }
+}
+
+Test(gpu_session, graph_replay_equals_eager_launches, .timeout = 600)
+{
+    need_gpu();
+    fresh_cache();
+    kt_rng r = kt_rng_new(3);
+    weight w;
+    weight_make(&w, &r, KILN_FMT_Q4_K, 384, 1024);
+    kiln_graph *g = linear_graph(&w);
+    kiln_session *graphs = session(g, 0), *eager = session(g, 1);
+    float x[37 * 1024], a[37 * 384], b[37 * 384];
+    kt_fill_normal(&r, x, sizeof x / sizeof x[0], 1.0f);
+    const float *in[] = { x };
+    float *oa[] = { a }, *ob[] = { b };
+    for (int rep = 0; rep < 3; rep++) {
+        cr_assert_eq(kiln_session_run(graphs, 37, in, oa), KILN_OK);
+        cr_assert_eq(kiln_session_run(eager, 37, in, ob), KILN_OK);
+        cr_assert_eq(memcmp(a, b, sizeof a), 0, "replay and eager differ");
+    }
+    kiln_session_destroy(graphs);
+    kiln_session_destroy(eager);
+    kiln_graph_destroy(g);
+    weight_free(&w);
+}
+
+Test(gpu_session, reloaded_weights_reach_captured_graphs, .timeout = 600)
+{
+    need_gpu();
+    fresh_cache();
+    kt_rng r = kt_rng_new(4);
+    weight w, w2;
+    weight_make(&w, &r, KILN_FMT_FP8_CHANNEL, 256, 512);
+    weight_make(&w2, &r, KILN_FMT_FP8_CHANNEL, 256, 512);
+    kiln_graph *g = linear_graph(&w);
+    kiln_session *s = session(g, 0);
+    float before[4 * 256], after[4 * 256];
+    compare(s, g, 4, &r, before);
+    /* New values in the caller's memory, then into the session's buffers:
+     * the graphs instantiated at create time see them. */
+    size_t data, scale;
+    kiln_format_data_bytes(w.q.format, w.q.n, w.q.k, &data);
+    kiln_format_scale_bytes(w.q.format, w.q.n, w.q.k, &scale);
+    memcpy(w.q.data, w2.q.data, data);
+    memcpy(w.q.scale, w2.q.scale, scale);
+    const kiln_qtensor *live = kiln_tensor_weight(kiln_graph_find(g, "w"));
+    cr_assert_eq(kiln_session_set_weight(s, "w", live), KILN_OK, "%s", kiln_last_error());
+    compare(s, g, 4, &r, after);
+    cr_assert_neq(memcmp(before, after, sizeof before), 0, "the output changed");
+
+    kiln_qtensor other = w2.q;
+    other.format = KILN_FMT_MXFP4;
+    cr_assert_eq(kiln_session_set_weight(s, "w", &other), KILN_ERR_STATE);
+    cr_assert(strstr(kiln_last_error(), "set_weight w: the session holds fp8_channel [256, 512]"),
+              "%s", kiln_last_error());
+    other = w2.q;
+    other.n = 128;
+    cr_assert_eq(kiln_session_set_weight(s, "w", &other), KILN_ERR_STATE);
+    cr_assert_eq(kiln_session_set_weight(s, "nope", &w2.q), KILN_ERR_NOT_FOUND);
+    kiln_session_destroy(s);
+    kiln_graph_destroy(g);
+    weight_free(&w);
+    weight_free(&w2);
+}
+
+Test(gpu_session, offline_miss_names_the_signature, .timeout = 300)
+{
+    need_gpu();
+    fresh_cache();
+    kt_rng r = kt_rng_new(5);
+    weight w;
+    weight_make(&w, &r, KILN_FMT_Q8_0, 64, 256);
+    kiln_graph *g = linear_graph(&w);
+    kiln_session_options o = { .cache = cache_path, .offline = 1, .quiet = 1 };
+    kiln_session *s = NULL;
+    cr_assert_eq(kiln_session_create(g, &o, &s), KILN_ERR_OFFLINE_MISS);
+    cr_assert_null(s);
+    cr_assert(strstr(kiln_last_error(), "linear backend="), "%s", kiln_last_error());
+    cr_assert(strstr(kiln_last_error(), "format=q8_0"), "%s", kiln_last_error());
+    kiln_graph_destroy(g);
+    weight_free(&w);
+}
+
+Test(gpu_session, bad_token_counts_are_refused, .timeout = 300)
+{
+    need_gpu();
+    fresh_cache();
+    kt_rng r = kt_rng_new(6);
+    weight w;
+    weight_make(&w, &r, KILN_FMT_BF16, 64, 128);
+    kiln_graph *g = linear_graph(&w);
+    kiln_session *s = session(g, 0);
+    float x[65 * 128], y[65 * 64];
+    const float *in[] = { x };
+    float *out[] = { y };
+    memset(x, 0, sizeof x);
+    cr_assert_eq(kiln_session_run(s, 65, in, out), KILN_ERR_SHAPE);
+    cr_assert(strstr(kiln_last_error(), "serves 1 to 64"), "%s", kiln_last_error());
+    cr_assert_eq(kiln_session_run(s, 0, in, out), KILN_ERR_SHAPE);
+    kiln_session_destroy(s);
+    kiln_graph_destroy(g);
+    weight_free(&w);
+}
