@@ -20,7 +20,7 @@ static const struct {
     SYM(DeviceTotalMem), SYM(DevicePrimaryCtxRetain), SYM(DevicePrimaryCtxRelease),
     SYM(CtxSetCurrent), SYM(CtxSynchronize), SYM(ModuleLoadData), SYM(ModuleUnload),
     SYM(ModuleGetFunction), SYM(FuncSetAttribute), SYM(FuncGetAttribute), SYM(MemAlloc),
-    SYM(MemFree), SYM(MemGetInfo), SYM(MemcpyHtoD), SYM(MemcpyDtoH), SYM(MemcpyDtoD),
+    SYM(MemFree), SYM(MemGetInfo), SYM(MemcpyHtoD), SYM(MemcpyDtoH), SYM(MemcpyDtoD), SYM(MemcpyHtoDAsync), SYM(MemcpyDtoHAsync),
     SYM(MemsetD8), SYM(StreamCreate), SYM(StreamDestroy), SYM(StreamSynchronize),
     SYM(LaunchKernel), SYM(StreamBeginCapture), SYM(StreamEndCapture),
     SYM(GraphInstantiateWithFlags), SYM(GraphLaunch), SYM(GraphExecDestroy), SYM(GraphDestroy),

@@ -60,12 +60,19 @@ static dev_weight *weight_of(kiln_session *s, const kiln_tensor *t)
     return NULL;
 }
 
+/* Copies go on the session's stream, which does not wait for the legacy
+ * stream: a plain cuMemcpyHtoD from pageable memory may return before its
+ * DMA lands, and a graph replayed next on a non-blocking stream would race
+ * it. The caller synchronizes the stream before reusing host memory. */
 static kiln_status weight_upload(kiln_session *s, dev_weight *w, const kiln_qtensor *q)
 {
-    CU(s->cu->MemcpyHtoD(w->data, q->data, w->data_bytes), w->tensor->name);
+    CU(s->cu->MemcpyHtoDAsync(w->data, q->data, w->data_bytes, s->stream), w->tensor->name);
     if (w->scale_bytes)
-        CU(s->cu->MemcpyHtoD(w->scale, q->scale, w->scale_bytes), w->tensor->name);
-    CU(s->cu->MemcpyHtoD(w->global, &q->global_scale, sizeof(float)), w->tensor->name);
+        CU(s->cu->MemcpyHtoDAsync(w->scale, q->scale, w->scale_bytes, s->stream),
+           w->tensor->name);
+    CU(s->cu->MemcpyHtoDAsync(w->global, &q->global_scale, sizeof(float), s->stream),
+       w->tensor->name);
+    CU(s->cu->StreamSynchronize(s->stream), w->tensor->name);
     return KILN_OK;
 }
 
@@ -103,7 +110,7 @@ static kiln_status weights_create(kiln_session *s)
             continue;
         size_t bytes = (size_t)t->ne[0] * sizeof(float);
         CU(s->cu->MemAlloc(&s->params[t->id], bytes), t->name);
-        CU(s->cu->MemcpyHtoD(s->params[t->id], t->param, bytes), t->name);
+        CU(s->cu->MemcpyHtoDAsync(s->params[t->id], t->param, bytes, s->stream), t->name);
         s->stats.weight_bytes += bytes;
     }
     return KILN_OK;
@@ -389,6 +396,7 @@ static kiln_status session_init(kiln_session *s, const kiln_session_options *o)
     s->stats.arena_bytes = arena;
     CU(s->cu->MemAlloc(&s->arena, arena ? arena : 1), "activation arena");
     CU(s->cu->MemsetD8(s->arena, 0, arena ? arena : 1), "activation arena");
+    CU(s->cu->StreamSynchronize(s->stream), "weight upload");
     size_t scratch = (size_t)(max_steps + 1) * (1 + KILN_QUANT_AMAX_PARTS) * 4;
     CU(s->cu->MemAlloc(&s->quant_scratch, scratch), "quantization scratch");
     if (!(s->staging = malloc((staging ? staging : 1) * sizeof *s->staging)))
@@ -461,8 +469,10 @@ kiln_status kiln_session_run(kiln_session *s, int64_t m, const float *const *inp
         for (size_t j = 0; j < n; j++)
             s->staging[j] = kiln_f32_to_bf16(inputs[i][j]);
         memset(s->staging + n, 0, (all - n) * sizeof *s->staging);
-        CU(s->cu->MemcpyHtoD(s->arena + v->offset, s->staging, all * sizeof *s->staging),
-           x->name);
+        CU(s->cu->MemcpyHtoDAsync(s->arena + v->offset, s->staging, all * sizeof *s->staging,
+                                  s->stream), x->name);
+        /* the staging rows are refilled for the next input */
+        CU(s->cu->StreamSynchronize(s->stream), x->name);
     }
     if (s->eager) {
         kiln_status st = launch_program(s, b);
@@ -476,7 +486,9 @@ kiln_status kiln_session_run(kiln_session *s, int64_t m, const float *const *inp
         const kiln_tensor *y = g->outputs.v[i];
         const kiln_value *v = value_of_tensor(bk, y);
         size_t n = (size_t)m * (size_t)y->ne[0];
-        CU(s->cu->MemcpyDtoH(s->staging, s->arena + v->offset, n * sizeof *s->staging), y->name);
+        CU(s->cu->MemcpyDtoHAsync(s->staging, s->arena + v->offset, n * sizeof *s->staging,
+                                  s->stream), y->name);
+        CU(s->cu->StreamSynchronize(s->stream), y->name);
         for (size_t j = 0; j < n; j++)
             outputs[i][j] = kiln_bf16_to_f32(s->staging[j]);
     }

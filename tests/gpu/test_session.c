@@ -298,3 +298,26 @@ Test(gpu_session, bad_token_counts_are_refused, .timeout = 300)
     kiln_graph_destroy(g);
     weight_free(&w);
 }
+
+/* Large inputs (4 MiB a run) replayed back to back: each run must see its
+ * own input. A host copy that the replay does not wait for shows here as a
+ * result computed from part of the previous input. */
+Test(gpu_session, every_run_sees_its_own_large_input, .timeout = 300)
+{
+    need_gpu();
+    fresh_cache();
+    kt_rng r = kt_rng_new(7);
+    weight w;
+    weight_make(&w, &r, KILN_FMT_BF16, 128, 4096);
+    kiln_graph *g = linear_graph(&w);
+    static const int64_t sizes[] = { 512 };
+    kiln_session_options o = { .cache = cache_path, .quiet = 1,
+                                .plan = { .capture = sizes, .n_capture = 1 } };
+    kiln_session *s = NULL;
+    cr_assert_eq(kiln_session_create(g, &o, &s), KILN_OK, "%s", kiln_last_error());
+    for (int rep = 0; rep < 6; rep++)
+        compare(s, g, 512, &r, NULL);
+    kiln_session_destroy(s);
+    kiln_graph_destroy(g);
+    weight_free(&w);
+}

@@ -72,7 +72,7 @@ Test(format, names_are_unique_and_look_up_both_ways)
         kiln_format got = KILN_FMT_COUNT;
         const char *name = kiln_format_get((kiln_format)f)->name;
         cr_assert_eq(kiln_format_from_name(name, &got), KILN_OK, "%s", name);
-        cr_assert_eq(got, f, "%s maps back to its own row", name);
+        cr_assert_eq((int)got, f, "%s maps back to its own row", name);
     }
 }
 
