@@ -87,7 +87,8 @@ enum {
     { "no-fuse", no_argument, NULL, CLI_OPT_NO_FUSE }
 #define CLI_PLAN_HELP                                                                           \
     "  --target T        sm_75, sm_80, sm_86, sm_89, sm_90, sm_90a or a product name\n"         \
-    "                    (t4, a100, a10, l40s, h100, h200); default sm_90a\n"                   \
+    "                    (t4, a100, a10, l40s, h100, h200); default: the GPU's, or\n"          \
+    "                    sm_90a when there is none\n"                                          \
     "  --backend B       use backend B wherever it can take a node; elsewhere fall\n"          \
     "                    back to the normal choice with one warning per layer type\n"          \
     "  --strict-backend  make such a fallback an error\n"                                      \

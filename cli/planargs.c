@@ -8,7 +8,7 @@
 void cli_plan_args_init(cli_plan_args *a)
 {
     memset(a, 0, sizeof *a);
-    a->target = "sm_90a";
+    a->target = NULL; /* the live GPU's, else sm_90a */
     a->graph = "ffn";
 }
 
@@ -51,6 +51,11 @@ int cli_plan_finish(const cli_command *cmd, cli_plan_args *a, kiln_target *t)
     if (a->n_tokens) {
         a->po.capture = a->tokens;
         a->po.n_capture = a->n_tokens;
+    }
+    if (!a->target) {
+        if (kiln_target_live(0, t) == KILN_OK)
+            return CLI_OK;
+        a->target = "sm_90a";
     }
     if (kiln_target_from_name(a->target, t) != KILN_OK)
         return cli_usage(cmd, "%s", kiln_last_error());

@@ -123,7 +123,7 @@ kiln_status kiln_build_plan(const kiln_plan *p, kiln_cache *c, const kiln_build_
         if ((st = kiln_nvrtc_open(&nv)))
             goto done;
         snprintf(b.compiler, sizeof b.compiler, "%s", kiln_nvrtc_version(nv));
-        kiln_compile_options co = { .threads = o->jobs,
+        kiln_nvrtc_pool co = { .threads = o->jobs,
                                     .keep_dir = kiln_emit_keep_dir(o->keep_source),
                                     .quiet = o->quiet };
         kiln_status cst = kiln_nvrtc_compile_all(nv, jobs, n_jobs, &co);
@@ -168,4 +168,30 @@ done:
     }
     *out = b;
     return KILN_OK;
+}
+
+kiln_status kiln_compile(kiln_graph *g, const kiln_target *t, const kiln_compile_options *opts,
+                         kiln_compile_result *out)
+{
+    if (!g || !t || !out)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "compile: graph, target and out are required");
+    const kiln_compile_options defaults = { 0 };
+    const kiln_compile_options *o = opts ? opts : &defaults;
+    kiln_plan *p;
+    kiln_status st = kiln_plan_create(g, t, &o->plan, &p);
+    if (st != KILN_OK)
+        return st;
+    kiln_cache_options co = { .shipped = o->shipped, .n_shipped = o->n_shipped, .path = o->cache };
+    kiln_build_options bo = { .jobs = o->jobs, .offline = o->offline,
+                              .keep_source = o->keep_source, .quiet = o->quiet, .no_cubins = 1 };
+    kiln_cache *c = NULL;
+    kiln_build b;
+    if ((st = kiln_cache_open(&co, &c)) == KILN_OK && (st = kiln_build_plan(p, c, &bo, &b)) == KILN_OK) {
+        *out = (kiln_compile_result){ .signatures = b.n, .cached = b.cached,
+                                      .compiled = b.compiled, .seconds = b.seconds };
+        kiln_build_free(&b);
+    }
+    kiln_cache_close(c);
+    kiln_plan_destroy(p);
+    return st;
 }

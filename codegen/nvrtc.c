@@ -330,9 +330,9 @@ static void *compile_worker(void *arg)
 }
 
 kiln_status kiln_nvrtc_compile_all(kiln_nvrtc *nv, kiln_compile_job *jobs, int n,
-                                   const kiln_compile_options *o)
+                                   const kiln_nvrtc_pool *o)
 {
-    const kiln_compile_options defaults = { 0 };
+    const kiln_nvrtc_pool defaults = { 0 };
     if (!o)
         o = &defaults;
     if (!nv || (n > 0 && !jobs) || n < 0)

@@ -51,17 +51,17 @@ void kiln_compile_job_reset(kiln_compile_job *job);
  * of it. KILN_ERR_IO when keeping fails. */
 kiln_status kiln_nvrtc_compile(kiln_nvrtc *nv, kiln_compile_job *job, const char *keep_dir);
 
-typedef struct kiln_compile_options {
+typedef struct kiln_nvrtc_pool {
     int threads;          /* compiles at once; 0: one per online core */
     const char *keep_dir; /* as kiln_nvrtc_compile's */
     int quiet;            /* no progress line, even on a terminal */
-} kiln_compile_options;
+} kiln_nvrtc_pool;
 
 /* Compile every job, `threads` at a time; every job runs even when some
  * fail. On a terminal stderr shows "done/total" and an ETA. Returns the
  * first failed job's status (lowest index) with its message, prefixed
  * with the failure count when more than one failed. o may be NULL. */
 kiln_status kiln_nvrtc_compile_all(kiln_nvrtc *nv, kiln_compile_job *jobs, int n,
-                                   const kiln_compile_options *o);
+                                   const kiln_nvrtc_pool *o);
 
 #endif

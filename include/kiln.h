@@ -272,6 +272,10 @@ kiln_status kiln_target_from_name(const char *name, kiln_target *out);
 kiln_status kiln_target_from_cc(int major, int minor, int sm_count, int smem_optin,
                                 kiln_target *out);
 
+/* The target of CUDA device ordinal `device` on this machine, read from the
+ * device. KILN_ERR_NO_DEVICE when there is no GPU or driver. */
+kiln_status kiln_target_live(int device, kiln_target *out);
+
 /* The names kiln_target_from_name accepts, NULL-terminated. */
 const char *const *kiln_target_names(void);
 
@@ -337,6 +341,34 @@ const char *const *kiln_plan_warnings(const kiln_plan *p);
  * comparison, the sum of every activation's size. */
 size_t kiln_plan_arena_bytes(const kiln_plan *p, int bucket);
 size_t kiln_plan_naive_bytes(const kiln_plan *p, int bucket);
+
+/* --------------------------------------------------------------- compile */
+
+/* Compile ahead of time: plan g for t, then make sure every kernel the plan
+ * needs is in a cache — looked up in the shipped caches, then the writable
+ * one, and on a miss compiled with NVRTC (loaded at run time; no GPU needed)
+ * and stored in the writable cache. */
+typedef struct kiln_compile_options {
+    const char *const *shipped; /* read-only caches, searched first */
+    int n_shipped;
+    const char *cache;          /* the writable cache; NULL: $KILN_CACHE or the default */
+    int jobs;                   /* compiles at once; 0: one per core */
+    int offline;                /* a miss is KILN_ERR_OFFLINE_MISS naming the signature */
+    const char *keep_source;    /* write sources, NVRTC logs and PTX here */
+    int quiet;                  /* no progress line on a terminal */
+    kiln_plan_options plan;
+} kiln_compile_options;
+
+typedef struct kiln_compile_result {
+    int signatures;             /* distinct kernels the plan needs */
+    int cached, compiled;
+    double seconds;
+} kiln_compile_result;
+
+/* KILN_ERR_COMPILE with NVRTC's log when a kernel does not compile (the ones
+ * that did are stored); KILN_ERR_NO_KERNEL from planning; KILN_ERR_CACHE. */
+kiln_status kiln_compile(kiln_graph *g, const kiln_target *t, const kiln_compile_options *opts,
+                         kiln_compile_result *out);
 
 /* ------------------------------------------------------------ GPU session */
 

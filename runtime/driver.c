@@ -125,3 +125,10 @@ kiln_status kiln_cu_target(const kiln_cu *cu, int ordinal, kiln_target *out, cha
         return kiln_fail_prefix(st, "device %d", ordinal);
     return kiln_target_from_cc(major, minor, sms, smem, out);
 }
+
+kiln_status kiln_target_live(int device, kiln_target *out)
+{
+    const kiln_cu *cu;
+    kiln_status st = kiln_cu_get(&cu);
+    return st ? st : kiln_cu_target(cu, device, out, NULL, 0);
+}

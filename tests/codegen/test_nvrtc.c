@@ -90,7 +90,7 @@ static void batch_compile(batch *b, const char *what)
     kiln_nvrtc *nv = open_nvrtc();
     batch_jobs(b);
     double start = kiln_now();
-    const kiln_compile_options quiet = { .quiet = 1 };
+    const kiln_nvrtc_pool quiet = { .quiet = 1 };
     kiln_status st = kiln_nvrtc_compile_all(nv, b->jobs, b->n, &quiet);
     double wall = kiln_now() - start;
     cr_assert_eq(st, KILN_OK, "%s", kiln_last_error());
@@ -334,7 +334,7 @@ Test(nvrtc, the_pool_runs_every_job_and_reports_the_first_failure)
                                       .entry = "k", .source = broken ? broken_source : good,
                                       .target = &t };
     }
-    const kiln_compile_options two = { .threads = 2, .quiet = 1 };
+    const kiln_nvrtc_pool two = { .threads = 2, .quiet = 1 };
     kiln_status st = kiln_nvrtc_compile_all(nv, jobs, 5, &two);
     cr_assert_eq(st, KILN_ERR_COMPILE);
     cr_assert(strstr(kiln_last_error(), "2 of 5 kernels failed"), "%s", kiln_last_error());
@@ -365,8 +365,8 @@ Test(nvrtc, parallel_compiles_give_the_serial_cubins, .timeout = 600)
                                  "sm_90a"));
     kiln_nvrtc *nv = open_nvrtc();
     batch_jobs(&b);
-    const kiln_compile_options one = { .threads = 1, .quiet = 1 };
-    const kiln_compile_options four = { .threads = 4, .quiet = 1 };
+    const kiln_nvrtc_pool one = { .threads = 1, .quiet = 1 };
+    const kiln_nvrtc_pool four = { .threads = 4, .quiet = 1 };
     cr_assert_eq(kiln_nvrtc_compile_all(nv, b.jobs, b.n, &one), KILN_OK, "%s", kiln_last_error());
     kiln_compile_job serial[8];
     memcpy(serial, b.jobs, sizeof serial);
@@ -401,7 +401,7 @@ static void compile_on_a_terminal(int quiet, char *out, size_t size)
     for (int i = 0; i < 3; i++)
         jobs[i] = (kiln_compile_job){ .name = "tiny", .entry = "k", .target = &t,
                                       .source = "extern \"C\" __global__ void k() {}\n" };
-    const kiln_compile_options o = { .threads = 2, .quiet = quiet };
+    const kiln_nvrtc_pool o = { .threads = 2, .quiet = quiet };
     kiln_status st = kiln_nvrtc_compile_all(nv, jobs, 3, &o);
     dup2(saved, STDERR_FILENO);
     close(saved);

@@ -1,0 +1,124 @@
+/* kiln plan, compile and run as a user meets them. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "clirun.h"
+
+static char dir[64];
+
+static void setup(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/kiln-cli-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    char cache[128];
+    snprintf(cache, sizeof cache, "%s/kernels.kiln", dir);
+    setenv("KILN_CACHE", cache, 1);
+    setenv("XDG_CACHE_HOME", dir, 1);
+}
+
+TestSuite(cli_plan_run, .init = setup);
+
+Test(cli_plan_run, plan_explains_every_linear)
+{
+    kt_cli r = kt_cli_run("plan demo --target sm_90a");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "plan: demo for sm_90a, 10 token buckets: 1 2 4 8 16 32 64 128 256 512"),
+              "%s", r.out);
+    for (int l = 0; l < 6; l++) {
+        char name[32];
+        snprintf(name, sizeof name, "blk.%d.ffn_down", l);
+        cr_assert(strstr(r.out, name), "%s missing", name);
+    }
+    cr_assert(strstr(r.out, "18 linear nodes x 10 buckets -> "), "%s", r.out);
+    cr_assert(strstr(r.out, "activation arena: "));
+    kt_cli_free(&r);
+}
+
+Test(cli_plan_run, plan_json_and_named_targets)
+{
+    kt_cli r = kt_cli_run("plan demo --target h200 --tokens 1,8 --max-tokens 64 --json");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "\"target\": \"sm_90a\""), "%s", r.out);
+    cr_assert(strstr(r.out, "\"buckets\": [\n  1,\n  8,\n  64\n ]"), "%s", r.out);
+    cr_assert(strstr(r.out, "\"signatures\""));
+    kt_cli_free(&r);
+}
+
+Test(cli_plan_run, plan_errors)
+{
+    kt_cli r = kt_cli_run("plan demo --backend cutlass");
+    cr_assert_eq(r.status, 1);
+    cr_assert(strstr(r.err, "--backend cutlass: no such backend (built: "), "%s", r.err);
+    kt_cli_free(&r);
+    static const char *usage[] = { "plan", "plan demo --target sm_100", "plan demo --strict-backend",
+                                   "plan demo --tokens 0", "plan demo --graph attention",
+                                   "plan demo extra" };
+    for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++) {
+        r = kt_cli_run(usage[i]);
+        cr_assert_eq(r.status, 2, "%s exited %d", usage[i], r.status);
+        cr_assert(strstr(r.err, "usage: kiln plan"), "%s: %s", usage[i], r.err);
+        kt_cli_free(&r);
+    }
+    r = kt_cli_run("plan /nonexistent/model.gguf");
+    cr_assert_eq(r.status, 1);
+    cr_assert(strstr(r.err, "/nonexistent/model.gguf"));
+    kt_cli_free(&r);
+}
+
+static int compiled_count(const char *out)
+{
+    const char *p = strstr(out, " cached, ");
+    return p ? atoi(p + 9) : -1;
+}
+
+Test(cli_plan_run, compile_twice_compiles_nothing_the_second_time, .timeout = 300)
+{
+    char args[256];
+    snprintf(args, sizeof args, "compile demo --target sm_80 --cache %s/c.kiln --quiet", dir);
+    kt_cli a = kt_cli_run(args);
+    cr_assert_eq(a.status, 0, "%s", a.err);
+    int first = compiled_count(a.out);
+    cr_assert_gt(first, 0, "%s", a.out);
+    kt_cli b = kt_cli_run(args);
+    cr_assert_eq(b.status, 0, "%s", b.err);
+    cr_assert_eq(compiled_count(b.out), 0, "%s", b.out);
+    char want[64];
+    snprintf(want, sizeof want, "signatures: %d cached, 0 compiled", first);
+    cr_assert(strstr(b.out, want), "%s", b.out);
+    kt_cli_free(&a);
+    kt_cli_free(&b);
+}
+
+Test(cli_plan_run, run_on_the_cpu_matches_the_demo)
+{
+    kt_cli r = kt_cli_run("run demo --device cpu --tokens 3,1 --steps 1");
+    kt_cli d = kt_cli_run("demo --tokens 1,3 --steps 1");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_eq(d.status, 0, "%s", d.err);
+    cr_assert(strstr(r.out, "on the CPU executor"));
+    for (int m = 1; m <= 3; m += 2) {
+        char key[16];
+        snprintf(key, sizeof key, "\n%-7d ", m);
+        const char *a = strstr(r.out, key), *b = strstr(d.out, key);
+        cr_assert(a && b, "no row for %d tokens", m);
+        cr_assert_eq(strncmp(a, b, 40), 0, "run and demo differ:\n%.40s\n%.40s", a, b);
+    }
+    kt_cli_free(&r);
+    kt_cli_free(&d);
+}
+
+Test(cli_plan_run, run_usage_errors)
+{
+    static const char *usage[] = { "run", "run demo --device gpu", "run demo --device cuda:x",
+                                   "run demo --steps 0", "run demo --target sm_80",
+                                   "run demo --tokens" };
+    for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++) {
+        kt_cli r = kt_cli_run(usage[i]);
+        cr_assert_eq(r.status, 2, "%s exited %d", usage[i], r.status);
+        cr_assert(strstr(r.err, "usage: kiln run"), "%s: %s", usage[i], r.err);
+        kt_cli_free(&r);
+    }
+}
