@@ -388,6 +388,8 @@ typedef struct kiln_session_options {
                                    also on when $KILN_OFFLINE=1 */
     int eager;                  /* launch kernels one by one instead of replaying graphs */
     int quiet;                  /* no progress line while compiling */
+    const kiln_target *target;  /* plan for this target, not the device's own
+                                   (its cubins must load on the device) */
     kiln_plan_options plan;
 } kiln_session_options;
 

@@ -3,6 +3,7 @@
 #include "codegen/compile.h"
 #include "kernels/common/kiln_args.h"
 #include "runtime/driver.h"
+#include "runtime/session.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -341,6 +342,8 @@ static kiln_status session_init(kiln_session *s, const kiln_session_options *o)
     if (st != KILN_OK)
         return st;
     snprintf(s->stats.target, sizeof s->stats.target, "%s", t.name);
+    if (o->target)
+        t = *o->target;
     CU(s->cu->DeviceGet(&s->dev, o->device), "cuDeviceGet");
     CU(s->cu->DevicePrimaryCtxRetain(&s->ctx, s->dev), "cuDevicePrimaryCtxRetain");
     CU(s->cu->CtxSetCurrent(s->ctx), "cuCtxSetCurrent");
@@ -496,3 +499,53 @@ kiln_status kiln_session_run(kiln_session *s, int64_t m, const float *const *inp
 }
 
 void kiln_session_get_stats(const kiln_session *s, kiln_session_stats *out) { *out = s->stats; }
+
+/* ------------------------------------------------------------ bench */
+
+static kiln_status bench_replays(kiln_session *s, int b, int replays, CUevent start, CUevent stop)
+{
+    CU(s->cu->EventRecord(start, s->stream), "cuEventRecord");
+    for (int i = 0; i < replays; i++) {
+        if (s->eager) {
+            kiln_status st = launch_program(s, b);
+            if (st != KILN_OK)
+                return st;
+        } else {
+            CU(s->cu->GraphLaunch(s->execs[b], s->stream), "cuGraphLaunch");
+        }
+    }
+    CU(s->cu->EventRecord(stop, s->stream), "cuEventRecord");
+    CU(s->cu->EventSynchronize(stop), "cuEventSynchronize");
+    return KILN_OK;
+}
+
+kiln_status kiln_session_bench(kiln_session *s, int64_t m, int replays, float *us)
+{
+    if (!s || !us || replays < 1)
+        return kiln_fail(KILN_ERR_INVALID_ARG,
+                         "session bench: a session, an out-parameter and replays >= 1 are required");
+    int b = m >= 1 ? kiln_plan_bucket_for(s->plan, m) : -1;
+    if (b < 0)
+        return kiln_fail(KILN_ERR_SHAPE, "session bench: %lld tokens; the session serves 1 to %lld",
+                         (long long)m, (long long)s->plan->buckets[s->plan->n_buckets - 1]);
+    CU(s->cu->CtxSetCurrent(s->ctx), "cuCtxSetCurrent");
+    CUevent start = NULL, stop = NULL;
+    kiln_status st = kiln_cu_check(s->cu, s->cu->EventCreate(&start, CU_EVENT_DEFAULT),
+                                   "cuEventCreate");
+    if (st == KILN_OK)
+        st = kiln_cu_check(s->cu, s->cu->EventCreate(&stop, CU_EVENT_DEFAULT), "cuEventCreate");
+    if (st == KILN_OK)
+        st = bench_replays(s, b, replays, start, stop);
+    float ms = 0;
+    if (st == KILN_OK)
+        st = kiln_cu_check(s->cu, s->cu->EventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
+    if (start)
+        s->cu->EventDestroy(start);
+    if (stop)
+        s->cu->EventDestroy(stop);
+    if (st != KILN_OK)
+        return kiln_fail_prefix(st, "session bench, bucket %lld",
+                                (long long)s->plan->buckets[b]);
+    *us = ms * 1000.0f / (float)replays;
+    return KILN_OK;
+}

@@ -321,3 +321,29 @@ Test(gpu_session, every_run_sees_its_own_large_input, .timeout = 300)
     kiln_graph_destroy(g);
     weight_free(&w);
 }
+
+/* Cubins built for another architecture family cannot load: the error names
+ * the kernel, its signature and both targets, and nothing runs. */
+Test(gpu_session, cubin_for_another_arch_is_named, .timeout = 300)
+{
+    need_gpu();
+    fresh_cache();
+    kt_rng r = kt_rng_new(8);
+    weight w;
+    weight_make(&w, &r, KILN_FMT_Q4_0, 64, 256);
+    kiln_graph *g = linear_graph(&w);
+    kiln_target live, other;
+    cr_assert_eq(kiln_target_live(0, &live), KILN_OK);
+    /* sm_75 code runs on no later major architecture */
+    cr_assert_eq(kiln_target_from_name(live.sm >= 80 ? "sm_75" : "sm_90a", &other), KILN_OK);
+    kiln_session_options o = { .cache = cache_path, .quiet = 1, .target = &other };
+    kiln_session *s = NULL;
+    cr_assert_eq(kiln_session_create(g, &o, &s), KILN_ERR_CUDA);
+    cr_assert_null(s);
+    const char *e = kiln_last_error();
+    cr_assert(strstr(e, "built for sm_75 cannot be loaded on"), "%s", e);
+    cr_assert(strstr(e, "linear backend="), "%s", e);
+    cr_assert(strstr(e, "cuModuleLoadData: CUDA_ERROR_"), "%s", e);
+    kiln_graph_destroy(g);
+    weight_free(&w);
+}
