@@ -405,7 +405,7 @@ static kiln_status store_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int *
 kiln_status kiln_cache_store(kiln_cache *c, const uint8_t key[KILN_CACHE_KEY_BYTES],
                              const kiln_cache_record *rec, kiln_cache_put *result)
 {
-    kiln_cache_file *f;
+    kiln_cache_file *f = NULL;
     kiln_status st = kiln_cache_writable_file(c, "store", &f);
     if (st)
         return st;

@@ -139,7 +139,7 @@ static kiln_status check_shape(kiln_format fmt, int64_t n, int64_t k, const void
 
 kiln_status kiln_format_data_bytes(kiln_format fmt, int64_t n, int64_t k, size_t *out)
 {
-    const kiln_format_info *fi;
+    const kiln_format_info *fi = NULL;
     kiln_status st = check_shape(fmt, n, k, out, &fi);
     if (st != KILN_OK)
         return st;
@@ -157,7 +157,7 @@ static int64_t ceil_div_nowrap(int64_t a, int64_t b) { return a / b + (a % b != 
 
 kiln_status kiln_format_scale_bytes(kiln_format fmt, int64_t n, int64_t k, size_t *out)
 {
-    const kiln_format_info *fi;
+    const kiln_format_info *fi = NULL;
     kiln_status st = check_shape(fmt, n, k, out, &fi);
     if (st != KILN_OK)
         return st;
