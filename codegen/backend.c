@@ -49,8 +49,8 @@ const char *kiln_epilogue_name(unsigned epi, char *buf, size_t size)
 #define KILN_PRIORITY_ALL { "gemv", "wgmma", "mma", "simt", NULL }
 
 static const kiln_registry default_registry = {
-    .backends = { &kiln_backend_simt },
-    .n = 1,
+    .backends = { &kiln_backend_gemv, &kiln_backend_wgmma, &kiln_backend_simt },
+    .n = 3,
     .priority = {
         [KILN_FMT_F32] = KILN_PRIORITY_ALL,
         [KILN_FMT_F16] = KILN_PRIORITY_ALL,

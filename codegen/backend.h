@@ -85,6 +85,12 @@ typedef struct kiln_backend {
 
 /* The portable fallback: dequantize + f32 FMA, every format, sm_75+. */
 extern const kiln_backend kiln_backend_simt;
+/* Decode (M bucket <= 16): bandwidth-bound matrix-vector products, every
+ * format, sm_75+. */
+extern const kiln_backend kiln_backend_gemv;
+/* Hopper warpgroup MMA (sm_90a): every format dequantized to BF16 in the
+ * main loop, f32 accumulators. */
+extern const kiln_backend kiln_backend_wgmma;
 
 #define KILN_MAX_BACKENDS 16
 

@@ -216,7 +216,7 @@ Test(emit, malformed_signatures_are_refused)
         { "op add width=8 target=sm_12", KILN_ERR_NOT_FOUND },
         { "op nosuch width=8 target=sm_80", KILN_ERR_NOT_FOUND },
         { "quant act=fp4 k=8 target=sm_80", KILN_ERR_NOT_FOUND },
-        { "linear backend=gemv variant=v format=q4_0 scales=x act=bf16 n=8 k=32 epilogue=none "
+        { "linear backend=nosuch variant=v format=q4_0 scales=x act=bf16 n=8 k=32 epilogue=none "
           "out=bf16 target=sm_80",
           KILN_ERR_NOT_FOUND },
         { SIMT("t16x64", "q5_k", "bf16", "8", "32", "none"), KILN_ERR_NOT_FOUND },
@@ -650,8 +650,9 @@ Test(simt, variants_follow_the_bucket)
     }
 }
 
-/* The default registry plans with simt, and every signature of the plan
- * (linears, ops) emits. */
+/* The default registry plans with simt where neither the decode backend
+ * (gemv: M buckets up to 16) nor a tensor-core backend runs (sm_80: wgmma
+ * needs sm_90a), and every signature of the plan (linears, ops) emits. */
 Test(simt, default_plans_emit)
 {
     cr_assert_eq(kiln_registry_find(kiln_registry_default(), "simt"), &kiln_backend_simt);
@@ -680,7 +681,7 @@ Test(simt, default_plans_emit)
     cr_assert_eq(kiln_graph_linear(g, "down", prod, wd, NULL, &down), KILN_OK);
     cr_assert_eq(kiln_graph_add(g, "out", x, down, &out), KILN_OK);
     cr_assert_eq(kiln_graph_output(g, out), KILN_OK);
-    kiln_target t = target("h100");
+    kiln_target t = target("a100");
     kiln_plan *p;
     cr_assert_eq(kiln_plan_create(g, &t, NULL, &p), KILN_OK, "%s", kiln_last_error());
     int linears = 0, fused = 0;
@@ -691,8 +692,9 @@ Test(simt, default_plans_emit)
         fused += strstr(sig, "silu_mul") || strstr(sig, "residual");
         kiln_kernel_source_free(&s);
     }
-    cr_assert_eq(linears, 3 * 3, "three linears, three tile variants over the buckets");
-    cr_assert_eq(fused, 6, "up absorbs silu·mul, down the residual, in every variant");
+    cr_assert_eq(linears, 3 * 7,
+                 "three linears, five gemv M classes and two simt tiles over the buckets");
+    cr_assert_eq(fused, 2 * 7, "up absorbs silu·mul, down the residual, in every variant");
     kiln_plan_destroy(p);
     kiln_graph_destroy(g);
 }

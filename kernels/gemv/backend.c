@@ -1,0 +1,307 @@
+/* The gemv backend's host side: decode-sized linears (M bucket <= 16) as
+ * bandwidth-bound matrix-vector products, every format in kiln's storage
+ * layout (nothing to pack). It picks the M class variant, the block shape
+ * (k-split, x tile) and the shared memory of kernels/gemv/gemv.cuh, and
+ * instantiates it. The layout arithmetic here mirrors gemv_layout in the
+ * template, which checks the emitted total against its own. */
+#include "codegen/backend.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+/* How a format streams, the host's copy of the gemv_<format> traits. */
+typedef struct gemv_format {
+    int unit;       /* values one lane decodes at once; K must be a multiple */
+    int aligned;    /* every unit starts 16-byte aligned in every row */
+    int scale_cols; /* the stream also copies one scale per scale_cols values; 0: none */
+    int scale_elem; /* bytes of one such scale */
+    int offset;     /* keeps the sums of x per run of 8 (Q4_K's minimum) */
+} gemv_format;
+
+/* A unit is 16 bytes of data (32 for f32), or a GGML block of 32 values,
+ * or an eighth of a 256-value block. */
+static const gemv_format formats[] = {
+    [KILN_FMT_F32] = { .unit = 8, .aligned = 1 },
+    [KILN_FMT_F16] = { .unit = 8, .aligned = 1 },
+    [KILN_FMT_BF16] = { .unit = 8, .aligned = 1 },
+    [KILN_FMT_FP8_TENSOR] = { .unit = 16, .aligned = 1 },
+    [KILN_FMT_FP8_CHANNEL] = { .unit = 16, .aligned = 1 },
+    [KILN_FMT_FP8_BLOCK] = { .unit = 16, .aligned = 1, .scale_cols = 128, .scale_elem = 4 },
+    [KILN_FMT_MXFP8] = { .unit = 16, .aligned = 1, .scale_cols = 32, .scale_elem = 1 },
+    [KILN_FMT_NVFP4] = { .unit = 32, .aligned = 1, .scale_cols = 16, .scale_elem = 1 },
+    [KILN_FMT_MXFP4] = { .unit = 32, .aligned = 1, .scale_cols = 32, .scale_elem = 1 },
+    [KILN_FMT_Q8_0] = { .unit = 32 },
+    [KILN_FMT_Q4_0] = { .unit = 32 },
+    [KILN_FMT_Q4_K] = { .unit = 32, .aligned = 1, .offset = 1 },
+    [KILN_FMT_Q6_K] = { .unit = 32 },
+    [KILN_FMT_GGML_MXFP4] = { .unit = 32 },
+};
+_Static_assert(KILN_ARRAY_LEN(formats) == KILN_FMT_COUNT, "one row per format");
+
+/* M classes, smallest first; a bucket takes the first whose max_m covers
+ * it, and its kernel computes rows < args.m of at most max_m.
+ *   rows        output rows per warp. From m = 4 on a warp owns several, so
+ *               each x value read from shared memory feeds rows · m FMAs:
+ *               at m = 16 one row per warp would be bound by shared-memory
+ *               bandwidth rather than by the FMA pipe.
+ *   lane_bytes  weight bytes a lane takes per stage, at least one unit: at
+ *               m <= 2 the per-stage bookkeeping weighs against a 4-bit
+ *               unit's few instructions, so 36 bytes take two units of the
+ *               16- to 18-byte formats and one of the wider ones.
+ *   stages      slots per warp ring, stages - 1 in flight.
+ *   min_blocks  blocks per SM the registers are budgeted for; m = 16 keeps
+ *               a 4 x 16 accumulator tile and runs one block of 8 warps. */
+typedef struct gemv_variant {
+    const char *name;
+    int max_m, rows, warps, lane_bytes, stages, min_blocks;
+} gemv_variant;
+
+static const gemv_variant variants[] = {
+    { "m1", 1, 1, 8, 36, 3, 4 },
+    { "m2", 2, 1, 8, 36, 3, 4 },
+    { "m4", 4, 2, 8, 18, 3, 2 },
+    { "m8", 8, 2, 8, 18, 3, 2 },
+    { "m16", 16, 4, 8, 18, 2, 1 },
+};
+
+enum {
+    GEMV_MAX_M = 16,
+    /* Warps a launch should have before k-split pays: 16 for each of the
+     * 132 SMs of an H100/H200, each with a stage or two in flight, keep
+     * ~30 KB per SM in flight, above what its share of the bandwidth
+     * needs. */
+    GEMV_MIN_WARPS = 2048,
+    /* Shared memory for the f32 x tile when K needs more: with the weight
+     * rings, four blocks of eight warps fit an SM of sm_90 at m = 1. */
+    GEMV_X_BUDGET = 24 * 1024,
+    /* Without a known limit, what every CUDA device gives a block. */
+    GEMV_DEFAULT_SMEM = 48 * 1024,
+};
+
+/* Everything a kernel's source and launch need. */
+typedef struct gemv_config {
+    const gemv_variant *v;
+    int units, k_split, tile_k;
+    unsigned smem;
+    unsigned blocks;
+} gemv_config;
+
+static const gemv_variant *variant_for_bucket(int64_t m)
+{
+    size_t i = 0;
+    while (i + 1 < KILN_ARRAY_LEN(variants) && m > variants[i].max_m)
+        i++;
+    return &variants[i];
+}
+
+static const gemv_variant *variant_named(const char *name)
+{
+    for (size_t i = 0; i < KILN_ARRAY_LEN(variants); i++)
+        if (!strcmp(variants[i].name, name))
+            return &variants[i];
+    return NULL;
+}
+
+static int64_t round16(int64_t v) { return (v + 15) / 16 * 16; }
+
+/* A block's shared memory and x tile for a k-split, as gemv_layout lays
+ * them out. */
+typedef struct gemv_geometry {
+    const gemv_variant *v;
+    const gemv_format *f;
+    int64_t k, stage_k, slot;
+} gemv_geometry;
+
+static int64_t geometry_tile_k(const gemv_geometry *g, int split)
+{
+    /* All of K (to a multiple of 32, the padding's period) when the budget
+     * holds it, else whole stages of every slice, as many as the budget
+     * holds and one at least. Eighths of a byte per tile value: 4 bytes
+     * of f32, half a byte of bank padding, half of run sums. */
+    const int64_t step = split * g->stage_k;
+    const int64_t eighths = (int64_t)g->v->max_m * (36 + (g->f->offset ? 4 : 0));
+    const int64_t fits = GEMV_X_BUDGET * 8 / eighths;
+    const int64_t whole = kiln_ceil_div(g->k, 32) * 32;
+    if (whole <= fits || whole <= step)
+        return whole;
+    return fits >= step ? fits / step * step : step;
+}
+
+static int64_t geometry_smem(const gemv_geometry *g, int split)
+{
+    const gemv_variant *v = g->v;
+    const int64_t tile_k = geometry_tile_k(g, split);
+    const int64_t x_bytes = (int64_t)v->max_m * (tile_k + tile_k / 8) * 4;
+    const int64_t xsum_bytes = g->f->offset ? (int64_t)v->max_m * (tile_k / 8) * 4 : 0;
+    const int64_t ring_bytes = (int64_t)v->warps * v->stages * v->rows * g->slot;
+    const int64_t red_bytes = split > 1 ? (int64_t)v->warps * v->rows * v->max_m * 4 : 0;
+    return x_bytes + xsum_bytes + ring_bytes + red_bytes;
+}
+
+/* The block shape of variant v for linear c on t, or 0 with the reason. */
+static int gemv_configure(const kiln_target *t, const kiln_linear_cfg *c, const gemv_variant *v,
+                          gemv_config *out, char *why, size_t size)
+{
+    const kiln_format_info *fi = kiln_format_get(c->format);
+    const gemv_format *f = &formats[c->format];
+    if (c->n > INT_MAX || c->k > INT_MAX || c->k / fi->block * fi->block_bytes > INT_MAX) {
+        snprintf(why, size, "N=%lld, K=%lld: N, K and the row's bytes must be below 2^31",
+                 (long long)c->n, (long long)c->k);
+        return 0;
+    }
+    if (c->k % f->unit) {
+        snprintf(why, size,
+                 "K=%lld is not a multiple of %d, the %s values a lane decodes from one load",
+                 (long long)c->k, f->unit, fi->name);
+        return 0;
+    }
+    int units = (int)((int64_t)v->lane_bytes * fi->block / ((int64_t)f->unit * fi->block_bytes));
+    if (units < 1)
+        units = 1;
+    gemv_geometry g = { .v = v, .f = f, .k = c->k, .stage_k = 32 * (int64_t)units * f->unit };
+    const int64_t stage_bytes = g.stage_k / fi->block * fi->block_bytes;
+    g.slot = round16(stage_bytes + (f->aligned ? 0 : 32)) +
+             (f->scale_cols ? round16(kiln_ceil_div(g.stage_k, f->scale_cols) * f->scale_elem + 8)
+                            : 0);
+
+    const int64_t limit = t->smem_optin > 0 ? t->smem_optin : GEMV_DEFAULT_SMEM;
+    if (geometry_smem(&g, 1) > limit) {
+        snprintf(why, size, "%s at %s: needs %lld bytes of shared memory per block, %s allows %lld",
+                 v->name, fi->name, (long long)geometry_smem(&g, 1), t->name, (long long)limit);
+        return 0;
+    }
+    /* Split K across the warps of a block while the launch is short of
+     * warps, every slice keeps a stage, and the wider x tile fits. */
+    const int64_t row_groups = kiln_ceil_div(c->n, v->rows);
+    int split = 1;
+    while (split * 2 <= v->warps && row_groups * split < GEMV_MIN_WARPS &&
+           c->k >= 2 * split * g.stage_k && geometry_smem(&g, 2 * split) <= limit)
+        split *= 2;
+    *out = (gemv_config){
+        .v = v,
+        .units = units,
+        .k_split = split,
+        .tile_k = (int)geometry_tile_k(&g, split),
+        .smem = (unsigned)geometry_smem(&g, split),
+        .blocks = (unsigned)kiln_ceil_div(c->n, (int64_t)(v->warps / split) * v->rows),
+    };
+    return 1;
+}
+
+static int gemv_is_supported(const kiln_target *t, char *why, size_t size)
+{
+    if (t->sm >= 75)
+        return 1;
+    snprintf(why, size, "needs sm_75 or newer, target is %s", t->name);
+    return 0;
+}
+
+static int gemv_can_implement(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket,
+                              char *why, size_t size)
+{
+    if (bucket > GEMV_MAX_M) {
+        snprintf(why, size, "M bucket %lld > %d", (long long)bucket, GEMV_MAX_M);
+        return 0;
+    }
+    gemv_config cfg;
+    return gemv_configure(t, c, variant_for_bucket(bucket), &cfg, why, size);
+}
+
+static kiln_act gemv_act(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket)
+{
+    (void)t, (void)c, (void)bucket;
+    return KILN_ACT_BF16;
+}
+
+static void gemv_variant_name(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket,
+                              char *buf, size_t size)
+{
+    (void)t, (void)c;
+    snprintf(buf, size, "%s", variant_for_bucket(bucket)->name);
+}
+
+/* The configuration of k, or a refusal naming what gemv does not build. */
+static kiln_status gemv_check(const kiln_target *t, const kiln_linear_kernel *k, gemv_config *out)
+{
+    const gemv_variant *v = variant_named(k->variant);
+    if (!v)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv: no variant \"%s\" (m1, m2, m4, m8, m16)",
+                         k->variant);
+    if (k->act != KILN_ACT_BF16)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv: activations must be bf16, not %s",
+                         kiln_act_name(k->act));
+    if ((k->cfg.epilogue & KILN_EPI_RESIDUAL) && (k->cfg.epilogue & KILN_EPI_SILU_MUL))
+        return kiln_fail(KILN_ERR_UNSUPPORTED,
+                         "gemv: residual and silu_mul cannot both be fused (one aux input)");
+    if (!kiln_format_get(k->cfg.format))
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv: format %d is not a kiln_format",
+                         (int)k->cfg.format);
+    char why[256];
+    if (!gemv_configure(t, &k->cfg, v, out, why, sizeof why))
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv: %s", why);
+    return KILN_OK;
+}
+
+static kiln_status gemv_emit(const kiln_target *t, const kiln_linear_kernel *k, const char *entry,
+                             char *buf, size_t size)
+{
+    gemv_config c;
+    kiln_status st = gemv_check(t, k, &c);
+    if (st != KILN_OK)
+        return st;
+    unsigned epi = k->cfg.epilogue;
+    int n = snprintf(
+        buf, size,
+        "#include \"kiln/gemv.cuh\"\n"
+        "\n"
+        "using format = kiln::gemv_%s;\n"
+        "using shape = kiln::gemv_shape</*max_m*/ %d, /*rows*/ %d, /*warps*/ %d, /*k_split*/ %d,\n"
+        "                               /*units*/ %d, /*stages*/ %d, /*tile_k*/ %d,\n"
+        "                               /*min_blocks*/ %d>;\n"
+        "using epilogue = kiln::gemv_epilogue</*bias*/ %s, /*residual*/ %s, /*silu_mul*/ %s>;\n"
+        "\n"
+        "extern \"C\" __global__ void __launch_bounds__(shape::threads, shape::min_blocks)\n"
+        "%s(const kiln_linear_args args)\n"
+        "{\n"
+        "    kiln::gemv<format, shape, epilogue, /*n*/ %lld, /*k*/ %lld, /*smem*/ %u>(args);\n"
+        "}\n",
+        kiln_format_get(k->cfg.format)->name, c.v->max_m, c.v->rows, c.v->warps, c.k_split,
+        c.units, c.v->stages, c.tile_k, c.v->min_blocks, epi & KILN_EPI_BIAS ? "true" : "false",
+        epi & KILN_EPI_RESIDUAL ? "true" : "false", epi & KILN_EPI_SILU_MUL ? "true" : "false",
+        entry, (long long)k->cfg.n, (long long)k->cfg.k, c.smem);
+    if (n < 0 || (size_t)n >= size)
+        return kiln_fail(KILN_ERR_INVALID_ARG,
+                         "gemv: the source needs %d bytes, the buffer has %zu", n + 1, size);
+    return KILN_OK;
+}
+
+static kiln_status gemv_launch(const kiln_target *t, const kiln_linear_kernel *k, int64_t m,
+                               kiln_launch *out)
+{
+    gemv_config c;
+    kiln_status st = gemv_check(t, k, &c);
+    if (st != KILN_OK)
+        return st;
+    if (m < 1 || m > c.v->max_m)
+        return kiln_fail(KILN_ERR_SHAPE, "gemv %s: cannot launch for M = %lld (1 to %d)",
+                         c.v->name, (long long)m, c.v->max_m);
+    *out = (kiln_launch){
+        .grid = { c.blocks, 1, 1 },
+        .block = { (unsigned)c.v->warps * 32, 1, 1 },
+        .smem = c.smem,
+    };
+    return KILN_OK;
+}
+
+const kiln_backend kiln_backend_gemv = {
+    .name = "gemv",
+    .formats = (1u << KILN_FMT_COUNT) - 1,
+    .epilogues = KILN_EPI_BIAS | KILN_EPI_RESIDUAL | KILN_EPI_SILU_MUL,
+    .is_supported = gemv_is_supported,
+    .can_implement = gemv_can_implement,
+    .act = gemv_act,
+    .variant = gemv_variant_name,
+    .emit = gemv_emit,
+    .launch = gemv_launch,
+};

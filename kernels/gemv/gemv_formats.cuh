@@ -1,0 +1,452 @@
+// The gemv backend's weight decoding: one traits struct per kiln_format,
+// named gemv_<the format's short name>, that turns a run of 8 weights of
+// a lane's unit into f32, reading the stage a warp copied into shared
+// memory (kernels/gemv/gemv.cuh streams it; the layout is kiln's storage
+// layout, graph/format.c).
+//
+// The budget is a few instructions per weight (4-bit formats get about 4
+// on an H200, decode and FMA together), so values are built with bit
+// operations on pairs: nibbles and E2M1 codes become f16 pairs (E2M1 by
+// placing s.ee.m in an f16 whose subnormals give exactly code · 2^-14;
+// unsigned integers as the f16 1024 + code), E4M3 pairs use
+// cvt.rn.f16x2.e4m3x2 on sm_89+, bytes become f32 through 2^23 + byte.
+// Every value is exact; scales are left to the kernel, which multiplies
+// partial sums by them (see the traits' fields below).
+#pragma once
+
+#include "kiln/dequant.cuh"
+#include "kiln/kiln_args.h"
+#include "kiln/kiln_types.cuh"
+
+namespace kiln {
+
+// ----------------------------------------------------- shared-memory reads
+
+__device__ __forceinline__ u32 smem_u32(const u8 *p)
+{
+    return *reinterpret_cast<const u32 *>(p);
+}
+
+__device__ __forceinline__ u32 smem_u16(const u8 *p)
+{
+    return *reinterpret_cast<const u16 *>(p);
+}
+
+// Eight bytes from any byte of shared memory: three aligned words, two
+// funnel shifts. The GGML blocks sit at odd or even offsets.
+__device__ __forceinline__ void smem_u32x2(const u8 *p, u32 &lo, u32 &hi)
+{
+    const u32 mis = (u32)reinterpret_cast<unsigned long long>(p) & 3u;
+    const u32 *q = reinterpret_cast<const u32 *>(p - mis);
+    const u32 w0 = q[0], w1 = q[1], w2 = q[2];
+    lo = __funnelshift_r(w0, w1, mis * 8);
+    hi = __funnelshift_r(w1, w2, mis * 8);
+}
+
+// ---------------------------------------------------------- conversions
+
+__device__ __forceinline__ void f16x2_to_f32(u32 h, float &lo, float &hi)
+{
+    asm("{.reg .f16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;}"
+        : "=f"(lo), "=f"(hi)
+        : "r"(h));
+}
+
+__device__ __forceinline__ u32 hsub2(u32 a, u32 b)
+{
+    u32 d;
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
+// Two 4-bit codes at bits 0-3 and 16-19 of p (other bits ignored) as
+// floats. E2M1: s.ee.m placed at f16 bits 15 and 11..9 is exactly
+// e2m1 · 2^-14 (codes 0 and 1 land on f16 zero and subnormal), so the
+// caller owes a factor 2^14.
+struct e2m1_pair {
+    static constexpr float factor = 16384.0f;
+    static __device__ __forceinline__ void decode(u32 p, float &lo, float &hi)
+    {
+        f16x2_to_f32(((p & 0x00070007u) << 9) | ((p & 0x00080008u) << 12), lo, hi);
+    }
+};
+
+// Unsigned nibbles minus Bias, exactly: the f16 1024 + code, less 1024 + Bias.
+template <u32 Bias>
+struct int4_pair {
+    static constexpr float factor = 1.0f;
+    static __device__ __forceinline__ void decode(u32 p, float &lo, float &hi)
+    {
+        const u32 biased = (0x6400u + Bias) * 0x10001u;
+        f16x2_to_f32(hsub2((p & 0x000F000Fu) | 0x64006400u, biased), lo, hi);
+    }
+};
+
+// Eight codes, code i in nibble i of w (E2M1 pairs, the even element low).
+template <class Pair>
+__device__ __forceinline__ void nib8_packed(u32 w, float (&out)[8])
+{
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        Pair::decode(w >> (4 * j), out[j], out[j + 4]);
+}
+
+// Eight codes, code i in the nibble at bit sh of byte i of (w0, w1): the
+// GGML split-half blocks, low nibbles for the first 16 values.
+template <class Pair>
+__device__ __forceinline__ void nib8_split(u32 w0, u32 w1, int sh, float (&out)[8])
+{
+    Pair::decode(w0 >> sh, out[0], out[2]);
+    Pair::decode(w0 >> (sh + 8), out[1], out[3]);
+    Pair::decode(w1 >> sh, out[4], out[6]);
+    Pair::decode(w1 >> (sh + 8), out[5], out[7]);
+}
+
+// Four unsigned bytes b as b - bias, exactly: the f32 2^23 + b less
+// 2^23 + bias.
+__device__ __forceinline__ void bytes4(u32 w, float bias, float *out)
+{
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        out[i] = __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7650u | (u32)i)) -
+                 (8388608.0f + bias);
+}
+
+// Two E4M3 codes (the low byte first) as floats; NaN stays NaN.
+__device__ __forceinline__ void e4m3x2(u32 pair, float &lo, float &hi)
+{
+#if __CUDA_ARCH__ >= 890
+    u32 h;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"((u16)pair));
+    f16x2_to_f32(h, lo, hi);
+#else
+    lo = e4m3_to_f32(pair & 0xFFu);
+    hi = e4m3_to_f32((pair >> 8) & 0xFFu);
+#endif
+}
+
+__device__ __forceinline__ void e4m3x8(u32 w0, u32 w1, float (&out)[8])
+{
+    e4m3x2(w0, out[0], out[1]);
+    e4m3x2(w0 >> 16, out[2], out[3]);
+    e4m3x2(w1, out[4], out[5]);
+    e4m3x2(w1 >> 16, out[6], out[7]);
+}
+
+// ---------------------------------------------------------- format traits
+//
+// One per kiln_format, named gemv_<the format's short name>. Each has:
+//   storage             the dequant.cuh traits (block, block_bytes)
+//   unit, runs          values one lane decodes per unit, as runs of 8
+//   aligned             every unit's bytes start 16-byte aligned in every
+//                       row (true when the format's units are 16-byte
+//                       multiples and K is a multiple of unit)
+//   scale_rows/cols/elem  the separate scale array the stream copies:
+//                       one elem-byte scale per scale_rows x scale_cols
+//                       (cols 0: none in the stream)
+//   run_scale, offset   whether a run has a scale s and an offset b
+//                       (w = v·s + b, b being Q4_K's minimum)
+//   group               consecutive runs of a unit that share s and b: the
+//                       scale multiplies their joint partial sum once
+//   factor              the exact power of two the decoding leaves out
+//                       (w = v·s·factor), applied to the row's sum
+//   unit_k(u)           where unit u's block starts, in values from the
+//                       stage start (the unit exists when that is < K)
+//   run_at(u, q)        where run q of unit u starts: 32·group + offset
+//                       values from the stage start, offset < 32 (the x
+//                       tile pads every 32 values, so the split keeps its
+//                       addressing to a multiply-add the compiler hoists)
+//   row_scale(args, n)  what multiplies row n's sum (per tensor / row)
+//   run(d, s, u, q, w, scale, offset)  decode run q of unit u from the
+//                       stage's data d and scales s in shared memory
+
+// Where a run of 8 starts: 32·group + offset values into the stage.
+struct gemv_at {
+    int group, offset;
+};
+
+struct gemv_plain {
+    static constexpr bool aligned = true, run_scale = false, offset = false;
+    static constexpr int scale_rows = 0, scale_cols = 0, scale_elem = 0, group = 1;
+    static constexpr float factor = 1.0f;
+    static __device__ float row_scale(const kiln_linear_args &, int) { return 1.0f; }
+};
+
+struct gemv_f32 : gemv_plain {
+    using storage = fmt_f32;
+    static constexpr int unit = 8, runs = 1;
+    static __device__ int unit_k(int u) { return 8 * u; }
+    static __device__ gemv_at run_at(int u, int) { return { u / 4, 8 * (u % 4) }; }
+    static __device__ void run(const u8 *d, const u8 *, int u, int, float (&w)[8], float &,
+                               float &)
+    {
+        const uint4 a = *reinterpret_cast<const uint4 *>(d + 32 * u);
+        const uint4 b = *reinterpret_cast<const uint4 *>(d + 32 * u + 16);
+        const u32 v[8] = { a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w };
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            w[i] = __uint_as_float(v[i]);
+    }
+};
+
+struct gemv_f16 : gemv_plain {
+    using storage = fmt_f16;
+    static constexpr int unit = 8, runs = 1;
+    static __device__ int unit_k(int u) { return 8 * u; }
+    static __device__ gemv_at run_at(int u, int) { return { u / 4, 8 * (u % 4) }; }
+    static __device__ void run(const u8 *d, const u8 *, int u, int, float (&w)[8], float &,
+                               float &)
+    {
+        const uint4 a = *reinterpret_cast<const uint4 *>(d + 16 * u);
+        f16x2_to_f32(a.x, w[0], w[1]);
+        f16x2_to_f32(a.y, w[2], w[3]);
+        f16x2_to_f32(a.z, w[4], w[5]);
+        f16x2_to_f32(a.w, w[6], w[7]);
+    }
+};
+
+struct gemv_bf16 : gemv_plain {
+    using storage = fmt_bf16;
+    static constexpr int unit = 8, runs = 1;
+    static __device__ int unit_k(int u) { return 8 * u; }
+    static __device__ gemv_at run_at(int u, int) { return { u / 4, 8 * (u % 4) }; }
+    static __device__ void run(const u8 *d, const u8 *, int u, int, float (&w)[8], float &,
+                               float &)
+    {
+        const uint4 a = *reinterpret_cast<const uint4 *>(d + 16 * u);
+        const u32 v[4] = { a.x, a.y, a.z, a.w };
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            w[2 * i] = __uint_as_float(v[i] << 16);
+            w[2 * i + 1] = __uint_as_float(v[i] & 0xFFFF0000u);
+        }
+    }
+};
+
+// E4M3 rows, 16 values a unit; the scale is per tensor or per row and
+// multiplies the final sum.
+struct gemv_e4m3_rows : gemv_plain {
+    static constexpr int unit = 16, runs = 2;
+    static __device__ int unit_k(int u) { return 16 * u; }
+    static __device__ gemv_at run_at(int u, int q) { return { u / 2, 16 * (u % 2) + 8 * q }; }
+    static __device__ void values(const u8 *d, int u, int q, float (&w)[8])
+    {
+        e4m3x8(smem_u32(d + 16 * u + 8 * q), smem_u32(d + 16 * u + 8 * q + 4), w);
+    }
+    static __device__ void run(const u8 *d, const u8 *, int u, int q, float (&w)[8], float &,
+                               float &)
+    {
+        values(d, u, q, w);
+    }
+};
+
+struct gemv_fp8 : gemv_e4m3_rows {
+    using storage = fmt_fp8;
+    static __device__ float row_scale(const kiln_linear_args &a, int)
+    {
+        return static_cast<const float *>(a.w_scale)[0];
+    }
+};
+
+struct gemv_fp8_channel : gemv_e4m3_rows {
+    using storage = fmt_fp8_channel;
+    static __device__ float row_scale(const kiln_linear_args &a, int n)
+    {
+        return static_cast<const float *>(a.w_scale)[n];
+    }
+};
+
+// One f32 scale per 128 x 128 tile: a unit of 16 values lies in one.
+struct gemv_fp8_block : gemv_e4m3_rows {
+    using storage = fmt_fp8_block;
+    static constexpr bool run_scale = true;
+    static constexpr int group = 2;
+    static constexpr int scale_rows = 128, scale_cols = 128, scale_elem = 4;
+    static __device__ void run(const u8 *d, const u8 *s, int u, int q, float (&w)[8],
+                               float &scale, float &)
+    {
+        values(d, u, q, w);
+        scale = __uint_as_float(smem_u32(s + 4 * (u / 8)));
+    }
+};
+
+// 32 E4M3 per block, E8M0 scale [N, K/32]; a unit is half a block.
+struct gemv_mxfp8 : gemv_e4m3_rows {
+    using storage = fmt_mxfp8;
+    static constexpr bool run_scale = true;
+    static constexpr int group = 2;
+    static constexpr int scale_rows = 1, scale_cols = 32, scale_elem = 1;
+    static __device__ void run(const u8 *d, const u8 *s, int u, int q, float (&w)[8],
+                               float &scale, float &)
+    {
+        values(d, u, q, w);
+        scale = e8m0_to_f32(s[u / 2]);
+    }
+};
+
+// E2M1 pairs in 16-byte units of 32 values, code i in nibble i of word q.
+struct gemv_e2m1_units : gemv_plain {
+    static constexpr bool run_scale = true;
+    static constexpr float factor = e2m1_pair::factor;
+    static constexpr int unit = 32, runs = 4;
+    static __device__ int unit_k(int u) { return 32 * u; }
+    static __device__ gemv_at run_at(int u, int q) { return { u, 8 * q }; }
+    static __device__ void values(const u8 *d, int u, int q, float (&w)[8])
+    {
+        nib8_packed<e2m1_pair>(smem_u32(d + 16 * u + 4 * q), w);
+    }
+};
+
+// 32 E2M1 per block, E8M0 scale [N, K/32]: a unit is a block.
+struct gemv_mxfp4 : gemv_e2m1_units {
+    using storage = fmt_mxfp4;
+    static constexpr int scale_rows = 1, scale_cols = 32, scale_elem = 1, group = 4;
+    static __device__ void run(const u8 *d, const u8 *s, int u, int q, float (&w)[8],
+                               float &scale, float &)
+    {
+        values(d, u, q, w);
+        scale = e8m0_to_f32(s[u]);
+    }
+};
+
+// 16 E2M1 per block, UE4M3 scale [N, K/16], f32 global per tensor: a unit
+// is two blocks, whose two scales decode as one pair.
+struct gemv_nvfp4 : gemv_e2m1_units {
+    using storage = fmt_nvfp4;
+    static constexpr int scale_rows = 1, scale_cols = 16, scale_elem = 1, group = 2;
+    static __device__ float row_scale(const kiln_linear_args &a, int) { return *a.w_global; }
+    static __device__ void run(const u8 *d, const u8 *s, int u, int q, float (&w)[8],
+                               float &scale, float &)
+    {
+        values(d, u, q, w);
+        float s0, s1;
+        e4m3x2(smem_u16(s + 2 * u), s0, s1);
+        scale = q < 2 ? s0 : s1;
+    }
+};
+
+// The GGML blocks of 32 values with an inline scale: a unit is a block at
+// any even (Q8_0, Q4_0) or any (GGML MXFP4) byte offset.
+struct gemv_ggml32 : gemv_plain {
+    static constexpr bool aligned = false, run_scale = true;
+    static constexpr int unit = 32, runs = 4, group = 4;
+    static __device__ int unit_k(int u) { return 32 * u; }
+    static __device__ gemv_at run_at(int u, int q) { return { u, 8 * q }; }
+};
+
+// f16 d; int8 qs[32]. y = d · q.
+struct gemv_q8_0 : gemv_ggml32 {
+    using storage = fmt_q8_0;
+    static __device__ void run(const u8 *d, const u8 *, int u, int q, float (&w)[8],
+                               float &scale, float &)
+    {
+        const u8 *b = d + 34 * u;
+        u32 lo, hi;
+        smem_u32x2(b + 2 + 8 * q, lo, hi);
+        bytes4(lo ^ 0x80808080u, 128.0f, w);
+        bytes4(hi ^ 0x80808080u, 128.0f, w + 4);
+        scale = f16_to_f32((u16)smem_u16(b));
+    }
+};
+
+// f16 d; uint8 qs[16], split halves. y = d · (q - 8).
+struct gemv_q4_0 : gemv_ggml32 {
+    using storage = fmt_q4_0;
+    static __device__ void run(const u8 *d, const u8 *, int u, int q, float (&w)[8],
+                               float &scale, float &)
+    {
+        const u8 *b = d + 18 * u;
+        u32 lo, hi;
+        smem_u32x2(b + 2 + 8 * (q & 1), lo, hi);
+        nib8_split<int4_pair<8>>(lo, hi, 4 * (q >> 1), w);
+        scale = f16_to_f32((u16)smem_u16(b));
+    }
+};
+
+// E8M0 e; uint8 qs[16], split halves. y = e2m1 · 2 · 2^(e - 128), ggml's
+// doubled table and half scale.
+struct gemv_ggml_mxfp4 : gemv_ggml32 {
+    using storage = fmt_ggml_mxfp4;
+    static constexpr float factor = 2.0f * e2m1_pair::factor;
+    static __device__ void run(const u8 *d, const u8 *, int u, int q, float (&w)[8],
+                               float &scale, float &)
+    {
+        const u8 *b = d + 17 * u;
+        u32 lo, hi;
+        smem_u32x2(b + 1 + 8 * (q & 1), lo, hi);
+        nib8_split<e2m1_pair>(lo, hi, 4 * (q >> 1), w);
+        scale = e8m0_half_to_f32(b[0]);
+    }
+};
+
+// 256 values: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128
+// bytes of nibbles (144 bytes: every block is 16-byte aligned). Unit u is
+// part p = u % 8 of block u / 8: 16 bytes of qs whose low nibbles are 16
+// values of sub-block 2c and high nibbles 16 of sub-block 2c + 1 (c = p/2).
+// y = (d·sc)·q − dmin·m: the run scale d·sc and the offset −dmin·m.
+struct gemv_q4_k : gemv_plain {
+    using storage = fmt_q4_k;
+    static constexpr bool run_scale = true, offset = true;
+    static constexpr int unit = 32, runs = 4, group = 2;
+    static __device__ int unit_k(int u) { return 256 * (u / 8); }
+    static __device__ gemv_at run_at(int u, int q)
+    {
+        const int p = u % 8;
+        return { 8 * (u / 8) + 2 * (p / 2) + q / 2, 16 * (p % 2) + 8 * (q % 2) };
+    }
+    static __device__ void run(const u8 *d, const u8 *, int u, int q, float (&w)[8],
+                               float &scale, float &offset_)
+    {
+        const u8 *b = d + 144 * (u / 8);
+        const int p = u % 8, c = p / 2;
+        const u8 *qs = b + 16 + 32 * c + 16 * (p % 2) + 8 * (q % 2);
+        nib8_split<int4_pair<0>>(smem_u32(qs), smem_u32(qs + 4), 4 * (q / 2), w);
+        // Sub-block j's 6-bit scale and min (ggml's get_scale_min_k4),
+        // branch-free: lanes of a warp take different halves of the table,
+        // and one 16-byte read of the header serves all runs of the unit.
+        const uint4 h = *reinterpret_cast<const uint4 *>(b);
+        const int j = 2 * c + q / 2;
+        const u32 lo = __byte_perm(h.y, h.z, 0x0040u + 0x11u * (u32)(j & 3)); // s[j'], s[j'+4]
+        const u32 hi = __byte_perm(h.w, 0u, (u32)(j & 3));                   // s[j'+8]
+        const u32 sc_lo = lo & 63u, m_lo = (lo >> 8) & 63u;
+        const u32 sc_hi = (hi & 0xFu) | ((lo >> 2) & 0x30u);
+        const u32 m_hi = ((hi >> 4) & 0xFu) | ((lo >> 10) & 0x30u);
+        const u32 sc = j < 4 ? sc_lo : sc_hi, m = j < 4 ? m_lo : m_hi;
+        scale = f16_to_f32((u16)h.x) * (float)sc;
+        offset_ = -(f16_to_f32((u16)(h.x >> 16)) * (float)m);
+    }
+};
+
+// 256 values: ql[128], qh[64], int8 scales[16], f16 d (210 bytes, even
+// offsets). Unit u is part p = u % 8 of block u / 8: half h = p / 4, lanes
+// l = 8·(p % 4) .. +8 of each quarter t of the half (run t). The 6-bit q
+// is a nibble of ql and two bits of qh; y = (d·sc)·(q − 32).
+struct gemv_q6_k : gemv_plain {
+    using storage = fmt_q6_k;
+    static constexpr bool aligned = false, run_scale = true;
+    static constexpr int unit = 32, runs = 4;
+    static __device__ int unit_k(int u) { return 256 * (u / 8); }
+    static __device__ gemv_at run_at(int u, int q)
+    {
+        const int p = u % 8;
+        return { 8 * (u / 8) + 4 * (p / 4) + q, 8 * (p % 4) };
+    }
+    static __device__ void run(const u8 *d, const u8 *, int u, int q, float (&w)[8],
+                               float &scale, float &)
+    {
+        const u8 *b = d + 210 * (u / 8);
+        const int p = u % 8, h = p / 4, l0 = 8 * (p % 4);
+        u32 ql0, ql1, qh0, qh1;
+        smem_u32x2(b + 64 * h + 32 * (q & 1) + l0, ql0, ql1);
+        smem_u32x2(b + 128 + 32 * h + l0, qh0, qh1);
+        const int ls = 4 * (q >> 1), hs = 2 * q;
+        const u32 q0 = ((ql0 >> ls) & 0x0F0F0F0Fu) | (((qh0 >> hs) & 0x03030303u) << 4);
+        const u32 q1 = ((ql1 >> ls) & 0x0F0F0F0Fu) | (((qh1 >> hs) & 0x03030303u) << 4);
+        bytes4(q0, 32.0f, w);
+        bytes4(q1, 32.0f, w + 4);
+        const float sc = (float)(i8)b[192 + 8 * h + l0 / 16 + 2 * q];
+        scale = f16_to_f32((u16)smem_u16(b + 208)) * sc;
+    }
+};
+
+} // namespace kiln

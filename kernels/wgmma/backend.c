@@ -1,0 +1,201 @@
+/* The wgmma backend's host side: Hopper's warpgroup MMA (sm_90a only),
+ * capability checks, the tile variant per token bucket, the instantiation
+ * of kernels/wgmma/wgmma.cuh and its launch shape. Weights stay in kiln's
+ * storage layout and are dequantized to BF16 in the kernel's main loop:
+ * nothing to pack. */
+#include "codegen/backend.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+/* A block is one warpgroup on a 64-row tile, K in steps of 64 over two
+ * shared-memory stages; the variants differ in the tile's width. */
+enum {
+    WGMMA_BM = 64,
+    WGMMA_BK = 64,
+    WGMMA_THREADS = 128,
+    WGMMA_STAGES = 2,
+    WGMMA_MAX_GRID_Y = 65535, /* blocks along M are grid.y, which CUDA caps */
+};
+
+typedef struct wgmma_tile {
+    const char *name;
+    int64_t max_m; /* the largest bucket that gets it */
+    int bn;
+} wgmma_tile;
+
+/* Up to 64 tokens there is one row of blocks, and the narrower tile puts
+ * twice as many of them on the multiprocessors while the weights dominate
+ * the traffic; past that the wider tile reads each activation tile for
+ * twice the outputs. */
+static const wgmma_tile tiles[] = {
+    { "bm64bn64", 64, 64 },
+    { "bm64bn128", INT64_MAX, 128 },
+};
+
+static const wgmma_tile *tile_for_bucket(int64_t m)
+{
+    size_t i = 0;
+    while (m > tiles[i].max_m)
+        i++;
+    return &tiles[i];
+}
+
+static const wgmma_tile *tile_named(const char *name)
+{
+    for (size_t i = 0; i < KILN_ARRAY_LEN(tiles); i++)
+        if (!strcmp(tiles[i].name, name))
+            return &tiles[i];
+    return NULL;
+}
+
+/* Both stages of both operands, BF16: the template's tile::smem_bytes,
+ * which the emitted source asserts. */
+static unsigned smem_bytes(const wgmma_tile *tile)
+{
+    return (unsigned)(WGMMA_STAGES * (WGMMA_BM + tile->bn) * WGMMA_BK * 2);
+}
+
+static int wgmma_is_supported(const kiln_target *t, char *why, size_t size)
+{
+    if (t->wgmma)
+        return 1;
+    snprintf(why, size, "needs wgmma (sm_90a), target is %s", t->name);
+    return 0;
+}
+
+/* Why the shape of c cannot be built, or "" when it can: K in whole
+ * steps of 64 (a partial step is simt's), and N and K within the
+ * kernel's int template arguments. */
+static int shape_refused(const kiln_linear_cfg *c, char *why, size_t size)
+{
+    if (c->n > INT_MAX || c->k > INT_MAX) {
+        snprintf(why, size, "N=%lld, K=%lld: both must be below 2^31", (long long)c->n,
+                 (long long)c->k);
+        return 1;
+    }
+    if (c->k % WGMMA_BK) {
+        snprintf(why, size, "K=%lld is not a multiple of %d", (long long)c->k, WGMMA_BK);
+        return 1;
+    }
+    return 0;
+}
+
+/* Small buckets are not refused: gemv comes first in every priority list
+ * and takes them where it can; where it cannot, a 64-row tile with idle
+ * rows still beats the SIMT fallback. */
+static int wgmma_can_implement(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket,
+                               char *why, size_t size)
+{
+    (void)t;
+    if (shape_refused(c, why, size))
+        return 0;
+    if (kiln_ceil_div(bucket, WGMMA_BM) > WGMMA_MAX_GRID_Y) {
+        snprintf(why, size, "M bucket %lld exceeds %lld rows", (long long)bucket,
+                 (long long)WGMMA_MAX_GRID_Y * WGMMA_BM);
+        return 0;
+    }
+    return 1;
+}
+
+static kiln_act wgmma_act(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket)
+{
+    (void)t, (void)c, (void)bucket;
+    return KILN_ACT_BF16;
+}
+
+static void wgmma_variant(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket,
+                          char *buf, size_t size)
+{
+    (void)t, (void)c;
+    snprintf(buf, size, "%s", tile_for_bucket(bucket)->name);
+}
+
+/* The tile of k on t, or a refusal naming what wgmma does not build. */
+static kiln_status wgmma_check(const kiln_target *t, const kiln_linear_kernel *k,
+                               const wgmma_tile **out)
+{
+    char why[128];
+    const wgmma_tile *tile = tile_named(k->variant);
+    if (!tile)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "wgmma: no variant \"%s\" (bm64bn64, bm64bn128)",
+                         k->variant);
+    if (!wgmma_is_supported(t, why, sizeof why))
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "wgmma: %s", why);
+    if (k->act != KILN_ACT_BF16)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "wgmma: activations must be bf16, not %s",
+                         kiln_act_name(k->act));
+    if ((k->cfg.epilogue & KILN_EPI_RESIDUAL) && (k->cfg.epilogue & KILN_EPI_SILU_MUL))
+        return kiln_fail(KILN_ERR_UNSUPPORTED,
+                         "wgmma: residual and silu_mul cannot both be fused (one aux input)");
+    if (!kiln_format_get(k->cfg.format))
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "wgmma: format %d is not a kiln_format",
+                         (int)k->cfg.format);
+    if (shape_refused(&k->cfg, why, sizeof why))
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "wgmma: %s", why);
+    *out = tile;
+    return KILN_OK;
+}
+
+static kiln_status wgmma_emit(const kiln_target *t, const kiln_linear_kernel *k, const char *entry,
+                              char *buf, size_t size)
+{
+    const wgmma_tile *tile;
+    kiln_status st = wgmma_check(t, k, &tile);
+    if (st != KILN_OK)
+        return st;
+    unsigned epi = k->cfg.epilogue;
+    int n = snprintf(
+        buf, size,
+        "#include \"kiln/wgmma.cuh\"\n"
+        "\n"
+        "using format = kiln::fmt_%s;\n"
+        "using tile = kiln::wgmma_tile</*bn*/ %d>;\n"
+        "using epilogue = kiln::epilogue</*bias*/ %s, /*residual*/ %s, /*silu_mul*/ %s>;\n"
+        "static_assert(tile::smem_bytes == %u, \"the launch's dynamic shared memory\");\n"
+        "\n"
+        "extern \"C\" __global__ void __launch_bounds__(tile::threads, 1)\n"
+        "%s(const kiln_linear_args args)\n"
+        "{\n"
+        "    kiln::wgmma_gemm<format, tile, epilogue, /*n*/ %lld, /*k*/ %lld>(args);\n"
+        "}\n",
+        kiln_format_get(k->cfg.format)->name, tile->bn, epi & KILN_EPI_BIAS ? "true" : "false",
+        epi & KILN_EPI_RESIDUAL ? "true" : "false", epi & KILN_EPI_SILU_MUL ? "true" : "false",
+        smem_bytes(tile), entry, (long long)k->cfg.n, (long long)k->cfg.k);
+    if (n < 0 || (size_t)n >= size)
+        return kiln_fail(KILN_ERR_INVALID_ARG,
+                         "wgmma: the source needs %d bytes, the buffer has %zu", n + 1, size);
+    return KILN_OK;
+}
+
+static kiln_status wgmma_launch(const kiln_target *t, const kiln_linear_kernel *k, int64_t m,
+                                kiln_launch *out)
+{
+    const wgmma_tile *tile;
+    kiln_status st = wgmma_check(t, k, &tile);
+    if (st != KILN_OK)
+        return st;
+    if (m < 1 || kiln_ceil_div(m, WGMMA_BM) > WGMMA_MAX_GRID_Y)
+        return kiln_fail(KILN_ERR_SHAPE, "wgmma %s: cannot launch for M = %lld (1 to %lld)",
+                         tile->name, (long long)m, (long long)WGMMA_MAX_GRID_Y * WGMMA_BM);
+    *out = (kiln_launch){
+        .grid = { (unsigned)kiln_ceil_div(k->cfg.n, tile->bn), (unsigned)kiln_ceil_div(m, WGMMA_BM),
+                  1 },
+        .block = { WGMMA_THREADS, 1, 1 },
+        .smem = smem_bytes(tile),
+    };
+    return KILN_OK;
+}
+
+const kiln_backend kiln_backend_wgmma = {
+    .name = "wgmma",
+    .formats = (1u << KILN_FMT_COUNT) - 1,
+    .epilogues = KILN_EPI_BIAS | KILN_EPI_RESIDUAL | KILN_EPI_SILU_MUL,
+    .is_supported = wgmma_is_supported,
+    .can_implement = wgmma_can_implement,
+    .act = wgmma_act,
+    .variant = wgmma_variant,
+    .emit = wgmma_emit,
+    .launch = wgmma_launch,
+};

@@ -1,0 +1,599 @@
+/* The wgmma backend without a GPU: its capability rules and refusal
+ * reasons, the variant per bucket, the emitted source and launch shape,
+ * its place in the default plans (sm_90a takes it, older targets record
+ * why not), and every format x variant x epilogue compiling with NVRTC for
+ * sm_90a to SASS whose main loop is HGMMA. Running the kernels against the
+ * CPU executor is tests/gpu/test_wgmma.c's. */
+#include <criterion/criterion.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "clirun.h"
+#include "codegen/emit.h"
+#include "codegen/nvrtc.h"
+#include "codegen/plan.h"
+#include "testutil.h"
+
+static const kiln_backend *const wg = &kiln_backend_wgmma;
+
+static kiln_target target(const char *name)
+{
+    kiln_target t;
+    cr_assert_eq(kiln_target_from_name(name, &t), KILN_OK, "%s", kiln_last_error());
+    return t;
+}
+
+/* A wgmma linear with the fields that vary. */
+static char *wgmma_sig(char *buf, size_t size, const char *variant, kiln_format f, const char *act,
+                       long long n, long long k, unsigned epi, const char *arch)
+{
+    char epi_text[64];
+    snprintf(buf, size,
+             "linear backend=wgmma variant=%s format=%s scales=x act=%s n=%lld k=%lld "
+             "epilogue=%s out=bf16 target=%s",
+             variant, kiln_format_get(f)->name, act, n, k,
+             kiln_epilogue_name(epi, epi_text, sizeof epi_text), arch);
+    return buf;
+}
+
+/* ---------------------------------------------------------- capability */
+
+Test(wgmma, runs_only_where_wgmma_exists)
+{
+    for (const char *const *n = kiln_target_names(); *n; n++) {
+        kiln_target t = target(*n);
+        char why[128] = "";
+        int ok = wg->is_supported(&t, why, sizeof why);
+        cr_assert_eq(ok, t.wgmma, "%s", *n);
+        if (ok)
+            continue;
+        char want[128];
+        snprintf(want, sizeof want, "needs wgmma (sm_90a), target is %s", t.name);
+        cr_assert_str_eq(why, want);
+    }
+    static const char *const refused[] = { "sm_75", "sm_80", "sm_86", "sm_89", "sm_90" };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(refused); i++) {
+        kiln_target t = target(refused[i]);
+        char why[128];
+        cr_assert_eq(wg->is_supported(&t, why, sizeof why), 0, "%s", refused[i]);
+    }
+    static const char *const taken[] = { "sm_90a", "h100", "h200" };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(taken); i++) {
+        kiln_target t = target(taken[i]);
+        char why[128];
+        cr_assert_eq(wg->is_supported(&t, why, sizeof why), 1, "%s", taken[i]);
+    }
+}
+
+Test(wgmma, takes_every_format_and_epilogue_with_bf16_activations)
+{
+    cr_assert_eq(wg->formats, (1u << KILN_FMT_COUNT) - 1);
+    cr_assert_eq(wg->epilogues, KILN_EPI_BIAS | KILN_EPI_RESIDUAL | KILN_EPI_SILU_MUL);
+    kiln_target t = target("sm_90a");
+    static const int64_t buckets[] = { 1, 16, 17, 64, 512, 8192 };
+    for (int f = 0; f < KILN_FMT_COUNT; f++)
+        for (size_t b = 0; b < KILN_ARRAY_LEN(buckets); b++) {
+            char why[128] = "";
+            /* N need not fill a tile: the last one is partial. */
+            kiln_linear_cfg c = { .format = (kiln_format)f, .n = 200, .k = 768 };
+            cr_assert_eq(wg->can_implement(&t, &c, buckets[b], why, sizeof why), 1, "%s: %s",
+                         kiln_format_get((kiln_format)f)->name, why);
+            cr_assert_eq(wg->act(&t, &c, buckets[b]), KILN_ACT_BF16);
+        }
+}
+
+Test(wgmma, refuses_shapes_it_does_not_build)
+{
+    kiln_target t = target("h100");
+    char why[128];
+    kiln_linear_cfg c = { .format = KILN_FMT_BF16, .n = 4096, .k = 4128 };
+    cr_assert_eq(wg->can_implement(&t, &c, 64, why, sizeof why), 0);
+    cr_assert_str_eq(why, "K=4128 is not a multiple of 64");
+    c = (kiln_linear_cfg){ .format = KILN_FMT_BF16, .n = (int64_t)INT_MAX + 1, .k = 64 };
+    cr_assert_eq(wg->can_implement(&t, &c, 64, why, sizeof why), 0);
+    cr_assert(strstr(why, "2^31"), "%s", why);
+    c = (kiln_linear_cfg){ .format = KILN_FMT_BF16, .n = 64, .k = (int64_t)INT_MAX + 1 };
+    cr_assert_eq(wg->can_implement(&t, &c, 64, why, sizeof why), 0);
+    cr_assert(strstr(why, "2^31"), "%s", why);
+    c.k = 64;
+    cr_assert_eq(wg->can_implement(&t, &c, 64 * 65535, why, sizeof why), 1);
+    cr_assert_eq(wg->can_implement(&t, &c, 64 * 65535 + 1, why, sizeof why), 0);
+    cr_assert_str_eq(why, "M bucket 4194241 exceeds 4194240 rows");
+}
+
+Test(wgmma, variants_follow_the_bucket)
+{
+    static const struct {
+        int64_t m;
+        const char *variant;
+    } cases[] = {
+        { 1, "bm64bn64" },    { 16, "bm64bn64" },    { 17, "bm64bn64" },
+        { 64, "bm64bn64" },   { 65, "bm64bn128" },   { 512, "bm64bn128" },
+        { 100000, "bm64bn128" },
+    };
+    kiln_target t = target("h200");
+    kiln_linear_cfg c = { .format = KILN_FMT_NVFP4, .n = 4096, .k = 4096 };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+        char v[64];
+        wg->variant(&t, &c, cases[i].m, v, sizeof v);
+        cr_assert_str_eq(v, cases[i].variant, "m=%lld", (long long)cases[i].m);
+    }
+}
+
+/* ------------------------------------------------------- emit and launch */
+
+Test(wgmma, source_is_stable)
+{
+    static const char sig[] = "linear backend=wgmma variant=bm64bn128 format=q4_k scales=inline "
+                              "act=bf16 n=4096 k=14336 epilogue=bias+residual out=bf16 "
+                              "target=sm_90a";
+    kiln_kernel_source s;
+    cr_assert_eq(kiln_emit(kiln_registry_default(), sig, &s), KILN_OK, "%s", kiln_last_error());
+    char golden[2048];
+    snprintf(golden, sizeof golden,
+             "// kiln kernel, generated from its signature: the logic is in the included "
+             "template.\n"
+             "// signature: %s\n"
+             "// cache key: ________________________________\n"
+             "#include \"kiln/wgmma.cuh\"\n"
+             "\n"
+             "using format = kiln::fmt_q4_k;\n"
+             "using tile = kiln::wgmma_tile</*bn*/ 128>;\n"
+             "using epilogue = kiln::epilogue</*bias*/ true, /*residual*/ true, /*silu_mul*/ "
+             "false>;\n"
+             "static_assert(tile::smem_bytes == 49152, \"the launch's dynamic shared memory\");\n"
+             "\n"
+             "extern \"C\" __global__ void __launch_bounds__(tile::threads, 1)\n"
+             "%s(const kiln_linear_args args)\n"
+             "{\n"
+             "    kiln::wgmma_gemm<format, tile, epilogue, /*n*/ 4096, /*k*/ 14336>(args);\n"
+             "}\n",
+             sig, s.desc.entry);
+    cr_assert_str_eq(s.text, golden);
+    cr_assert_eq(strncmp(s.desc.entry, "kiln_wgmma_", 11), 0, "%s", s.desc.entry);
+    kiln_kernel_source_free(&s);
+}
+
+Test(wgmma, launches_cover_the_output)
+{
+    static const struct {
+        const char *variant;
+        int64_t m;
+        unsigned gx, gy, smem;
+    } cases[] = {
+        /* N = 200: the last column tile is partial. */
+        { "bm64bn64", 1, 4, 1, 32768 },    { "bm64bn64", 64, 4, 1, 32768 },
+        { "bm64bn64", 65, 4, 2, 32768 },   { "bm64bn128", 65, 2, 2, 49152 },
+        { "bm64bn128", 512, 2, 8, 49152 }, { "bm64bn128", 513, 2, 9, 49152 },
+    };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+        char sig[512];
+        wgmma_sig(sig, sizeof sig, cases[i].variant, KILN_FMT_Q8_0, "bf16", 200, 4096, 0,
+                  "sm_90a");
+        kiln_kernel_desc d;
+        cr_assert_eq(kiln_kernel_parse(kiln_registry_default(), sig, &d), KILN_OK, "%s",
+                     kiln_last_error());
+        kiln_kernel_launch l[KILN_MAX_LAUNCHES];
+        int n = 0;
+        cr_assert_eq(kiln_kernel_launches(&d, cases[i].m, l, &n), KILN_OK, "%s",
+                     kiln_last_error());
+        cr_assert_eq(n, 1);
+        cr_assert_str_eq(l[0].entry, d.entry);
+        long long m = (long long)cases[i].m;
+        cr_assert_eq(l[0].cfg.grid[0], cases[i].gx, "%s m=%lld", cases[i].variant, m);
+        cr_assert_eq(l[0].cfg.grid[1], cases[i].gy, "%s m=%lld", cases[i].variant, m);
+        cr_assert_eq(l[0].cfg.grid[2], 1);
+        cr_assert_eq(l[0].cfg.block[0], 128, "one warpgroup");
+        cr_assert_eq(l[0].cfg.block[1] * l[0].cfg.block[2], 1);
+        cr_assert_eq(l[0].cfg.smem, cases[i].smem);
+    }
+}
+
+Test(wgmma, launch_refuses_impossible_token_counts)
+{
+    char sig[512];
+    kiln_kernel_desc d;
+    kiln_kernel_launch l[KILN_MAX_LAUNCHES];
+    int n;
+    wgmma_sig(sig, sizeof sig, "bm64bn64", KILN_FMT_BF16, "bf16", 64, 64, 0, "sm_90a");
+    cr_assert_eq(kiln_kernel_parse(kiln_registry_default(), sig, &d), KILN_OK);
+    cr_assert_eq(kiln_kernel_launches(&d, 64 * 65535, l, &n), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_kernel_launches(&d, 64 * 65535 + 1, l, &n), KILN_ERR_SHAPE);
+    cr_assert(strstr(kiln_last_error(), "wgmma bm64bn64: cannot launch for M = 4194241"), "%s",
+              kiln_last_error());
+    kiln_launch cfg;
+    kiln_target t = target("sm_90a");
+    cr_assert_eq(wg->launch(&t, &d.linear, 0, &cfg), KILN_ERR_SHAPE);
+    snprintf(d.linear.variant, sizeof d.linear.variant, "bm128bn256");
+    cr_assert_eq(kiln_kernel_launches(&d, 1, l, &n), KILN_ERR_UNSUPPORTED);
+    cr_assert(strstr(kiln_last_error(), "no variant \"bm128bn256\""), "%s", kiln_last_error());
+}
+
+/* Every kernel emit refuses, with the reason in the message. */
+Test(wgmma, emit_refuses_kernels_it_does_not_build)
+{
+    char sigs[7][512];
+    static const char *const reasons[] = {
+        "no variant \"t64x64\"",
+        "activations must be bf16, not fp8-token",
+        "residual and silu_mul cannot both be fused",
+        "needs wgmma (sm_90a), target is sm_90",
+        "needs wgmma (sm_90a), target is sm_89",
+        "K=96 is not a multiple of 64",
+        "N=2147483648, K=64: both must be below 2^31",
+    };
+    wgmma_sig(sigs[0], 512, "t64x64", KILN_FMT_BF16, "bf16", 64, 64, 0, "sm_90a");
+    wgmma_sig(sigs[1], 512, "bm64bn64", KILN_FMT_FP8_CHANNEL, "fp8-token", 64, 64, 0, "sm_90a");
+    wgmma_sig(sigs[2], 512, "bm64bn64", KILN_FMT_BF16, "bf16", 64, 64,
+              KILN_EPI_RESIDUAL | KILN_EPI_SILU_MUL, "sm_90a");
+    wgmma_sig(sigs[3], 512, "bm64bn64", KILN_FMT_BF16, "bf16", 64, 64, 0, "sm_90");
+    wgmma_sig(sigs[4], 512, "bm64bn128", KILN_FMT_Q4_0, "bf16", 64, 64, 0, "sm_89");
+    wgmma_sig(sigs[5], 512, "bm64bn64", KILN_FMT_BF16, "bf16", 64, 96, 0, "sm_90a");
+    wgmma_sig(sigs[6], 512, "bm64bn64", KILN_FMT_BF16, "bf16", (long long)INT_MAX + 1, 64, 0,
+              "sm_90a");
+    for (size_t i = 0; i < KILN_ARRAY_LEN(sigs); i++) {
+        kiln_kernel_source s = { .text = NULL };
+        cr_assert_eq(kiln_emit(kiln_registry_default(), sigs[i], &s), KILN_ERR_UNSUPPORTED,
+                     "%s: %s", sigs[i], kiln_last_error());
+        cr_assert(strstr(kiln_last_error(), reasons[i]), "%s: %s", sigs[i], kiln_last_error());
+        cr_assert_null(s.text);
+    }
+    /* A format outside the table never reaches the format traits. */
+    kiln_target t = target("sm_90a");
+    kiln_linear_kernel k = { .cfg = { .format = KILN_FMT_COUNT, .n = 64, .k = 64 },
+                             .act = KILN_ACT_BF16, .variant = "bm64bn64" };
+    char buf[4096];
+    cr_assert_eq(wg->emit(&t, &k, "kiln_wgmma_0", buf, sizeof buf), KILN_ERR_UNSUPPORTED);
+    cr_assert(strstr(kiln_last_error(), "is not a kiln_format"), "%s", kiln_last_error());
+}
+
+Test(wgmma, emit_refuses_a_buffer_too_small)
+{
+    kiln_target t = target("sm_90a");
+    kiln_linear_kernel k = { .cfg = { .format = KILN_FMT_Q8_0, .n = 64, .k = 64 },
+                             .act = KILN_ACT_BF16, .variant = "bm64bn64" };
+    char buf[64];
+    cr_assert_eq(wg->emit(&t, &k, "kiln_wgmma_0", buf, sizeof buf), KILN_ERR_INVALID_ARG);
+    cr_assert(strstr(kiln_last_error(), "the buffer has 64"), "%s", kiln_last_error());
+}
+
+/* ------------------------------------------------------------- planning */
+
+/* x -> rms -> gate (q4_k), up (nvfp4) -> silu·mul -> down (fp8_block) + x:
+ * the demo's FFN block with three formats, and a bf16 projection whose K
+ * is no multiple of 64. */
+typedef struct ffn {
+    kiln_graph *g;
+    uint8_t *wdata, *scale;
+    float norm[256];
+} ffn;
+
+static void ffn_make(ffn *f)
+{
+    enum { D = 256, F = 512, ODD_K = 96 };
+    kt_rng rng = kt_rng_new(11);
+    f->wdata = calloc(F * D * 2, 1);
+    f->scale = calloc(8192, 1);
+    cr_assert(f->wdata && f->scale);
+    kt_fill_normal(&rng, f->norm, D, 1.0f);
+    kiln_graph *g;
+    cr_assert_eq(kiln_graph_create(&g), KILN_OK);
+    kiln_tensor *x, *nw, *h, *wg_, *wu, *wd, *wo, *gate, *up, *act, *prod, *down, *out, *x2, *odd;
+    kiln_qtensor qg = { .format = KILN_FMT_Q4_K, .n = F, .k = D, .data = f->wdata };
+    kiln_qtensor qu = { .format = KILN_FMT_NVFP4, .n = F, .k = D, .data = f->wdata,
+                        .scale = f->scale };
+    kiln_qtensor qd = { .format = KILN_FMT_FP8_BLOCK, .n = D, .k = F, .data = f->wdata,
+                        .scale = f->scale };
+    kiln_qtensor qo = { .format = KILN_FMT_BF16, .n = 64, .k = ODD_K, .data = f->wdata };
+    cr_assert_eq(kiln_graph_input(g, "x", D, &x), KILN_OK);
+    cr_assert_eq(kiln_graph_input(g, "x2", ODD_K, &x2), KILN_OK);
+    cr_assert_eq(kiln_graph_param(g, "norm", D, f->norm, &nw), KILN_OK);
+    cr_assert_eq(kiln_graph_rms_norm(g, "h", x, nw, 1e-6f, &h), KILN_OK);
+    cr_assert_eq(kiln_graph_weight(g, "wg", &qg, &wg_), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_graph_weight(g, "wu", &qu, &wu), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_graph_weight(g, "wd", &qd, &wd), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_graph_weight(g, "wo", &qo, &wo), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_graph_linear(g, "gate", h, wg_, NULL, &gate), KILN_OK);
+    cr_assert_eq(kiln_graph_linear(g, "up", h, wu, NULL, &up), KILN_OK);
+    cr_assert_eq(kiln_graph_silu(g, "act", gate, &act), KILN_OK);
+    cr_assert_eq(kiln_graph_mul(g, "prod", up, act, &prod), KILN_OK);
+    cr_assert_eq(kiln_graph_linear(g, "down", prod, wd, NULL, &down), KILN_OK);
+    cr_assert_eq(kiln_graph_add(g, "out", x, down, &out), KILN_OK);
+    cr_assert_eq(kiln_graph_linear(g, "odd", x2, wo, NULL, &odd), KILN_OK);
+    cr_assert_eq(kiln_graph_output(g, out), KILN_OK);
+    cr_assert_eq(kiln_graph_output(g, odd), KILN_OK);
+    f->g = g;
+}
+
+static void ffn_free(ffn *f)
+{
+    kiln_graph_destroy(f->g);
+    free(f->wdata);
+    free(f->scale);
+}
+
+/* On sm_90a every linear whose K allows it runs on wgmma past the decode
+ * buckets (gemv, where registered, may take those up to 16); the odd K
+ * goes to simt with wgmma's reason recorded; every signature emits. */
+Test(wgmma, default_plan_for_sm_90a_takes_wgmma)
+{
+    ffn f;
+    ffn_make(&f);
+    kiln_target t = target("h100");
+    kiln_plan *p;
+    cr_assert_eq(kiln_plan_create(f.g, &t, NULL, &p), KILN_OK, "%s", kiln_last_error());
+    int wgmma = 0;
+    for (int l = 0; l < kiln_plan_n_linears(p); l++)
+        for (int b = 0; b < kiln_plan_n_buckets(p); b++) {
+            kiln_plan_linear pl;
+            cr_assert_eq(kiln_plan_linear_at(p, l, b, &pl), KILN_OK);
+            int64_t m = kiln_plan_bucket(p, b);
+            if (pl.k == 96) {
+                if (m <= 16 && !strcmp(pl.backend, "gemv"))
+                    continue;
+                cr_assert_str_eq(pl.backend, "simt", "M %lld", (long long)m);
+                cr_assert(strstr(pl.refused, "wgmma: K=96 is not a multiple of 64"), "%s",
+                          pl.refused);
+                continue;
+            }
+            if (m > 16)
+                cr_assert_str_eq(pl.backend, "wgmma", "%s at M %lld", pl.node, (long long)m);
+            else
+                cr_assert(!strcmp(pl.backend, "wgmma") || !strcmp(pl.backend, "gemv"),
+                          "%s at M %lld: %s", pl.node, (long long)m, pl.backend);
+            if (strcmp(pl.backend, "wgmma"))
+                continue;
+            wgmma++;
+            cr_assert_null(strstr(pl.refused, "wgmma"), "%s", pl.refused);
+            cr_assert_str_eq(pl.act, "bf16");
+            const char *sig = kiln_plan_signature(p, pl.signature);
+            cr_assert(strstr(sig, m <= 64 ? "variant=bm64bn64 " : "variant=bm64bn128 "), "%s",
+                      sig);
+            if (!strcmp(pl.node, "up"))
+                cr_assert_str_eq(pl.epilogue, "silu_mul");
+            if (!strcmp(pl.node, "down"))
+                cr_assert_str_eq(pl.epilogue, "residual");
+        }
+    cr_assert_geq(wgmma, 3 * 5, "three linears in the five buckets past 16 at least");
+    for (int i = 0; i < kiln_plan_n_signatures(p); i++) {
+        kiln_kernel_source s;
+        cr_assert_eq(kiln_emit(kiln_registry_default(), kiln_plan_signature(p, i), &s), KILN_OK,
+                     "%s: %s", kiln_plan_signature(p, i), kiln_last_error());
+        kiln_kernel_source_free(&s);
+    }
+    kiln_plan_destroy(p);
+    ffn_free(&f);
+}
+
+Test(wgmma, default_plan_elsewhere_records_why_not)
+{
+    ffn f;
+    ffn_make(&f);
+    static const char *const names[] = { "sm_80", "sm_89", "sm_90" };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(names); i++) {
+        kiln_target t = target(names[i]);
+        kiln_plan *p;
+        cr_assert_eq(kiln_plan_create(f.g, &t, NULL, &p), KILN_OK, "%s", kiln_last_error());
+        char why[96];
+        snprintf(why, sizeof why, "wgmma: needs wgmma (sm_90a), target is %s", names[i]);
+        for (int l = 0; l < kiln_plan_n_linears(p); l++)
+            for (int b = 0; b < kiln_plan_n_buckets(p); b++) {
+                kiln_plan_linear pl;
+                cr_assert_eq(kiln_plan_linear_at(p, l, b, &pl), KILN_OK);
+                cr_assert_str_neq(pl.backend, "wgmma");
+                if (!strcmp(pl.backend, "simt"))
+                    cr_assert(strstr(pl.refused, why), "%s: %s", names[i], pl.refused);
+            }
+        for (int s = 0; s < kiln_plan_n_signatures(p); s++)
+            cr_assert_null(strstr(kiln_plan_signature(p, s), "backend=wgmma"));
+        kiln_plan_destroy(p);
+    }
+    ffn_free(&f);
+}
+
+/* The demo as a user plans it: on sm_90a every bucket past 16 is wgmma's,
+ * on sm_80 none is, and each simt choice says why. */
+Test(wgmma, demo_plans_by_target)
+{
+    kt_cli r = kt_cli_run("plan demo --target sm_90a --json");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    int past16 = 0;
+    for (const char *p = strstr(r.out, "\"tokens\": "); p; p = strstr(p + 1, "\"tokens\": ")) {
+        /* A linear's bucket names its backend before the next "tokens";
+         * the arena's buckets name none. */
+        long long m = atoll(p + strlen("\"tokens\": "));
+        const char *b = strstr(p, "\"backend\": \""), *next = strstr(p + 1, "\"tokens\": ");
+        if (!b || (next && b > next))
+            continue;
+        b += strlen("\"backend\": \"");
+        if (m > 16) {
+            cr_assert_eq(strncmp(b, "wgmma\"", 6), 0, "M %lld: %.20s", m, b);
+            past16++;
+        }
+    }
+    cr_assert_eq(past16, 18 * 5, "18 linears x buckets 32, 64, 128, 256, 512");
+    kt_cli_free(&r);
+
+    r = kt_cli_run("plan demo --target sm_80");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "18 linear nodes x 10 buckets"), "%s", r.out);
+    /* Table rows: a linear's first row names it, its further bucket
+     * ranges follow indented; the backend comes after the range. */
+    int simt = 0;
+    const char *rows = strstr(r.out, "refused before it\n");
+    cr_assert_not_null(rows, "%s", r.out);
+    for (const char *line = strchr(rows, '\n') + 1; *line && *line != '\n';
+         line = strchr(line, '\n') + 1) {
+        char name[64], format[32], shape[32], range[32], backend[16];
+        int first = !strncmp(line, "blk.", 4);
+        int got = first ? sscanf(line, "%63s %31s %31s %31s %15s", name, format, shape, range,
+                                 backend)
+                        : sscanf(line, "%31s %15s", range, backend);
+        cr_assert_eq(got, first ? 5 : 2, "%.120s", line);
+        cr_assert_str_neq(backend, "wgmma", "%.120s", line);
+        const char *end = strchr(line, '\n');
+        cr_assert_not_null(end);
+        if (strcmp(backend, "simt"))
+            continue;
+        const char *why = strstr(line, "wgmma: needs wgmma (sm_90a), target is sm_80");
+        cr_assert(why && why < end, "%.*s", (int)(end - line), line);
+        simt++;
+    }
+    cr_assert_geq(simt, 18, "every linear runs on simt past the decode buckets");
+    kt_cli_free(&r);
+}
+
+/* ------------------------------------------------------------ compiling */
+
+static kiln_nvrtc *open_nvrtc(void)
+{
+    kiln_nvrtc *nv = NULL;
+    cr_assert_eq(kiln_nvrtc_open(&nv), KILN_OK,
+                 "libnvrtc cannot be loaded, and these tests need it: %s", kiln_last_error());
+    return nv;
+}
+
+static const unsigned epilogues[] = {
+    0,
+    KILN_EPI_BIAS,
+    KILN_EPI_BIAS | KILN_EPI_RESIDUAL,
+    KILN_EPI_SILU_MUL,
+    KILN_EPI_BIAS | KILN_EPI_SILU_MUL,
+};
+static const char *const variants[] = { "bm64bn64", "bm64bn128" };
+
+/* K: whole steps of 64 and whole blocks of every format (Q4_K, Q6_K: 256),
+ * more than two steps so both stages turn over. N = 1000 + f leaves a
+ * partial column tile, odd N included, so both epilogue store paths
+ * compile. */
+static void sig_for(char *buf, size_t size, int f, int v, int e)
+{
+    wgmma_sig(buf, size, variants[v], (kiln_format)f, "bf16", 1000 + f, 768, epilogues[e],
+              "sm_90a");
+}
+
+Test(wgmma, every_format_variant_and_epilogue_compiles_for_sm_90a, .timeout = 1200)
+{
+    enum { NV = KILN_ARRAY_LEN(variants), NE = KILN_ARRAY_LEN(epilogues) };
+    enum { JOBS = KILN_FMT_COUNT * NV * NE };
+    static kiln_kernel_source src[JOBS];
+    static kiln_compile_job jobs[JOBS];
+    static char sigs[JOBS][512];
+    int n = 0;
+    for (int f = 0; f < KILN_FMT_COUNT; f++)
+        for (int v = 0; v < NV; v++)
+            for (int e = 0; e < NE; e++, n++) {
+                sig_for(sigs[n], sizeof sigs[n], f, v, e);
+                cr_assert_eq(kiln_emit(kiln_registry_default(), sigs[n], &src[n]), KILN_OK,
+                             "%s: %s", sigs[n], kiln_last_error());
+                jobs[n] = (kiln_compile_job){ .name = sigs[n], .entry = src[n].desc.entry,
+                                              .source = src[n].text,
+                                              .target = &src[n].desc.target };
+            }
+    kiln_nvrtc *nv = open_nvrtc();
+    const kiln_nvrtc_pool quiet = { .quiet = 1 };
+    double start = kiln_now();
+    kiln_status st = kiln_nvrtc_compile_all(nv, jobs, n, &quiet);
+    double wall = kiln_now() - start;
+    cr_assert_eq(st, KILN_OK, "%s", kiln_last_error());
+    double sum = 0, max = 0;
+    for (int i = 0; i < n; i++) {
+        cr_assert_eq(jobs[i].status, KILN_OK);
+        cr_assert_gt(jobs[i].cubin_size, 0);
+        /* ptxas says when it serializes wgmma (a register it must move
+         * while an MMA is in flight): the kernel would be correct and slow. */
+        cr_assert_null(strstr(jobs[i].log, "wgmma"), "%s: %s", sigs[i], jobs[i].log);
+        sum += jobs[i].seconds;
+        max = jobs[i].seconds > max ? jobs[i].seconds : max;
+        kiln_compile_job_reset(&jobs[i]);
+        kiln_kernel_source_free(&src[i]);
+    }
+    fprintf(stderr, "wgmma sm_90a: %d kernels in %.1f s wall, %.2f s mean, %.2f s max\n", n, wall,
+            sum / n, max);
+    kiln_nvrtc_close(nv);
+}
+
+/* ------------------------------------------------------------------ SASS */
+
+/* cuobjdump --dump-sass of cubin, or NULL when the tool is not on PATH. */
+static char *dump_sass(const void *cubin, size_t size)
+{
+    if (system("cuobjdump --version >/dev/null 2>&1 && nvdisasm --version >/dev/null 2>&1"))
+        return NULL;
+    char path[] = "/tmp/kiln-wgmma-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, cubin, size), (ssize_t)size);
+    close(fd);
+    char cmd[128], out[] = "/tmp/kiln-wgmma-sass-XXXXXX";
+    int ofd = mkstemp(out);
+    cr_assert_geq(ofd, 0);
+    close(ofd);
+    snprintf(cmd, sizeof cmd, "cuobjdump --dump-sass %s > %s 2>&1", path, out);
+    int rc = system(cmd);
+    long len = 0;
+    char *text = kt_read_file(out, &len);
+    unlink(path);
+    unlink(out);
+    cr_assert_eq(rc, 0, "%s: %s", cmd, text ? text : "");
+    return text;
+}
+
+static int count(const char *text, const char *what)
+{
+    int n = 0;
+    for (const char *p = strstr(text, what); p; p = strstr(p + 1, what))
+        n++;
+    return n;
+}
+
+/* The main loop is HGMMA of the tile's width, four per K step (the
+ * compiler may unroll), behind the proxy fence and the warpgroup arrive
+ * and wait; the accumulators never leave registers. */
+Test(wgmma, sass_runs_the_main_loop_on_hgmma, .timeout = 300)
+{
+    static const struct {
+        const char *variant;
+        kiln_format f;
+        const char *hgmma;
+    } cases[] = {
+        { "bm64bn64", KILN_FMT_BF16, "HGMMA.64x64x16.F32.BF16" },
+        { "bm64bn128", KILN_FMT_Q4_K, "HGMMA.64x128x16.F32.BF16" },
+        { "bm64bn128", KILN_FMT_NVFP4, "HGMMA.64x128x16.F32.BF16" },
+    };
+    kiln_nvrtc *nv = open_nvrtc();
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+        char sig[512];
+        wgmma_sig(sig, sizeof sig, cases[i].variant, cases[i].f, "bf16", 4096, 4096,
+                  KILN_EPI_BIAS | KILN_EPI_SILU_MUL, "sm_90a");
+        kiln_kernel_source s;
+        cr_assert_eq(kiln_emit(kiln_registry_default(), sig, &s), KILN_OK, "%s",
+                     kiln_last_error());
+        kiln_compile_job job = { .name = sig, .entry = s.desc.entry, .source = s.text,
+                                 .target = &s.desc.target };
+        cr_assert_eq(kiln_nvrtc_compile(nv, &job, NULL), KILN_OK, "%s", kiln_last_error());
+        char *sass = dump_sass(job.cubin, job.cubin_size);
+        if (!sass) {
+            kiln_compile_job_reset(&job);
+            kiln_kernel_source_free(&s);
+            kiln_nvrtc_close(nv);
+            cr_skip_test("cuobjdump (with nvdisasm) is not on PATH: the SASS is not checked");
+        }
+        cr_assert(strstr(sass, "code for sm_90a"), "%.200s", sass);
+        int mma = count(sass, cases[i].hgmma);
+        cr_assert(mma >= 4 && mma % 4 == 0, "%s: four k16 MMAs per K step, %d seen", sig, mma);
+        cr_assert_eq(count(sass, "GMMA"), mma, "%s: no other MMA", sig);
+        cr_assert_geq(count(sass, "WARPGROUP.ARRIVE"), 1, "%s", sig);
+        cr_assert_geq(count(sass, "WARPGROUP.DEPBAR.LE gsb0, 0x0"), 1, "%s", sig);
+        cr_assert_geq(count(sass, "FENCE.VIEW.ASYNC.S"), 1, "%s: after a stage's stores", sig);
+        cr_assert_eq(count(sass, "LDL"), 0, "%s: nothing in local memory", sig);
+        cr_assert_eq(count(sass, "STL"), 0, "%s: nothing in local memory", sig);
+        free(sass);
+        kiln_compile_job_reset(&job);
+        kiln_kernel_source_free(&s);
+    }
+    kiln_nvrtc_close(nv);
+}

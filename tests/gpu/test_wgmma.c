@@ -1,0 +1,205 @@
+/* The wgmma backend on a Hopper GPU against the CPU executor: every format,
+ * both tile variants, partial row and column tiles, and the fused
+ * epilogues, with every linear forced onto wgmma. Skipped, with the
+ * reason, where there is no GPU or it has no wgmma. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/driver.h"
+#include "testutil.h"
+
+static void need_hopper(void)
+{
+    const kiln_cu *cu;
+    if (kiln_cu_get(&cu) != KILN_OK)
+        cr_skip_test("no GPU here (%s): the gpu suite runs on a machine with one",
+                     kiln_last_error());
+    kiln_target t;
+    cr_assert_eq(kiln_target_live(0, &t), KILN_OK, "%s", kiln_last_error());
+    if (!t.wgmma)
+        cr_skip_test("the GPU is %s: wgmma needs sm_90a", t.name);
+}
+
+static char cache_path[256];
+static void fresh_cache(void)
+{
+    char dir[] = "/tmp/kiln-wgmma-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(cache_path, sizeof cache_path, "%s/kernels.kiln", dir);
+}
+
+typedef struct weight {
+    kiln_qtensor q;
+    float *bias;
+} weight;
+
+static void weight_make(weight *w, kt_rng *r, kiln_format f, int64_t n, int64_t k)
+{
+    size_t data, scale;
+    cr_assert_eq(kiln_format_data_bytes(f, n, k, &data), KILN_OK);
+    cr_assert_eq(kiln_format_scale_bytes(f, n, k, &scale), KILN_OK);
+    float *src = malloc((size_t)(n * k) * sizeof *src);
+    kt_fill_normal(r, src, (size_t)(n * k), 1.0f / sqrtf((float)k));
+    w->q = (kiln_qtensor){ .format = f, .n = n, .k = k, .data = malloc(data),
+                           .scale = scale ? malloc(scale) : NULL };
+    cr_assert_eq(kiln_quantize(src, &w->q), KILN_OK, "%s", kiln_last_error());
+    free(src);
+    w->bias = malloc((size_t)n * sizeof *w->bias);
+    kt_fill_normal(r, w->bias, (size_t)n, 0.1f);
+}
+
+static void weight_free(weight *w)
+{
+    free(w->q.data);
+    free(w->q.scale);
+    free(w->bias);
+}
+
+static kiln_graph *linear_graph(weight *w)
+{
+    kiln_graph *g;
+    kiln_tensor *x, *wt, *b, *y;
+    cr_assert_eq(kiln_graph_create(&g), KILN_OK);
+    cr_assert_eq(kiln_graph_input(g, "x", w->q.k, &x), KILN_OK);
+    cr_assert_eq(kiln_graph_weight(g, "w", &w->q, &wt), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_graph_param(g, "b", w->q.n, w->bias, &b), KILN_OK);
+    cr_assert_eq(kiln_graph_linear(g, "y", x, wt, b, &y), KILN_OK);
+    cr_assert_eq(kiln_graph_output(g, y), KILN_OK);
+    return g;
+}
+
+/* x + down(silu(gate(rms(x))) · up(rms(x))): silu_mul and residual fused. */
+static kiln_graph *ffn_graph(weight *gate, weight *up, weight *down, float *norm)
+{
+    kiln_graph *g;
+    kiln_tensor *x, *nw, *wg, *wu, *wd, *h, *a, *u, *s, *p, *d, *y;
+    int64_t dm = gate->q.k;
+    cr_assert_eq(kiln_graph_create(&g), KILN_OK);
+    cr_assert_eq(kiln_graph_input(g, "x", dm, &x), KILN_OK);
+    cr_assert_eq(kiln_graph_param(g, "norm", dm, norm, &nw), KILN_OK);
+    cr_assert_eq(kiln_graph_weight(g, "gate.w", &gate->q, &wg), KILN_OK);
+    cr_assert_eq(kiln_graph_weight(g, "up.w", &up->q, &wu), KILN_OK);
+    cr_assert_eq(kiln_graph_weight(g, "down.w", &down->q, &wd), KILN_OK);
+    cr_assert_eq(kiln_graph_rms_norm(g, "h", x, nw, 1e-5f, &h), KILN_OK);
+    cr_assert_eq(kiln_graph_linear(g, "gate", h, wg, NULL, &a), KILN_OK);
+    cr_assert_eq(kiln_graph_linear(g, "up", h, wu, NULL, &u), KILN_OK);
+    cr_assert_eq(kiln_graph_silu(g, "act", a, &s), KILN_OK);
+    cr_assert_eq(kiln_graph_mul(g, "prod", s, u, &p), KILN_OK);
+    cr_assert_eq(kiln_graph_linear(g, "down", p, wd, NULL, &d), KILN_OK);
+    cr_assert_eq(kiln_graph_add(g, "y", x, d, &y), KILN_OK);
+    cr_assert_eq(kiln_graph_output(g, y), KILN_OK);
+    return g;
+}
+
+/* Buckets 1, 16, 64 take the 64-wide tile, 192 the 128-wide one. */
+static const int64_t capture[] = { 16, 64, 192 };
+/* Partial row tiles (1, 16, 50, 65, 130), whole ones (64, 192), and a
+ * second row of blocks (65, 130, 192). */
+static const int64_t token_counts[] = { 1, 16, 50, 64, 65, 130, 192 };
+
+/* Every linear on wgmma, or the session fails. */
+static kiln_session *wgmma_session(kiln_graph *g)
+{
+    kiln_session_options o = { .cache = cache_path, .quiet = 1,
+                                .plan = { .backend = "wgmma", .strict_backend = 1,
+                                          .capture = capture, .n_capture = 3 } };
+    kiln_session *s = NULL;
+    cr_assert_eq(kiln_session_create(g, &o, &s), KILN_OK, "%s", kiln_last_error());
+    return s;
+}
+
+/* The GPU rounds the weights to BF16 for the tensor cores and keeps
+ * activations in BF16; the CPU executor keeps f32. Each output may differ
+ * by a few BF16 ulps of the terms that made it: the bound is 2^-6 of the
+ * largest |y| plus 2^-6 of |y| itself, as the session suite's. */
+static double compare(kiln_session *s, kiln_graph *g, int64_t m, kt_rng *r, const char *what)
+{
+    int64_t k = kiln_tensor_ne(kiln_graph_input_at(g, 0), 0);
+    int64_t n = kiln_tensor_ne(kiln_graph_output_at(g, 0), 0);
+    float *x = malloc((size_t)(m * k) * sizeof *x), *yg = malloc((size_t)(m * n) * sizeof *yg),
+          *yc = malloc((size_t)(m * n) * sizeof *yc);
+    kt_fill_normal(r, x, (size_t)(m * k), 1.0f);
+    const float *in[] = { x };
+    float *og[] = { yg }, *oc[] = { yc };
+    kiln_cpu *cpu;
+    cr_assert_eq(kiln_cpu_create(g, NULL, &cpu), KILN_OK);
+    cr_assert_eq(kiln_session_run(s, m, in, og), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_cpu_run(cpu, m, in, oc), KILN_OK);
+    kiln_cpu_destroy(cpu);
+    double scale = 0, worst = 0;
+    for (int64_t i = 0; i < m * n; i++)
+        scale = fmax(scale, fabs(yc[i]));
+    for (int64_t i = 0; i < m * n; i++) {
+        cr_assert(isfinite(yg[i]), "%s m=%lld y[%lld][%lld] = %g", what, (long long)m,
+                  (long long)(i / n), (long long)(i % n), yg[i]);
+        double err = fabs((double)yg[i] - yc[i]);
+        double tol = ldexp(scale, -6) + ldexp(fabs(yc[i]), -6);
+        cr_assert_leq(err, tol, "%s m=%lld y[%lld][%lld]: gpu %g cpu %g", what, (long long)m,
+                      (long long)(i / n), (long long)(i % n), yg[i], yc[i]);
+        worst = fmax(worst, err / scale);
+    }
+    free(x);
+    free(yg);
+    free(yc);
+    return worst;
+}
+
+Test(gpu_wgmma, every_format_matches_the_cpu, .timeout = 1200)
+{
+    need_hopper();
+    fresh_cache();
+    kt_rng r = kt_rng_new(21);
+    /* N = 200 and 136 leave partial column tiles in both variants. */
+    static const int64_t shapes[][2] = { { 256, 512 }, { 200, 768 }, { 136, 256 } };
+    for (int f = 0; f < KILN_FMT_COUNT; f++)
+        for (size_t sh = 0; sh < KILN_ARRAY_LEN(shapes); sh++) {
+            weight w;
+            weight_make(&w, &r, (kiln_format)f, shapes[sh][0], shapes[sh][1]);
+            kiln_graph *g = linear_graph(&w);
+            kiln_session *s = wgmma_session(g);
+            char what[64];
+            snprintf(what, sizeof what, "%s %lldx%lld", kiln_format_get((kiln_format)f)->name,
+                     (long long)shapes[sh][0], (long long)shapes[sh][1]);
+            double worst = 0;
+            for (size_t i = 0; i < KILN_ARRAY_LEN(token_counts); i++)
+                worst = fmax(worst, compare(s, g, token_counts[i], &r, what));
+            fprintf(stderr, "wgmma %-22s max |gpu-cpu| = %.2e of max |y|\n", what, worst);
+            kiln_session_destroy(s);
+            kiln_graph_destroy(g);
+            weight_free(&w);
+        }
+}
+
+Test(gpu_wgmma, fused_ffn_matches_the_cpu, .timeout = 1200)
+{
+    need_hopper();
+    fresh_cache();
+    kt_rng r = kt_rng_new(22);
+    static const kiln_format fs[] = { KILN_FMT_BF16,  KILN_FMT_FP8_BLOCK, KILN_FMT_NVFP4,
+                                      KILN_FMT_MXFP4, KILN_FMT_Q4_K,      KILN_FMT_Q6_K };
+    float norm[512];
+    kt_fill_normal(&r, norm, 512, 0.2f);
+    for (int i = 0; i < 512; i++)
+        norm[i] += 1.0f;
+    for (size_t f = 0; f < KILN_ARRAY_LEN(fs); f++) {
+        weight gate, up, down;
+        weight_make(&gate, &r, fs[f], 768, 512);
+        weight_make(&up, &r, fs[f], 768, 512);
+        weight_make(&down, &r, fs[f], 512, 768);
+        kiln_graph *g = ffn_graph(&gate, &up, &down, norm);
+        kiln_session *s = wgmma_session(g);
+        const char *what = kiln_format_get(fs[f])->name;
+        double worst = 0;
+        for (size_t i = 0; i < KILN_ARRAY_LEN(token_counts); i++)
+            worst = fmax(worst, compare(s, g, token_counts[i], &r, what));
+        fprintf(stderr, "wgmma ffn %-12s max |gpu-cpu| = %.2e of max |y|\n", what, worst);
+        kiln_session_destroy(s);
+        kiln_graph_destroy(g);
+        weight_free(&gate);
+        weight_free(&up);
+        weight_free(&down);
+    }
+}
