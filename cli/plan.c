@@ -22,11 +22,11 @@ static void help(FILE *out)
 }
 
 /* Buckets [b0, b1] of linear i that share backend, activations and
- * epilogue print as one row. */
+ * epilogue print as one row, with the refusals of its first bucket. */
 static int same_choice(const kiln_plan_linear *a, const kiln_plan_linear *b)
 {
     return !strcmp(a->backend, b->backend) && !strcmp(a->act, b->act) &&
-           !strcmp(a->epilogue, b->epilogue) && !strcmp(a->refused, b->refused);
+           !strcmp(a->epilogue, b->epilogue) && a->fell_back == b->fell_back;
 }
 
 static void print_text(const kiln_plan *p, const char *source, const kiln_target *t)
