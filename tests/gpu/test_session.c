@@ -10,90 +10,11 @@
 #include <unistd.h>
 
 #include "codegen/backend.h"
-#include "runtime/driver.h"
-#include "testutil.h"
-
-static void need_gpu(void)
-{
-    const kiln_cu *cu;
-    if (kiln_cu_get(&cu) != KILN_OK)
-        cr_skip_test("no GPU here (%s): the gpu suite runs on a machine with one",
-                     kiln_last_error());
-}
+#include "gpuutil.h"
 
 /* A private writable cache per test process. */
 static char cache_path[256];
-static void fresh_cache(void)
-{
-    char dir[] = "/tmp/kiln-gpu-XXXXXX";
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(cache_path, sizeof cache_path, "%s/kernels.kiln", dir);
-}
-
-/* One weight with its storage, quantized from N(0, 1/K) values. */
-typedef struct weight {
-    kiln_qtensor q;
-    float *bias;
-} weight;
-
-static void weight_make(weight *w, kt_rng *r, kiln_format f, int64_t n, int64_t k)
-{
-    size_t data, scale;
-    cr_assert_eq(kiln_format_data_bytes(f, n, k, &data), KILN_OK);
-    cr_assert_eq(kiln_format_scale_bytes(f, n, k, &scale), KILN_OK);
-    float *src = malloc((size_t)(n * k) * sizeof *src);
-    kt_fill_normal(r, src, (size_t)(n * k), 1.0f / sqrtf((float)k));
-    w->q = (kiln_qtensor){ .format = f, .n = n, .k = k, .data = malloc(data),
-                           .scale = scale ? malloc(scale) : NULL };
-    cr_assert_eq(kiln_quantize(src, &w->q), KILN_OK, "%s", kiln_last_error());
-    free(src);
-    w->bias = malloc((size_t)n * sizeof *w->bias);
-    kt_fill_normal(r, w->bias, (size_t)n, 0.1f);
-}
-
-static void weight_free(weight *w)
-{
-    free(w->q.data);
-    free(w->q.scale);
-    free(w->bias);
-}
-
-/* y = x·wᵀ + b, alone in a graph. */
-static kiln_graph *linear_graph(weight *w)
-{
-    kiln_graph *g;
-    kiln_tensor *x, *wt, *b, *y;
-    cr_assert_eq(kiln_graph_create(&g), KILN_OK);
-    cr_assert_eq(kiln_graph_input(g, "x", w->q.k, &x), KILN_OK);
-    cr_assert_eq(kiln_graph_weight(g, "w", &w->q, &wt), KILN_OK, "%s", kiln_last_error());
-    cr_assert_eq(kiln_graph_param(g, "b", w->q.n, w->bias, &b), KILN_OK);
-    cr_assert_eq(kiln_graph_linear(g, "y", x, wt, b, &y), KILN_OK);
-    cr_assert_eq(kiln_graph_output(g, y), KILN_OK);
-    return g;
-}
-
-/* A gated FFN block with a residual, so the fused epilogues run. */
-static kiln_graph *ffn_graph(weight *gate, weight *up, weight *down, float *norm)
-{
-    kiln_graph *g;
-    kiln_tensor *x, *nw, *wg, *wu, *wd, *h, *a, *u, *s, *p, *d, *y;
-    int64_t dm = gate->q.k;
-    cr_assert_eq(kiln_graph_create(&g), KILN_OK);
-    cr_assert_eq(kiln_graph_input(g, "x", dm, &x), KILN_OK);
-    cr_assert_eq(kiln_graph_param(g, "norm", dm, norm, &nw), KILN_OK);
-    cr_assert_eq(kiln_graph_weight(g, "gate.w", &gate->q, &wg), KILN_OK);
-    cr_assert_eq(kiln_graph_weight(g, "up.w", &up->q, &wu), KILN_OK);
-    cr_assert_eq(kiln_graph_weight(g, "down.w", &down->q, &wd), KILN_OK);
-    cr_assert_eq(kiln_graph_rms_norm(g, "h", x, nw, 1e-5f, &h), KILN_OK);
-    cr_assert_eq(kiln_graph_linear(g, "gate", h, wg, NULL, &a), KILN_OK);
-    cr_assert_eq(kiln_graph_linear(g, "up", h, wu, NULL, &u), KILN_OK);
-    cr_assert_eq(kiln_graph_silu(g, "act", a, &s), KILN_OK);
-    cr_assert_eq(kiln_graph_mul(g, "prod", s, u, &p), KILN_OK);
-    cr_assert_eq(kiln_graph_linear(g, "down", p, wd, NULL, &d), KILN_OK);
-    cr_assert_eq(kiln_graph_add(g, "y", x, d, &y), KILN_OK);
-    cr_assert_eq(kiln_graph_output(g, y), KILN_OK);
-    return g;
-}
+static void fresh_cache(void) { kt_fresh_cache(cache_path, sizeof cache_path); }
 
 static const int64_t capture[] = { 1, 4, 16, 64 };
 
@@ -147,16 +68,16 @@ static double compare(kiln_session *s, kiln_graph *g, int64_t m, kt_rng *r, floa
 
 Test(gpu_session, every_format_matches_the_cpu, .timeout = 600)
 {
-    need_gpu();
+    kt_need_gpu();
     fresh_cache();
     kt_rng r = kt_rng_new(1);
     static const int64_t shapes[][2] = { { 256, 512 }, { 200, 768 } };
     static const int64_t ms[] = { 1, 3, 16, 50 };
     for (int f = 0; f < KILN_FMT_COUNT; f++)
         for (size_t sh = 0; sh < 2; sh++) {
-            weight w;
-            weight_make(&w, &r, (kiln_format)f, shapes[sh][0], shapes[sh][1]);
-            kiln_graph *g = linear_graph(&w);
+            kt_weight w;
+            kt_weight_make(&w, &r, (kiln_format)f, shapes[sh][0], shapes[sh][1]);
+            kiln_graph *g = kt_linear_graph(&w);
             kiln_session *s = session(g, 0);
             double worst = 0;
             for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
@@ -166,13 +87,13 @@ Test(gpu_session, every_format_matches_the_cpu, .timeout = 600)
                     (long long)shapes[sh][1], worst);
             kiln_session_destroy(s);
             kiln_graph_destroy(g);
-            weight_free(&w);
+            kt_weight_free(&w);
         }
 }
 
 Test(gpu_session, fused_ffn_matches_the_cpu, .timeout = 600)
 {
-    need_gpu();
+    kt_need_gpu();
     fresh_cache();
     kt_rng r = kt_rng_new(2);
     kiln_format fs[] = { KILN_FMT_BF16, KILN_FMT_FP8_BLOCK, KILN_FMT_NVFP4, KILN_FMT_Q4_K };
@@ -181,30 +102,30 @@ Test(gpu_session, fused_ffn_matches_the_cpu, .timeout = 600)
     for (int i = 0; i < 512; i++)
         norm[i] += 1.0f;
     for (size_t f = 0; f < sizeof fs / sizeof fs[0]; f++) {
-        weight gate, up, down;
-        weight_make(&gate, &r, fs[f], 768, 512);
-        weight_make(&up, &r, fs[f], 768, 512);
-        weight_make(&down, &r, fs[f], 512, 768);
-        kiln_graph *g = ffn_graph(&gate, &up, &down, norm);
+        kt_weight gate, up, down;
+        kt_weight_make(&gate, &r, fs[f], 768, 512);
+        kt_weight_make(&up, &r, fs[f], 768, 512);
+        kt_weight_make(&down, &r, fs[f], 512, 768);
+        kiln_graph *g = kt_ffn_graph(&gate, &up, &down, norm);
         kiln_session *s = session(g, 0);
         for (int64_t m = 1; m <= 64; m *= 4)
             compare(s, g, m, &r, NULL);
         kiln_session_destroy(s);
         kiln_graph_destroy(g);
-        weight_free(&gate);
-        weight_free(&up);
-        weight_free(&down);
+        kt_weight_free(&gate);
+        kt_weight_free(&up);
+        kt_weight_free(&down);
     }
 }
 
 Test(gpu_session, graph_replay_equals_eager_launches, .timeout = 600)
 {
-    need_gpu();
+    kt_need_gpu();
     fresh_cache();
     kt_rng r = kt_rng_new(3);
-    weight w;
-    weight_make(&w, &r, KILN_FMT_Q4_K, 384, 1024);
-    kiln_graph *g = linear_graph(&w);
+    kt_weight w;
+    kt_weight_make(&w, &r, KILN_FMT_Q4_K, 384, 1024);
+    kiln_graph *g = kt_linear_graph(&w);
     kiln_session *graphs = session(g, 0), *eager = session(g, 1);
     float x[37 * 1024], a[37 * 384], b[37 * 384];
     kt_fill_normal(&r, x, sizeof x / sizeof x[0], 1.0f);
@@ -218,18 +139,18 @@ Test(gpu_session, graph_replay_equals_eager_launches, .timeout = 600)
     kiln_session_destroy(graphs);
     kiln_session_destroy(eager);
     kiln_graph_destroy(g);
-    weight_free(&w);
+    kt_weight_free(&w);
 }
 
 Test(gpu_session, reloaded_weights_reach_captured_graphs, .timeout = 600)
 {
-    need_gpu();
+    kt_need_gpu();
     fresh_cache();
     kt_rng r = kt_rng_new(4);
-    weight w, w2;
-    weight_make(&w, &r, KILN_FMT_FP8_CHANNEL, 256, 512);
-    weight_make(&w2, &r, KILN_FMT_FP8_CHANNEL, 256, 512);
-    kiln_graph *g = linear_graph(&w);
+    kt_weight w, w2;
+    kt_weight_make(&w, &r, KILN_FMT_FP8_CHANNEL, 256, 512);
+    kt_weight_make(&w2, &r, KILN_FMT_FP8_CHANNEL, 256, 512);
+    kiln_graph *g = kt_linear_graph(&w);
     kiln_session *s = session(g, 0);
     float before[4 * 256], after[4 * 256];
     compare(s, g, 4, &r, before);
@@ -256,18 +177,18 @@ Test(gpu_session, reloaded_weights_reach_captured_graphs, .timeout = 600)
     cr_assert_eq(kiln_session_set_weight(s, "nope", &w2.q), KILN_ERR_NOT_FOUND);
     kiln_session_destroy(s);
     kiln_graph_destroy(g);
-    weight_free(&w);
-    weight_free(&w2);
+    kt_weight_free(&w);
+    kt_weight_free(&w2);
 }
 
 Test(gpu_session, offline_miss_names_the_signature, .timeout = 300)
 {
-    need_gpu();
+    kt_need_gpu();
     fresh_cache();
     kt_rng r = kt_rng_new(5);
-    weight w;
-    weight_make(&w, &r, KILN_FMT_Q8_0, 64, 256);
-    kiln_graph *g = linear_graph(&w);
+    kt_weight w;
+    kt_weight_make(&w, &r, KILN_FMT_Q8_0, 64, 256);
+    kiln_graph *g = kt_linear_graph(&w);
     kiln_session_options o = { .cache = cache_path, .offline = 1, .quiet = 1 };
     kiln_session *s = NULL;
     cr_assert_eq(kiln_session_create(g, &o, &s), KILN_ERR_OFFLINE_MISS);
@@ -275,17 +196,17 @@ Test(gpu_session, offline_miss_names_the_signature, .timeout = 300)
     cr_assert(strstr(kiln_last_error(), "linear backend="), "%s", kiln_last_error());
     cr_assert(strstr(kiln_last_error(), "format=q8_0"), "%s", kiln_last_error());
     kiln_graph_destroy(g);
-    weight_free(&w);
+    kt_weight_free(&w);
 }
 
 Test(gpu_session, bad_token_counts_are_refused, .timeout = 300)
 {
-    need_gpu();
+    kt_need_gpu();
     fresh_cache();
     kt_rng r = kt_rng_new(6);
-    weight w;
-    weight_make(&w, &r, KILN_FMT_BF16, 64, 128);
-    kiln_graph *g = linear_graph(&w);
+    kt_weight w;
+    kt_weight_make(&w, &r, KILN_FMT_BF16, 64, 128);
+    kiln_graph *g = kt_linear_graph(&w);
     kiln_session *s = session(g, 0);
     float x[65 * 128], y[65 * 64];
     const float *in[] = { x };
@@ -296,7 +217,7 @@ Test(gpu_session, bad_token_counts_are_refused, .timeout = 300)
     cr_assert_eq(kiln_session_run(s, 0, in, out), KILN_ERR_SHAPE);
     kiln_session_destroy(s);
     kiln_graph_destroy(g);
-    weight_free(&w);
+    kt_weight_free(&w);
 }
 
 /* Large inputs (4 MiB a run) replayed back to back: each run must see its
@@ -304,12 +225,12 @@ Test(gpu_session, bad_token_counts_are_refused, .timeout = 300)
  * result computed from part of the previous input. */
 Test(gpu_session, every_run_sees_its_own_large_input, .timeout = 300)
 {
-    need_gpu();
+    kt_need_gpu();
     fresh_cache();
     kt_rng r = kt_rng_new(7);
-    weight w;
-    weight_make(&w, &r, KILN_FMT_BF16, 128, 4096);
-    kiln_graph *g = linear_graph(&w);
+    kt_weight w;
+    kt_weight_make(&w, &r, KILN_FMT_BF16, 128, 4096);
+    kiln_graph *g = kt_linear_graph(&w);
     static const int64_t sizes[] = { 512 };
     kiln_session_options o = { .cache = cache_path, .quiet = 1,
                                 .plan = { .capture = sizes, .n_capture = 1 } };
@@ -319,19 +240,19 @@ Test(gpu_session, every_run_sees_its_own_large_input, .timeout = 300)
         compare(s, g, 512, &r, NULL);
     kiln_session_destroy(s);
     kiln_graph_destroy(g);
-    weight_free(&w);
+    kt_weight_free(&w);
 }
 
 /* Cubins built for another architecture family cannot load: the error names
  * the kernel, its signature and both targets, and nothing runs. */
 Test(gpu_session, cubin_for_another_arch_is_named, .timeout = 300)
 {
-    need_gpu();
+    kt_need_gpu();
     fresh_cache();
     kt_rng r = kt_rng_new(8);
-    weight w;
-    weight_make(&w, &r, KILN_FMT_Q4_0, 64, 256);
-    kiln_graph *g = linear_graph(&w);
+    kt_weight w;
+    kt_weight_make(&w, &r, KILN_FMT_Q4_0, 64, 256);
+    kiln_graph *g = kt_linear_graph(&w);
     kiln_target live, other;
     cr_assert_eq(kiln_target_live(0, &live), KILN_OK);
     /* sm_75 code runs on no later major architecture */
@@ -345,5 +266,5 @@ Test(gpu_session, cubin_for_another_arch_is_named, .timeout = 300)
     cr_assert(strstr(e, "linear backend="), "%s", e);
     cr_assert(strstr(e, "cuModuleLoadData: CUDA_ERROR_"), "%s", e);
     kiln_graph_destroy(g);
-    weight_free(&w);
+    kt_weight_free(&w);
 }

@@ -7,17 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/driver.h"
+#include "gpuutil.h"
 #include "runtime/session.h"
-#include "testutil.h"
-
-static void need_gpu(void)
-{
-    const kiln_cu *cu;
-    if (kiln_cu_get(&cu) != KILN_OK)
-        cr_skip_test("no GPU here (%s): the gpu suite runs on a machine with one",
-                     kiln_last_error());
-}
 
 Test(gpu_session_bench, needs_a_session)
 {
@@ -86,12 +77,12 @@ static void bench_one(int eager)
 
 Test(gpu_session_bench, graph_replays_are_timed, .timeout = 300)
 {
-    need_gpu();
+    kt_need_gpu();
     bench_one(0);
 }
 
 Test(gpu_session_bench, eager_launches_are_timed, .timeout = 300)
 {
-    need_gpu();
+    kt_need_gpu();
     bench_one(1);
 }

@@ -8,90 +8,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/driver.h"
-#include "testutil.h"
+#include "core.h"
+#include "gpuutil.h"
+
+static char cache_path[256];
+static void fresh_cache(void) { kt_fresh_cache(cache_path, sizeof cache_path); }
 
 static void need_hopper(void)
 {
-    const kiln_cu *cu;
-    if (kiln_cu_get(&cu) != KILN_OK)
-        cr_skip_test("no GPU here (%s): the gpu suite runs on a machine with one",
-                     kiln_last_error());
+    kt_need_gpu();
     kiln_target t;
     cr_assert_eq(kiln_target_live(0, &t), KILN_OK, "%s", kiln_last_error());
     if (!t.wgmma)
         cr_skip_test("the GPU is %s: wgmma needs sm_90a", t.name);
-}
-
-static char cache_path[256];
-static void fresh_cache(void)
-{
-    char dir[] = "/tmp/kiln-wgmma-XXXXXX";
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(cache_path, sizeof cache_path, "%s/kernels.kiln", dir);
-}
-
-typedef struct weight {
-    kiln_qtensor q;
-    float *bias;
-} weight;
-
-static void weight_make(weight *w, kt_rng *r, kiln_format f, int64_t n, int64_t k)
-{
-    size_t data, scale;
-    cr_assert_eq(kiln_format_data_bytes(f, n, k, &data), KILN_OK);
-    cr_assert_eq(kiln_format_scale_bytes(f, n, k, &scale), KILN_OK);
-    float *src = malloc((size_t)(n * k) * sizeof *src);
-    kt_fill_normal(r, src, (size_t)(n * k), 1.0f / sqrtf((float)k));
-    w->q = (kiln_qtensor){ .format = f, .n = n, .k = k, .data = malloc(data),
-                           .scale = scale ? malloc(scale) : NULL };
-    cr_assert_eq(kiln_quantize(src, &w->q), KILN_OK, "%s", kiln_last_error());
-    free(src);
-    w->bias = malloc((size_t)n * sizeof *w->bias);
-    kt_fill_normal(r, w->bias, (size_t)n, 0.1f);
-}
-
-static void weight_free(weight *w)
-{
-    free(w->q.data);
-    free(w->q.scale);
-    free(w->bias);
-}
-
-static kiln_graph *linear_graph(weight *w)
-{
-    kiln_graph *g;
-    kiln_tensor *x, *wt, *b, *y;
-    cr_assert_eq(kiln_graph_create(&g), KILN_OK);
-    cr_assert_eq(kiln_graph_input(g, "x", w->q.k, &x), KILN_OK);
-    cr_assert_eq(kiln_graph_weight(g, "w", &w->q, &wt), KILN_OK, "%s", kiln_last_error());
-    cr_assert_eq(kiln_graph_param(g, "b", w->q.n, w->bias, &b), KILN_OK);
-    cr_assert_eq(kiln_graph_linear(g, "y", x, wt, b, &y), KILN_OK);
-    cr_assert_eq(kiln_graph_output(g, y), KILN_OK);
-    return g;
-}
-
-/* x + down(silu(gate(rms(x))) · up(rms(x))): silu_mul and residual fused. */
-static kiln_graph *ffn_graph(weight *gate, weight *up, weight *down, float *norm)
-{
-    kiln_graph *g;
-    kiln_tensor *x, *nw, *wg, *wu, *wd, *h, *a, *u, *s, *p, *d, *y;
-    int64_t dm = gate->q.k;
-    cr_assert_eq(kiln_graph_create(&g), KILN_OK);
-    cr_assert_eq(kiln_graph_input(g, "x", dm, &x), KILN_OK);
-    cr_assert_eq(kiln_graph_param(g, "norm", dm, norm, &nw), KILN_OK);
-    cr_assert_eq(kiln_graph_weight(g, "gate.w", &gate->q, &wg), KILN_OK);
-    cr_assert_eq(kiln_graph_weight(g, "up.w", &up->q, &wu), KILN_OK);
-    cr_assert_eq(kiln_graph_weight(g, "down.w", &down->q, &wd), KILN_OK);
-    cr_assert_eq(kiln_graph_rms_norm(g, "h", x, nw, 1e-5f, &h), KILN_OK);
-    cr_assert_eq(kiln_graph_linear(g, "gate", h, wg, NULL, &a), KILN_OK);
-    cr_assert_eq(kiln_graph_linear(g, "up", h, wu, NULL, &u), KILN_OK);
-    cr_assert_eq(kiln_graph_silu(g, "act", a, &s), KILN_OK);
-    cr_assert_eq(kiln_graph_mul(g, "prod", s, u, &p), KILN_OK);
-    cr_assert_eq(kiln_graph_linear(g, "down", p, wd, NULL, &d), KILN_OK);
-    cr_assert_eq(kiln_graph_add(g, "y", x, d, &y), KILN_OK);
-    cr_assert_eq(kiln_graph_output(g, y), KILN_OK);
-    return g;
 }
 
 /* Buckets 1, 16, 64 take the 64-wide tile, 192 the 128-wide one. */
@@ -156,9 +85,9 @@ Test(gpu_wgmma, every_format_matches_the_cpu, .timeout = 1200)
     static const int64_t shapes[][2] = { { 256, 512 }, { 200, 768 }, { 136, 256 } };
     for (int f = 0; f < KILN_FMT_COUNT; f++)
         for (size_t sh = 0; sh < KILN_ARRAY_LEN(shapes); sh++) {
-            weight w;
-            weight_make(&w, &r, (kiln_format)f, shapes[sh][0], shapes[sh][1]);
-            kiln_graph *g = linear_graph(&w);
+            kt_weight w;
+            kt_weight_make(&w, &r, (kiln_format)f, shapes[sh][0], shapes[sh][1]);
+            kiln_graph *g = kt_linear_graph(&w);
             kiln_session *s = wgmma_session(g);
             char what[64];
             snprintf(what, sizeof what, "%s %lldx%lld", kiln_format_get((kiln_format)f)->name,
@@ -169,7 +98,7 @@ Test(gpu_wgmma, every_format_matches_the_cpu, .timeout = 1200)
             fprintf(stderr, "wgmma %-22s max |gpu-cpu| = %.2e of max |y|\n", what, worst);
             kiln_session_destroy(s);
             kiln_graph_destroy(g);
-            weight_free(&w);
+            kt_weight_free(&w);
         }
 }
 
@@ -185,11 +114,11 @@ Test(gpu_wgmma, fused_ffn_matches_the_cpu, .timeout = 1200)
     for (int i = 0; i < 512; i++)
         norm[i] += 1.0f;
     for (size_t f = 0; f < KILN_ARRAY_LEN(fs); f++) {
-        weight gate, up, down;
-        weight_make(&gate, &r, fs[f], 768, 512);
-        weight_make(&up, &r, fs[f], 768, 512);
-        weight_make(&down, &r, fs[f], 512, 768);
-        kiln_graph *g = ffn_graph(&gate, &up, &down, norm);
+        kt_weight gate, up, down;
+        kt_weight_make(&gate, &r, fs[f], 768, 512);
+        kt_weight_make(&up, &r, fs[f], 768, 512);
+        kt_weight_make(&down, &r, fs[f], 512, 768);
+        kiln_graph *g = kt_ffn_graph(&gate, &up, &down, norm);
         kiln_session *s = wgmma_session(g);
         const char *what = kiln_format_get(fs[f])->name;
         double worst = 0;
@@ -198,8 +127,8 @@ Test(gpu_wgmma, fused_ffn_matches_the_cpu, .timeout = 1200)
         fprintf(stderr, "wgmma ffn %-12s max |gpu-cpu| = %.2e of max |y|\n", what, worst);
         kiln_session_destroy(s);
         kiln_graph_destroy(g);
-        weight_free(&gate);
-        weight_free(&up);
-        weight_free(&down);
+        kt_weight_free(&gate);
+        kt_weight_free(&up);
+        kt_weight_free(&down);
     }
 }
