@@ -28,44 +28,6 @@ static kiln_session *session(kiln_graph *g, int eager)
     return s;
 }
 
-/* Run g on the session and on the CPU executor with the same input. The GPU
- * keeps activations in BF16 (8 significant bits): inputs, every intermediate
- * and the output are rounded to it, so each output may differ from the f32
- * CPU result by a few BF16 ulps of the terms that made it. The bound is
- * 2^-6 of the largest |y| plus 2^-6 of |y| itself. */
-static double compare(kiln_session *s, kiln_graph *g, int64_t m, kt_rng *r, float *gpu_out)
-{
-    int64_t k = kiln_tensor_ne(kiln_graph_input_at(g, 0), 0);
-    int64_t n = kiln_tensor_ne(kiln_graph_output_at(g, 0), 0);
-    float *x = malloc((size_t)(m * k) * sizeof *x), *yg = malloc((size_t)(m * n) * sizeof *yg),
-          *yc = malloc((size_t)(m * n) * sizeof *yc);
-    kt_fill_normal(r, x, (size_t)(m * k), 1.0f);
-    const float *in[] = { x };
-    float *og[] = { yg }, *oc[] = { yc };
-    kiln_cpu *cpu;
-    cr_assert_eq(kiln_cpu_create(g, NULL, &cpu), KILN_OK);
-    cr_assert_eq(kiln_session_run(s, m, in, og), KILN_OK, "%s", kiln_last_error());
-    cr_assert_eq(kiln_cpu_run(cpu, m, in, oc), KILN_OK);
-    kiln_cpu_destroy(cpu);
-    double scale = 0, worst = 0;
-    for (int64_t i = 0; i < m * n; i++)
-        scale = fmax(scale, fabs(yc[i]));
-    for (int64_t i = 0; i < m * n; i++) {
-        cr_assert(isfinite(yg[i]), "y[%lld] = %g", (long long)i, yg[i]);
-        double err = fabs((double)yg[i] - yc[i]);
-        double tol = ldexp(scale, -6) + ldexp(fabs(yc[i]), -6);
-        cr_assert_leq(err, tol, "m=%lld y[%lld][%lld]: gpu %g cpu %g", (long long)m,
-                      (long long)(i / n), (long long)(i % n), yg[i], yc[i]);
-        worst = fmax(worst, err / scale);
-    }
-    if (gpu_out)
-        memcpy(gpu_out, yg, (size_t)(m * n) * sizeof *yg);
-    free(x);
-    free(yg);
-    free(yc);
-    return worst;
-}
-
 Test(gpu_session, every_format_matches_the_cpu, .timeout = 600)
 {
     kt_need_gpu();
@@ -81,7 +43,8 @@ Test(gpu_session, every_format_matches_the_cpu, .timeout = 600)
             kiln_session *s = session(g, 0);
             double worst = 0;
             for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
-                worst = fmax(worst, compare(s, g, ms[i], &r, NULL));
+                worst = fmax(worst, kt_compare_cpu(s, g, ms[i], &r,
+                                                   kiln_format_get((kiln_format)f)->name, NULL));
             fprintf(stderr, "%-12s %lldx%lld: max |gpu-cpu| = %.2e of max |y|\n",
                     kiln_format_get((kiln_format)f)->name, (long long)shapes[sh][0],
                     (long long)shapes[sh][1], worst);
@@ -109,7 +72,7 @@ Test(gpu_session, fused_ffn_matches_the_cpu, .timeout = 600)
         kiln_graph *g = kt_ffn_graph(&gate, &up, &down, norm);
         kiln_session *s = session(g, 0);
         for (int64_t m = 1; m <= 64; m *= 4)
-            compare(s, g, m, &r, NULL);
+            kt_compare_cpu(s, g, m, &r, "", NULL);
         kiln_session_destroy(s);
         kiln_graph_destroy(g);
         kt_weight_free(&gate);
@@ -153,7 +116,7 @@ Test(gpu_session, reloaded_weights_reach_captured_graphs, .timeout = 600)
     kiln_graph *g = kt_linear_graph(&w);
     kiln_session *s = session(g, 0);
     float before[4 * 256], after[4 * 256];
-    compare(s, g, 4, &r, before);
+    kt_compare_cpu(s, g, 4, &r, "", before);
     /* New values in the caller's memory, then into the session's buffers:
      * the graphs instantiated at create time see them. */
     size_t data, scale;
@@ -163,7 +126,7 @@ Test(gpu_session, reloaded_weights_reach_captured_graphs, .timeout = 600)
     memcpy(w.q.scale, w2.q.scale, scale);
     const kiln_qtensor *live = kiln_tensor_weight(kiln_graph_find(g, "w"));
     cr_assert_eq(kiln_session_set_weight(s, "w", live), KILN_OK, "%s", kiln_last_error());
-    compare(s, g, 4, &r, after);
+    kt_compare_cpu(s, g, 4, &r, "", after);
     cr_assert_neq(memcmp(before, after, sizeof before), 0, "the output changed");
 
     kiln_qtensor other = w2.q;
@@ -237,7 +200,7 @@ Test(gpu_session, every_run_sees_its_own_large_input, .timeout = 300)
     kiln_session *s = NULL;
     cr_assert_eq(kiln_session_create(g, &o, &s), KILN_OK, "%s", kiln_last_error());
     for (int rep = 0; rep < 6; rep++)
-        compare(s, g, 512, &r, NULL);
+        kt_compare_cpu(s, g, 512, &r, "", NULL);
     kiln_session_destroy(s);
     kiln_graph_destroy(g);
     kt_weight_free(&w);

@@ -40,42 +40,6 @@ static kiln_session *wgmma_session(kiln_graph *g)
     return s;
 }
 
-/* The GPU rounds the weights to BF16 for the tensor cores and keeps
- * activations in BF16; the CPU executor keeps f32. Each output may differ
- * by a few BF16 ulps of the terms that made it: the bound is 2^-6 of the
- * largest |y| plus 2^-6 of |y| itself, as the session suite's. */
-static double compare(kiln_session *s, kiln_graph *g, int64_t m, kt_rng *r, const char *what)
-{
-    int64_t k = kiln_tensor_ne(kiln_graph_input_at(g, 0), 0);
-    int64_t n = kiln_tensor_ne(kiln_graph_output_at(g, 0), 0);
-    float *x = malloc((size_t)(m * k) * sizeof *x), *yg = malloc((size_t)(m * n) * sizeof *yg),
-          *yc = malloc((size_t)(m * n) * sizeof *yc);
-    kt_fill_normal(r, x, (size_t)(m * k), 1.0f);
-    const float *in[] = { x };
-    float *og[] = { yg }, *oc[] = { yc };
-    kiln_cpu *cpu;
-    cr_assert_eq(kiln_cpu_create(g, NULL, &cpu), KILN_OK);
-    cr_assert_eq(kiln_session_run(s, m, in, og), KILN_OK, "%s", kiln_last_error());
-    cr_assert_eq(kiln_cpu_run(cpu, m, in, oc), KILN_OK);
-    kiln_cpu_destroy(cpu);
-    double scale = 0, worst = 0;
-    for (int64_t i = 0; i < m * n; i++)
-        scale = fmax(scale, fabs(yc[i]));
-    for (int64_t i = 0; i < m * n; i++) {
-        cr_assert(isfinite(yg[i]), "%s m=%lld y[%lld][%lld] = %g", what, (long long)m,
-                  (long long)(i / n), (long long)(i % n), yg[i]);
-        double err = fabs((double)yg[i] - yc[i]);
-        double tol = ldexp(scale, -6) + ldexp(fabs(yc[i]), -6);
-        cr_assert_leq(err, tol, "%s m=%lld y[%lld][%lld]: gpu %g cpu %g", what, (long long)m,
-                      (long long)(i / n), (long long)(i % n), yg[i], yc[i]);
-        worst = fmax(worst, err / scale);
-    }
-    free(x);
-    free(yg);
-    free(yc);
-    return worst;
-}
-
 Test(gpu_wgmma, every_format_matches_the_cpu, .timeout = 1200)
 {
     need_hopper();
@@ -94,7 +58,7 @@ Test(gpu_wgmma, every_format_matches_the_cpu, .timeout = 1200)
                      (long long)shapes[sh][0], (long long)shapes[sh][1]);
             double worst = 0;
             for (size_t i = 0; i < KILN_ARRAY_LEN(token_counts); i++)
-                worst = fmax(worst, compare(s, g, token_counts[i], &r, what));
+                worst = fmax(worst, kt_compare_cpu(s, g, token_counts[i], &r, what, NULL));
             fprintf(stderr, "wgmma %-22s max |gpu-cpu| = %.2e of max |y|\n", what, worst);
             kiln_session_destroy(s);
             kiln_graph_destroy(g);
@@ -123,7 +87,7 @@ Test(gpu_wgmma, fused_ffn_matches_the_cpu, .timeout = 1200)
         const char *what = kiln_format_get(fs[f])->name;
         double worst = 0;
         for (size_t i = 0; i < KILN_ARRAY_LEN(token_counts); i++)
-            worst = fmax(worst, compare(s, g, token_counts[i], &r, what));
+            worst = fmax(worst, kt_compare_cpu(s, g, token_counts[i], &r, what, NULL));
         fprintf(stderr, "wgmma ffn %-12s max |gpu-cpu| = %.2e of max |y|\n", what, worst);
         kiln_session_destroy(s);
         kiln_graph_destroy(g);

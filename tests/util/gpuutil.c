@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 void kt_need_gpu(void)
 {
@@ -75,4 +76,39 @@ kiln_graph *kt_ffn_graph(kt_weight *gate, kt_weight *up, kt_weight *down, float 
     cr_assert_eq(kiln_graph_add(g, "y", x, d, &y), KILN_OK);
     cr_assert_eq(kiln_graph_output(g, y), KILN_OK);
     return g;
+}
+
+double kt_compare_cpu(kiln_session *s, kiln_graph *g, int64_t m, kt_rng *r, const char *what,
+                      float *gpu_out)
+{
+    int64_t k = kiln_tensor_ne(kiln_graph_input_at(g, 0), 0);
+    int64_t n = kiln_tensor_ne(kiln_graph_output_at(g, 0), 0);
+    float *x = malloc((size_t)(m * k) * sizeof *x), *yg = malloc((size_t)(m * n) * sizeof *yg),
+          *yc = malloc((size_t)(m * n) * sizeof *yc);
+    kt_fill_normal(r, x, (size_t)(m * k), 1.0f);
+    const float *in[] = { x };
+    float *og[] = { yg }, *oc[] = { yc };
+    kiln_cpu *cpu;
+    cr_assert_eq(kiln_cpu_create(g, NULL, &cpu), KILN_OK);
+    cr_assert_eq(kiln_session_run(s, m, in, og), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_cpu_run(cpu, m, in, oc), KILN_OK);
+    kiln_cpu_destroy(cpu);
+    double scale = 0, worst = 0;
+    for (int64_t i = 0; i < m * n; i++)
+        scale = fmax(scale, fabs(yc[i]));
+    for (int64_t i = 0; i < m * n; i++) {
+        cr_assert(isfinite(yg[i]), "%s m=%lld y[%lld][%lld] = %g", what, (long long)m,
+                  (long long)(i / n), (long long)(i % n), yg[i]);
+        double err = fabs((double)yg[i] - yc[i]);
+        double tol = ldexp(scale, -6) + ldexp(fabs(yc[i]), -6);
+        cr_assert_leq(err, tol, "%s m=%lld y[%lld][%lld]: gpu %g cpu %g", what, (long long)m,
+                      (long long)(i / n), (long long)(i % n), yg[i], yc[i]);
+        worst = fmax(worst, err / scale);
+    }
+    if (gpu_out)
+        memcpy(gpu_out, yg, (size_t)(m * n) * sizeof *yg);
+    free(x);
+    free(yg);
+    free(yc);
+    return worst;
 }

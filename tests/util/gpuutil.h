@@ -29,4 +29,14 @@ kiln_graph *kt_linear_graph(kt_weight *w);
  * epilogues fuse. norm is f32 [K of gate]. */
 kiln_graph *kt_ffn_graph(kt_weight *gate, kt_weight *up, kt_weight *down, float *norm);
 
+/* Run g (one input, one output) for m tokens on the session and on the CPU
+ * executor with the same fresh input, and assert they agree. The GPU keeps
+ * activations (and, for tensor cores, weights) in BF16 with its 8
+ * significant bits, the CPU f32: each output may differ by a few BF16 ulps of
+ * the terms that made it, so the bound is 2^-6 of the largest |y| plus 2^-6
+ * of |y| itself. what names the case in failures; gpu_out (may be NULL) gets
+ * the GPU's output. Returns the largest difference over the largest |y|. */
+double kt_compare_cpu(kiln_session *s, kiln_graph *g, int64_t m, kt_rng *r, const char *what,
+                      float *gpu_out);
+
 #endif
