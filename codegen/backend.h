@@ -51,6 +51,13 @@ typedef struct kiln_launch {
     unsigned smem; /* dynamic shared memory, bytes */
 } kiln_launch;
 
+/* Where a backend wants a linear's weights. */
+typedef struct kiln_weight_layout {
+    int packed;         /* 0: kiln's storage layout (the sizes below unused) */
+    size_t data_bytes;  /* the packed arrays, when packed */
+    size_t scale_bytes;
+} kiln_weight_layout;
+
 /* Capability checks write a reason into why (for the plan's report and the
  * no-fit error) and return 0 when they refuse. */
 typedef struct kiln_backend {
@@ -81,12 +88,19 @@ typedef struct kiln_backend {
      * launch. */
     kiln_status (*launch)(const kiln_target *t, const kiln_linear_kernel *k, int64_t m,
                           kiln_launch *out);
+    /* Weights in a layout of the backend's own, optional (NULL: kiln's
+     * storage layout everywhere). layout says which layout kernel k reads
+     * on t; pack writes src (storage layout) into arrays of the sizes
+     * layout gave, for a kernel whose layout is packed. A session keeps one
+     * device copy per weight and layout. */
+    kiln_status (*layout)(const kiln_target *t, const kiln_linear_kernel *k, kiln_weight_layout *out);
+    kiln_status (*pack)(const kiln_target *t, const kiln_qtensor *src, void *data, void *scale);
 } kiln_backend;
 
 /* The portable fallback: dequantize + f32 FMA, every format, sm_75+. */
 extern const kiln_backend kiln_backend_simt;
 /* Decode (M bucket <= 16): bandwidth-bound matrix-vector products, every
- * format, sm_75+. */
+ * format, sm_75+; tensor cores and packed weights on sm_80+. */
 extern const kiln_backend kiln_backend_gemv;
 /* Hopper warpgroup MMA (sm_90a): every format dequantized to BF16 in the
  * main loop, f32 accumulators. */

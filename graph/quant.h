@@ -12,6 +12,8 @@ void kiln_quant_q4_0_quantize(const float *src, kiln_qtensor *t);
 void kiln_quant_q4_0_dequantize(const kiln_qtensor *t, float *dst);
 void kiln_quant_q4_k_quantize(const float *src, kiln_qtensor *t);
 void kiln_quant_q4_k_dequantize(const kiln_qtensor *t, float *dst);
+/* Sub-block j's 6-bit scale and min from a Q4_K block's 12 packed bytes. */
+void kiln_quant_q4_k_scale_min(int j, const uint8_t *s, uint8_t *sc, uint8_t *m);
 void kiln_quant_q6_k_quantize(const float *src, kiln_qtensor *t);
 void kiln_quant_q6_k_dequantize(const kiln_qtensor *t, float *dst);
 void kiln_quant_ggml_mxfp4_quantize(const float *src, kiln_qtensor *t);

@@ -220,7 +220,7 @@ void kiln_quant_ggml_mxfp4_dequantize(const kiln_qtensor *t, float *dst)
  * scale and min in the low 6 bits of bytes j and j + 4; sub-block j >= 4
  * splits them: low 4 bits in the nibbles of byte j + 4, high 2 bits in the
  * top bits of bytes j - 4 (scale) and j (min). */
-static void q4_k_scale_min(int j, const uint8_t *s, uint8_t *sc, uint8_t *m)
+void kiln_quant_q4_k_scale_min(int j, const uint8_t *s, uint8_t *sc, uint8_t *m)
 {
     if (j < 4) {
         *sc = s[j] & 63;
@@ -346,7 +346,7 @@ static void q4_k_quantize_block(const float *x, uint8_t *y)
      * -dmin * m whatever they are. */
     for (int j = 0; j < QK_K / 32; j++) {
         uint8_t sc, m;
-        q4_k_scale_min(j, s, &sc, &m);
+        kiln_quant_q4_k_scale_min(j, s, &sc, &m);
         const float d = load_f16(y) * sc;
         if (d == 0.0f)
             continue;
@@ -380,9 +380,9 @@ void kiln_quant_q4_k_dequantize(const kiln_qtensor *t, float *dst)
         float *out = dst + b * QK_K;
         for (int c = 0; c < 4; c++, q += 32, out += 64) {
             uint8_t sc, m;
-            q4_k_scale_min(2 * c, y + 4, &sc, &m);
+            kiln_quant_q4_k_scale_min(2 * c, y + 4, &sc, &m);
             const float d1 = d * sc, m1 = dmin * m;
-            q4_k_scale_min(2 * c + 1, y + 4, &sc, &m);
+            kiln_quant_q4_k_scale_min(2 * c + 1, y + 4, &sc, &m);
             const float d2 = d * sc, m2 = dmin * m;
             for (int l = 0; l < 32; l++)
                 out[l] = d1 * (q[l] & 0xF) - m1;

@@ -9,10 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Device copies of one weight tensor (kiln storage layout: no backend built
- * so far packs weights). Reloads copy into these very buffers. */
+/* Device copies of one weight tensor in one layout: kiln's storage layout
+ * (packer NULL) or the packed layout of the backend `packer`. A weight read
+ * by two layouts (a packed decode kernel and a prefill kernel on the
+ * storage layout) has two. Reloads copy into these very buffers. */
 typedef struct dev_weight {
     kiln_tensor *tensor;
+    const kiln_backend *packer;
     CUdeviceptr data, scale, global;
     size_t data_bytes, scale_bytes;
 } dev_weight;
@@ -53,57 +56,121 @@ struct kiln_session {
 
 /* ------------------------------------------------------------ weights */
 
-static dev_weight *weight_of(kiln_session *s, const kiln_tensor *t)
+static dev_weight *weight_of(kiln_session *s, const kiln_tensor *t, const kiln_backend *packer)
 {
     for (int i = 0; i < s->n_weights; i++)
-        if (s->weights[i].tensor == t)
+        if (s->weights[i].tensor == t && s->weights[i].packer == packer)
             return &s->weights[i];
     return NULL;
+}
+
+/* The layout kernel d reads its weight in: *packer NULL for kiln's
+ * storage layout, else d's backend. */
+static kiln_status layout_of(const kiln_session *s, const kiln_kernel_desc *d,
+                             const kiln_backend **packer, kiln_weight_layout *lay)
+{
+    *packer = NULL;
+    *lay = (kiln_weight_layout){ 0 };
+    if (!d->backend->layout)
+        return KILN_OK;
+    kiln_status st = d->backend->layout(&s->plan->target, &d->linear, lay);
+    if (st == KILN_OK && lay->packed)
+        *packer = d->backend;
+    return st;
 }
 
 /* Copies go on the session's stream, which does not wait for the legacy
  * stream: a plain cuMemcpyHtoD from pageable memory may return before its
  * DMA lands, and a graph replayed next on a non-blocking stream would race
- * it. The caller synchronizes the stream before reusing host memory. */
+ * it. The stream is synchronized before host memory is reused or freed. */
 static kiln_status weight_upload(kiln_session *s, dev_weight *w, const kiln_qtensor *q)
 {
-    CU(s->cu->MemcpyHtoDAsync(w->data, q->data, w->data_bytes, s->stream), w->tensor->name);
+    const char *name = w->tensor->name;
+    const void *data = q->data, *scale = q->scale;
+    void *packed = NULL;
+    if (w->packer) {
+        if (!(packed = malloc(w->data_bytes + w->scale_bytes + 1)))
+            return kiln_fail(KILN_ERR_NOMEM, "weight %s: %zu bytes to pack it", name,
+                             w->data_bytes + w->scale_bytes);
+        kiln_status st = w->packer->pack(&s->plan->target, q, packed, (char *)packed + w->data_bytes);
+        if (st != KILN_OK) {
+            free(packed);
+            return kiln_fail_prefix(st, "weight %s", name);
+        }
+        data = packed, scale = (char *)packed + w->data_bytes;
+    }
+    kiln_status st = kiln_cu_check(s->cu, s->cu->MemcpyHtoDAsync(w->data, data, w->data_bytes, s->stream), name);
+    if (st == KILN_OK && w->scale_bytes)
+        st = kiln_cu_check(s->cu, s->cu->MemcpyHtoDAsync(w->scale, scale, w->scale_bytes, s->stream), name);
+    if (st == KILN_OK)
+        st = kiln_cu_check(s->cu, s->cu->MemcpyHtoDAsync(w->global, &q->global_scale, sizeof(float), s->stream), name);
+    kiln_status sync = kiln_cu_check(s->cu, s->cu->StreamSynchronize(s->stream), name);
+    free(packed);
+    return st != KILN_OK ? st : sync;
+}
+
+/* The device copy of t in the layout linear l's kernel for bucket b reads,
+ * created and uploaded on first use. */
+static kiln_status weight_for(kiln_session *s, const kiln_plan_lin *l, int b, dev_weight **out)
+{
+    kiln_tensor *t = l->node->src[1];
+    const kiln_backend *packer;
+    kiln_weight_layout lay;
+    kiln_status st = layout_of(s, &s->build.kernels[l->choice[b].signature].desc, &packer, &lay);
+    if (st != KILN_OK)
+        return kiln_fail_prefix(st, "weight %s", t->name);
+    if ((*out = weight_of(s, t, packer)))
+        return KILN_OK;
+    dev_weight *w = *out = &s->weights[s->n_weights++];
+    *w = (dev_weight){ .tensor = t, .packer = packer };
+    if (packer) {
+        w->data_bytes = lay.data_bytes, w->scale_bytes = lay.scale_bytes;
+    } else {
+        st = kiln_format_data_bytes(t->weight.format, t->weight.n, t->weight.k, &w->data_bytes);
+        if (st == KILN_OK)
+            st = kiln_format_scale_bytes(t->weight.format, t->weight.n, t->weight.k,
+                                         &w->scale_bytes);
+        if (st != KILN_OK)
+            return kiln_fail_prefix(st, "weight %s", t->name);
+    }
+    CU(s->cu->MemAlloc(&w->data, w->data_bytes), t->name);
     if (w->scale_bytes)
-        CU(s->cu->MemcpyHtoDAsync(w->scale, q->scale, w->scale_bytes, s->stream),
-           w->tensor->name);
-    CU(s->cu->MemcpyHtoDAsync(w->global, &q->global_scale, sizeof(float), s->stream),
-       w->tensor->name);
-    CU(s->cu->StreamSynchronize(s->stream), w->tensor->name);
+        CU(s->cu->MemAlloc(&w->scale, w->scale_bytes), t->name);
+    CU(s->cu->MemAlloc(&w->global, sizeof(float)), t->name);
+    s->stats.weight_bytes += w->data_bytes + w->scale_bytes;
+    /* Graph weights that share host bytes (a benchmark's rotated copies)
+     * are packed once and copied on the device. */
+    const dev_weight *same = NULL;
+    for (int i = 0; i < s->n_weights - 1 && !same; i++) {
+        const kiln_qtensor *a = &s->weights[i].tensor->weight, *q = &t->weight;
+        if (s->weights[i].packer == packer && a->data == q->data && a->scale == q->scale &&
+            a->format == q->format && a->n == q->n && a->k == q->k &&
+            a->global_scale == q->global_scale)
+            same = &s->weights[i];
+    }
+    if (!same)
+        return weight_upload(s, w, &t->weight);
+    CU(s->cu->MemcpyDtoD(w->data, same->data, w->data_bytes), t->name);
+    if (w->scale_bytes)
+        CU(s->cu->MemcpyDtoD(w->scale, same->scale, w->scale_bytes), t->name);
+    CU(s->cu->MemcpyDtoD(w->global, same->global, sizeof(float)), t->name);
     return KILN_OK;
 }
 
 static kiln_status weights_create(kiln_session *s)
 {
     const kiln_plan *p = s->plan;
-    s->weights = calloc((size_t)p->n_linears + 1, sizeof *s->weights);
+    s->weights = calloc((size_t)p->n_linears * (size_t)p->n_buckets + 1, sizeof *s->weights);
     s->params = calloc((size_t)s->graph->tensors.n + 1, sizeof *s->params);
     if (!s->weights || !s->params)
         return kiln_fail(KILN_ERR_NOMEM, "session: weights");
     for (int i = 0; i < p->n_linears; i++) {
-        kiln_tensor *t = p->linears[i].node->src[1];
-        if (weight_of(s, t))
-            continue;
-        dev_weight *w = &s->weights[s->n_weights++];
-        w->tensor = t;
-        kiln_status st = kiln_format_data_bytes(t->weight.format, t->weight.n, t->weight.k,
-                                                &w->data_bytes);
-        if (st == KILN_OK)
-            st = kiln_format_scale_bytes(t->weight.format, t->weight.n, t->weight.k,
-                                         &w->scale_bytes);
-        if (st != KILN_OK)
-            return kiln_fail_prefix(st, "weight %s", t->name);
-        CU(s->cu->MemAlloc(&w->data, w->data_bytes), t->name);
-        if (w->scale_bytes)
-            CU(s->cu->MemAlloc(&w->scale, w->scale_bytes), t->name);
-        CU(s->cu->MemAlloc(&w->global, sizeof(float)), t->name);
-        if ((st = weight_upload(s, w, &t->weight)))
-            return st;
-        s->stats.weight_bytes += w->data_bytes + w->scale_bytes;
+        for (int b = 0; b < p->n_buckets; b++) {
+            dev_weight *w;
+            kiln_status st = weight_for(s, &p->linears[i], b, &w);
+            if (st != KILN_OK)
+                return st;
+        }
     }
     for (int i = 0; i < s->graph->tensors.n; i++) {
         kiln_tensor *t = s->graph->tensors.v[i];
@@ -122,8 +189,10 @@ kiln_status kiln_session_set_weight(kiln_session *s, const char *name, const kil
     if (!s || !name || !q)
         return kiln_fail(KILN_ERR_INVALID_ARG, "set_weight: session, name and weight are required");
     kiln_tensor *t = kiln_graph_find(s->graph, name);
-    dev_weight *w = t ? weight_of(s, t) : NULL;
-    if (!w)
+    int copies = 0;
+    for (int i = 0; t && i < s->n_weights; i++)
+        copies += s->weights[i].tensor == t;
+    if (!copies)
         return kiln_fail(KILN_ERR_NOT_FOUND, "set_weight: no weight %s in the session", name);
     const kiln_qtensor *old = &t->weight;
     if (q->format != old->format || q->n != old->n || q->k != old->k)
@@ -135,11 +204,18 @@ kiln_status kiln_session_set_weight(kiln_session *s, const char *name, const kil
                          (long long)old->k,
                          kiln_format_get(q->format) ? kiln_format_get(q->format)->name : "?",
                          (long long)q->n, (long long)q->k);
-    if (!q->data || (w->scale_bytes && !q->scale))
+    if (!q->data || (kiln_format_get(q->format)->scale_type != KILN_SCALE_NONE && !q->scale))
         return kiln_fail(KILN_ERR_INVALID_ARG, "set_weight %s: data or scale missing", name);
     /* The stream may be replaying a graph that reads the old weights. */
     CU(s->cu->StreamSynchronize(s->stream), "set_weight");
-    return weight_upload(s, w, q);
+    for (int i = 0; i < s->n_weights; i++) {
+        if (s->weights[i].tensor != t)
+            continue;
+        kiln_status st = weight_upload(s, &s->weights[i], q);
+        if (st != KILN_OK)
+            return st;
+    }
+    return KILN_OK;
 }
 
 /* ------------------------------------------------------------ kernels */
@@ -193,7 +269,15 @@ static kiln_status launch_step(kiln_session *s, const kiln_program *bk, int si)
     switch (st->kind) {
     case KILN_STEP_LINEAR: {
         const kiln_plan_lin *l = &s->plan->linears[st->linear];
-        const dev_weight *w = weight_of(s, l->node->src[1]);
+        const kiln_backend *packer;
+        kiln_weight_layout lay;
+        kiln_status lst = layout_of(s, &k->desc, &packer, &lay);
+        if (lst != KILN_OK)
+            return lst;
+        const dev_weight *w = weight_of(s, l->node->src[1], packer);
+        if (!w)
+            return kiln_fail(KILN_ERR_STATE, "linear %s: no device copy of its weight in the "
+                             "layout of %s", l->node->name, k->desc.backend->name);
         a.linear = (kiln_linear_args){
             .y = (void *)value_ptr(s, bk, st->dst),
             .x = (const void *)value_ptr(s, bk, st->src[0]),

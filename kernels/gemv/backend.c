@@ -1,10 +1,15 @@
 /* The gemv backend's host side: decode-sized linears (M bucket <= 16) as
- * bandwidth-bound matrix-vector products, every format in kiln's storage
- * layout (nothing to pack). It picks the M class variant, the block shape
- * (k-split, x tile) and the shared memory of kernels/gemv/gemv.cuh, and
- * instantiates it. The layout arithmetic here mirrors gemv_layout in the
- * template, which checks the emitted total against its own. */
+ * bandwidth-bound matrix-vector products. Two kernels:
+ *   tc.cuh    sm_80+, every format exact in BF16, K a multiple of 64:
+ *             tensor cores on weights packed by kernels/gemv/pack.c;
+ *   gemv.cuh  everything else (F32, F16, older parts, odd K): f32 FMA on
+ *             kiln's storage layout.
+ * It picks the kernel, the M class variant and the block shape, and
+ * instantiates the template. The layout arithmetic for gemv.cuh mirrors
+ * gemv_layout in the template, which checks the emitted total against
+ * its own. */
 #include "codegen/backend.h"
+#include "kernels/gemv/pack.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -78,6 +83,75 @@ enum {
     /* Without a known limit, what every CUDA device gives a block. */
     GEMV_DEFAULT_SMEM = 48 * 1024,
 };
+
+/* The tensor-core kernel's M classes: tokens up to max_m (one or two
+ * token tiles of 8) and row tiles of 16 per warp. At m = 16 a warp takes
+ * two row tiles, so each x fragment it loads feeds two of them. */
+typedef struct tc_variant {
+    const char *name;
+    int max_m, row_tiles, warps;
+} tc_variant;
+
+static const tc_variant tc_variants[] = {
+    { "tc8", 8, 1, 8 },
+    { "tc16", 16, 2, 8 },
+};
+
+static const tc_variant *tc_for_bucket(int64_t m) { return m <= 8 ? &tc_variants[0] : &tc_variants[1]; }
+
+/* Formats whose f32 kernel is the faster one for a single token: at m = 1
+ * seven of the mma's eight token columns are idle and the tensor-core
+ * kernel's per-weight decoding and per-block scaling, which the f32 kernel
+ * folds into its FMAs, decide (H200, kiln-bench gemm: docs/PERFORMANCE.md).
+ * From two tokens on the mma wins. */
+static const unsigned fp32_for_one_token = 1u << KILN_FMT_FP8_TENSOR | 1u << KILN_FMT_FP8_CHANNEL |
+                                           1u << KILN_FMT_FP8_BLOCK | 1u << KILN_FMT_MXFP8 |
+                                           1u << KILN_FMT_NVFP4 | 1u << KILN_FMT_MXFP4 |
+                                           1u << KILN_FMT_Q4_0 | 1u << KILN_FMT_Q4_K |
+                                           1u << KILN_FMT_GGML_MXFP4;
+
+/* Whether bucket m of linear c on t runs the tensor-core kernel. */
+static int tc_takes(const kiln_target *t, const kiln_linear_cfg *c, int64_t m)
+{
+    if (!kiln_gemv_tc_serves(t, c->format, c->n, c->k))
+        return 0;
+    return m > 1 || !(fp32_for_one_token & (1u << c->format));
+}
+
+static const tc_variant *tc_named(const char *name)
+{
+    for (size_t i = 0; i < KILN_ARRAY_LEN(tc_variants); i++)
+        if (!strcmp(tc_variants[i].name, name))
+            return &tc_variants[i];
+    return NULL;
+}
+
+typedef struct tc_config {
+    int k_split;
+    unsigned blocks;
+} tc_config;
+
+/* Split K across a block's warps while the launch is short of warps and
+ * every slice keeps four atoms of 64 values. */
+static int tc_configure(const kiln_linear_cfg *c, const tc_variant *v, tc_config *out, char *why,
+                        size_t size)
+{
+    if (c->n > INT_MAX || c->k > INT_MAX) {
+        snprintf(why, size, "N=%lld, K=%lld: both must be below 2^31", (long long)c->n,
+                 (long long)c->k);
+        return 0;
+    }
+    const int64_t groups = kiln_ceil_div(kiln_ceil_div(c->n, 16), v->row_tiles);
+    const int64_t atoms = c->k / 64;
+    int split = 1;
+    while (split * 2 <= v->warps && groups * split < GEMV_MIN_WARPS && atoms >= 8 * split)
+        split *= 2;
+    *out = (tc_config){
+        .k_split = split,
+        .blocks = (unsigned)kiln_ceil_div(groups, v->warps / split),
+    };
+    return 1;
+}
 
 /* Everything a kernel's source and launch need. */
 typedef struct gemv_config {
@@ -204,6 +278,10 @@ static int gemv_can_implement(const kiln_target *t, const kiln_linear_cfg *c, in
         snprintf(why, size, "M bucket %lld > %d", (long long)bucket, GEMV_MAX_M);
         return 0;
     }
+    if (tc_takes(t, c, bucket)) {
+        tc_config tc;
+        return tc_configure(c, tc_for_bucket(bucket), &tc, why, size);
+    }
     gemv_config cfg;
     return gemv_configure(t, c, variant_for_bucket(bucket), &cfg, why, size);
 }
@@ -217,8 +295,9 @@ static kiln_act gemv_act(const kiln_target *t, const kiln_linear_cfg *c, int64_t
 static void gemv_variant_name(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket,
                               char *buf, size_t size)
 {
-    (void)t, (void)c;
-    snprintf(buf, size, "%s", variant_for_bucket(bucket)->name);
+    snprintf(buf, size, "%s",
+             tc_takes(t, c, bucket) ? tc_for_bucket(bucket)->name
+                                                            : variant_for_bucket(bucket)->name);
 }
 
 /* The configuration of k, or a refusal naming what gemv does not build. */
@@ -226,7 +305,8 @@ static kiln_status gemv_check(const kiln_target *t, const kiln_linear_kernel *k,
 {
     const gemv_variant *v = variant_named(k->variant);
     if (!v)
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv: no variant \"%s\" (m1, m2, m4, m8, m16)",
+        return kiln_fail(KILN_ERR_UNSUPPORTED,
+                         "gemv: no variant \"%s\" (m1, m2, m4, m8, m16, tc8, tc16)",
                          k->variant);
     if (k->act != KILN_ACT_BF16)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv: activations must be bf16, not %s",
@@ -243,11 +323,71 @@ static kiln_status gemv_check(const kiln_target *t, const kiln_linear_kernel *k,
     return KILN_OK;
 }
 
+/* The tensor-core configuration of k, or a refusal; *is_tc = 0 when k is
+ * not a tensor-core variant. */
+static kiln_status tc_check(const kiln_target *t, const kiln_linear_kernel *k, int *is_tc,
+                            const tc_variant **v, tc_config *out)
+{
+    *is_tc = 0;
+    if (!(*v = tc_named(k->variant)))
+        return KILN_OK;
+    *is_tc = 1;
+    if (k->act != KILN_ACT_BF16)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv: activations must be bf16, not %s",
+                         kiln_act_name(k->act));
+    if ((k->cfg.epilogue & KILN_EPI_RESIDUAL) && (k->cfg.epilogue & KILN_EPI_SILU_MUL))
+        return kiln_fail(KILN_ERR_UNSUPPORTED,
+                         "gemv: residual and silu_mul cannot both be fused (one aux input)");
+    if (!kiln_gemv_tc_serves(t, k->cfg.format, k->cfg.n, k->cfg.k))
+        return kiln_fail(KILN_ERR_UNSUPPORTED,
+                         "gemv %s: needs sm_80+, a format exact in bf16 and K a multiple of 64 "
+                         "(target %s, format %d, K=%lld)",
+                         (*v)->name, t->name, (int)k->cfg.format, (long long)k->cfg.k);
+    char why[256];
+    if (!tc_configure(&k->cfg, *v, out, why, sizeof why))
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv: %s", why);
+    return KILN_OK;
+}
+
+static kiln_status tc_emit(const kiln_linear_kernel *k, const tc_variant *v, const tc_config *c,
+                           const char *entry, char *buf, size_t size)
+{
+    unsigned epi = k->cfg.epilogue;
+    int n = snprintf(
+        buf, size,
+        "#include \"kiln/tc.cuh\"\n"
+        "\n"
+        "using format = kiln::tc_%s;\n"
+        "using shape = kiln::tc_shape</*max_m*/ %d, /*row_tiles*/ %d, /*warps*/ %d, /*k_split*/ %d>;\n"
+        "using epilogue = kiln::gemv_epilogue</*bias*/ %s, /*residual*/ %s, /*silu_mul*/ %s>;\n"
+        "\n"
+        "extern \"C\" __global__ void __launch_bounds__(shape::threads)\n"
+        "%s(const kiln_linear_args args)\n"
+        "{\n"
+        "    kiln::gemv_tc<format, shape, epilogue, /*n*/ %lld, /*k*/ %lld>(args);\n"
+        "}\n",
+        kiln_format_get(k->cfg.format)->name, v->max_m, v->row_tiles, v->warps, c->k_split,
+        epi & KILN_EPI_BIAS ? "true" : "false", epi & KILN_EPI_RESIDUAL ? "true" : "false",
+        epi & KILN_EPI_SILU_MUL ? "true" : "false", entry, (long long)k->cfg.n,
+        (long long)k->cfg.k);
+    if (n < 0 || (size_t)n >= size)
+        return kiln_fail(KILN_ERR_INVALID_ARG,
+                         "gemv: the source needs %d bytes, the buffer has %zu", n + 1, size);
+    return KILN_OK;
+}
+
 static kiln_status gemv_emit(const kiln_target *t, const kiln_linear_kernel *k, const char *entry,
                              char *buf, size_t size)
 {
+    int is_tc;
+    const tc_variant *tv;
+    tc_config tc;
+    kiln_status st = tc_check(t, k, &is_tc, &tv, &tc);
+    if (st != KILN_OK || is_tc)
+        return st != KILN_OK ? st : tc_emit(k, tv, &tc, entry, buf, size);
+
     gemv_config c;
-    kiln_status st = gemv_check(t, k, &c);
+    st = gemv_check(t, k, &c);
     if (st != KILN_OK)
         return st;
     unsigned epi = k->cfg.epilogue;
@@ -279,8 +419,24 @@ static kiln_status gemv_emit(const kiln_target *t, const kiln_linear_kernel *k, 
 static kiln_status gemv_launch(const kiln_target *t, const kiln_linear_kernel *k, int64_t m,
                                kiln_launch *out)
 {
+    int is_tc;
+    const tc_variant *tv;
+    tc_config tc;
+    kiln_status st = tc_check(t, k, &is_tc, &tv, &tc);
+    if (st != KILN_OK)
+        return st;
+    if (is_tc) {
+        if (m < 1 || m > tv->max_m)
+            return kiln_fail(KILN_ERR_SHAPE, "gemv %s: cannot launch for M = %lld (1 to %d)",
+                             tv->name, (long long)m, tv->max_m);
+        *out = (kiln_launch){
+            .grid = { tc.blocks, 1, 1 },
+            .block = { (unsigned)tv->warps * 32, 1, 1 },
+        };
+        return KILN_OK;
+    }
     gemv_config c;
-    kiln_status st = gemv_check(t, k, &c);
+    st = gemv_check(t, k, &c);
     if (st != KILN_OK)
         return st;
     if (m < 1 || m > c.v->max_m)
@@ -294,6 +450,27 @@ static kiln_status gemv_launch(const kiln_target *t, const kiln_linear_kernel *k
     return KILN_OK;
 }
 
+/* The tensor-core variants read the packed layout, the others kiln's. */
+static kiln_status gemv_layout(const kiln_target *t, const kiln_linear_kernel *k,
+                               kiln_weight_layout *out)
+{
+    *out = (kiln_weight_layout){ 0 };
+    if (!tc_named(k->variant) || !kiln_gemv_tc_serves(t, k->cfg.format, k->cfg.n, k->cfg.k))
+        return KILN_OK;
+    out->packed = 1;
+    return kiln_gemv_pack_bytes(k->cfg.format, k->cfg.n, k->cfg.k, &out->data_bytes,
+                                &out->scale_bytes);
+}
+
+static kiln_status gemv_pack(const kiln_target *t, const kiln_qtensor *src, void *data, void *scale)
+{
+    if (!kiln_gemv_tc_serves(t, src->format, src->n, src->k))
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv pack: %s [%lld, %lld] on %s keeps the storage layout",
+                         kiln_format_get(src->format) ? kiln_format_get(src->format)->name : "?",
+                         (long long)src->n, (long long)src->k, t->name);
+    return kiln_gemv_pack(src, data, scale);
+}
+
 const kiln_backend kiln_backend_gemv = {
     .name = "gemv",
     .formats = (1u << KILN_FMT_COUNT) - 1,
@@ -304,4 +481,6 @@ const kiln_backend kiln_backend_gemv = {
     .variant = gemv_variant_name,
     .emit = gemv_emit,
     .launch = gemv_launch,
+    .layout = gemv_layout,
+    .pack = gemv_pack,
 };

@@ -79,6 +79,22 @@ struct gemv_epilogue {
     static constexpr bool bias = Bias, residual = Residual, silu_mul = SiluMul;
 };
 
+// y[m, n] = epilogue(out), out being the row's scaled sum.
+template <class Epilogue>
+__device__ __forceinline__ void gemv_store(const kiln_linear_args &args, int N, int n, int m,
+                                           float out)
+{
+    const i64 at = (i64)m * N + n;
+    const u16 *aux = static_cast<const u16 *>(args.aux);
+    if constexpr (Epilogue::bias)
+        out += args.bias[n];
+    if constexpr (Epilogue::silu_mul)
+        out = silu_mul(out, bf16_to_f32(aux[at]));
+    if constexpr (Epilogue::residual)
+        out += bf16_to_f32(aux[at]);
+    static_cast<u16 *>(args.y)[at] = f32_to_bf16(out);
+}
+
 // ---------------------------------------------------------- copies
 
 // 16 or 4 bytes global → shared, the bytes past src_size zero-filled
@@ -422,22 +438,12 @@ __device__ void gemv(const kiln_linear_args &args)
     const bool holder = lane % spread == 0;
     auto element = [&](int i) { return P >= 32 ? lane * held + i : lane / spread; };
 
-    u16 *y = static_cast<u16 *>(args.y);
-    const u16 *aux = static_cast<const u16 *>(args.aux);
     auto store = [&](int g, int e, float sum) {
         const int r = e / S::max_m, m = e % S::max_m;
         const int n = (blockIdx.x * S::groups + g) * S::rows + r;
         if (n >= N || m >= args.m)
             return;
-        const i64 at = (i64)m * N + n;
-        float out = sum * F::factor * F::row_scale(args, n);
-        if constexpr (Epilogue::bias)
-            out += args.bias[n];
-        if constexpr (Epilogue::silu_mul)
-            out = silu_mul(out, bf16_to_f32(aux[at]));
-        if constexpr (Epilogue::residual)
-            out += bf16_to_f32(aux[at]);
-        y[at] = f32_to_bf16(out);
+        gemv_store<Epilogue>(args, N, n, m, sum * F::factor * F::row_scale(args, n));
     };
 
     if constexpr (S::k_split == 1) {

@@ -1,0 +1,392 @@
+/* The gemv backend's weight packing (pack.h): codes and scales read from
+ * kiln's storage layout (FORMATS.md) and written where the tensor-core
+ * kernel's lanes load them. */
+#include "kernels/gemv/pack.h"
+
+#include "graph/quant.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { TILE = 16, ATOM = 64, LANES = 32, QK_K = 256 };
+
+/* How a format's codes sit in a lane's words (tc.cuh). */
+typedef enum pack_class {
+    PACK_W16,  /* BF16: word 4j + r, half at bit 16·half */
+    PACK_W8,   /* a byte a value: word 2j + (s >> 1), byte h + 2·(s & 1) */
+    PACK_INT4, /* a nibble: word j, nibble r + 4·half */
+    PACK_E2M1, /* word j, the magnitude and sign where decode_e2m1 finds them */
+    PACK_Q6,   /* low nibble as PACK_INT4, high 2 bits in the lane's qh words */
+} pack_class;
+
+/* Scale records a lane group reads per atom. */
+typedef enum pack_record {
+    REC_NATIVE, /* none packed: the storage layout's scale array, copied */
+    REC_E8M0,   /* 4 bytes: (g, 0), (g, 1), (g + 8, 0), (g + 8, 1) per 32 */
+    REC_F16,    /* 8 bytes: f16 of the same four */
+    REC_E4M3,   /* 8 bytes: (g, 0..3), (g + 8, 0..3) per 16, as nvfp4_scale_code */
+    REC_Q4_K,   /* 8 bytes + super-record 8 */
+    REC_Q6_K,   /* 8 bytes + super-record 4 */
+} pack_record;
+
+typedef struct pack_format {
+    int supported;
+    pack_class cls;
+    int atom_bytes;
+    pack_record rec;
+    /* The code of weight (n, k) as the class stores it. */
+    unsigned (*code)(const kiln_qtensor *q, int64_t n, int64_t k);
+} pack_format;
+
+static size_t at(const kiln_qtensor *q, int64_t n, int64_t k) { return (size_t)n * (size_t)q->k + (size_t)k; }
+
+static unsigned u16_at(const uint8_t *p) { return (unsigned)p[0] | ((unsigned)p[1] << 8); }
+
+static unsigned code_bf16(const kiln_qtensor *q, int64_t n, int64_t k)
+{
+    return u16_at((const uint8_t *)q->data + 2 * at(q, n, k));
+}
+
+static unsigned code_byte(const kiln_qtensor *q, int64_t n, int64_t k)
+{
+    return ((const uint8_t *)q->data)[at(q, n, k)];
+}
+
+/* The even element in the low nibble (MXFP4, NVFP4). */
+static unsigned code_fp4(const kiln_qtensor *q, int64_t n, int64_t k)
+{
+    unsigned b = ((const uint8_t *)q->data)[at(q, n, k) / 2];
+    return k & 1 ? b >> 4 : b & 0xF;
+}
+
+/* NVFP4's block scale is packed as a positive magnitude (nvfp4_scale_code):
+ * a negative one's sign moves into its block's codes, and a zero one's
+ * block gets zero codes, which is what w = e2m1 · scale makes them. */
+static unsigned code_nvfp4(const kiln_qtensor *q, int64_t n, int64_t k)
+{
+    const float s = kiln_e4m3_to_f32(((const uint8_t *)q->scale)[at(q, n, k) / 16]);
+    unsigned c = code_fp4(q, n, k);
+    return s == 0.0f ? 0 : s < 0.0f ? c ^ 8u : c;
+}
+
+/* The scale as tc.cuh's tc_nvfp4 decodes it: f32 bits >> 20 (exponent and
+ * three mantissa bits, exact for every E4M3 magnitude, subnormals
+ * normalized) less 110 << 3, in 64..207. Zero for a zero scale (its
+ * block's codes are zero) and for NaN (no finite weight to keep). */
+static uint8_t nvfp4_scale_code(uint8_t e4m3)
+{
+    const float s = fabsf(kiln_e4m3_to_f32(e4m3));
+    if (!(s > 0.0f))
+        return 0;
+    uint32_t u;
+    memcpy(&u, &s, sizeof u);
+    return (uint8_t)((u >> 20) - (110u << 3));
+}
+
+/* GGML's 32-value blocks: element j < 16 the low nibble of qs[j], j + 16
+ * its high nibble. */
+static unsigned split_nibble(const uint8_t *qs, int64_t j) { return j < 16 ? qs[j] & 0xF : qs[j - 16] >> 4; }
+
+static const uint8_t *ggml_block(const kiln_qtensor *q, int64_t n, int64_t k, int block, int bytes)
+{
+    return (const uint8_t *)q->data + at(q, n, k) / (size_t)block * (size_t)bytes;
+}
+
+static unsigned code_q8_0(const kiln_qtensor *q, int64_t n, int64_t k)
+{
+    return ggml_block(q, n, k, 32, 34)[2 + k % 32] ^ 0x80u; /* q + 128 */
+}
+
+static unsigned code_q4_0(const kiln_qtensor *q, int64_t n, int64_t k)
+{
+    return split_nibble(ggml_block(q, n, k, 32, 18) + 2, k % 32);
+}
+
+static unsigned code_ggml_mxfp4(const kiln_qtensor *q, int64_t n, int64_t k)
+{
+    return split_nibble(ggml_block(q, n, k, 32, 17) + 1, k % 32);
+}
+
+static unsigned code_q4_k(const kiln_qtensor *q, int64_t n, int64_t k)
+{
+    const uint8_t *qs = ggml_block(q, n, k, QK_K, 144) + 16;
+    int64_t p = k % QK_K, l = p % 64;
+    uint8_t b = qs[p / 64 * 32 + l % 32];
+    return l < 32 ? b & 0xFu : (unsigned)b >> 4;
+}
+
+/* The 6-bit code: quarter c of a 128-value half takes the low or high
+ * nibble of ql[l] or ql[l + 32] and bits 2c, 2c + 1 of qh[l]. */
+static unsigned code_q6_k(const kiln_qtensor *q, int64_t n, int64_t k)
+{
+    const uint8_t *y = ggml_block(q, n, k, QK_K, 210);
+    int64_t p = k % QK_K, half = p / 128, c = p % 128 / 32, l = p % 32;
+    uint8_t b = y[half * 64 + l + (c & 1) * 32];
+    unsigned lo = c < 2 ? b & 0xFu : (unsigned)b >> 4;
+    unsigned hi = (y[128 + half * 32 + l] >> (2 * c)) & 3u;
+    return lo | hi << 4;
+}
+
+static const pack_format formats[] = {
+    [KILN_FMT_F32] = { 0 },
+    [KILN_FMT_F16] = { 0 },
+    [KILN_FMT_BF16] = { 1, PACK_W16, 2048, REC_NATIVE, code_bf16 },
+    [KILN_FMT_FP8_TENSOR] = { 1, PACK_W8, 1024, REC_NATIVE, code_byte },
+    [KILN_FMT_FP8_CHANNEL] = { 1, PACK_W8, 1024, REC_NATIVE, code_byte },
+    [KILN_FMT_FP8_BLOCK] = { 1, PACK_W8, 1024, REC_NATIVE, code_byte },
+    [KILN_FMT_MXFP8] = { 1, PACK_W8, 1024, REC_E8M0, code_byte },
+    [KILN_FMT_NVFP4] = { 1, PACK_E2M1, 512, REC_E4M3, code_nvfp4 },
+    [KILN_FMT_MXFP4] = { 1, PACK_E2M1, 512, REC_E8M0, code_fp4 },
+    [KILN_FMT_Q8_0] = { 1, PACK_W8, 1024, REC_F16, code_q8_0 },
+    [KILN_FMT_Q4_0] = { 1, PACK_INT4, 512, REC_F16, code_q4_0 },
+    [KILN_FMT_Q4_K] = { 1, PACK_INT4, 512, REC_Q4_K, code_q4_k },
+    [KILN_FMT_Q6_K] = { 1, PACK_Q6, 768, REC_Q6_K, code_q6_k },
+    [KILN_FMT_GGML_MXFP4] = { 1, PACK_E2M1, 512, REC_E8M0, code_ggml_mxfp4 },
+};
+_Static_assert(KILN_ARRAY_LEN(formats) == KILN_FMT_COUNT, "one row per format");
+
+/* Record bytes per lane group and super-record bytes (per 256 values). */
+static const int record_bytes[] = { [REC_NATIVE] = 0, [REC_E8M0] = 4, [REC_F16] = 8,
+                                    [REC_E4M3] = 8, [REC_Q4_K] = 8, [REC_Q6_K] = 8 };
+static const int super_bytes[] = { [REC_Q4_K] = 8, [REC_Q6_K] = 4 };
+
+int kiln_gemv_tc_serves(const kiln_target *t, kiln_format f, int64_t n, int64_t k)
+{
+    return t->sm >= 80 && (unsigned)f < KILN_FMT_COUNT && formats[f].supported && n > 0 &&
+           k > 0 && k % ATOM == 0;
+}
+
+kiln_status kiln_gemv_pack_bytes(kiln_format f, int64_t n, int64_t k, size_t *data, size_t *scale)
+{
+    if ((unsigned)f >= KILN_FMT_COUNT || !formats[f].supported)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv pack: format %d has no packed layout", (int)f);
+    if (n <= 0 || k <= 0 || k % ATOM)
+        return kiln_fail(KILN_ERR_SHAPE, "gemv pack: [%lld, %lld]: K must be a positive multiple of %d",
+                         (long long)n, (long long)k, ATOM);
+    const pack_format *pf = &formats[f];
+    size_t atoms, rec, sup = 0;
+    kiln_status st = kiln_format_data_bytes(f, n, k, data);
+    if (st != KILN_OK)
+        return st;
+    if (!kiln_mul_size((size_t)kiln_ceil_div(n, TILE), (size_t)(k / ATOM), &atoms) ||
+        !kiln_mul_size(atoms, (size_t)pf->atom_bytes, data))
+        return kiln_fail(KILN_ERR_SHAPE, "gemv pack: [%lld, %lld] overflows", (long long)n, (long long)k);
+    if (pf->rec == REC_NATIVE)
+        return kiln_format_scale_bytes(f, n, k, scale);
+    if (!kiln_mul_size(atoms, 8 * (size_t)record_bytes[pf->rec], &rec) ||
+        !kiln_mul_size(atoms / 4, 8 * (size_t)super_bytes[pf->rec], &sup) ||
+        !kiln_add_size(rec, sup, scale))
+        return kiln_fail(KILN_ERR_SHAPE, "gemv pack: [%lld, %lld] overflows", (long long)n, (long long)k);
+    return KILN_OK;
+}
+
+/* Where value (h, s) of k-tile j goes in a lane's words: word index and
+ * the bits of code placed there. */
+static void place(pack_class cls, int j, int h, int s, unsigned code, uint32_t *w, uint32_t *qh)
+{
+    const int r = 2 * (s >> 1) + h, half = s & 1;
+    switch (cls) {
+    case PACK_W16:
+        w[4 * j + r] |= (uint32_t)code << (16 * half);
+        break;
+    case PACK_W8:
+        w[2 * j + (s >> 1)] |= (uint32_t)code << (8 * (h + 2 * half));
+        break;
+    case PACK_INT4:
+        w[j] |= (uint32_t)(code & 0xF) << (4 * (r + 4 * half));
+        break;
+    case PACK_E2M1: {
+        /* Magnitude at 6, 3, 0 with the sign 9 above (registers 0..2);
+         * register 3: magnitude >> 1 at 10, its low bit at 13, sign at 14. */
+        static const int mag_at[3] = { 6, 3, 0 };
+        const uint32_t c = code & 7, sign = (code >> 3) & 1;
+        uint32_t bits = r < 3 ? c << mag_at[r] | sign << (mag_at[r] + 9)
+                              : (c >> 1) << 10 | (c & 1) << 13 | sign << 14;
+        w[j] |= bits << (16 * half);
+        break;
+    }
+    case PACK_Q6:
+        w[j] |= (uint32_t)(code & 0xF) << (4 * (r + 4 * half));
+        qh[j >> 1] |= (uint32_t)((code >> 4) & 3) << (2 * ((j & 1) * 4 + r) + 16 * half);
+        break;
+    }
+}
+
+static void store_le32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8), p[2] = (uint8_t)(v >> 16), p[3] = (uint8_t)(v >> 24);
+}
+
+/* Row tiles [r0, r1) of the data array. */
+static void pack_data(const kiln_qtensor *q, const pack_format *pf, uint8_t *out, int64_t r0,
+                      int64_t r1)
+{
+    const int64_t atoms = q->k / ATOM;
+    for (int64_t r = r0; r < r1; r++) {
+        for (int64_t a = 0; a < atoms; a++) {
+            uint8_t *atom = out + (size_t)(r * atoms + a) * (size_t)pf->atom_bytes;
+            for (int l = 0; l < LANES; l++) {
+                const int g = l / 4, t = l % 4;
+                uint32_t w[16] = { 0 }, qh[2] = { 0 };
+                for (int j = 0; j < 4; j++)
+                    for (int h = 0; h < 2; h++)
+                        for (int s = 0; s < 4; s++) {
+                            const int64_t n = r * TILE + g + 8 * h;
+                            const int64_t k = a * ATOM + 16 * j + 4 * t + s;
+                            if (n < q->n)
+                                place(pf->cls, j, h, s, pf->code(q, n, k), w, qh);
+                        }
+                const int pieces = pf->cls == PACK_Q6 ? 1 : pf->atom_bytes / 512;
+                for (int p = 0; p < pieces; p++)
+                    for (int i = 0; i < 4; i++)
+                        store_le32(atom + p * 512 + l * 16 + 4 * i, w[4 * p + i]);
+                if (pf->cls == PACK_Q6)
+                    for (int i = 0; i < 2; i++)
+                        store_le32(atom + 512 + l * 8 + 4 * i, qh[i]);
+            }
+        }
+    }
+}
+
+/* The scales of rows n (both halves of a record) for atom a, as bytes. */
+static void record_of(const kiln_qtensor *q, pack_record rec, int64_t n, int64_t a, uint8_t *out)
+{
+    const uint8_t *sc = q->scale;
+    switch (rec) {
+    case REC_E8M0: /* GGML's MXFP4 keeps its E8M0 at the head of each block */
+        for (int b = 0; b < 2; b++)
+            out[b] = q->format == KILN_FMT_GGML_MXFP4 ? ggml_block(q, n, a * ATOM + 32 * b, 32, 17)[0]
+                                                      : sc[at(q, n, a * ATOM + 32 * b) / 32];
+        break;
+    case REC_E4M3:
+        for (int b = 0; b < 4; b++)
+            out[b] = nvfp4_scale_code(sc[at(q, n, a * ATOM + 16 * b) / 16]);
+        break;
+    case REC_F16: {
+        const int bytes = q->format == KILN_FMT_Q8_0 ? 34 : 18;
+        for (int b = 0; b < 2; b++)
+            memcpy(out + 2 * b, ggml_block(q, n, a * ATOM + 32 * b, 32, bytes), 2);
+        break;
+    }
+    case REC_Q4_K: {
+        const uint8_t *y = ggml_block(q, n, a * ATOM, QK_K, 144);
+        for (int b = 0; b < 2; b++)
+            kiln_quant_q4_k_scale_min((int)(a % 4) * 2 + b, y + 4, &out[b], &out[2 + b]);
+        break;
+    }
+    case REC_Q6_K: {
+        const uint8_t *y = ggml_block(q, n, a * ATOM, QK_K, 210);
+        memcpy(out, y + 192 + (a % 4) * 4, 4);
+        break;
+    }
+    case REC_NATIVE:
+        break;
+    }
+}
+
+/* Row tiles [r0, r1) of the scale records. */
+static void pack_scales(const kiln_qtensor *q, const pack_format *pf, uint8_t *out, int64_t r0,
+                        int64_t r1)
+{
+    const int64_t tiles = kiln_ceil_div(q->n, TILE), atoms = q->k / ATOM;
+    const int rb = record_bytes[pf->rec], half = rb / 2;
+    uint8_t *super = out + (size_t)(tiles * atoms) * 8 * (size_t)rb;
+    for (int64_t r = r0; r < r1; r++) {
+        for (int64_t a = 0; a < atoms; a++) {
+            uint8_t *rec = out + (size_t)(r * atoms + a) * 8 * (size_t)rb;
+            for (int g = 0; g < 8; g++) {
+                for (int h = 0; h < 2; h++) {
+                    const int64_t n = r * TILE + g + 8 * h;
+                    uint8_t bytes[4] = { 0 };
+                    if (n < q->n)
+                        record_of(q, pf->rec, n, a, bytes);
+                    /* E8M0 interleaves the rows by byte pairs; the others
+                     * put row g + 8 in the record's second half. */
+                    if (pf->rec == REC_E8M0)
+                        memcpy(rec + g * rb + 2 * h, bytes, 2);
+                    else
+                        memcpy(rec + g * rb + half * h, bytes, (size_t)half);
+                }
+            }
+            if (a % 4 || !super_bytes[pf->rec])
+                continue;
+            const int sb = super_bytes[pf->rec];
+            uint8_t *srec = super + (size_t)(r * (atoms / 4) + a / 4) * 8 * (size_t)sb;
+            for (int g = 0; g < 8; g++)
+                for (int h = 0; h < 2; h++) {
+                    const int64_t n = r * TILE + g + 8 * h;
+                    uint8_t *dst = srec + g * sb + (sb / 2) * h;
+                    memset(dst, 0, (size_t)sb / 2);
+                    if (n >= q->n)
+                        continue;
+                    const uint8_t *y = pf->rec == REC_Q4_K ? ggml_block(q, n, a * ATOM, QK_K, 144)
+                                                           : ggml_block(q, n, a * ATOM, QK_K, 210) + 208;
+                    memcpy(dst, y, (size_t)sb / 2); /* Q4_K: d, dmin; Q6_K: d */
+                }
+        }
+    }
+}
+
+/* One thread's share: row tiles [r0, r1). */
+typedef struct pack_job {
+    const kiln_qtensor *q;
+    const pack_format *pf;
+    uint8_t *data, *scale;
+    int64_t r0, r1;
+} pack_job;
+
+static void *pack_run(void *arg)
+{
+    const pack_job *j = arg;
+    pack_data(j->q, j->pf, j->data, j->r0, j->r1);
+    if (j->pf->rec != REC_NATIVE)
+        pack_scales(j->q, j->pf, j->scale, j->r0, j->r1);
+    return NULL;
+}
+
+enum { PACK_MAX_THREADS = 32, PACK_TILES_PER_THREAD = 64 };
+
+kiln_status kiln_gemv_pack(const kiln_qtensor *src, void *data, void *scale)
+{
+    size_t data_bytes, scale_bytes;
+    kiln_status st = kiln_gemv_pack_bytes(src->format, src->n, src->k, &data_bytes, &scale_bytes);
+    if (st != KILN_OK)
+        return st;
+    const pack_format *pf = &formats[src->format];
+    memset(data, 0, data_bytes);
+    if (pf->rec == REC_NATIVE) {
+        if (scale_bytes)
+            memcpy(scale, src->scale, scale_bytes);
+    } else {
+        memset(scale, 0, scale_bytes);
+    }
+    /* Row tiles are independent: split them over the cores, a big weight
+     * (a model's head) takes seconds on one. A thread that cannot start
+     * leaves its share to this one. */
+    const int64_t tiles = kiln_ceil_div(src->n, TILE);
+    int64_t threads = kiln_cpu_count();
+    if (threads > PACK_MAX_THREADS)
+        threads = PACK_MAX_THREADS;
+    if (threads > tiles / PACK_TILES_PER_THREAD)
+        threads = tiles / PACK_TILES_PER_THREAD;
+    if (threads < 1)
+        threads = 1;
+    pack_job jobs[PACK_MAX_THREADS];
+    pthread_t tid[PACK_MAX_THREADS];
+    int started[PACK_MAX_THREADS] = { 0 };
+    for (int64_t i = 0; i < threads; i++) {
+        jobs[i] = (pack_job){ src, pf, data, scale, tiles * i / threads, tiles * (i + 1) / threads };
+        if (i > 0)
+            started[i] = pthread_create(&tid[i], NULL, pack_run, &jobs[i]) == 0;
+    }
+    pack_run(&jobs[0]);
+    for (int64_t i = 1; i < threads; i++) {
+        if (started[i])
+            pthread_join(tid[i], NULL);
+        else
+            pack_run(&jobs[i]);
+    }
+    return KILN_OK;
+}

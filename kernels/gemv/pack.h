@@ -1,0 +1,32 @@
+/* The packed weight layout of the gemv backend's tensor-core kernel
+ * (kernels/gemv/tc.cuh, which explains why it is laid out so).
+ *
+ * Rows of W are cut into tiles of 16 (the last padded with zeros), K into
+ * atoms of 64. Atom a of tile r is atom_bytes of data at (r·(K/64) + a) ·
+ * atom_bytes; lane l (g = l / 4, t = l % 4) owns 16-byte piece p of it at
+ * p·512 + 16·l and holds the weights of rows 16r + g + 8h (h = 0, 1) at k
+ * = 64a + 16j + 4t + s (k-tile j = 0..3, slot s = 0..3). In mma terms,
+ * value (h, s) of k-tile j is half s & 1 of A register 2·(s >> 1) + h.
+ * How a format's codes fill a lane's words, and its scale records, are
+ * described beside its trait in tc.cuh; kiln_gemv_pack writes exactly
+ * that. */
+#ifndef KILN_GEMV_PACK_H
+#define KILN_GEMV_PACK_H
+
+#include "core.h"
+
+/* Whether the tensor-core kernel (and so the packed layout) serves format
+ * f on an [n, k] weight for target t: sm_80+, K a multiple of 64, and a
+ * format whose values are exact in BF16 (not F32, F16). */
+int kiln_gemv_tc_serves(const kiln_target *t, kiln_format f, int64_t n, int64_t k);
+
+/* Bytes of the packed data and scale arrays; KILN_ERR_SHAPE when the
+ * shape cannot be packed (K not a multiple of 64, sizes overflow). */
+kiln_status kiln_gemv_pack_bytes(kiln_format f, int64_t n, int64_t k, size_t *data,
+                                 size_t *scale);
+
+/* Pack src (kiln's storage layout) into data and scale, which hold
+ * kiln_gemv_pack_bytes bytes. */
+kiln_status kiln_gemv_pack(const kiln_qtensor *src, void *data, void *scale);
+
+#endif
