@@ -652,7 +652,10 @@ Test(simt, variants_follow_the_bucket)
 
 /* The default registry plans with simt where neither the decode backend
  * (gemv: M buckets up to 16) nor a tensor-core backend runs (sm_80: wgmma
- * needs sm_90a), and every signature of the plan (linears, ops) emits. */
+ * needs sm_90a), and every signature of the plan (linears, ops) emits.
+ * On sm_80 gemv has three kernels a linear here: m1 (the f32 kernel, a
+ * single token of q4_k, nvfp4 and fp8-block) and the tensor-core tc8
+ * (buckets 2 to 8) and tc16 (16), K being whole atoms of 64. */
 Test(simt, default_plans_emit)
 {
     cr_assert_eq(kiln_registry_find(kiln_registry_default(), "simt"), &kiln_backend_simt);
@@ -684,17 +687,26 @@ Test(simt, default_plans_emit)
     kiln_target t = target("a100");
     kiln_plan *p;
     cr_assert_eq(kiln_plan_create(g, &t, NULL, &p), KILN_OK, "%s", kiln_last_error());
-    int linears = 0, fused = 0;
+    int linears = 0, fused = 0, simt = 0, m1 = 0, tc = 0;
     for (int i = 0; i < kiln_plan_n_signatures(p); i++) {
         const char *sig = kiln_plan_signature(p, i);
         kiln_kernel_source s = emit_ok(sig);
-        linears += s.desc.kind == KILN_STEP_LINEAR;
+        if (s.desc.kind == KILN_STEP_LINEAR) {
+            linears++;
+            simt += s.desc.backend == &kiln_backend_simt;
+            m1 += s.desc.backend == &kiln_backend_gemv && !strcmp(s.desc.linear.variant, "m1");
+            tc += s.desc.backend == &kiln_backend_gemv &&
+                  (!strcmp(s.desc.linear.variant, "tc8") || !strcmp(s.desc.linear.variant, "tc16"));
+        }
         fused += strstr(sig, "silu_mul") || strstr(sig, "residual");
         kiln_kernel_source_free(&s);
     }
-    cr_assert_eq(linears, 3 * 7,
-                 "three linears, five gemv M classes and two simt tiles over the buckets");
-    cr_assert_eq(fused, 2 * 7, "up absorbs silu·mul, down the residual, in every variant");
+    cr_assert_eq(linears, 3 * 5,
+                 "three linears, three gemv kernels (m1, tc8, tc16) and two simt tiles each");
+    cr_assert_eq(simt, 3 * 2, "two simt tiles a linear");
+    cr_assert_eq(m1, 3, "one token of each linear on the f32 kernel");
+    cr_assert_eq(tc, 3 * 2, "tc8 and tc16 for each linear");
+    cr_assert_eq(fused, 2 * 5, "up absorbs silu·mul, down the residual, in every variant");
     kiln_plan_destroy(p);
     kiln_graph_destroy(g);
 }

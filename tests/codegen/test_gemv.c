@@ -1,8 +1,10 @@
 /* The gemv backend (kernels/gemv): capability checks and their reasons,
- * the M class per bucket, launch shapes, the emitted source, its place in
- * the default registry and plans, and every (format x M class x
- * epilogue) instantiation compiled by NVRTC for each architecture family
- * kiln targets. Needs libnvrtc but no GPU: the GPU suite
+ * the kernel and M class per bucket (the f32 kernel, gemv.cuh, and the
+ * tensor-core one, tc.cuh, on packed weights), launch shapes, the emitted
+ * source, the weight layout each variant reads, its place in the default
+ * registry and plans, and every (format x M class x epilogue)
+ * instantiation compiled by NVRTC for each architecture family kiln
+ * targets. Needs libnvrtc but no GPU: the GPU suite
  * (tests/gpu/test_session.c) checks the results against the CPU. */
 #include <criterion/criterion.h>
 #include <limits.h>
@@ -13,6 +15,8 @@
 #include "codegen/emit.h"
 #include "codegen/nvrtc.h"
 #include "codegen/plan.h"
+#include "kernels/gemv/pack.h"
+#include "testutil.h"
 
 static const kiln_backend *const gemv = &kiln_backend_gemv;
 
@@ -28,12 +32,36 @@ static kiln_linear_cfg cfg(kiln_format f, int64_t n, int64_t k)
     return (kiln_linear_cfg){ .format = f, .n = n, .k = k };
 }
 
-static const char *variant_of(int64_t bucket, char *buf, size_t size)
+static const char *variant_of(const char *arch, kiln_format f, int64_t k, int64_t bucket,
+                              char *buf, size_t size)
 {
-    kiln_target t = target("h200");
-    kiln_linear_cfg c = cfg(KILN_FMT_Q4_0, 4096, 4096);
+    kiln_target t = target(arch);
+    kiln_linear_cfg c = cfg(f, 4096, k);
     gemv->variant(&t, &c, bucket, buf, size);
     return buf;
+}
+
+static int is_tc(const char *variant) { return !strncmp(variant, "tc", 2); }
+
+/* Linear f [n, k] at bucket m on t for the f32 kernel: where the
+ * tensor-core kernel would take it (k a multiple of 64), K one odd
+ * multiple of 32 further, which that kernel does not serve. 0 when no such
+ * K keeps the f32 kernel: formats of 256-value blocks on sm_80+. */
+static int f32_kernel_cfg(const kiln_target *t, kiln_format f, int64_t n, int64_t k, int64_t m,
+                          kiln_linear_cfg *out)
+{
+    char v[64];
+    *out = cfg(f, n, k);
+    gemv->variant(t, out, m, v, sizeof v);
+    if (!is_tc(v))
+        return 1;
+    cr_assert_eq(k % 64, 0, "%s [%lld, %lld]: %s", t->name, (long long)n, (long long)k, v);
+    out->k = k + 32;
+    if (out->k % kiln_format_get(f)->k_multiple)
+        return 0;
+    gemv->variant(t, out, m, v, sizeof v);
+    cr_assert(!is_tc(v), "%s [%lld, %lld]: %s", t->name, (long long)n, (long long)out->k, v);
+    return 1;
 }
 
 /* The gemv signature of one linear. */
@@ -100,6 +128,8 @@ Test(gemv, refuses_buckets_past_16)
     cr_assert_str_eq(why, "M bucket 32 > 16");
 }
 
+/* The f32 kernel's M classes, wherever it runs every bucket: sm_75, F32
+ * and F16, a K the tensor-core kernel does not serve. */
 Test(gemv, variants_follow_the_bucket)
 {
     static const struct {
@@ -109,11 +139,88 @@ Test(gemv, variants_follow_the_bucket)
         { 1, "m1" }, { 2, "m2" }, { 3, "m4" }, { 4, "m4" },   { 5, "m8" },
         { 8, "m8" }, { 9, "m16" }, { 12, "m16" }, { 16, "m16" },
     };
-    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
-        char v[64];
-        cr_assert_str_eq(variant_of(cases[i].m, v, sizeof v), cases[i].variant, "m=%lld",
-                         (long long)cases[i].m);
-    }
+    static const struct {
+        const char *arch;
+        kiln_format f;
+        int64_t k;
+    } linears[] = {
+        { "t4", KILN_FMT_Q4_0, 4096 },
+        { "t4", KILN_FMT_BF16, 4096 },
+        { "h200", KILN_FMT_F16, 4096 },
+        { "h200", KILN_FMT_F32, 4096 },
+        { "a100", KILN_FMT_Q8_0, 4096 + 32 },
+        { "l40s", KILN_FMT_NVFP4, 4096 - 32 },
+    };
+    for (size_t l = 0; l < KILN_ARRAY_LEN(linears); l++)
+        for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+            char v[64];
+            cr_assert_str_eq(variant_of(linears[l].arch, linears[l].f, linears[l].k, cases[i].m, v,
+                                        sizeof v),
+                             cases[i].variant, "%s %s K=%lld m=%lld", linears[l].arch,
+                             kiln_format_get(linears[l].f)->name, (long long)linears[l].k,
+                             (long long)cases[i].m);
+        }
+}
+
+/* The formats whose single token stays on the f32 kernel (backend.c's
+ * fp32_for_one_token, measured on an H200). */
+static int f32_for_one_token(kiln_format f)
+{
+    static const kiln_format fs[] = { KILN_FMT_FP8_TENSOR, KILN_FMT_FP8_CHANNEL,
+                                      KILN_FMT_FP8_BLOCK,  KILN_FMT_MXFP8,
+                                      KILN_FMT_NVFP4,      KILN_FMT_MXFP4,
+                                      KILN_FMT_Q4_0,       KILN_FMT_Q4_K,
+                                      KILN_FMT_GGML_MXFP4 };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(fs); i++)
+        if (fs[i] == f)
+            return 1;
+    return 0;
+}
+
+/* sm_80+ and a format exact in BF16 with K in whole atoms of 64: tc8 up to
+ * 8 tokens, tc16 above, but one token of the formats the f32 kernel
+ * decodes faster stays on m1. Anything else keeps the f32 ladder. */
+Test(gemv, tc_variants_follow_bucket_format_and_target)
+{
+    static const char *const ladder[] = { NULL, "m1", "m2", "m4", "m4", "m8", "m8", "m8", "m8",
+                                          "m16", "m16", "m16", "m16", "m16", "m16", "m16", "m16" };
+    static const char *const tc_arches[] = { "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a",
+                                             "a100", "l40s", "h200" };
+    for (size_t a = 0; a < KILN_ARRAY_LEN(tc_arches); a++)
+        for (int f = 0; f < KILN_FMT_COUNT; f++)
+            for (int64_t m = 1; m <= 16; m++) {
+                const kiln_format fmt = (kiln_format)f;
+                const char *want = fmt == KILN_FMT_F32 || fmt == KILN_FMT_F16 ? ladder[m]
+                                   : m == 1 && f32_for_one_token(fmt)     ? "m1"
+                                   : m <= 8                               ? "tc8"
+                                                                          : "tc16";
+                char v[64], why[256] = "";
+                cr_assert_str_eq(variant_of(tc_arches[a], fmt, 4096, m, v, sizeof v), want,
+                                 "%s %s m=%lld", tc_arches[a], kiln_format_get(fmt)->name,
+                                 (long long)m);
+                /* The smallest K the tensor-core kernel takes. */
+                cr_assert_str_eq(variant_of(tc_arches[a], fmt, 256, m, v, sizeof v), want,
+                                 "%s %s K=256 m=%lld", tc_arches[a], kiln_format_get(fmt)->name,
+                                 (long long)m);
+                kiln_target t = target(tc_arches[a]);
+                kiln_linear_cfg c = cfg(fmt, 4096, 4096);
+                cr_assert_eq(gemv->can_implement(&t, &c, m, why, sizeof why), 1, "%s", why);
+                /* sm_75, and a K not in whole atoms of 64, keep the f32 ladder. */
+                cr_assert_str_eq(variant_of("sm_75", fmt, 4096, m, v, sizeof v), ladder[m],
+                                 "sm_75 %s m=%lld", kiln_format_get(fmt)->name, (long long)m);
+                if ((4096 + 32) % kiln_format_get(fmt)->k_multiple == 0)
+                    cr_assert_str_eq(variant_of(tc_arches[a], fmt, 4096 + 32, m, v, sizeof v),
+                                     ladder[m], "%s %s K=4128 m=%lld", tc_arches[a],
+                                     kiln_format_get(fmt)->name, (long long)m);
+            }
+    /* A live device past the table is sm_80+ too. */
+    kiln_target future = { .name = "sm_120", .sm = 120 };
+    kiln_linear_cfg c = cfg(KILN_FMT_Q6_K, 4096, 4096);
+    char v[64];
+    gemv->variant(&future, &c, 1, v, sizeof v);
+    cr_assert_str_eq(v, "tc8");
+    gemv->variant(&future, &c, 16, v, sizeof v);
+    cr_assert_str_eq(v, "tc16");
 }
 
 /* K must be whole 16-byte loads of the plain and FP8/FP4 formats; the GGML
@@ -136,26 +243,45 @@ Test(gemv, refuses_k_that_is_not_whole_loads)
         { KILN_FMT_GGML_MXFP4, 32 * 7, NULL },
         { KILN_FMT_Q6_K, 256 * 5, NULL },
     };
-    kiln_target t = target("sm_90a");
-    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
-        kiln_linear_cfg c = cfg(cases[i].f, 512, cases[i].k);
-        char why[256] = "";
-        int ok = gemv->can_implement(&t, &c, 1, why, sizeof why);
-        cr_assert_eq(ok, cases[i].why == NULL, "case %zu: %s", i, why);
-        if (cases[i].why)
-            cr_assert(strstr(why, cases[i].why), "case %zu: %s", i, why);
-    }
+    /* No refused K is whole atoms of 64, so the f32 kernel refuses it on
+     * sm_90a as on sm_75. */
+    static const char *const arches[] = { "sm_75", "sm_90a" };
+    for (size_t a = 0; a < KILN_ARRAY_LEN(arches); a++)
+        for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+            kiln_target t = target(arches[a]);
+            kiln_linear_cfg c = cfg(cases[i].f, 512, cases[i].k);
+            char why[256] = "";
+            int ok = gemv->can_implement(&t, &c, 1, why, sizeof why);
+            cr_assert_eq(ok, cases[i].why == NULL, "%s case %zu: %s", arches[a], i, why);
+            if (cases[i].why)
+                cr_assert(strstr(why, cases[i].why), "%s case %zu: %s", arches[a], i, why);
+        }
 }
 
+/* Both kernels index rows and K with ints: sm_75 asks the f32 kernel,
+ * sm_80 the tensor-core one (BF16, K in whole atoms). */
 Test(gemv, refuses_shapes_past_its_indexing)
 {
-    kiln_target t = target("sm_80");
+    static const struct {
+        const char *arch, *why;
+    } kernels[] = {
+        { "sm_75", "N, K and the row's bytes must be below 2^31" },
+        { "sm_80", "both must be below 2^31" },
+    };
     char why[256];
-    kiln_linear_cfg c = cfg(KILN_FMT_BF16, (int64_t)INT_MAX + 1, 64);
-    cr_assert_eq(gemv->can_implement(&t, &c, 1, why, sizeof why), 0);
-    cr_assert(strstr(why, "below 2^31"), "%s", why);
-    c = cfg(KILN_FMT_BF16, 64, (int64_t)INT_MAX + 1);
-    cr_assert_eq(gemv->can_implement(&t, &c, 1, why, sizeof why), 0);
+    for (size_t i = 0; i < KILN_ARRAY_LEN(kernels); i++) {
+        kiln_target t = target(kernels[i].arch);
+        for (int64_t m = 1; m <= 16; m *= 16) {
+            kiln_linear_cfg c = cfg(KILN_FMT_BF16, (int64_t)INT_MAX + 1, 64);
+            cr_assert_eq(gemv->can_implement(&t, &c, m, why, sizeof why), 0);
+            cr_assert(strstr(why, kernels[i].why), "%s: %s", kernels[i].arch, why);
+            c = cfg(KILN_FMT_BF16, 64, (int64_t)INT_MAX + 1);
+            cr_assert_eq(gemv->can_implement(&t, &c, m, why, sizeof why), 0);
+            cr_assert(strstr(why, kernels[i].why), "%s: %s", kernels[i].arch, why);
+        }
+    }
+    kiln_target t = target("sm_80");
+    kiln_linear_cfg c;
     /* K fits an int, its f32 row's bytes do not */
     c = cfg(KILN_FMT_F32, 64, 600000000);
     cr_assert_eq(gemv->can_implement(&t, &c, 1, why, sizeof why), 0);
@@ -165,7 +291,9 @@ Test(gemv, refuses_shapes_past_its_indexing)
 }
 
 /* m = 16 keeps a 16-row f32 copy of a whole 32-value stage per lane: more
- * than sm_75 and sm_89 give a block for 4-bit formats; simt takes those. */
+ * than sm_75 and sm_89 give a block for 4-bit formats; simt takes those.
+ * On sm_80+ the f32 kernel has m16 only where K is not whole atoms of 64
+ * (4128 here); the tensor-core kernel has no dynamic shared memory. */
 Test(gemv, refuses_what_shared_memory_cannot_hold)
 {
     kiln_linear_cfg c = cfg(KILN_FMT_NVFP4, 4096, 4096);
@@ -176,18 +304,24 @@ Test(gemv, refuses_what_shared_memory_cannot_hold)
     cr_assert(strstr(why, "bytes of shared memory per block, sm_75 allows 65536"), "%s", why);
     cr_assert_eq(gemv->can_implement(&t, &c, 1, why, sizeof why), 1, "%s", why);
     t = target("sm_89");
+    cr_assert_eq(gemv->can_implement(&t, &c, 16, why, sizeof why), 1, "tc16: %s", why);
+    c.k = 4128;
     cr_assert_eq(gemv->can_implement(&t, &c, 16, why, sizeof why), 0);
+    cr_assert(strstr(why, "m16 at nvfp4: needs"), "%s", why);
+    cr_assert(strstr(why, "sm_89 allows 101376"), "%s", why);
     t = target("sm_90a");
     cr_assert_eq(gemv->can_implement(&t, &c, 16, why, sizeof why), 1, "%s", why);
     /* A short K needs only its own values of x. */
-    c.k = 512;
+    c.k = 544;
     t = target("sm_89");
     cr_assert_eq(gemv->can_implement(&t, &c, 16, why, sizeof why), 1, "%s", why);
     /* A live device of an architecture past the table, limit unknown. */
     kiln_target future = { .name = "sm_120", .sm = 120 };
-    c.k = 4096;
+    c.k = 4128;
     cr_assert_eq(gemv->can_implement(&future, &c, 16, why, sizeof why), 0);
     cr_assert(strstr(why, "sm_120 allows 49152"), "%s", why);
+    c.k = 4096;
+    cr_assert_eq(gemv->can_implement(&future, &c, 16, why, sizeof why), 1, "tc16: %s", why);
 }
 
 /* ------------------------------------------------------------ selection */
@@ -217,8 +351,63 @@ Test(gemv, selection_takes_gemv_for_decode_buckets)
 
 static char dummy[16]; /* planning never reads weight bytes */
 
+/* What the plan of a gated FFN gives one target. */
+typedef struct decode_plan {
+    const char *arch;
+    int choices;         /* decode buckets gemv takes, of 3 x 5 */
+    int kernels, tc, m1; /* gemv kernels, of them tensor-core and m1 */
+    const char *what;
+} decode_plan;
+
+static void check_decode_plan(kiln_graph *g, const decode_plan *want)
+{
+    kiln_target t = target(want->arch);
+    kiln_plan *p;
+    cr_assert_eq(kiln_plan_create(g, &t, NULL, &p), KILN_OK, "%s", kiln_last_error());
+    int gemv_choices = 0;
+    for (int i = 0; i < p->n_linears; i++)
+        for (int b = 0; b < p->n_buckets; b++) {
+            const kiln_plan_choice *c = &p->linears[i].choice[b];
+            if (p->buckets[b] > 16) {
+                cr_assert_neq(c->backend, gemv, "%s bucket %lld", want->arch,
+                              (long long)p->buckets[b]);
+                continue;
+            }
+            if (c->backend != gemv) {
+                /* Only a class the part's shared memory cannot hold. */
+                cr_assert_str_eq(c->backend->name, "simt");
+                cr_assert(c->refused && strstr(c->refused, "shared memory"), "%s %s: %s",
+                          want->arch, p->linears[i].node->name, c->refused);
+                continue;
+            }
+            gemv_choices++;
+            cr_assert_eq(c->epilogue, p->linears[i].candidate, "every fusion is taken");
+        }
+    cr_assert_eq(gemv_choices, want->choices, "%s: %s", want->arch, want->what);
+    int kernels = 0, tc = 0, m1 = 0;
+    for (int i = 0; i < kiln_plan_n_signatures(p); i++) {
+        const char *sig = kiln_plan_signature(p, i);
+        kiln_kernel_source s;
+        cr_assert_eq(kiln_emit(p->registry, sig, &s), KILN_OK, "%s: %s", sig, kiln_last_error());
+        if (s.desc.kind == KILN_STEP_LINEAR && s.desc.backend == gemv) {
+            kernels++;
+            tc += is_tc(s.desc.linear.variant);
+            m1 += !strcmp(s.desc.linear.variant, "m1");
+        }
+        kiln_kernel_source_free(&s);
+    }
+    cr_assert_eq(kernels, want->kernels, "%s: %s", want->arch, want->what);
+    cr_assert_eq(tc, want->tc, "%s: %s", want->arch, want->what);
+    cr_assert_eq(m1, want->m1, "%s: %s", want->arch, want->what);
+    kiln_plan_destroy(p);
+}
+
 /* A gated FFN with a residual in three formats: decode buckets run gemv,
- * with the epilogues fused, the rest do not, and every signature emits. */
+ * with the epilogues fused, the rest do not, and every signature emits.
+ * sm_75 has an f32 kernel per linear and M class that its shared memory
+ * holds (not m16, nor q6_k's m8: simt takes those); sm_80 runs every
+ * decode bucket on gemv, tc8 for buckets 2 to 8 (and 1 for q6_k) and tc16
+ * for 16, leaving m1 to q4_k and nvfp4. */
 Test(gemv, default_plans_use_gemv_for_decode)
 {
     enum { D = 512, F = 768 };
@@ -244,31 +433,13 @@ Test(gemv, default_plans_use_gemv_for_decode)
     cr_assert_eq(kiln_graph_linear(g, "down", prod, wd, NULL, &down), KILN_OK);
     cr_assert_eq(kiln_graph_add(g, "out", x, down, &out), KILN_OK);
     cr_assert_eq(kiln_graph_output(g, out), KILN_OK);
-    kiln_target t = target("a100");
-    kiln_plan *p;
-    cr_assert_eq(kiln_plan_create(g, &t, NULL, &p), KILN_OK, "%s", kiln_last_error());
-    int gemv_choices = 0;
-    for (int i = 0; i < p->n_linears; i++)
-        for (int b = 0; b < p->n_buckets; b++) {
-            const kiln_plan_choice *c = &p->linears[i].choice[b];
-            int decode = p->buckets[b] <= 16;
-            cr_assert_eq(c->backend == gemv, decode, "%s, bucket %lld: %s",
-                         p->linears[i].node->name, (long long)p->buckets[b], c->backend->name);
-            gemv_choices += decode;
-            if (decode)
-                cr_assert_eq(c->epilogue, p->linears[i].candidate, "every fusion is taken");
-        }
-    cr_assert_eq(gemv_choices, 3 * 5, "buckets 1, 2, 4, 8, 16 of three linears");
-    int gemv_kernels = 0;
-    for (int i = 0; i < kiln_plan_n_signatures(p); i++) {
-        const char *sig = kiln_plan_signature(p, i);
-        kiln_kernel_source s;
-        cr_assert_eq(kiln_emit(p->registry, sig, &s), KILN_OK, "%s: %s", sig, kiln_last_error());
-        gemv_kernels += s.desc.kind == KILN_STEP_LINEAR && s.desc.backend == gemv;
-        kiln_kernel_source_free(&s);
-    }
-    cr_assert_eq(gemv_kernels, 3 * 5, "one kernel per linear and M class");
-    kiln_plan_destroy(p);
+    static const decode_plan plans[] = {
+        { "t4", 4 + 4 + 3, 4 + 4 + 3, 0, 3,
+          "q4_k and nvfp4: m1 to m8; q6_k: m1, m2, m4; one kernel each" },
+        { "a100", 3 * 5, 3 + 3 + 2, 6, 2, "q4_k and nvfp4: m1, tc8, tc16; q6_k: tc8, tc16" },
+    };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(plans); i++)
+        check_decode_plan(g, &plans[i]);
     kiln_graph_destroy(g);
 }
 
@@ -319,6 +490,50 @@ Test(gemv, emit_instantiates_the_template)
     kiln_kernel_source_free(&s);
 }
 
+/* The golden source of q6_k 4096 x 14336 at m = 16 on sm_90a, worked by
+ * hand: tc16 takes two row tiles of 16 a warp, so 4096 rows are 128 warp
+ * row groups, far short of the 2048 warps that fill the part; K splits
+ * over all 8 warps of a block (224 atoms of 64, 28 a slice), so a block
+ * is one row group and the grid 128 blocks. No dynamic shared memory. */
+Test(gemv, emit_instantiates_the_tc_template)
+{
+    static const char golden[] =
+        "// kiln kernel, generated from its signature: the logic is in the included template.\n"
+        "// signature: linear backend=gemv variant=tc16 format=q6_k scales=inline act=bf16 "
+        "n=4096 k=14336 epilogue=bias+residual out=bf16 target=sm_90a\n"
+        "// cache key: " KILN_EMIT_KEY_PLACEHOLDER "\n"
+        "#include \"kiln/tc.cuh\"\n"
+        "\n"
+        "using format = kiln::tc_q6_k;\n"
+        "using shape = kiln::tc_shape</*max_m*/ 16, /*row_tiles*/ 2, /*warps*/ 8, /*k_split*/ "
+        "8>;\n"
+        "using epilogue = kiln::gemv_epilogue</*bias*/ true, /*residual*/ true, /*silu_mul*/ "
+        "false>;\n"
+        "\n"
+        "extern \"C\" __global__ void __launch_bounds__(shape::threads)\n"
+        "%s(const kiln_linear_args args)\n"
+        "{\n"
+        "    kiln::gemv_tc<format, shape, epilogue, /*n*/ 4096, /*k*/ 14336>(args);\n"
+        "}\n";
+    const char *sig = "linear backend=gemv variant=tc16 format=q6_k scales=inline act=bf16 n=4096 "
+                      "k=14336 epilogue=bias+residual out=bf16 target=sm_90a";
+    kiln_kernel_source s;
+    cr_assert_eq(kiln_emit(kiln_registry_default(), sig, &s), KILN_OK, "%s", kiln_last_error());
+    char want[4096];
+    snprintf(want, sizeof want, golden, s.desc.entry);
+    cr_assert_str_eq(s.text, want);
+    for (int64_t m = 9; m <= 16; m++) {
+        kiln_kernel_launch l[KILN_MAX_LAUNCHES];
+        int n;
+        cr_assert_eq(kiln_kernel_launches(&s.desc, m, l, &n), KILN_OK, "%s", kiln_last_error());
+        cr_assert_eq(n, 1);
+        cr_assert_eq(l[0].cfg.grid[0], 128);
+        cr_assert_eq(l[0].cfg.block[0], 256);
+        cr_assert_eq(l[0].cfg.smem, 0);
+    }
+    kiln_kernel_source_free(&s);
+}
+
 Test(gemv, emit_refuses_what_it_does_not_build)
 {
     kiln_target t = target("sm_90a");
@@ -350,9 +565,81 @@ Test(gemv, emit_refuses_what_it_does_not_build)
                  kiln_last_error());
 }
 
+/* The tensor-core variants need sm_80+, a format exact in BF16 and K in
+ * whole atoms of 64, whatever the signature asks; emit and launch refuse
+ * alike, naming the part they need. */
+Test(gemv, tc_emit_refuses_what_it_does_not_serve)
+{
+    static const struct {
+        const char *arch;
+        kiln_format f;
+        int64_t k;
+    } refused[] = {
+        { "sm_75", KILN_FMT_Q4_0, 4096 },   { "t4", KILN_FMT_BF16, 4096 },
+        { "sm_90a", KILN_FMT_F32, 4096 },   { "sm_80", KILN_FMT_F16, 4096 },
+        { "sm_89", KILN_FMT_Q8_0, 4096 + 32 }, { "sm_90a", KILN_FMT_NVFP4, 96 },
+    };
+    static const char *const variants[] = { "tc8", "tc16" };
+    char buf[4096];
+    for (size_t i = 0; i < KILN_ARRAY_LEN(refused); i++)
+        for (size_t v = 0; v < KILN_ARRAY_LEN(variants); v++) {
+            kiln_target t = target(refused[i].arch);
+            kiln_linear_kernel k = { .cfg = cfg(refused[i].f, 4096, refused[i].k),
+                                     .act = KILN_ACT_BF16 };
+            snprintf(k.variant, sizeof k.variant, "%s", variants[v]);
+            kiln_launch l;
+            cr_assert_eq(gemv->emit(&t, &k, "kiln_gemv_0", buf, sizeof buf), KILN_ERR_UNSUPPORTED,
+                         "%s %s", refused[i].arch, variants[v]);
+            cr_assert(strstr(kiln_last_error(), "sm_80"), "%s", kiln_last_error());
+            cr_assert(strstr(kiln_last_error(), variants[v]), "%s", kiln_last_error());
+            cr_assert_eq(gemv->launch(&t, &k, 1, &l), KILN_ERR_UNSUPPORTED, "%s %s",
+                         refused[i].arch, variants[v]);
+            cr_assert(strstr(kiln_last_error(), "sm_80"), "%s", kiln_last_error());
+        }
+    /* Through the registry, from a signature. */
+    kiln_kernel_source s;
+    cr_assert_eq(kiln_emit(kiln_registry_default(),
+                           "linear backend=gemv variant=tc8 format=f32 scales=none act=bf16 "
+                           "n=4096 k=4096 epilogue=none out=bf16 target=sm_90a",
+                           &s),
+                 KILN_ERR_UNSUPPORTED);
+    cr_assert(strstr(kiln_last_error(), "sm_80"), "%s", kiln_last_error());
+    cr_assert_eq(kiln_emit(kiln_registry_default(),
+                           "linear backend=gemv variant=tc16 format=bf16 scales=none act=bf16 "
+                           "n=4096 k=4096 epilogue=none out=bf16 target=sm_75",
+                           &s),
+                 KILN_ERR_UNSUPPORTED);
+    cr_assert(strstr(kiln_last_error(), "sm_80"), "%s", kiln_last_error());
+
+    kiln_target t = target("sm_90a");
+    kiln_linear_kernel k = { .cfg = cfg(KILN_FMT_Q6_K, 4096, 4096), .act = KILN_ACT_FP8_TOKEN };
+    snprintf(k.variant, sizeof k.variant, "tc8");
+    kiln_launch l;
+    cr_assert_eq(gemv->emit(&t, &k, "kiln_gemv_0", buf, sizeof buf), KILN_ERR_UNSUPPORTED);
+    cr_assert(strstr(kiln_last_error(), "bf16, not fp8-token"), "%s", kiln_last_error());
+    cr_assert_eq(gemv->launch(&t, &k, 1, &l), KILN_ERR_UNSUPPORTED);
+    k.act = KILN_ACT_BF16;
+    k.cfg.epilogue = KILN_EPI_RESIDUAL | KILN_EPI_SILU_MUL;
+    cr_assert_eq(gemv->emit(&t, &k, "kiln_gemv_0", buf, sizeof buf), KILN_ERR_UNSUPPORTED);
+    cr_assert(strstr(kiln_last_error(), "one aux input"), "%s", kiln_last_error());
+    k.cfg.epilogue = KILN_EPI_BIAS;
+    k.cfg.format = KILN_FMT_COUNT;
+    cr_assert_eq(gemv->emit(&t, &k, "kiln_gemv_0", buf, sizeof buf), KILN_ERR_UNSUPPORTED);
+    k.cfg = cfg(KILN_FMT_BF16, (int64_t)INT_MAX + 1, 4096);
+    cr_assert_eq(gemv->emit(&t, &k, "kiln_gemv_0", buf, sizeof buf), KILN_ERR_UNSUPPORTED);
+    cr_assert(strstr(kiln_last_error(), "below 2^31"), "%s", kiln_last_error());
+    cr_assert_eq(gemv->launch(&t, &k, 1, &l), KILN_ERR_UNSUPPORTED);
+    k.cfg = cfg(KILN_FMT_Q6_K, 4096, 4096);
+    cr_assert_eq(gemv->emit(&t, &k, "kiln_gemv_0", buf, 64), KILN_ERR_INVALID_ARG);
+    cr_assert(strstr(kiln_last_error(), "the buffer has 64"), "%s", kiln_last_error());
+    cr_assert_eq(gemv->emit(&t, &k, "kiln_gemv_0", buf, sizeof buf), KILN_OK, "%s",
+                 kiln_last_error());
+    cr_assert(strstr(buf, "kiln/tc.cuh"), "%s", buf);
+}
+
 Test(gemv, launch_serves_its_m_class_only)
 {
-    kiln_target t = target("sm_80");
+    kiln_target t = target("sm_75");
     kiln_linear_kernel k = { .cfg = cfg(KILN_FMT_MXFP4, 2048, 4096), .act = KILN_ACT_BF16 };
     snprintf(k.variant, sizeof k.variant, "m4");
     kiln_launch l;
@@ -362,10 +649,31 @@ Test(gemv, launch_serves_its_m_class_only)
     cr_assert(strstr(kiln_last_error(), "gemv m4: cannot launch for M = 5 (1 to 4)"), "%s",
               kiln_last_error());
     cr_assert_eq(gemv->launch(&t, &k, 0, &l), KILN_ERR_SHAPE);
+    /* tc8 serves 1 to 8 tokens, tc16 1 to 16 (a bucket of 9 to 16 runs
+     * fewer at its tail). */
+    static const struct {
+        const char *variant;
+        int max_m;
+    } tc[] = { { "tc8", 8 }, { "tc16", 16 } };
+    t = target("sm_80");
+    for (size_t v = 0; v < KILN_ARRAY_LEN(tc); v++) {
+        snprintf(k.variant, sizeof k.variant, "%s", tc[v].variant);
+        for (int64_t m = 1; m <= tc[v].max_m; m++)
+            cr_assert_eq(gemv->launch(&t, &k, m, &l), KILN_OK, "%s m=%lld: %s", tc[v].variant,
+                         (long long)m, kiln_last_error());
+        char want[64];
+        snprintf(want, sizeof want, "gemv %s: cannot launch for M = %d (1 to %d)", tc[v].variant,
+                 tc[v].max_m + 1, tc[v].max_m);
+        cr_assert_eq(gemv->launch(&t, &k, tc[v].max_m + 1, &l), KILN_ERR_SHAPE);
+        cr_assert(strstr(kiln_last_error(), want), "%s", kiln_last_error());
+        cr_assert_eq(gemv->launch(&t, &k, 0, &l), KILN_ERR_SHAPE);
+    }
 }
 
 /* Every shape's launch covers its rows exactly once per block row group,
- * with the block and shared memory the source was built for. */
+ * with the block and shared memory the source was built for. On sm_80+ a
+ * K of half atoms keeps the f32 kernel where the tensor-core one would
+ * take the bucket. */
 Test(gemv, launches_cover_every_row)
 {
     static const int64_t shapes[][2] = {
@@ -379,16 +687,19 @@ Test(gemv, launches_cover_every_row)
             for (int f = 0; f < KILN_FMT_COUNT; f++)
                 for (size_t v = 0; v < KILN_ARRAY_LEN(variants); v++) {
                     kiln_target t = target(arches[a]);
-                    kiln_linear_cfg c = cfg((kiln_format)f, shapes[s][0], shapes[s][1]);
+                    kiln_linear_cfg c;
                     char why[256];
                     int64_t bucket = 1ll << v;
+                    if (!f32_kernel_cfg(&t, (kiln_format)f, shapes[s][0], shapes[s][1], bucket,
+                                        &c))
+                        continue;
                     if (!gemv->can_implement(&t, &c, bucket, why, sizeof why)) {
                         cr_assert(strstr(why, "shared memory"), "%s", why);
                         continue;
                     }
                     char sig[512];
-                    gemv_sig(sig, sizeof sig, variants[v], (kiln_format)f, 0, shapes[s][0],
-                             shapes[s][1], arches[a]);
+                    gemv_sig(sig, sizeof sig, variants[v], (kiln_format)f, 0, c.n, c.k,
+                             arches[a]);
                     kiln_kernel_source src;
                     cr_assert_eq(kiln_emit(kiln_registry_default(), sig, &src), KILN_OK, "%s: %s",
                                  sig, kiln_last_error());
@@ -412,19 +723,92 @@ Test(gemv, launches_cover_every_row)
                 }
 }
 
-/* The decode shapes of an 8B model on an H200 at m = 1: one row per warp
- * with no k-split (enough warps already), and shared memory low enough
- * for four blocks of eight warps on each SM (228 KiB, 1 KiB of it
- * reserved per block). A short N splits K instead. */
+/* The tensor-core variants: 16 rows a row tile, row_tiles a warp, warps /
+ * k_split warp row groups a block; the grid covers every row and not one
+ * block more, with no dynamic shared memory and every K slice at least
+ * four atoms of 64. */
+Test(gemv, tc_launches_cover_every_row)
+{
+    static const int64_t shapes[][2] = {
+        { 28672, 4096 }, { 4096, 14336 }, { 8192, 28672 }, { 6144, 4096 }, { 151936, 4096 },
+        { 200, 13568 },  { 1000, 512 },   { 7, 256 },      { 4097, 768 },  { 17, 64 },
+        { 1, 64 },       { 33, 128 },     { 1024, 512 },   { 4100, 4096 }, { 65536, 1024 },
+    };
+    static const struct {
+        const char *name;
+        int64_t m, max_m;
+    } variants[] = { { "tc8", 2, 8 }, { "tc8", 8, 8 }, { "tc16", 9, 16 }, { "tc16", 16, 16 } };
+    static const char *const arches[] = { "sm_80", "sm_86", "sm_89", "sm_90a" };
+    int checked = 0;
+    for (size_t a = 0; a < KILN_ARRAY_LEN(arches); a++)
+        for (size_t s = 0; s < KILN_ARRAY_LEN(shapes); s++)
+            for (int f = 0; f < KILN_FMT_COUNT; f++)
+                for (size_t v = 0; v < KILN_ARRAY_LEN(variants); v++) {
+                    kiln_target t = target(arches[a]);
+                    const int64_t n = shapes[s][0], k = shapes[s][1];
+                    kiln_linear_cfg c = cfg((kiln_format)f, n, k);
+                    char name[64], why[256] = "";
+                    gemv->variant(&t, &c, variants[v].m, name, sizeof name);
+                    if (!kiln_gemv_tc_serves(&t, (kiln_format)f, n, k)) {
+                        cr_assert(!is_tc(name), "%s %s: %s", arches[a],
+                                  kiln_format_get((kiln_format)f)->name, name);
+                        continue;
+                    }
+                    if (k % kiln_format_get((kiln_format)f)->k_multiple)
+                        continue;
+                    cr_assert_str_eq(name, variants[v].name);
+                    cr_assert_eq(gemv->can_implement(&t, &c, variants[v].m, why, sizeof why), 1,
+                                 "%s", why);
+                    char sig[512];
+                    gemv_sig(sig, sizeof sig, name, (kiln_format)f, 0, n, k, arches[a]);
+                    kiln_kernel_source src;
+                    cr_assert_eq(kiln_emit(kiln_registry_default(), sig, &src), KILN_OK, "%s: %s",
+                                 sig, kiln_last_error());
+                    const long long max_m = source_param(src.text, "max_m"),
+                                    row_tiles = source_param(src.text, "row_tiles"),
+                                    warps = source_param(src.text, "warps"),
+                                    split = source_param(src.text, "k_split");
+                    cr_assert_null(strstr(src.text, "/*rows*/"), "%s", src.text);
+                    cr_assert_null(strstr(src.text, "/*tile_k*/"), "%s", src.text);
+                    cr_assert_null(strstr(src.text, "/*smem*/"), "%s", src.text);
+                    cr_assert_eq(max_m, variants[v].max_m, "%s", sig);
+                    cr_assert_eq(warps % split, 0, "%s", sig);
+                    cr_assert(split == 1 || k / 64 >= 4 * split, "%s: k_split %lld", sig, split);
+                    const long long block_rows = 16 * row_tiles * (warps / split);
+                    for (int64_t m = 1; m <= max_m; m++) {
+                        kiln_launch l;
+                        cr_assert_eq(gemv->launch(&t, &src.desc.linear, m, &l), KILN_OK, "%s: %s",
+                                     sig, kiln_last_error());
+                        cr_assert_geq((long long)l.grid[0] * block_rows, n, "%s", sig);
+                        cr_assert_lt((long long)(l.grid[0] - 1) * block_rows, n, "%s", sig);
+                        cr_assert_eq(l.grid[1] * l.grid[2], 1);
+                        cr_assert_eq(l.block[0], 32 * warps, "%s", sig);
+                        cr_assert_eq(l.block[1] * l.block[2], 1);
+                        cr_assert_eq(l.smem, 0, "%s", sig);
+                    }
+                    checked++;
+                    kiln_kernel_source_free(&src);
+                }
+    /* Every format but f32 and f16 on every shape, but q4_k and q6_k
+     * (256-value blocks) not on the three of K < 256. */
+    cr_assert_eq(checked, 4 * 4 * (10 * 15 + 2 * 12));
+}
+
+/* The decode shapes of an 8B model on an H200 at m = 1, for the formats
+ * whose single token runs the f32 kernel: one row per warp with no
+ * k-split (enough warps already), and shared memory low enough for four
+ * blocks of eight warps on each SM (228 KiB, 1 KiB of it reserved per
+ * block). A short N splits K instead. */
 Test(gemv, decode_shapes_fill_an_h200)
 {
     static const int64_t shapes[][2] = { { 28672, 4096 }, { 4096, 14336 }, { 8192, 28672 } };
-    static const kiln_format fs[] = { KILN_FMT_BF16, KILN_FMT_FP8_TENSOR, KILN_FMT_NVFP4,
-                                      KILN_FMT_MXFP4, KILN_FMT_Q8_0, KILN_FMT_Q4_0,
-                                      KILN_FMT_Q4_K, KILN_FMT_Q6_K };
+    static const kiln_format fs[] = { KILN_FMT_F16,   KILN_FMT_FP8_TENSOR, KILN_FMT_NVFP4,
+                                      KILN_FMT_MXFP4, KILN_FMT_Q4_0,       KILN_FMT_Q4_K };
     kiln_target t = target("h200");
     for (size_t s = 0; s < KILN_ARRAY_LEN(shapes); s++)
         for (size_t f = 0; f < KILN_ARRAY_LEN(fs); f++) {
+            char v[64];
+            cr_assert_str_eq(variant_of("h200", fs[f], shapes[s][1], 1, v, sizeof v), "m1");
             char sig[512];
             gemv_sig(sig, sizeof sig, "m1", fs[f], 0, shapes[s][0], shapes[s][1], "h200");
             kiln_kernel_source src;
@@ -446,6 +830,150 @@ Test(gemv, decode_shapes_fill_an_h200)
     cr_assert_eq(gemv->launch(&t, &src.desc.linear, 1, &l), KILN_OK);
     cr_assert_eq(l.grid[0], 1024 / 4);
     kiln_kernel_source_free(&src);
+}
+
+/* The same shapes at m = 1 for the formats whose single token runs tc8,
+ * worked by hand: one row tile of 16 a warp, and K split (up to the 8
+ * warps of a block) while the launch has fewer than 2048 warps and every
+ * slice keeps four atoms of 64. 1024 x 512 has only 8 atoms: two slices. */
+Test(gemv, tc_decode_shapes_fill_an_h200)
+{
+    static const struct {
+        int64_t n, k;
+        int k_split;
+        unsigned grid;
+    } shapes[] = {
+        { 28672, 4096, 2, 1792 / 4 }, /* 1792 tiles: one split gives 3584 warps */
+        { 4096, 14336, 8, 256 },      /* 256 tiles, 224 atoms: 8 slices of 28 */
+        { 8192, 28672, 4, 512 / 2 },  /* 512 tiles: 4 slices give 2048 warps */
+        { 1024, 512, 2, 64 / 4 },
+    };
+    static const kiln_format fs[] = { KILN_FMT_BF16, KILN_FMT_Q8_0, KILN_FMT_Q6_K };
+    kiln_target t = target("h200");
+    for (size_t s = 0; s < KILN_ARRAY_LEN(shapes); s++)
+        for (size_t f = 0; f < KILN_ARRAY_LEN(fs); f++) {
+            char v[64], sig[512];
+            cr_assert_str_eq(variant_of("h200", fs[f], shapes[s].k, 1, v, sizeof v), "tc8");
+            gemv_sig(sig, sizeof sig, "tc8", fs[f], 0, shapes[s].n, shapes[s].k, "h200");
+            kiln_kernel_source src;
+            cr_assert_eq(kiln_emit(kiln_registry_default(), sig, &src), KILN_OK, "%s",
+                         kiln_last_error());
+            kiln_launch l;
+            cr_assert_eq(gemv->launch(&t, &src.desc.linear, 1, &l), KILN_OK);
+            cr_assert_eq(source_param(src.text, "row_tiles"), 1, "%s", sig);
+            cr_assert_eq(source_param(src.text, "k_split"), shapes[s].k_split, "%s", sig);
+            cr_assert_eq(l.grid[0], shapes[s].grid, "%s", sig);
+            cr_assert_eq(l.block[0], 256, "%s", sig);
+            if (shapes[s].n >= 4096)
+                cr_assert_geq(l.grid[0] * 8, 2048, "%s", sig);
+            kiln_kernel_source_free(&src);
+        }
+}
+
+/* ------------------------------------------------------- weight layout */
+
+/* tc8 and tc16 read the packed layout, of kiln_gemv_pack_bytes' sizes;
+ * the f32 variants kiln's storage layout. */
+Test(gemv, layout_is_packed_for_tc_variants_only)
+{
+    static const char *const tc[] = { "tc8", "tc16" };
+    static const char *const f32[] = { "m1", "m2", "m4", "m8", "m16" };
+    static const int64_t shapes[][2] = { { 4096, 4096 }, { 200, 768 }, { 1000, 512 }, { 7, 256 } };
+    static const char *const arches[] = { "sm_80", "sm_89", "sm_90a" };
+    for (size_t a = 0; a < KILN_ARRAY_LEN(arches); a++)
+        for (size_t s = 0; s < KILN_ARRAY_LEN(shapes); s++)
+            for (int f = 0; f < KILN_FMT_COUNT; f++) {
+                kiln_target t = target(arches[a]);
+                kiln_linear_kernel k = { .cfg = cfg((kiln_format)f, shapes[s][0], shapes[s][1]),
+                                         .act = KILN_ACT_BF16 };
+                kiln_weight_layout lay;
+                for (size_t v = 0; v < KILN_ARRAY_LEN(f32); v++) {
+                    snprintf(k.variant, sizeof k.variant, "%s", f32[v]);
+                    memset(&lay, 0xA5, sizeof lay);
+                    cr_assert_eq(gemv->layout(&t, &k, &lay), KILN_OK, "%s", kiln_last_error());
+                    cr_assert_eq(lay.packed, 0, "%s %s", arches[a], f32[v]);
+                }
+                if (!kiln_gemv_tc_serves(&t, (kiln_format)f, shapes[s][0], shapes[s][1]))
+                    continue;
+                size_t data, scale;
+                cr_assert_eq(kiln_gemv_pack_bytes((kiln_format)f, shapes[s][0], shapes[s][1],
+                                                  &data, &scale),
+                             KILN_OK, "%s", kiln_last_error());
+                cr_assert_gt(data, 0);
+                for (size_t v = 0; v < KILN_ARRAY_LEN(tc); v++) {
+                    snprintf(k.variant, sizeof k.variant, "%s", tc[v]);
+                    memset(&lay, 0, sizeof lay);
+                    cr_assert_eq(gemv->layout(&t, &k, &lay), KILN_OK, "%s", kiln_last_error());
+                    cr_assert_eq(lay.packed, 1, "%s %s %s", arches[a],
+                                 kiln_format_get((kiln_format)f)->name, tc[v]);
+                    cr_assert_eq(lay.data_bytes, data, "%s", tc[v]);
+                    cr_assert_eq(lay.scale_bytes, scale, "%s", tc[v]);
+                }
+            }
+    /* The storage layout on sm_75, whichever variant. */
+    kiln_target t = target("sm_75");
+    kiln_linear_kernel k = { .cfg = cfg(KILN_FMT_Q4_K, 4096, 4096), .act = KILN_ACT_BF16 };
+    snprintf(k.variant, sizeof k.variant, "m1");
+    kiln_weight_layout lay;
+    cr_assert_eq(gemv->layout(&t, &k, &lay), KILN_OK);
+    cr_assert_eq(lay.packed, 0);
+}
+
+/* pack writes what kiln_gemv_pack writes, and refuses a weight the
+ * tensor-core kernel does not serve on the target: it stays in kiln's
+ * storage layout. */
+Test(gemv, pack_serves_what_the_tc_kernel_serves)
+{
+    enum { N = 40, K = 256 };
+    kt_rng rng = kt_rng_new(11);
+    static float w[N * K];
+    kt_fill_normal(&rng, w, N * K, 1.0f);
+    static const kiln_format fs[] = { KILN_FMT_BF16, KILN_FMT_NVFP4, KILN_FMT_Q4_K,
+                                      KILN_FMT_Q6_K };
+    kiln_target t = target("sm_89");
+    for (size_t f = 0; f < KILN_ARRAY_LEN(fs); f++) {
+        size_t qd, qs, pd, ps;
+        cr_assert_eq(kiln_format_data_bytes(fs[f], N, K, &qd), KILN_OK);
+        cr_assert_eq(kiln_format_scale_bytes(fs[f], N, K, &qs), KILN_OK);
+        kiln_qtensor q = { .format = fs[f], .n = N, .k = K, .data = malloc(qd),
+                           .scale = malloc(qs ? qs : 1) };
+        cr_assert(q.data && q.scale);
+        cr_assert_eq(kiln_quantize(w, &q), KILN_OK, "%s", kiln_last_error());
+        cr_assert_eq(kiln_gemv_pack_bytes(fs[f], N, K, &pd, &ps), KILN_OK);
+        unsigned char *a = malloc(pd + ps + 1), *b = malloc(pd + ps + 1);
+        cr_assert(a && b);
+        memset(a, 0x5A, pd + ps + 1);
+        memset(b, 0xA5, pd + ps + 1);
+        cr_assert_eq(gemv->pack(&t, &q, a, a + pd), KILN_OK, "%s", kiln_last_error());
+        cr_assert_eq(kiln_gemv_pack(&q, b, b + pd), KILN_OK, "%s", kiln_last_error());
+        cr_assert_eq(memcmp(a, b, pd + ps), 0, "%s", kiln_format_get(fs[f])->name);
+        cr_assert_eq(a[pd + ps], 0x5A, "nothing past the sizes layout gives");
+        free(a);
+        free(b);
+        free(q.data);
+        free(q.scale);
+    }
+
+    static char buf[1 << 16];
+    static const struct {
+        const char *arch;
+        kiln_format f;
+        int64_t k;
+    } refused[] = {
+        { "sm_75", KILN_FMT_BF16, 256 },  { "t4", KILN_FMT_Q4_K, 256 },
+        { "sm_90a", KILN_FMT_F32, 256 },  { "sm_80", KILN_FMT_F16, 256 },
+        { "sm_89", KILN_FMT_Q8_0, 96 },
+    };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(refused); i++) {
+        t = target(refused[i].arch);
+        kiln_qtensor q = { .format = refused[i].f, .n = 16, .k = refused[i].k, .data = buf,
+                           .scale = buf };
+        cr_assert_eq(gemv->pack(&t, &q, buf, buf), KILN_ERR_UNSUPPORTED, "case %zu", i);
+        cr_assert(strstr(kiln_last_error(), "keeps the storage layout"), "%s", kiln_last_error());
+        cr_assert(strstr(kiln_last_error(), t.name), "%s", kiln_last_error());
+        cr_assert(strstr(kiln_last_error(), kiln_format_get(refused[i].f)->name), "%s",
+                  kiln_last_error());
+    }
 }
 
 /* ---------------------------------------------------------------- NVRTC */
@@ -506,11 +1034,17 @@ static void batch_compile(batch *b, const char *what)
     kiln_nvrtc_close(nv);
 }
 
-/* Every format in every M class, two shapes taking turns: 200 x 13568
- * splits K across warps, walks two x tiles and ends on a partial stage;
- * 4100 x 4096 is one tile with a partial block of rows. The epilogue
- * rotates through all five fusions. A class the target's shared memory
- * cannot hold is refused (simt's then), never at m = 1. */
+/* Every format in every M class of the f32 kernel, two shapes taking
+ * turns: 200 x 13568 splits K across warps, walks two x tiles and ends on
+ * a partial stage; 4100 x 4096 is one tile with a partial block of rows.
+ * On sm_80+, where the tensor-core kernel takes the bucket, K grows by 32
+ * (13600, 4128: not whole atoms of 64) to keep the f32 kernel; formats of
+ * 256-value blocks have no such K. Then every format the tensor-core
+ * kernel serves in tc8 and tc16, three shapes taking turns: 4096 x 4096
+ * splits K over all eight warps of a block, 200 x 768 and 1000 x 512 in
+ * two and end on a partial row tile. The epilogue rotates through all
+ * five fusions. A class the target's shared memory cannot hold is refused
+ * (simt's then), never at m = 1. */
 static void compile_every_class(const char *arch)
 {
     static const unsigned epilogues[] = {
@@ -524,16 +1058,39 @@ static void compile_every_class(const char *arch)
     for (int f = 0; f < KILN_FMT_COUNT; f++)
         for (int v = 0; v < (int)KILN_ARRAY_LEN(variants); v++) {
             const int64_t *shape = shapes[(f + v) % 2];
-            kiln_linear_cfg c = cfg((kiln_format)f, shape[0], shape[1]);
+            kiln_linear_cfg c;
             char why[256], sig[512];
+            if (!f32_kernel_cfg(&t, (kiln_format)f, shape[0], shape[1], 1ll << v, &c))
+                continue;
             if (!gemv->can_implement(&t, &c, 1ll << v, why, sizeof why)) {
                 cr_assert_neq(v, 0, "%s: %s", arch, why);
                 cr_assert(strstr(why, "shared memory"), "%s", why);
                 continue;
             }
             batch_add(&b, gemv_sig(sig, sizeof sig, variants[v], (kiln_format)f,
-                                   epilogues[(f + v) % 5], shape[0], shape[1], arch));
+                                   epilogues[(f + v) % 5], c.n, c.k, arch));
         }
+    static const struct {
+        const char *name;
+        int64_t m;
+    } tc[] = { { "tc8", 8 }, { "tc16", 16 } };
+    static const int64_t tc_shapes[][2] = { { 4096, 4096 }, { 200, 768 }, { 1000, 512 } };
+    int tc_kernels = 0;
+    for (int f = 0; f < KILN_FMT_COUNT; f++)
+        for (int v = 0; v < (int)KILN_ARRAY_LEN(tc); v++) {
+            const int64_t *shape = tc_shapes[(f + v) % 3];
+            if (!kiln_gemv_tc_serves(&t, (kiln_format)f, shape[0], shape[1]))
+                continue;
+            kiln_linear_cfg c = cfg((kiln_format)f, shape[0], shape[1]);
+            char why[256], sig[512];
+            cr_assert_eq(gemv->can_implement(&t, &c, tc[v].m, why, sizeof why), 1, "%s", why);
+            gemv->variant(&t, &c, tc[v].m, sig, sizeof sig);
+            cr_assert_str_eq(sig, tc[v].name);
+            batch_add(&b, gemv_sig(sig, sizeof sig, tc[v].name, (kiln_format)f,
+                                   epilogues[(f + v) % 5], shape[0], shape[1], arch));
+            tc_kernels++;
+        }
+    cr_assert_eq(tc_kernels, t.sm >= 80 ? 2 * (KILN_FMT_COUNT - 2) : 0, "%s", arch);
     char what[64];
     snprintf(what, sizeof what, "%s gemv", arch);
     batch_compile(&b, what);
