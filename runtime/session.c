@@ -326,7 +326,9 @@ static kiln_status launch_step(kiln_session *s, const kiln_program *bk, int si)
     void *params[] = { &a };
     for (int f = 0; f < n; f++) {
         const kiln_launch *c = &l[f].cfg;
-        if (c->smem > 48 * 1024)
+        /* Static and dynamic shared memory together may pass the default
+         * 48 KiB; the dynamic part is allowed explicitly. */
+        if (c->smem > 0)
             CU(s->cu->FuncSetAttribute(d->fn[f], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                        (int)c->smem), l[f].entry);
         CU(s->cu->LaunchKernel(d->fn[f], c->grid[0], c->grid[1], c->grid[2], c->block[0],

@@ -100,15 +100,22 @@ static const tc_variant tc_variants[] = {
 static const tc_variant *tc_for_bucket(int64_t m) { return m <= 8 ? &tc_variants[0] : &tc_variants[1]; }
 
 /* Formats whose f32 kernel is the faster one for a single token: at m = 1
- * seven of the mma's eight token columns are idle and the tensor-core
- * kernel's per-weight decoding and per-block scaling, which the f32 kernel
- * folds into its FMAs, decide (H200, kiln-bench gemm: docs/PERFORMANCE.md).
- * From two tokens on the mma wins. */
+ * seven of the mma's eight token columns are idle, and for E4M3 the f32
+ * kernel's decoding costs less than the mma path's (H200, kiln-bench gemm:
+ * docs/PERFORMANCE.md). From two tokens on the mma wins; the 4-bit formats
+ * are as fast or faster on it at m = 1 too, and keep one layout. */
 static const unsigned fp32_for_one_token = 1u << KILN_FMT_FP8_TENSOR | 1u << KILN_FMT_FP8_CHANNEL |
-                                           1u << KILN_FMT_FP8_BLOCK | 1u << KILN_FMT_MXFP8 |
-                                           1u << KILN_FMT_NVFP4 | 1u << KILN_FMT_MXFP4 |
-                                           1u << KILN_FMT_Q4_0 | 1u << KILN_FMT_Q4_K |
-                                           1u << KILN_FMT_GGML_MXFP4;
+                                           1u << KILN_FMT_FP8_BLOCK | 1u << KILN_FMT_MXFP8;
+
+/* Atoms a warp loads at once, tc.cuh's trait `batch` (the template checks
+ * the shared memory computed from it): 128 bytes a lane, 96 for Q6_K. */
+static const int tc_batch[] = {
+    [KILN_FMT_BF16] = 1,       [KILN_FMT_FP8_TENSOR] = 2, [KILN_FMT_FP8_CHANNEL] = 2,
+    [KILN_FMT_FP8_BLOCK] = 2,  [KILN_FMT_MXFP8] = 2,      [KILN_FMT_NVFP4] = 4,
+    [KILN_FMT_MXFP4] = 4,      [KILN_FMT_Q8_0] = 2,       [KILN_FMT_Q4_0] = 4,
+    [KILN_FMT_Q4_K] = 4,       [KILN_FMT_Q6_K] = 2,       [KILN_FMT_GGML_MXFP4] = 4,
+};
+_Static_assert(KILN_ARRAY_LEN(tc_batch) == KILN_FMT_COUNT, "one entry per format");
 
 /* Whether bucket m of linear c on t runs the tensor-core kernel. */
 static int tc_takes(const kiln_target *t, const kiln_linear_cfg *c, int64_t m)
@@ -127,28 +134,56 @@ static const tc_variant *tc_named(const char *name)
 }
 
 typedef struct tc_config {
-    int k_split;
+    int warps, k_split;
+    unsigned smem; /* dynamic: the warps' x rings */
     unsigned blocks;
 } tc_config;
 
+/* Bytes of the x rings (tc_smem in tc.cuh) and of the k-split reduction. */
+static int64_t tc_smem(const kiln_linear_cfg *c, const tc_variant *v, int warps)
+{
+    return (int64_t)warps * 2 * tc_batch[c->format] * (v->max_m / 8) * 4 * 32 * 8;
+}
+
+static int64_t tc_red(const tc_variant *v, int warps, int split)
+{
+    return split > 1 ? (int64_t)warps * v->row_tiles * (v->max_m / 8) * 4 * 32 * 4 : 0;
+}
+
 /* Split K across a block's warps while the launch is short of warps and
- * every slice keeps four atoms of 64 values. */
-static int tc_configure(const kiln_linear_cfg *c, const tc_variant *v, tc_config *out, char *why,
-                        size_t size)
+ * every slice keeps four atoms of 64 values; halve the block while its
+ * shared memory is more than t gives one. */
+static int tc_configure(const kiln_target *t, const kiln_linear_cfg *c, const tc_variant *v,
+                        tc_config *out, char *why, size_t size)
 {
     if (c->n > INT_MAX || c->k > INT_MAX) {
         snprintf(why, size, "N=%lld, K=%lld: both must be below 2^31", (long long)c->n,
                  (long long)c->k);
         return 0;
     }
+    const int64_t limit = t->smem_optin > 0 ? t->smem_optin : GEMV_DEFAULT_SMEM;
     const int64_t groups = kiln_ceil_div(kiln_ceil_div(c->n, 16), v->row_tiles);
     const int64_t atoms = c->k / 64;
-    int split = 1;
-    while (split * 2 <= v->warps && groups * split < GEMV_MIN_WARPS && atoms >= 8 * split)
-        split *= 2;
+    int warps = v->warps, split;
+    for (;;) {
+        split = 1;
+        while (split * 2 <= warps && groups * split < GEMV_MIN_WARPS && atoms >= 8 * split)
+            split *= 2;
+        if (tc_smem(c, v, warps) + tc_red(v, warps, split) <= limit)
+            break;
+        if (warps == 1) {
+            snprintf(why, size, "%s at %s: needs %lld bytes of shared memory per block, %s allows %lld",
+                     v->name, kiln_format_get(c->format)->name,
+                     (long long)(tc_smem(c, v, 1) + tc_red(v, 1, split)), t->name, (long long)limit);
+            return 0;
+        }
+        warps /= 2;
+    }
     *out = (tc_config){
+        .warps = warps,
         .k_split = split,
-        .blocks = (unsigned)kiln_ceil_div(groups, v->warps / split),
+        .smem = (unsigned)tc_smem(c, v, warps),
+        .blocks = (unsigned)kiln_ceil_div(groups, warps / split),
     };
     return 1;
 }
@@ -280,7 +315,7 @@ static int gemv_can_implement(const kiln_target *t, const kiln_linear_cfg *c, in
     }
     if (tc_takes(t, c, bucket)) {
         tc_config tc;
-        return tc_configure(c, tc_for_bucket(bucket), &tc, why, size);
+        return tc_configure(t, c, tc_for_bucket(bucket), &tc, why, size);
     }
     gemv_config cfg;
     return gemv_configure(t, c, variant_for_bucket(bucket), &cfg, why, size);
@@ -341,10 +376,12 @@ static kiln_status tc_check(const kiln_target *t, const kiln_linear_kernel *k, i
     if (!kiln_gemv_tc_serves(t, k->cfg.format, k->cfg.n, k->cfg.k))
         return kiln_fail(KILN_ERR_UNSUPPORTED,
                          "gemv %s: needs sm_80+, a format exact in bf16 and K a multiple of 64 "
-                         "(target %s, format %d, K=%lld)",
-                         (*v)->name, t->name, (int)k->cfg.format, (long long)k->cfg.k);
+                         "(target %s, format %s, K=%lld)",
+                         (*v)->name, t->name,
+                         kiln_format_get(k->cfg.format) ? kiln_format_get(k->cfg.format)->name : "?",
+                         (long long)k->cfg.k);
     char why[256];
-    if (!tc_configure(&k->cfg, *v, out, why, sizeof why))
+    if (!tc_configure(t, &k->cfg, *v, out, why, sizeof why))
         return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv: %s", why);
     return KILN_OK;
 }
@@ -361,15 +398,15 @@ static kiln_status tc_emit(const kiln_linear_kernel *k, const tc_variant *v, con
         "using shape = kiln::tc_shape</*max_m*/ %d, /*row_tiles*/ %d, /*warps*/ %d, /*k_split*/ %d>;\n"
         "using epilogue = kiln::gemv_epilogue</*bias*/ %s, /*residual*/ %s, /*silu_mul*/ %s>;\n"
         "\n"
-        "extern \"C\" __global__ void __launch_bounds__(shape::threads)\n"
+        "extern \"C\" __global__ void __launch_bounds__(shape::threads, kiln::tc_min_blocks<format, shape>::value)\n"
         "%s(const kiln_linear_args args)\n"
         "{\n"
-        "    kiln::gemv_tc<format, shape, epilogue, /*n*/ %lld, /*k*/ %lld>(args);\n"
+        "    kiln::gemv_tc<format, shape, epilogue, /*n*/ %lld, /*k*/ %lld, /*smem*/ %u>(args);\n"
         "}\n",
-        kiln_format_get(k->cfg.format)->name, v->max_m, v->row_tiles, v->warps, c->k_split,
+        kiln_format_get(k->cfg.format)->name, v->max_m, v->row_tiles, c->warps, c->k_split,
         epi & KILN_EPI_BIAS ? "true" : "false", epi & KILN_EPI_RESIDUAL ? "true" : "false",
         epi & KILN_EPI_SILU_MUL ? "true" : "false", entry, (long long)k->cfg.n,
-        (long long)k->cfg.k);
+        (long long)k->cfg.k, c->smem);
     if (n < 0 || (size_t)n >= size)
         return kiln_fail(KILN_ERR_INVALID_ARG,
                          "gemv: the source needs %d bytes, the buffer has %zu", n + 1, size);
@@ -431,7 +468,8 @@ static kiln_status gemv_launch(const kiln_target *t, const kiln_linear_kernel *k
                              tv->name, (long long)m, tv->max_m);
         *out = (kiln_launch){
             .grid = { tc.blocks, 1, 1 },
-            .block = { (unsigned)tv->warps * 32, 1, 1 },
+            .block = { (unsigned)tc.warps * 32, 1, 1 },
+            .smem = tc.smem,
         };
         return KILN_OK;
     }

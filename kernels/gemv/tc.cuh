@@ -82,6 +82,14 @@ __device__ __forceinline__ uint4 ld_stream(const u8 *p)
     return v;
 }
 
+// 8 bytes global → shared, zero-filled when src_size is 0.
+__device__ __forceinline__ void cp_async8(void *dst, const void *src, int src_size)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(
+                     (u32)__cvta_generic_to_shared(dst)),
+                 "l"(src), "r"(src_size));
+}
+
 __device__ __forceinline__ u32 word_of(const uint4 &v, int i)
 {
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
@@ -178,6 +186,13 @@ __device__ __forceinline__ void decode_q8_word(u32 w, u32 &lo_reg, u32 &hi_reg)
 //                 what the pieces do not, decode() turns k-tile j into an
 //                 A fragment, scale() gives block b's scales of rows g, g + 8
 //   row_scale     what multiplies row n's sum at the end
+//   min_blocks    blocks per SM the registers are budgeted for (one token tile)
+// Where a lane finds its scale records.
+struct tc_scale_ptr {
+    const u8 *rec; // this lane group's record of atom 0
+    const u8 *sup; // its super-record of atom 0 (Q4_K, Q6_K)
+};
+
 template <int Pieces>
 struct tc_raw {
     uint4 q[Pieces];
@@ -188,51 +203,48 @@ struct tc_raw {
 
 struct tc_base {
     static constexpr int pieces = 1, atom_bytes = 512, batch = 4, block_tiles = 0;
+    static constexpr int min_blocks = 1; // __launch_bounds__: blocks per SM to fit
     static constexpr bool has_offset = false, has_min = false;
     using raw = tc_raw<1>;
     template <class R>
     static __device__ void load_high(const u8 *, int, R &)
     {
     }
-    template <int N, int K, class R>
-    static __device__ void load_scales(const kiln_linear_args &, int, int, int, R &)
+    template <int N, int K>
+    static __device__ tc_scale_ptr scale_ptr(const kiln_linear_args &, int, int)
+    {
+        return {};
+    }
+    template <class R>
+    static __device__ void load_scales(const tc_scale_ptr &, int, R &)
     {
     }
     static __device__ float row_scale(const kiln_linear_args &, int) { return 1.0f; }
 };
 
-// Where atom `atom` of row tile `tile` keeps lane group g's scale record
-// (Record bytes for rows g and g + 8), and its 256-value super-record
-// after all of them (Q4_K, Q6_K).
-template <int K, int Record>
-__device__ __forceinline__ const u8 *scale_at(const kiln_linear_args &args, int tile, int atom,
-                                              int g)
-{
-    return static_cast<const u8 *>(args.w_scale) + ((i64)tile * (K / 64) + atom) * (8 * Record) +
-           g * Record;
-}
-
+// Lane group g's scale record of atom 0 of row tile `tile` (Record
+// bytes for rows g and g + 8, records atom-major), and its 256-value
+// super-record after all the records (Q4_K, Q6_K).
 template <int N, int K, int Record, int SuperRecord>
-__device__ __forceinline__ const u8 *super_at(const kiln_linear_args &args, int tile, int atom,
-                                              int g)
+__device__ __forceinline__ tc_scale_ptr records_of(const kiln_linear_args &args, int tile, int g)
 {
     constexpr i64 tiles = (N + 15) / 16;
-    return static_cast<const u8 *>(args.w_scale) + tiles * (K / 64) * (8 * Record) +
-           ((i64)tile * (K / 256) + atom / 4) * (8 * SuperRecord) + g * SuperRecord;
+    const u8 *s = static_cast<const u8 *>(args.w_scale);
+    return { s + (i64)tile * (K / 64) * (8 * Record) + g * Record,
+             s + tiles * (K / 64) * (8 * Record) + (i64)tile * (K / 256) * (8 * SuperRecord) +
+                 g * SuperRecord };
 }
 
-template <int K, class R>
-__device__ __forceinline__ void record4(const kiln_linear_args &args, int tile, int atom, int g,
-                                        R &r)
+template <class R>
+__device__ __forceinline__ void record4(const tc_scale_ptr &p, int atom, R &r)
 {
-    r.s[0] = __ldg(reinterpret_cast<const u32 *>(scale_at<K, 4>(args, tile, atom, g)));
+    r.s[0] = __ldg(reinterpret_cast<const u32 *>(p.rec + atom * 32));
 }
 
-template <int K, class R>
-__device__ __forceinline__ void record8(const kiln_linear_args &args, int tile, int atom, int g,
-                                        R &r)
+template <class R>
+__device__ __forceinline__ void record8(const tc_scale_ptr &p, int atom, R &r)
 {
-    const uint2 v = __ldg(reinterpret_cast<const uint2 *>(scale_at<K, 8>(args, tile, atom, g)));
+    const uint2 v = __ldg(reinterpret_cast<const uint2 *>(p.rec + atom * 64));
     r.s[0] = v.x, r.s[1] = v.y;
 }
 
@@ -289,12 +301,16 @@ struct tc_fp8_channel : tc_e4m3 {
 struct tc_fp8_block : tc_e4m3 {
     static constexpr int block_tiles = 4;
     template <int N, int K>
-    static __device__ void load_scales(const kiln_linear_args &args, int tile, int atom, int,
-                                       raw &r)
+    static __device__ tc_scale_ptr scale_ptr(const kiln_linear_args &args, int tile, int)
     {
         constexpr int cols = (K + 127) / 128;
-        r.s[0] = __float_as_uint(
-            __ldg(static_cast<const float *>(args.w_scale) + (i64)(tile / 8) * cols + atom / 2));
+        return { reinterpret_cast<const u8 *>(static_cast<const float *>(args.w_scale) +
+                                              (i64)(tile / 8) * cols),
+                 nullptr };
+    }
+    static __device__ void load_scales(const tc_scale_ptr &p, int atom, raw &r)
+    {
+        r.s[0] = __float_as_uint(__ldg(reinterpret_cast<const float *>(p.rec) + atom / 2));
     }
     static __device__ void scale(const raw &r, int, float (&s)[2])
     {
@@ -306,11 +322,11 @@ struct tc_fp8_block : tc_e4m3 {
 struct tc_mxfp8 : tc_e4m3 {
     static constexpr int block_tiles = 2;
     template <int N, int K>
-    static __device__ void load_scales(const kiln_linear_args &args, int tile, int atom, int g,
-                                       raw &r)
+    static __device__ tc_scale_ptr scale_ptr(const kiln_linear_args &args, int tile, int g)
     {
-        record4<K>(args, tile, atom, g, r);
+        return records_of<N, K, 4, 0>(args, tile, g);
     }
+    static __device__ void load_scales(const tc_scale_ptr &p, int atom, raw &r) { record4(p, atom, r); }
     static __device__ void scale(const raw &r, int b, float (&s)[2])
     {
         scales_e8m0<e8m0_to_f32>(r.s[0], b, s);
@@ -321,11 +337,11 @@ struct tc_mxfp8 : tc_e4m3 {
 struct tc_q8_0 : tc_e4m3 {
     static constexpr int block_tiles = 2;
     template <int N, int K>
-    static __device__ void load_scales(const kiln_linear_args &args, int tile, int atom, int g,
-                                       raw &r)
+    static __device__ tc_scale_ptr scale_ptr(const kiln_linear_args &args, int tile, int g)
     {
-        record8<K>(args, tile, atom, g, r);
+        return records_of<N, K, 8, 0>(args, tile, g);
     }
+    static __device__ void load_scales(const tc_scale_ptr &p, int atom, raw &r) { record8(p, atom, r); }
     static __device__ void decode(const raw &r, int j, u32 (&a)[4])
     {
         const uint4 &p = r.q[j >> 1];
@@ -340,11 +356,11 @@ struct tc_q4_0 : tc_base {
     static constexpr int block_tiles = 2;
     static constexpr bool has_offset = true;
     template <int N, int K>
-    static __device__ void load_scales(const kiln_linear_args &args, int tile, int atom, int g,
-                                       raw &r)
+    static __device__ tc_scale_ptr scale_ptr(const kiln_linear_args &args, int tile, int g)
     {
-        record8<K>(args, tile, atom, g, r);
+        return records_of<N, K, 8, 0>(args, tile, g);
     }
+    static __device__ void load_scales(const tc_scale_ptr &p, int atom, raw &r) { record8(p, atom, r); }
     static __device__ void decode(const raw &r, int j, u32 (&a)[4]) { decode_int4(word_of(r.q[0], j), a); }
     static __device__ void offset(float (&o)[2]) { o[0] = o[1] = 136.0f; }
     static __device__ void scale(const raw &r, int b, float (&s)[2]) { scales_f16(r.s, b, s); }
@@ -355,11 +371,11 @@ template <u32 Scale, float (*Decode)(u32)>
 struct tc_e2m1_32 : tc_base {
     static constexpr int block_tiles = 2;
     template <int N, int K>
-    static __device__ void load_scales(const kiln_linear_args &args, int tile, int atom, int g,
-                                       raw &r)
+    static __device__ tc_scale_ptr scale_ptr(const kiln_linear_args &args, int tile, int g)
     {
-        record4<K>(args, tile, atom, g, r);
+        return records_of<N, K, 4, 0>(args, tile, g);
     }
+    static __device__ void load_scales(const tc_scale_ptr &p, int atom, raw &r) { record4(p, atom, r); }
     static __device__ void decode(const raw &r, int j, u32 (&a)[4])
     {
         decode_e2m1<Scale>(word_of(r.q[0], j), a);
@@ -380,11 +396,11 @@ using tc_ggml_mxfp4 = tc_e2m1_32<0x7F00u, e8m0_half_to_f32>; // 2^127: ggml's do
 struct tc_nvfp4 : tc_base {
     static constexpr int block_tiles = 1;
     template <int N, int K>
-    static __device__ void load_scales(const kiln_linear_args &args, int tile, int atom, int g,
-                                       raw &r)
+    static __device__ tc_scale_ptr scale_ptr(const kiln_linear_args &args, int tile, int g)
     {
-        record8<K>(args, tile, atom, g, r);
+        return records_of<N, K, 8, 0>(args, tile, g);
     }
+    static __device__ void load_scales(const tc_scale_ptr &p, int atom, raw &r) { record8(p, atom, r); }
     static __device__ void decode(const raw &r, int j, u32 (&a)[4])
     {
         decode_e2m1<0x7E80u>(word_of(r.q[0], j), a);
@@ -402,15 +418,17 @@ struct tc_nvfp4 : tc_base {
 // then the same for g + 8. Super-record: f16 d, dmin of g, then of g + 8.
 // The registers read 128 + q (decode_int4).
 struct tc_q4_k : tc_base {
-    static constexpr int block_tiles = 2;
+    static constexpr int block_tiles = 2, min_blocks = 2;
     static constexpr bool has_offset = true, has_min = true;
     template <int N, int K>
-    static __device__ void load_scales(const kiln_linear_args &args, int tile, int atom, int g,
-                                       raw &r)
+    static __device__ tc_scale_ptr scale_ptr(const kiln_linear_args &args, int tile, int g)
     {
-        record8<K>(args, tile, atom, g, r);
-        const uint2 d =
-            __ldg(reinterpret_cast<const uint2 *>(super_at<N, K, 8, 8>(args, tile, atom, g)));
+        return records_of<N, K, 8, 8>(args, tile, g);
+    }
+    static __device__ void load_scales(const tc_scale_ptr &p, int atom, raw &r)
+    {
+        record8(p, atom, r);
+        const uint2 d = __ldg(reinterpret_cast<const uint2 *>(p.sup + atom / 4 * 64));
         r.sup[0] = d.x, r.sup[1] = d.y;
     }
     static __device__ void decode(const raw &r, int j, u32 (&a)[4]) { decode_int4(word_of(r.q[0], j), a); }
@@ -440,11 +458,14 @@ struct tc_q6_k : tc_base {
         r.qh[0] = v.x, r.qh[1] = v.y;
     }
     template <int N, int K>
-    static __device__ void load_scales(const kiln_linear_args &args, int tile, int atom, int g,
-                                       raw &r)
+    static __device__ tc_scale_ptr scale_ptr(const kiln_linear_args &args, int tile, int g)
     {
-        record8<K>(args, tile, atom, g, r);
-        r.sup[0] = __ldg(reinterpret_cast<const u32 *>(super_at<N, K, 8, 4>(args, tile, atom, g)));
+        return records_of<N, K, 8, 4>(args, tile, g);
+    }
+    static __device__ void load_scales(const tc_scale_ptr &p, int atom, raw &r)
+    {
+        record8(p, atom, r);
+        r.sup[0] = __ldg(reinterpret_cast<const u32 *>(p.sup + atom / 4 * 32));
     }
     static __device__ void decode(const raw &r, int j, u32 (&a)[4])
     {
@@ -475,6 +496,13 @@ struct tc_shape {
     static constexpr int token_tiles = MaxM / 8, row_tiles = RowTiles, warps = Warps;
     static constexpr int k_split = KSplit, threads = Warps * 32;
     static constexpr int row_warps = Warps / KSplit;
+};
+
+// Blocks per SM for __launch_bounds__: a format's wish holds for one token
+// tile; two need the registers of a lower occupancy.
+template <class F, class S>
+struct tc_min_blocks {
+    static constexpr int value = S::token_tiles == 1 ? F::min_blocks : 1;
 };
 
 // One atom of one row tile into the accumulators: decode each k-tile,
@@ -517,17 +545,22 @@ __device__ __forceinline__ void tc_atom(const typename F::raw &r, const u32 (&xb
 #pragma unroll
                     for (int n = 0; n < TT; n++)
                         mma_bf16(xs[n], ones, xb[n][b * BT + jj], xs[n]);
-                float o[2], m[2] = { 0.0f, 0.0f };
+                float o[2];
                 F::offset(o);
-                if constexpr (F::has_min)
+                if constexpr (F::has_min) {
+                    float m[2];
                     F::minimum(r, b, m);
+#pragma unroll
+                    for (int n = 0; n < TT; n++)
+#pragma unroll
+                        for (int c = 0; c < 4; c++)
+                            acc[n][c] = fmaf(-m[c >> 1], xs[n][c], acc[n][c]);
+                }
 #pragma unroll
                 for (int n = 0; n < TT; n++)
 #pragma unroll
-                    for (int c = 0; c < 4; c++) {
-                        const float q = fmaf(-o[c >> 1], xs[n][c], part[n][c]);
-                        acc[n][c] = fmaf(q, s[c >> 1], fmaf(-m[c >> 1], xs[n][c], acc[n][c]));
-                    }
+                    for (int c = 0; c < 4; c++)
+                        acc[n][c] = fmaf(fmaf(-o[c >> 1], xs[n][c], part[n][c]), s[c >> 1], acc[n][c]);
             } else {
 #pragma unroll
                 for (int n = 0; n < TT; n++)
@@ -539,9 +572,18 @@ __device__ __forceinline__ void tc_atom(const typename F::raw &r, const u32 (&xb
     }
 }
 
-template <class F, class S, class Epilogue, int N, int K>
+// Dynamic shared memory: each warp's ring of two batches of x fragments,
+// [stage][atom][token tile][k-tile][lane] × 8 bytes.
+template <class F, class S>
+struct tc_smem {
+    static constexpr int per_warp = 2 * F::batch * S::token_tiles * 4 * 32;
+    static constexpr int bytes = S::warps * per_warp * 8;
+};
+
+template <class F, class S, class Epilogue, int N, int K, int Smem>
 __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
 {
+    static_assert(Smem == tc_smem<F, S>::bytes, "the host's shared memory is the template's");
     static_assert(K % 64 == 0, "whole atoms");
     constexpr int atoms = K / 64, tiles = (N + 15) / 16, TT = S::token_tiles;
     constexpr int chunk = (atoms + S::k_split - 1) / S::k_split;
@@ -556,13 +598,39 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
 
     float acc[S::row_tiles][TT][4] = {};
 
-    // One batch of atoms in registers: the weights of each row tile and the
-    // x fragments of each token tile.
-    struct batch {
-        typename F::raw raw[S::row_tiles][F::batch];
-        u32 xb[F::batch][TT][4][2];
+    // One batch of atoms' weights in registers, and its x fragments in the
+    // warp's shared-memory ring: each lane copies the fragments it will
+    // read (cp.async, zeros for tokens past m), so the copies hold no
+    // registers while in flight and need no synchronization but their own.
+    using batch = typename F::raw[S::row_tiles][F::batch];
+    extern __shared__ uint2 tc_x[];
+    uint2 *ring = tc_x + warp * tc_smem<F, S>::per_warp + lane;
+    auto slot = [&](int stage, int u, int n, int j) -> uint2 & {
+        return ring[(((stage * F::batch + u) * TT + n) * 4 + j) * 32];
     };
-    auto load = [&](int a0, batch &b) {
+    // Per-warp bases, so that an atom's addresses are a base plus
+    // constants. A row tile past N (the last block's) loads nothing; a
+    // token past m copies zeros from row 0, which every bucket has.
+    const u8 *wtile[S::row_tiles];
+    tc_scale_ptr sp[S::row_tiles];
+    bool tile_ok[S::row_tiles];
+#pragma unroll
+    for (int r = 0; r < S::row_tiles; r++) {
+        tile_ok[r] = tile0 + r < tiles;
+        const int tile = tile_ok[r] ? tile0 + r : tiles - 1;
+        wtile[r] = w + (i64)tile * atoms * F::atom_bytes + lane * 16;
+        sp[r] = F::template scale_ptr<N, K>(args, tile, g);
+    }
+    const u16 *xrow[TT];
+    int xbytes[TT];
+#pragma unroll
+    for (int n = 0; n < TT; n++) {
+        const bool live = g + 8 * n < args.m;
+        xrow[n] = x + (live ? (i64)(g + 8 * n) * K : 0) + 4 * t;
+        xbytes[n] = live ? 8 : 0;
+    }
+
+    auto load = [&](int a0, batch &b, int stage) {
 #pragma unroll
         for (int u = 0; u < F::batch; u++) {
             const int a = a0 + u;
@@ -570,52 +638,54 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
                 break;
 #pragma unroll
             for (int r = 0; r < S::row_tiles; r++) {
-                const int tile = tile0 + r;
-                if (tile >= tiles)
-                    break;
-                const u8 *p = w + ((i64)tile * atoms + a) * F::atom_bytes;
+                if (!tile_ok[r])
+                    continue;
+                const u8 *p = wtile[r] + a * F::atom_bytes;
 #pragma unroll
                 for (int i = 0; i < F::pieces; i++)
-                    b.raw[r][u].q[i] = ld_stream(p + i * 512 + lane * 16);
-                F::load_high(p, lane, b.raw[r][u]);
-                F::template load_scales<N, K>(args, tile, a, g, b.raw[r][u]);
+                    b[r][u].q[i] = ld_stream(p + i * 512);
+                F::load_high(p - lane * 16, lane, b[r][u]);
+                F::load_scales(sp[r], a, b[r][u]);
             }
 #pragma unroll
-            for (int n = 0; n < TT; n++) {
-                const int token = g + 8 * n;
-                const u16 *xr = x + (i64)token * K + a * 64 + 4 * t;
+            for (int n = 0; n < TT; n++)
 #pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    uint2 v = make_uint2(0u, 0u);
-                    if (token < args.m)
-                        v = __ldg(reinterpret_cast<const uint2 *>(xr + 16 * j));
-                    b.xb[u][n][j][0] = v.x, b.xb[u][n][j][1] = v.y;
-                }
-            }
+                for (int j = 0; j < 4; j++)
+                    cp_async8(&slot(stage, u, n, j), xrow[n] + a * 64 + 16 * j, xbytes[n]);
         }
+        cp_async_commit();
     };
-    auto consume = [&](int a0, const batch &b) {
+    auto consume = [&](int a0, const batch &b, int stage) {
+        cp_async_wait<1>(); // this stage's x; the next stage's may fly
 #pragma unroll
         for (int u = 0; u < F::batch; u++) {
             if (a0 + u >= a_end)
                 break;
+            u32 xb[TT][4][2];
+#pragma unroll
+            for (int n = 0; n < TT; n++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const uint2 v = slot(stage, u, n, j);
+                    xb[n][j][0] = v.x, xb[n][j][1] = v.y;
+                }
 #pragma unroll
             for (int r = 0; r < S::row_tiles; r++)
-                if (tile0 + r < tiles)
-                    tc_atom<F, TT>(b.raw[r][u], b.xb[u], acc[r]);
+                if (tile_ok[r])
+                    tc_atom<F, TT>(b[r][u], xb, acc[r]);
         }
     };
 
-    // Two batches in registers: the next one's loads are in flight while
-    // this one is decoded, so a warp never waits with nothing requested.
+    // Two batches in flight per warp: the next one's loads are issued
+    // before this one is decoded.
     batch b0, b1;
-    load(a_begin, b0);
+    load(a_begin, b0, 0);
 #pragma unroll 1
     for (int a0 = a_begin; a0 < a_end; a0 += 2 * F::batch) {
-        load(a0 + F::batch, b1);
-        consume(a0, b0);
-        load(a0 + 2 * F::batch, b0);
-        consume(a0 + F::batch, b1);
+        load(a0 + F::batch, b1, 1);
+        consume(a0, b0, 0);
+        load(a0 + 2 * F::batch, b0, 0);
+        consume(a0 + F::batch, b1, 1);
     }
 
     constexpr int held = S::row_tiles * TT * 4;

@@ -163,14 +163,11 @@ Test(gemv, variants_follow_the_bucket)
 }
 
 /* The formats whose single token stays on the f32 kernel (backend.c's
- * fp32_for_one_token, measured on an H200). */
+ * fp32_for_one_token, measured on an H200): the E4M3 ones. */
 static int f32_for_one_token(kiln_format f)
 {
     static const kiln_format fs[] = { KILN_FMT_FP8_TENSOR, KILN_FMT_FP8_CHANNEL,
-                                      KILN_FMT_FP8_BLOCK,  KILN_FMT_MXFP8,
-                                      KILN_FMT_NVFP4,      KILN_FMT_MXFP4,
-                                      KILN_FMT_Q4_0,       KILN_FMT_Q4_K,
-                                      KILN_FMT_GGML_MXFP4 };
+                                      KILN_FMT_FP8_BLOCK, KILN_FMT_MXFP8 };
     for (size_t i = 0; i < KILN_ARRAY_LEN(fs); i++)
         if (fs[i] == f)
             return 1;
@@ -178,8 +175,8 @@ static int f32_for_one_token(kiln_format f)
 }
 
 /* sm_80+ and a format exact in BF16 with K in whole atoms of 64: tc8 up to
- * 8 tokens, tc16 above, but one token of the formats the f32 kernel
- * decodes faster stays on m1. Anything else keeps the f32 ladder. */
+ * 8 tokens, tc16 above, but one token of the E4M3 formats, which the f32
+ * kernel decodes faster, stays on m1. Anything else keeps the f32 ladder. */
 Test(gemv, tc_variants_follow_bucket_format_and_target)
 {
     static const char *const ladder[] = { NULL, "m1", "m2", "m4", "m4", "m8", "m8", "m8", "m8",
@@ -221,6 +218,39 @@ Test(gemv, tc_variants_follow_bucket_format_and_target)
     cr_assert_str_eq(v, "tc8");
     gemv->variant(&future, &c, 16, v, sizeof v);
     cr_assert_str_eq(v, "tc16");
+}
+
+/* The single token, format by format, independent of f32_for_one_token:
+ * every 4-bit format, BF16, Q8_0 and Q6_K run tc8 at m = 1 on sm_80+, the
+ * E4M3 family m1; from two tokens on all of them run tc8. */
+Test(gemv, one_token_runs_tc8_but_for_e4m3)
+{
+    static const struct {
+        kiln_format f;
+        const char *m1;
+    } cases[] = {
+        { KILN_FMT_NVFP4, "tc8" },       { KILN_FMT_MXFP4, "tc8" },
+        { KILN_FMT_Q4_0, "tc8" },        { KILN_FMT_Q4_K, "tc8" },
+        { KILN_FMT_GGML_MXFP4, "tc8" },  { KILN_FMT_BF16, "tc8" },
+        { KILN_FMT_Q8_0, "tc8" },        { KILN_FMT_Q6_K, "tc8" },
+        { KILN_FMT_FP8_TENSOR, "m1" },   { KILN_FMT_FP8_CHANNEL, "m1" },
+        { KILN_FMT_FP8_BLOCK, "m1" },    { KILN_FMT_MXFP8, "m1" },
+        { KILN_FMT_F16, "m1" },          { KILN_FMT_F32, "m1" },
+    };
+    _Static_assert(KILN_ARRAY_LEN(cases) == KILN_FMT_COUNT, "every format");
+    static const char *const arches[] = { "sm_80", "sm_86", "sm_89", "sm_90a", "h200" };
+    for (size_t a = 0; a < KILN_ARRAY_LEN(arches); a++)
+        for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+            const char *name = kiln_format_get(cases[i].f)->name;
+            char v[64];
+            cr_assert_str_eq(variant_of(arches[a], cases[i].f, 4096, 1, v, sizeof v),
+                             cases[i].m1, "%s %s m=1", arches[a], name);
+            const int plain = cases[i].f == KILN_FMT_F32 || cases[i].f == KILN_FMT_F16;
+            cr_assert_str_eq(variant_of(arches[a], cases[i].f, 4096, 2, v, sizeof v),
+                             plain ? "m2" : "tc8", "%s %s m=2", arches[a], name);
+            cr_assert_str_eq(variant_of("sm_75", cases[i].f, 4096, 1, v, sizeof v), "m1",
+                             "sm_75 %s", name);
+        }
 }
 
 /* K must be whole 16-byte loads of the plain and FP8/FP4 formats; the GGML
@@ -293,7 +323,8 @@ Test(gemv, refuses_shapes_past_its_indexing)
 /* m = 16 keeps a 16-row f32 copy of a whole 32-value stage per lane: more
  * than sm_75 and sm_89 give a block for 4-bit formats; simt takes those.
  * On sm_80+ the f32 kernel has m16 only where K is not whole atoms of 64
- * (4128 here); the tensor-core kernel has no dynamic shared memory. */
+ * (4128 here); the tensor-core kernel halves its block until its x rings
+ * fit (tc_shared_memory_worked_by_hand). */
 Test(gemv, refuses_what_shared_memory_cannot_hold)
 {
     kiln_linear_cfg c = cfg(KILN_FMT_NVFP4, 4096, 4096);
@@ -322,6 +353,129 @@ Test(gemv, refuses_what_shared_memory_cannot_hold)
     cr_assert(strstr(why, "sm_120 allows 49152"), "%s", why);
     c.k = 4096;
     cr_assert_eq(gemv->can_implement(&future, &c, 16, why, sizeof why), 1, "tc16: %s", why);
+}
+
+/* Atoms of 64 a warp of the tensor-core kernel loads at once, tc.cuh's
+ * trait batch: 128 bytes a lane (96 for Q6_K). F32 and F16 it does not
+ * serve. */
+static const int tc_batch[] = {
+    [KILN_FMT_BF16] = 1,      [KILN_FMT_FP8_TENSOR] = 2, [KILN_FMT_FP8_CHANNEL] = 2,
+    [KILN_FMT_FP8_BLOCK] = 2, [KILN_FMT_MXFP8] = 2,      [KILN_FMT_NVFP4] = 4,
+    [KILN_FMT_MXFP4] = 4,     [KILN_FMT_Q8_0] = 2,       [KILN_FMT_Q4_0] = 4,
+    [KILN_FMT_Q4_K] = 4,      [KILN_FMT_Q6_K] = 2,       [KILN_FMT_GGML_MXFP4] = 4,
+};
+_Static_assert(KILN_ARRAY_LEN(tc_batch) == KILN_FMT_COUNT, "one entry per format");
+
+/* A tensor-core kernel's block: two stages of batch atoms of x fragments
+ * per warp, 8 bytes a lane for each token tile and k-tile (tc_smem in
+ * tc.cuh). */
+static long long tc_ring_bytes(kiln_format f, long long max_m, long long warps)
+{
+    return warps * 2 * tc_batch[f] * (max_m / 8) * 4 * 32 * 8;
+}
+
+/* The tensor-core kernel's shared memory, worked by hand. The x rings are
+ * warps · 2 · batch · token tiles · 4 k-tiles · 32 lanes · 8 bytes; a
+ * k-split adds a reduction of warps · row tiles · token tiles · 4 · 32 · 4
+ * bytes. A block starts at 8 warps and halves until both fit the target's
+ * opt-in limit, and the launch asks for the rings as dynamic shared memory.
+ * 4096 x 4096 is 256 row tiles, 64 atoms. */
+Test(gemv, tc_shared_memory_worked_by_hand)
+{
+    static const struct {
+        const char *arch;
+        const char *variant;
+        kiln_format f;
+        int64_t m;
+        int warps, k_split;
+        unsigned smem, grid;
+    } cases[] = {
+        /* 8 · 2 · 4 · 2 · 1024 = 131072, + 16384 of 8-way reduction:
+         * 147456 of 232448. 128 row groups of 2 tiles, one per block. */
+        { "sm_90a", "tc16", KILN_FMT_Q4_0, 16, 8, 8, 131072, 128 },
+        /* sm_89 allows 101376: 4 warps, 65536 + 8192 (4-way split). */
+        { "sm_89", "tc16", KILN_FMT_Q4_0, 16, 4, 4, 65536, 128 },
+        { "l40s", "tc16", KILN_FMT_NVFP4, 9, 4, 4, 65536, 128 },
+        /* sm_80 allows 166912: 131072 + 16384 fit. */
+        { "sm_80", "tc16", KILN_FMT_Q4_K, 16, 8, 8, 131072, 128 },
+        /* Batch 2: 65536 + 16384 fit sm_89 at 8 warps. */
+        { "sm_89", "tc16", KILN_FMT_Q6_K, 16, 8, 8, 65536, 128 },
+        /* tc8: one token tile. 8 · 2 · 4 · 1024 = 65536; 256 row groups,
+         * split 8 (1024 warps before the last doubling), one group a
+         * block. */
+        { "sm_89", "tc8", KILN_FMT_Q4_K, 1, 8, 8, 65536, 256 },
+        { "sm_90a", "tc8", KILN_FMT_BF16, 8, 8, 8, 16384, 256 },
+        { "sm_86", "tc8", KILN_FMT_Q8_0, 2, 8, 8, 32768, 256 },
+    };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+        kiln_target t = target(cases[i].arch);
+        kiln_linear_cfg c = cfg(cases[i].f, 4096, 4096);
+        char v[64], why[256] = "", sig[512];
+        gemv->variant(&t, &c, cases[i].m, v, sizeof v);
+        cr_assert_str_eq(v, cases[i].variant, "case %zu", i);
+        cr_assert_eq(gemv->can_implement(&t, &c, cases[i].m, why, sizeof why), 1, "%s", why);
+        gemv_sig(sig, sizeof sig, v, cases[i].f, 0, 4096, 4096, cases[i].arch);
+        kiln_kernel_source src;
+        cr_assert_eq(kiln_emit(kiln_registry_default(), sig, &src), KILN_OK, "%s",
+                     kiln_last_error());
+        cr_assert_eq(source_param(src.text, "warps"), cases[i].warps, "%s", sig);
+        cr_assert_eq(source_param(src.text, "k_split"), cases[i].k_split, "%s", sig);
+        cr_assert_eq(source_param(src.text, "smem"), cases[i].smem, "%s", sig);
+        cr_assert_eq(tc_ring_bytes(cases[i].f, source_param(src.text, "max_m"), cases[i].warps),
+                     cases[i].smem, "%s", sig);
+        kiln_launch l;
+        cr_assert_eq(gemv->launch(&t, &src.desc.linear, cases[i].m, &l), KILN_OK, "%s",
+                     kiln_last_error());
+        cr_assert_eq(l.block[0], 32u * cases[i].warps, "%s", sig);
+        cr_assert_eq(l.smem, cases[i].smem, "%s", sig);
+        cr_assert_eq(l.grid[0], cases[i].grid, "%s", sig);
+        kiln_kernel_source_free(&src);
+    }
+}
+
+/* Without a known limit a block gets 48 KiB: tc16 at q4_0 halves twice, to
+ * 2 warps (32768 + 4096 of 2-way reduction). Where not even one warp's
+ * 16384 bytes of x rings fit, the tensor-core variant is refused, by
+ * can_implement, emit and launch alike. */
+Test(gemv, tc_block_halves_to_the_limit_and_refuses_below_one_warp)
+{
+    kiln_target future = { .name = "sm_120", .sm = 120 };
+    kiln_linear_cfg c = cfg(KILN_FMT_Q4_0, 4096, 4096);
+    char why[256] = "", buf[4096];
+    cr_assert_eq(gemv->can_implement(&future, &c, 16, why, sizeof why), 1, "%s", why);
+    kiln_linear_kernel k = { .cfg = c, .act = KILN_ACT_BF16 };
+    snprintf(k.variant, sizeof k.variant, "tc16");
+    cr_assert_eq(gemv->emit(&future, &k, "kiln_gemv_0", buf, sizeof buf), KILN_OK, "%s",
+                 kiln_last_error());
+    cr_assert_eq(source_param(buf, "warps"), 2, "%s", buf);
+    cr_assert_eq(source_param(buf, "k_split"), 2, "%s", buf);
+    cr_assert_eq(source_param(buf, "smem"), 32768, "%s", buf);
+    kiln_launch l;
+    cr_assert_eq(gemv->launch(&future, &k, 16, &l), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(l.block[0], 64);
+    cr_assert_eq(l.smem, 32768);
+    cr_assert_eq(l.grid[0], 128);
+
+    /* A part that opts in to one byte less than one warp's rings. */
+    kiln_target small;
+    cr_assert_eq(kiln_target_from_cc(12, 0, 1, 16383, &small), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(gemv->can_implement(&small, &c, 16, why, sizeof why), 0);
+    cr_assert_str_eq(why, "tc16 at q4_0: needs 16384 bytes of shared memory per block, sm_120 "
+                          "allows 16383");
+    cr_assert_eq(gemv->emit(&small, &k, "kiln_gemv_0", buf, sizeof buf), KILN_ERR_UNSUPPORTED);
+    cr_assert(strstr(kiln_last_error(), "gemv: tc16 at q4_0: needs 16384 bytes"), "%s",
+              kiln_last_error());
+    cr_assert_eq(gemv->launch(&small, &k, 16, &l), KILN_ERR_UNSUPPORTED);
+    cr_assert(strstr(kiln_last_error(), "sm_120 allows 16383"), "%s", kiln_last_error());
+    /* tc8 of BF16 needs 2048 bytes a warp: 8 warps' 16384 do not fit,
+     * 4 warps' 8192 and their 4-way reduction (2048) do. */
+    c.format = KILN_FMT_BF16;
+    cr_assert_eq(gemv->can_implement(&small, &c, 8, why, sizeof why), 1, "%s", why);
+    k.cfg = c;
+    snprintf(k.variant, sizeof k.variant, "tc8");
+    cr_assert_eq(gemv->launch(&small, &k, 8, &l), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(l.block[0], 128);
+    cr_assert_eq(l.smem, 8192);
 }
 
 /* ------------------------------------------------------------ selection */
@@ -406,8 +560,8 @@ static void check_decode_plan(kiln_graph *g, const decode_plan *want)
  * with the epilogues fused, the rest do not, and every signature emits.
  * sm_75 has an f32 kernel per linear and M class that its shared memory
  * holds (not m16, nor q6_k's m8: simt takes those); sm_80 runs every
- * decode bucket on gemv, tc8 for buckets 2 to 8 (and 1 for q6_k) and tc16
- * for 16, leaving m1 to q4_k and nvfp4. */
+ * decode bucket on gemv, tc8 for buckets 1 to 8 and tc16 for 16, with no
+ * m1 left (none of the three is E4M3). */
 Test(gemv, default_plans_use_gemv_for_decode)
 {
     enum { D = 512, F = 768 };
@@ -436,7 +590,7 @@ Test(gemv, default_plans_use_gemv_for_decode)
     static const decode_plan plans[] = {
         { "t4", 4 + 4 + 3, 4 + 4 + 3, 0, 3,
           "q4_k and nvfp4: m1 to m8; q6_k: m1, m2, m4; one kernel each" },
-        { "a100", 3 * 5, 3 + 3 + 2, 6, 2, "q4_k and nvfp4: m1, tc8, tc16; q6_k: tc8, tc16" },
+        { "a100", 3 * 5, 2 + 2 + 2, 6, 0, "every linear: tc8, tc16" },
     };
     for (size_t i = 0; i < KILN_ARRAY_LEN(plans); i++)
         check_decode_plan(g, &plans[i]);
@@ -494,7 +648,10 @@ Test(gemv, emit_instantiates_the_template)
  * hand: tc16 takes two row tiles of 16 a warp, so 4096 rows are 128 warp
  * row groups, far short of the 2048 warps that fill the part; K splits
  * over all 8 warps of a block (224 atoms of 64, 28 a slice), so a block
- * is one row group and the grid 128 blocks. No dynamic shared memory. */
+ * is one row group and the grid 128 blocks. Dynamic shared memory, the x
+ * rings: 8 warps · 2 stages · 2 atoms · 2 token tiles · 4 k-tiles · 32
+ * lanes · 8 bytes = 65536, with the 16384 of the reduction well within
+ * sm_90a's 232448. */
 Test(gemv, emit_instantiates_the_tc_template)
 {
     static const char golden[] =
@@ -510,10 +667,12 @@ Test(gemv, emit_instantiates_the_tc_template)
         "using epilogue = kiln::gemv_epilogue</*bias*/ true, /*residual*/ true, /*silu_mul*/ "
         "false>;\n"
         "\n"
-        "extern \"C\" __global__ void __launch_bounds__(shape::threads)\n"
+        "extern \"C\" __global__ void __launch_bounds__(shape::threads, "
+        "kiln::tc_min_blocks<format, shape>::value)\n"
         "%s(const kiln_linear_args args)\n"
         "{\n"
-        "    kiln::gemv_tc<format, shape, epilogue, /*n*/ 4096, /*k*/ 14336>(args);\n"
+        "    kiln::gemv_tc<format, shape, epilogue, /*n*/ 4096, /*k*/ 14336, /*smem*/ "
+        "65536>(args);\n"
         "}\n";
     const char *sig = "linear backend=gemv variant=tc16 format=q6_k scales=inline act=bf16 n=4096 "
                       "k=14336 epilogue=bias+residual out=bf16 target=sm_90a";
@@ -529,7 +688,7 @@ Test(gemv, emit_instantiates_the_tc_template)
         cr_assert_eq(n, 1);
         cr_assert_eq(l[0].cfg.grid[0], 128);
         cr_assert_eq(l[0].cfg.block[0], 256);
-        cr_assert_eq(l[0].cfg.smem, 0);
+        cr_assert_eq(l[0].cfg.smem, 65536);
     }
     kiln_kernel_source_free(&s);
 }
@@ -567,7 +726,7 @@ Test(gemv, emit_refuses_what_it_does_not_build)
 
 /* The tensor-core variants need sm_80+, a format exact in BF16 and K in
  * whole atoms of 64, whatever the signature asks; emit and launch refuse
- * alike, naming the part they need. */
+ * alike, naming the part they need and the format they were given. */
 Test(gemv, tc_emit_refuses_what_it_does_not_serve)
 {
     static const struct {
@@ -592,6 +751,10 @@ Test(gemv, tc_emit_refuses_what_it_does_not_serve)
                          "%s %s", refused[i].arch, variants[v]);
             cr_assert(strstr(kiln_last_error(), "sm_80"), "%s", kiln_last_error());
             cr_assert(strstr(kiln_last_error(), variants[v]), "%s", kiln_last_error());
+            char named[128];
+            snprintf(named, sizeof named, "(target %s, format %s, K=%lld)", t.name,
+                     kiln_format_get(refused[i].f)->name, (long long)refused[i].k);
+            cr_assert(strstr(kiln_last_error(), named), "%s", kiln_last_error());
             cr_assert_eq(gemv->launch(&t, &k, 1, &l), KILN_ERR_UNSUPPORTED, "%s %s",
                          refused[i].arch, variants[v]);
             cr_assert(strstr(kiln_last_error(), "sm_80"), "%s", kiln_last_error());
@@ -725,8 +888,12 @@ Test(gemv, launches_cover_every_row)
 
 /* The tensor-core variants: 16 rows a row tile, row_tiles a warp, warps /
  * k_split warp row groups a block; the grid covers every row and not one
- * block more, with no dynamic shared memory and every K slice at least
- * four atoms of 64. */
+ * block more with the warps the source was built for, and every K slice
+ * keeps at least four atoms of 64. The launch's dynamic shared memory is
+ * the source's, the warps' x rings; with the reduction it fits the part.
+ * A block has 8 warps but where 8 warps' rings alone pass the target's
+ * limit: tc16 of the 4-bit formats on sm_86 and sm_89 (101376 bytes),
+ * which run 4. */
 Test(gemv, tc_launches_cover_every_row)
 {
     static const int64_t shapes[][2] = {
@@ -768,12 +935,24 @@ Test(gemv, tc_launches_cover_every_row)
                                     row_tiles = source_param(src.text, "row_tiles"),
                                     warps = source_param(src.text, "warps"),
                                     split = source_param(src.text, "k_split");
+                    const long long smem = source_param(src.text, "smem");
                     cr_assert_null(strstr(src.text, "/*rows*/"), "%s", src.text);
                     cr_assert_null(strstr(src.text, "/*tile_k*/"), "%s", src.text);
-                    cr_assert_null(strstr(src.text, "/*smem*/"), "%s", src.text);
+                    cr_assert(strstr(src.text, "__launch_bounds__(shape::threads, "
+                                               "kiln::tc_min_blocks<format, shape>::value)"),
+                              "%s", src.text);
                     cr_assert_eq(max_m, variants[v].max_m, "%s", sig);
+                    const int halves = tc_ring_bytes((kiln_format)f, max_m, 8) > t.smem_optin;
+                    cr_assert_eq(halves, max_m == 16 && tc_batch[f] == 4 && t.sm >= 86 &&
+                                             t.sm <= 89,
+                                 "%s", sig);
+                    cr_assert_eq(warps, halves ? 4 : 8, "%s", sig);
                     cr_assert_eq(warps % split, 0, "%s", sig);
                     cr_assert(split == 1 || k / 64 >= 4 * split, "%s: k_split %lld", sig, split);
+                    cr_assert_eq(smem, tc_ring_bytes((kiln_format)f, max_m, warps), "%s", sig);
+                    const long long reduction =
+                        split > 1 ? warps * row_tiles * (max_m / 8) * 4 * 32 * 4 : 0;
+                    cr_assert_leq(smem + reduction, t.smem_optin, "%s", sig);
                     const long long block_rows = 16 * row_tiles * (warps / split);
                     for (int64_t m = 1; m <= max_m; m++) {
                         kiln_launch l;
@@ -784,7 +963,7 @@ Test(gemv, tc_launches_cover_every_row)
                         cr_assert_eq(l.grid[1] * l.grid[2], 1);
                         cr_assert_eq(l.block[0], 32 * warps, "%s", sig);
                         cr_assert_eq(l.block[1] * l.block[2], 1);
-                        cr_assert_eq(l.smem, 0, "%s", sig);
+                        cr_assert_eq(l.smem, smem, "%s", sig);
                     }
                     checked++;
                     kiln_kernel_source_free(&src);
@@ -802,8 +981,8 @@ Test(gemv, tc_launches_cover_every_row)
 Test(gemv, decode_shapes_fill_an_h200)
 {
     static const int64_t shapes[][2] = { { 28672, 4096 }, { 4096, 14336 }, { 8192, 28672 } };
-    static const kiln_format fs[] = { KILN_FMT_F16,   KILN_FMT_FP8_TENSOR, KILN_FMT_NVFP4,
-                                      KILN_FMT_MXFP4, KILN_FMT_Q4_0,       KILN_FMT_Q4_K };
+    static const kiln_format fs[] = { KILN_FMT_F16,       KILN_FMT_F32,   KILN_FMT_FP8_TENSOR,
+                                      KILN_FMT_FP8_CHANNEL, KILN_FMT_FP8_BLOCK, KILN_FMT_MXFP8 };
     kiln_target t = target("h200");
     for (size_t s = 0; s < KILN_ARRAY_LEN(shapes); s++)
         for (size_t f = 0; f < KILN_ARRAY_LEN(fs); f++) {
@@ -822,7 +1001,9 @@ Test(gemv, decode_shapes_fill_an_h200)
             kiln_kernel_source_free(&src);
         }
     char sig[512];
-    gemv_sig(sig, sizeof sig, "m1", KILN_FMT_NVFP4, 0, 1024, 8192, "h200");
+    char v[64];
+    cr_assert_str_eq(variant_of("h200", KILN_FMT_FP8_TENSOR, 8192, 1, v, sizeof v), "m1");
+    gemv_sig(sig, sizeof sig, "m1", KILN_FMT_FP8_TENSOR, 0, 1024, 8192, "h200");
     kiln_kernel_source src;
     cr_assert_eq(kiln_emit(kiln_registry_default(), sig, &src), KILN_OK, "%s", kiln_last_error());
     cr_assert_eq(source_param(src.text, "k_split"), 2, "%s", src.text);
@@ -835,7 +1016,10 @@ Test(gemv, decode_shapes_fill_an_h200)
 /* The same shapes at m = 1 for the formats whose single token runs tc8,
  * worked by hand: one row tile of 16 a warp, and K split (up to the 8
  * warps of a block) while the launch has fewer than 2048 warps and every
- * slice keeps four atoms of 64. 1024 x 512 has only 8 atoms: two slices. */
+ * slice keeps four atoms of 64. 1024 x 512 has only 8 atoms: two slices.
+ * The x rings, 8 warps · 2 stages · batch · 4 k-tiles · 32 lanes · 8
+ * bytes, are 16384 for BF16, 32768 for Q8_0 and Q6_K and 65536 for the
+ * 4-bit formats. */
 Test(gemv, tc_decode_shapes_fill_an_h200)
 {
     static const struct {
@@ -848,13 +1032,20 @@ Test(gemv, tc_decode_shapes_fill_an_h200)
         { 8192, 28672, 4, 512 / 2 },  /* 512 tiles: 4 slices give 2048 warps */
         { 1024, 512, 2, 64 / 4 },
     };
-    static const kiln_format fs[] = { KILN_FMT_BF16, KILN_FMT_Q8_0, KILN_FMT_Q6_K };
+    static const struct {
+        kiln_format f;
+        unsigned smem;
+    } fs[] = {
+        { KILN_FMT_BF16, 16384 },  { KILN_FMT_Q8_0, 32768 },  { KILN_FMT_Q6_K, 32768 },
+        { KILN_FMT_NVFP4, 65536 }, { KILN_FMT_MXFP4, 65536 }, { KILN_FMT_Q4_0, 65536 },
+        { KILN_FMT_Q4_K, 65536 },  { KILN_FMT_GGML_MXFP4, 65536 },
+    };
     kiln_target t = target("h200");
     for (size_t s = 0; s < KILN_ARRAY_LEN(shapes); s++)
         for (size_t f = 0; f < KILN_ARRAY_LEN(fs); f++) {
             char v[64], sig[512];
-            cr_assert_str_eq(variant_of("h200", fs[f], shapes[s].k, 1, v, sizeof v), "tc8");
-            gemv_sig(sig, sizeof sig, "tc8", fs[f], 0, shapes[s].n, shapes[s].k, "h200");
+            cr_assert_str_eq(variant_of("h200", fs[f].f, shapes[s].k, 1, v, sizeof v), "tc8");
+            gemv_sig(sig, sizeof sig, "tc8", fs[f].f, 0, shapes[s].n, shapes[s].k, "h200");
             kiln_kernel_source src;
             cr_assert_eq(kiln_emit(kiln_registry_default(), sig, &src), KILN_OK, "%s",
                          kiln_last_error());
@@ -863,7 +1054,10 @@ Test(gemv, tc_decode_shapes_fill_an_h200)
             cr_assert_eq(source_param(src.text, "row_tiles"), 1, "%s", sig);
             cr_assert_eq(source_param(src.text, "k_split"), shapes[s].k_split, "%s", sig);
             cr_assert_eq(l.grid[0], shapes[s].grid, "%s", sig);
+            cr_assert_eq(source_param(src.text, "warps"), 8, "%s", sig);
             cr_assert_eq(l.block[0], 256, "%s", sig);
+            cr_assert_eq(source_param(src.text, "smem"), fs[f].smem, "%s", sig);
+            cr_assert_eq(l.smem, fs[f].smem, "%s", sig);
             if (shapes[s].n >= 4096)
                 cr_assert_geq(l.grid[0] * 8, 2048, "%s", sig);
             kiln_kernel_source_free(&src);
@@ -1041,10 +1235,12 @@ static void batch_compile(batch *b, const char *what)
  * (13600, 4128: not whole atoms of 64) to keep the f32 kernel; formats of
  * 256-value blocks have no such K. Then every format the tensor-core
  * kernel serves in tc8 and tc16, three shapes taking turns: 4096 x 4096
- * splits K over all eight warps of a block, 200 x 768 and 1000 x 512 in
- * two and end on a partial row tile. The epilogue rotates through all
- * five fusions. A class the target's shared memory cannot hold is refused
- * (simt's then), never at m = 1. */
+ * splits K over all the warps of a block, 200 x 768 and 1000 x 512 in
+ * two and end on a partial row tile; on sm_89 tc16 of the five 4-bit
+ * formats runs blocks of 4 warps, its shared memory being too small for
+ * 8, and each template checks the shared memory the host computed. The
+ * epilogue rotates through all five fusions. A class the target's shared
+ * memory cannot hold is refused (simt's then), never at m = 1. */
 static void compile_every_class(const char *arch)
 {
     static const unsigned epilogues[] = {
@@ -1075,7 +1271,7 @@ static void compile_every_class(const char *arch)
         int64_t m;
     } tc[] = { { "tc8", 8 }, { "tc16", 16 } };
     static const int64_t tc_shapes[][2] = { { 4096, 4096 }, { 200, 768 }, { 1000, 512 } };
-    int tc_kernels = 0;
+    int tc_kernels = 0, halved = 0;
     for (int f = 0; f < KILN_FMT_COUNT; f++)
         for (int v = 0; v < (int)KILN_ARRAY_LEN(tc); v++) {
             const int64_t *shape = tc_shapes[(f + v) % 3];
@@ -1089,8 +1285,10 @@ static void compile_every_class(const char *arch)
             batch_add(&b, gemv_sig(sig, sizeof sig, tc[v].name, (kiln_format)f,
                                    epilogues[(f + v) % 5], shape[0], shape[1], arch));
             tc_kernels++;
+            halved += source_param(b.src[b.n - 1].text, "warps") < 8;
         }
     cr_assert_eq(tc_kernels, t.sm >= 80 ? 2 * (KILN_FMT_COUNT - 2) : 0, "%s", arch);
+    cr_assert_eq(halved, t.sm == 89 ? 5 : 0, "%s", arch);
     char what[64];
     snprintf(what, sizeof what, "%s gemv", arch);
     batch_compile(&b, what);
