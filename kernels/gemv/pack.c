@@ -31,44 +31,59 @@ typedef enum pack_record {
     REC_Q6_K,   /* 8 bytes + super-record 4 */
 } pack_record;
 
+/* The codes of row n at k0 .. k0 + 63 (k0 a multiple of 64), as the class
+ * stores them: one atom's share of the row, read in storage order. */
+typedef void (*atom_codes_fn)(const kiln_qtensor *q, int64_t n, int64_t k0, uint16_t *out);
+
 typedef struct pack_format {
     int supported;
     pack_class cls;
     int atom_bytes;
     pack_record rec;
-    /* The code of weight (n, k) as the class stores it. */
-    unsigned (*code)(const kiln_qtensor *q, int64_t n, int64_t k);
+    atom_codes_fn codes;
 } pack_format;
 
 static size_t at(const kiln_qtensor *q, int64_t n, int64_t k) { return (size_t)n * (size_t)q->k + (size_t)k; }
 
-static unsigned u16_at(const uint8_t *p) { return (unsigned)p[0] | ((unsigned)p[1] << 8); }
-
-static unsigned code_bf16(const kiln_qtensor *q, int64_t n, int64_t k)
+static const uint8_t *ggml_block(const kiln_qtensor *q, int64_t n, int64_t k, int block, int bytes)
 {
-    return u16_at((const uint8_t *)q->data + 2 * at(q, n, k));
+    return (const uint8_t *)q->data + at(q, n, k) / (size_t)block * (size_t)bytes;
 }
 
-static unsigned code_byte(const kiln_qtensor *q, int64_t n, int64_t k)
+static void codes_bf16(const kiln_qtensor *q, int64_t n, int64_t k0, uint16_t *out)
 {
-    return ((const uint8_t *)q->data)[at(q, n, k)];
+    const uint8_t *p = (const uint8_t *)q->data + 2 * at(q, n, k0);
+    for (int i = 0; i < ATOM; i++)
+        out[i] = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
+}
+
+static void codes_byte(const kiln_qtensor *q, int64_t n, int64_t k0, uint16_t *out)
+{
+    const uint8_t *p = (const uint8_t *)q->data + at(q, n, k0);
+    for (int i = 0; i < ATOM; i++)
+        out[i] = p[i];
 }
 
 /* The even element in the low nibble (MXFP4, NVFP4). */
-static unsigned code_fp4(const kiln_qtensor *q, int64_t n, int64_t k)
+static void codes_fp4(const kiln_qtensor *q, int64_t n, int64_t k0, uint16_t *out)
 {
-    unsigned b = ((const uint8_t *)q->data)[at(q, n, k) / 2];
-    return k & 1 ? b >> 4 : b & 0xF;
+    const uint8_t *p = (const uint8_t *)q->data + at(q, n, k0) / 2;
+    for (int i = 0; i < ATOM / 2; i++)
+        out[2 * i] = p[i] & 0xF, out[2 * i + 1] = p[i] >> 4;
 }
 
 /* NVFP4's block scale is packed as a positive magnitude (nvfp4_scale_code):
  * a negative one's sign moves into its block's codes, and a zero one's
  * block gets zero codes, which is what w = e2m1 · scale makes them. */
-static unsigned code_nvfp4(const kiln_qtensor *q, int64_t n, int64_t k)
+static void codes_nvfp4(const kiln_qtensor *q, int64_t n, int64_t k0, uint16_t *out)
 {
-    const float s = kiln_e4m3_to_f32(((const uint8_t *)q->scale)[at(q, n, k) / 16]);
-    unsigned c = code_fp4(q, n, k);
-    return s == 0.0f ? 0 : s < 0.0f ? c ^ 8u : c;
+    codes_fp4(q, n, k0, out);
+    const uint8_t *sc = (const uint8_t *)q->scale + at(q, n, k0) / 16;
+    for (int b = 0; b < ATOM / 16; b++) {
+        const float s = kiln_e4m3_to_f32(sc[b]);
+        for (int i = 16 * b; i < 16 * b + 16; i++)
+            out[i] = s == 0.0f ? 0 : s < 0.0f ? out[i] ^ 8u : out[i];
+    }
 }
 
 /* The scale as tc.cuh's tc_nvfp4 decodes it: f32 bits >> 20 (exponent and
@@ -85,65 +100,78 @@ static uint8_t nvfp4_scale_code(uint8_t e4m3)
     return (uint8_t)((u >> 20) - (110u << 3));
 }
 
-/* GGML's 32-value blocks: element j < 16 the low nibble of qs[j], j + 16
- * its high nibble. */
-static unsigned split_nibble(const uint8_t *qs, int64_t j) { return j < 16 ? qs[j] & 0xF : qs[j - 16] >> 4; }
-
-static const uint8_t *ggml_block(const kiln_qtensor *q, int64_t n, int64_t k, int block, int bytes)
+/* GGML's 32-value blocks of `bytes` with the codes at `skip`: element
+ * j < 16 is the low nibble of qs[j], j + 16 its high nibble. */
+static void codes_split_nibbles(const kiln_qtensor *q, int64_t n, int64_t k0, int bytes, int skip,
+                                uint16_t *out)
 {
-    return (const uint8_t *)q->data + at(q, n, k) / (size_t)block * (size_t)bytes;
+    for (int b = 0; b < ATOM / 32; b++) {
+        const uint8_t *qs = ggml_block(q, n, k0 + 32 * b, 32, bytes) + skip;
+        for (int j = 0; j < 16; j++)
+            out[32 * b + j] = qs[j] & 0xF, out[32 * b + 16 + j] = qs[j] >> 4;
+    }
 }
 
-static unsigned code_q8_0(const kiln_qtensor *q, int64_t n, int64_t k)
+static void codes_q4_0(const kiln_qtensor *q, int64_t n, int64_t k0, uint16_t *out)
 {
-    return ggml_block(q, n, k, 32, 34)[2 + k % 32] ^ 0x80u; /* q + 128 */
+    codes_split_nibbles(q, n, k0, 18, 2, out);
 }
 
-static unsigned code_q4_0(const kiln_qtensor *q, int64_t n, int64_t k)
+static void codes_ggml_mxfp4(const kiln_qtensor *q, int64_t n, int64_t k0, uint16_t *out)
 {
-    return split_nibble(ggml_block(q, n, k, 32, 18) + 2, k % 32);
+    codes_split_nibbles(q, n, k0, 17, 1, out);
 }
 
-static unsigned code_ggml_mxfp4(const kiln_qtensor *q, int64_t n, int64_t k)
+static void codes_q8_0(const kiln_qtensor *q, int64_t n, int64_t k0, uint16_t *out)
 {
-    return split_nibble(ggml_block(q, n, k, 32, 17) + 1, k % 32);
+    for (int b = 0; b < ATOM / 32; b++) {
+        const uint8_t *qs = ggml_block(q, n, k0 + 32 * b, 32, 34) + 2;
+        for (int j = 0; j < 32; j++)
+            out[32 * b + j] = qs[j] ^ 0x80u; /* q + 128 */
+    }
 }
 
-static unsigned code_q4_k(const kiln_qtensor *q, int64_t n, int64_t k)
+/* Each 64 values of a Q4_K block use 32 bytes of qs: low nibbles first. */
+static void codes_q4_k(const kiln_qtensor *q, int64_t n, int64_t k0, uint16_t *out)
 {
-    const uint8_t *qs = ggml_block(q, n, k, QK_K, 144) + 16;
-    int64_t p = k % QK_K, l = p % 64;
-    uint8_t b = qs[p / 64 * 32 + l % 32];
-    return l < 32 ? b & 0xFu : (unsigned)b >> 4;
+    const uint8_t *qs = ggml_block(q, n, k0, QK_K, 144) + 16 + k0 % QK_K / 64 * 32;
+    for (int l = 0; l < 32; l++)
+        out[l] = qs[l] & 0xF, out[32 + l] = qs[l] >> 4;
 }
 
-/* The 6-bit code: quarter c of a 128-value half takes the low or high
- * nibble of ql[l] or ql[l + 32] and bits 2c, 2c + 1 of qh[l]. */
-static unsigned code_q6_k(const kiln_qtensor *q, int64_t n, int64_t k)
+/* The 6-bit code: quarter c of a 128-value half takes the low (c < 2) or
+ * high nibble of ql[l] (c even) or ql[l + 32] (c odd), and bits 2c, 2c + 1
+ * of qh[l]. An atom is two quarters of one half. */
+static void codes_q6_k(const kiln_qtensor *q, int64_t n, int64_t k0, uint16_t *out)
 {
-    const uint8_t *y = ggml_block(q, n, k, QK_K, 210);
-    int64_t p = k % QK_K, half = p / 128, c = p % 128 / 32, l = p % 32;
-    uint8_t b = y[half * 64 + l + (c & 1) * 32];
-    unsigned lo = c < 2 ? b & 0xFu : (unsigned)b >> 4;
-    unsigned hi = (y[128 + half * 32 + l] >> (2 * c)) & 3u;
-    return lo | hi << 4;
+    const uint8_t *y = ggml_block(q, n, k0, QK_K, 210);
+    const int64_t p = k0 % QK_K, half = p / 128, c0 = p % 128 / 32;
+    const uint8_t *ql = y + half * 64, *qh = y + 128 + half * 32;
+    for (int cc = 0; cc < 2; cc++) {
+        const int c = (int)c0 + cc;
+        for (int l = 0; l < 32; l++) {
+            const uint8_t b = ql[l + (c & 1) * 32];
+            const unsigned lo = c < 2 ? b & 0xFu : (unsigned)b >> 4;
+            out[32 * cc + l] = (uint16_t)(lo | ((qh[l] >> (2 * c)) & 3u) << 4);
+        }
+    }
 }
 
 static const pack_format formats[] = {
     [KILN_FMT_F32] = { 0 },
     [KILN_FMT_F16] = { 0 },
-    [KILN_FMT_BF16] = { 1, PACK_W16, 2048, REC_NATIVE, code_bf16 },
-    [KILN_FMT_FP8_TENSOR] = { 1, PACK_W8, 1024, REC_NATIVE, code_byte },
-    [KILN_FMT_FP8_CHANNEL] = { 1, PACK_W8, 1024, REC_NATIVE, code_byte },
-    [KILN_FMT_FP8_BLOCK] = { 1, PACK_W8, 1024, REC_NATIVE, code_byte },
-    [KILN_FMT_MXFP8] = { 1, PACK_W8, 1024, REC_E8M0, code_byte },
-    [KILN_FMT_NVFP4] = { 1, PACK_E2M1, 512, REC_E4M3, code_nvfp4 },
-    [KILN_FMT_MXFP4] = { 1, PACK_E2M1, 512, REC_E8M0, code_fp4 },
-    [KILN_FMT_Q8_0] = { 1, PACK_W8, 1024, REC_F16, code_q8_0 },
-    [KILN_FMT_Q4_0] = { 1, PACK_INT4, 512, REC_F16, code_q4_0 },
-    [KILN_FMT_Q4_K] = { 1, PACK_INT4, 512, REC_Q4_K, code_q4_k },
-    [KILN_FMT_Q6_K] = { 1, PACK_Q6, 768, REC_Q6_K, code_q6_k },
-    [KILN_FMT_GGML_MXFP4] = { 1, PACK_E2M1, 512, REC_E8M0, code_ggml_mxfp4 },
+    [KILN_FMT_BF16] = { 1, PACK_W16, 2048, REC_NATIVE, codes_bf16 },
+    [KILN_FMT_FP8_TENSOR] = { 1, PACK_W8, 1024, REC_NATIVE, codes_byte },
+    [KILN_FMT_FP8_CHANNEL] = { 1, PACK_W8, 1024, REC_NATIVE, codes_byte },
+    [KILN_FMT_FP8_BLOCK] = { 1, PACK_W8, 1024, REC_NATIVE, codes_byte },
+    [KILN_FMT_MXFP8] = { 1, PACK_W8, 1024, REC_E8M0, codes_byte },
+    [KILN_FMT_NVFP4] = { 1, PACK_E2M1, 512, REC_E4M3, codes_nvfp4 },
+    [KILN_FMT_MXFP4] = { 1, PACK_E2M1, 512, REC_E8M0, codes_fp4 },
+    [KILN_FMT_Q8_0] = { 1, PACK_W8, 1024, REC_F16, codes_q8_0 },
+    [KILN_FMT_Q4_0] = { 1, PACK_INT4, 512, REC_F16, codes_q4_0 },
+    [KILN_FMT_Q4_K] = { 1, PACK_INT4, 512, REC_Q4_K, codes_q4_k },
+    [KILN_FMT_Q6_K] = { 1, PACK_Q6, 768, REC_Q6_K, codes_q6_k },
+    [KILN_FMT_GGML_MXFP4] = { 1, PACK_E2M1, 512, REC_E8M0, codes_ggml_mxfp4 },
 };
 _Static_assert(KILN_ARRAY_LEN(formats) == KILN_FMT_COUNT, "one row per format");
 
@@ -182,36 +210,48 @@ kiln_status kiln_gemv_pack_bytes(kiln_format f, int64_t n, int64_t k, size_t *da
     return KILN_OK;
 }
 
-/* Where value (h, s) of k-tile j goes in a lane's words: word index and
- * the bits of code placed there. */
-static void place(pack_class cls, int j, int h, int s, unsigned code, uint32_t *w, uint32_t *qh)
+/* Where one of a lane's 32 values of an atom goes: value (h, s) of k-tile
+ * j comes from row g + 8h, column 16j + 4t + s of the atom, and sits in
+ * register r = 2(s >> 1) + h, half s & 1 (pack.h). */
+typedef struct pack_slot {
+    uint8_t row, col;
+    uint8_t word, shift; /* the code's bits in the lane's data words */
+    uint8_t reg;         /* E2M1: which register's bit placement */
+    uint8_t qh_word, qh_shift; /* Q6_K: the high two bits */
+} pack_slot;
+
+static pack_slot slot_of(pack_class cls, int t, int g, int j, int h, int s)
 {
     const int r = 2 * (s >> 1) + h, half = s & 1;
+    pack_slot o = { .row = (uint8_t)(g + 8 * h), .col = (uint8_t)(16 * j + 4 * t + s), .reg = (uint8_t)r };
     switch (cls) {
     case PACK_W16:
-        w[4 * j + r] |= (uint32_t)code << (16 * half);
+        o.word = (uint8_t)(4 * j + r), o.shift = (uint8_t)(16 * half);
         break;
     case PACK_W8:
-        w[2 * j + (s >> 1)] |= (uint32_t)code << (8 * (h + 2 * half));
+        o.word = (uint8_t)(2 * j + (s >> 1)), o.shift = (uint8_t)(8 * (h + 2 * half));
         break;
     case PACK_INT4:
-        w[j] |= (uint32_t)(code & 0xF) << (4 * (r + 4 * half));
-        break;
-    case PACK_E2M1: {
-        /* Magnitude at 6, 3, 0 with the sign 9 above (registers 0..2);
-         * register 3: magnitude >> 1 at 10, its low bit at 13, sign at 14. */
-        static const int mag_at[3] = { 6, 3, 0 };
-        const uint32_t c = code & 7, sign = (code >> 3) & 1;
-        uint32_t bits = r < 3 ? c << mag_at[r] | sign << (mag_at[r] + 9)
-                              : (c >> 1) << 10 | (c & 1) << 13 | sign << 14;
-        w[j] |= bits << (16 * half);
-        break;
-    }
     case PACK_Q6:
-        w[j] |= (uint32_t)(code & 0xF) << (4 * (r + 4 * half));
-        qh[j >> 1] |= (uint32_t)((code >> 4) & 3) << (2 * ((j & 1) * 4 + r) + 16 * half);
+        o.word = (uint8_t)j, o.shift = (uint8_t)(4 * (r + 4 * half));
+        o.qh_word = (uint8_t)(j >> 1), o.qh_shift = (uint8_t)(2 * ((j & 1) * 4 + r) + 16 * half);
+        break;
+    case PACK_E2M1:
+        o.word = (uint8_t)j, o.shift = (uint8_t)(16 * half);
         break;
     }
+    return o;
+}
+
+/* E2M1 code c as register r's bits in the low half of a word: magnitude at
+ * 6, 3, 0 with the sign 9 above (registers 0..2); register 3: magnitude >> 1
+ * at 10, its low bit at 13, the sign at 14 (decode_e2m1 in tc.cuh). */
+static uint32_t e2m1_bits(int r, unsigned code)
+{
+    static const int mag_at[3] = { 6, 3, 0 };
+    const uint32_t c = code & 7, sign = (code >> 3) & 1;
+    return r < 3 ? c << mag_at[r] | sign << (mag_at[r] + 9)
+                 : (c >> 1) << 10 | (c & 1) << 13 | sign << 14;
 }
 
 static void store_le32(uint8_t *p, uint32_t v)
@@ -219,26 +259,47 @@ static void store_le32(uint8_t *p, uint32_t v)
     p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8), p[2] = (uint8_t)(v >> 16), p[3] = (uint8_t)(v >> 24);
 }
 
-/* Row tiles [r0, r1) of the data array. */
+/* Row tiles [r0, r1) of the data array: each atom's 16 row runs of codes
+ * are read in storage order, then scattered into the lanes' words. */
 static void pack_data(const kiln_qtensor *q, const pack_format *pf, uint8_t *out, int64_t r0,
                       int64_t r1)
 {
     const int64_t atoms = q->k / ATOM;
+    const int pieces = pf->cls == PACK_Q6 ? 1 : pf->atom_bytes / 512;
+    const uint32_t mask = pf->cls == PACK_W16 ? 0xFFFF : pf->cls == PACK_W8 ? 0xFF : 0xF;
+    pack_slot slots[LANES][32];
+    uint32_t e2m1[4][16];
+    for (int l = 0; l < LANES; l++)
+        for (int e = 0; e < 32; e++)
+            slots[l][e] = slot_of(pf->cls, l % 4, l / 4, e / 8, e / 4 % 2, e % 4);
+    for (int r = 0; r < 4; r++)
+        for (unsigned c = 0; c < 16; c++)
+            e2m1[r][c] = e2m1_bits(r, c);
+    uint16_t codes[TILE][ATOM];
     for (int64_t r = r0; r < r1; r++) {
         for (int64_t a = 0; a < atoms; a++) {
+            for (int i = 0; i < TILE; i++) {
+                if (r * TILE + i < q->n)
+                    pf->codes(q, r * TILE + i, a * ATOM, codes[i]);
+                else
+                    memset(codes[i], 0, sizeof codes[i]);
+            }
             uint8_t *atom = out + (size_t)(r * atoms + a) * (size_t)pf->atom_bytes;
             for (int l = 0; l < LANES; l++) {
-                const int g = l / 4, t = l % 4;
                 uint32_t w[16] = { 0 }, qh[2] = { 0 };
-                for (int j = 0; j < 4; j++)
-                    for (int h = 0; h < 2; h++)
-                        for (int s = 0; s < 4; s++) {
-                            const int64_t n = r * TILE + g + 8 * h;
-                            const int64_t k = a * ATOM + 16 * j + 4 * t + s;
-                            if (n < q->n)
-                                place(pf->cls, j, h, s, pf->code(q, n, k), w, qh);
-                        }
-                const int pieces = pf->cls == PACK_Q6 ? 1 : pf->atom_bytes / 512;
+                const pack_slot *sl = slots[l];
+                if (pf->cls == PACK_E2M1) {
+                    for (int e = 0; e < 32; e++)
+                        w[sl[e].word] |= e2m1[sl[e].reg][codes[sl[e].row][sl[e].col] & 0xF]
+                                         << sl[e].shift;
+                } else {
+                    for (int e = 0; e < 32; e++)
+                        w[sl[e].word] |= (codes[sl[e].row][sl[e].col] & mask) << sl[e].shift;
+                }
+                if (pf->cls == PACK_Q6)
+                    for (int e = 0; e < 32; e++)
+                        qh[sl[e].qh_word] |= (uint32_t)((codes[sl[e].row][sl[e].col] >> 4) & 3)
+                                             << sl[e].qh_shift;
                 for (int p = 0; p < pieces; p++)
                     for (int i = 0; i < 4; i++)
                         store_le32(atom + p * 512 + l * 16 + 4 * i, w[4 * p + i]);
