@@ -4,7 +4,8 @@
  * Key. XXH3-128 in canonical (big-endian) form over four length-prefixed
  * fields, each a u64 little-endian byte count followed by the bytes:
  * KILN_CACHE_SCHEMA, the target ("sm_90a"), the compile options, the full
- * generated source with its templates. The length prefixes make field
+ * generated source, whose header names the digest of the embedded templates
+ * it includes (kiln_emit_templates_digest). The length prefixes make field
  * boundaries part of the hash ("ab"+"c" and "a"+"bc" differ). The compiler
  * version is not in the key: a deployment box looks kernels up without
  * NVRTC, so it could not compute one.

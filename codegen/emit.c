@@ -6,10 +6,13 @@
  * signature and the cache-key line. */
 #include "codegen/emit.h"
 
+#include "cache/cache.h"
+
 #include "kernels/common/kiln_args.h"
 
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -338,6 +341,43 @@ static kiln_status emit_linear(const kiln_kernel_desc *d, char *buf, size_t size
     return KILN_OK;
 }
 
+/* XXH3-128 over every embedded template, name and text, each
+ * length-prefixed as the cache key's fields are. */
+static char templates_digest[KILN_CACHE_KEY_HEX];
+static pthread_once_t templates_once = PTHREAD_ONCE_INIT;
+
+static void templates_digest_once(void)
+{
+    XXH3_state_t *s = XXH3_createState();
+    uint8_t digest[KILN_CACHE_KEY_BYTES] = { 0 };
+    if (s) {
+        XXH3_128bits_reset(s);
+        for (size_t i = 0; i < kiln_embedded_headers_count; i++) {
+            const char *parts[2] = { kiln_embedded_headers[i].name,
+                                     kiln_embedded_headers[i].text };
+            for (int j = 0; j < 2; j++) {
+                uint8_t len[8];
+                const size_t n = strlen(parts[j]);
+                for (int b = 0; b < 8; b++)
+                    len[b] = (uint8_t)((uint64_t)n >> (8 * b));
+                XXH3_128bits_update(s, len, sizeof len);
+                XXH3_128bits_update(s, parts[j], n);
+            }
+        }
+        XXH128_canonical_t canon;
+        XXH128_canonicalFromHash(&canon, XXH3_128bits_digest(s));
+        memcpy(digest, canon.digest, sizeof digest);
+        XXH3_freeState(s);
+    }
+    kiln_cache_key_hex(digest, templates_digest);
+}
+
+const char *kiln_emit_templates_digest(void)
+{
+    pthread_once(&templates_once, templates_digest_once);
+    return templates_digest;
+}
+
 kiln_status kiln_emit(const kiln_registry *r, const char *signature, kiln_kernel_source *out)
 {
     if (!out)
@@ -357,13 +397,15 @@ kiln_status kiln_emit(const kiln_registry *r, const char *signature, kiln_kernel
     static const char header[] =
         "// kiln kernel, generated from its signature: the logic is in the included template.\n"
         "// signature: %s\n"
+        "// templates: %s\n"
         "// cache key: " KILN_EMIT_KEY_PLACEHOLDER "\n"
         "%s";
-    int len = snprintf(NULL, 0, header, signature, body);
+    const char *templates = kiln_emit_templates_digest();
+    int len = snprintf(NULL, 0, header, signature, templates, body);
     char *text = malloc((size_t)len + 1);
     if (!text)
         return kiln_fail(KILN_ERR_NOMEM, "%s: source text", d.entry);
-    snprintf(text, (size_t)len + 1, header, signature, body);
+    snprintf(text, (size_t)len + 1, header, signature, templates, body);
     *out = (kiln_kernel_source){ .desc = d, .text = text, .length = (size_t)len };
     return KILN_OK;
 }

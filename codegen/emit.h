@@ -62,6 +62,11 @@ typedef struct kiln_kernel_source {
  * until kiln_emit_set_key fills it. A key is XXH3-128 in 32 hex digits. */
 #define KILN_EMIT_KEY_PLACEHOLDER "________________________________"
 
+/* 32 hex digits of XXH3-128 over every embedded template. Each generated
+ * source names it in its header, so a kernel's cache key changes with the
+ * templates it includes, not only with its own text. */
+const char *kiln_emit_templates_digest(void);
+
 /* Emit the source of signature. Besides kiln_kernel_parse's errors:
  * KILN_ERR_UNSUPPORTED when the backend has no code hooks or refuses the
  * kernel, or for an op or scheme that has no kernel (bf16 needs none).

@@ -92,18 +92,23 @@ static kiln_status weight_upload(kiln_session *s, dev_weight *w, const kiln_qten
         if (!(packed = malloc(w->data_bytes + w->scale_bytes + 1)))
             return kiln_fail(KILN_ERR_NOMEM, "weight %s: %zu bytes to pack it", name,
                              w->data_bytes + w->scale_bytes);
-        kiln_status st = w->packer->pack(&s->plan->target, q, packed, (char *)packed + w->data_bytes);
+        kiln_status st =
+            w->packer->pack(&s->plan->target, q, packed, (char *)packed + w->data_bytes);
         if (st != KILN_OK) {
             free(packed);
             return kiln_fail_prefix(st, "weight %s", name);
         }
         data = packed, scale = (char *)packed + w->data_bytes;
     }
-    kiln_status st = kiln_cu_check(s->cu, s->cu->MemcpyHtoDAsync(w->data, data, w->data_bytes, s->stream), name);
+    const kiln_cu *cu = s->cu;
+    kiln_status st =
+        kiln_cu_check(cu, cu->MemcpyHtoDAsync(w->data, data, w->data_bytes, s->stream), name);
     if (st == KILN_OK && w->scale_bytes)
-        st = kiln_cu_check(s->cu, s->cu->MemcpyHtoDAsync(w->scale, scale, w->scale_bytes, s->stream), name);
+        st = kiln_cu_check(cu, cu->MemcpyHtoDAsync(w->scale, scale, w->scale_bytes, s->stream),
+                           name);
     if (st == KILN_OK)
-        st = kiln_cu_check(s->cu, s->cu->MemcpyHtoDAsync(w->global, &q->global_scale, sizeof(float), s->stream), name);
+        st = kiln_cu_check(
+            cu, cu->MemcpyHtoDAsync(w->global, &q->global_scale, sizeof(float), s->stream), name);
     kiln_status sync = kiln_cu_check(s->cu, s->cu->StreamSynchronize(s->stream), name);
     free(packed);
     return st != KILN_OK ? st : sync;

@@ -97,7 +97,10 @@ static const tc_variant tc_variants[] = {
     { "tc16", 16, 2, 8 },
 };
 
-static const tc_variant *tc_for_bucket(int64_t m) { return m <= 8 ? &tc_variants[0] : &tc_variants[1]; }
+static const tc_variant *tc_for_bucket(int64_t m)
+{
+    return m <= 8 ? &tc_variants[0] : &tc_variants[1];
+}
 
 /* Formats whose f32 kernel is the faster one for a single token: at m = 1
  * seven of the mma's eight token columns are idle, and for E4M3 the f32
@@ -172,9 +175,11 @@ static int tc_configure(const kiln_target *t, const kiln_linear_cfg *c, const tc
         if (tc_smem(c, v, warps) + tc_red(v, warps, split) <= limit)
             break;
         if (warps == 1) {
-            snprintf(why, size, "%s at %s: needs %lld bytes of shared memory per block, %s allows %lld",
+            snprintf(why, size,
+                     "%s at %s: needs %lld bytes of shared memory per block, %s allows %lld",
                      v->name, kiln_format_get(c->format)->name,
-                     (long long)(tc_smem(c, v, 1) + tc_red(v, 1, split)), t->name, (long long)limit);
+                     (long long)(tc_smem(c, v, 1) + tc_red(v, 1, split)), t->name,
+                     (long long)limit);
             return 0;
         }
         warps /= 2;
@@ -378,7 +383,8 @@ static kiln_status tc_check(const kiln_target *t, const kiln_linear_kernel *k, i
                          "gemv %s: needs sm_80+, a format exact in bf16 and K a multiple of 64 "
                          "(target %s, format %s, K=%lld)",
                          (*v)->name, t->name,
-                         kiln_format_get(k->cfg.format) ? kiln_format_get(k->cfg.format)->name : "?",
+                         kiln_format_get(k->cfg.format) ? kiln_format_get(k->cfg.format)->name
+                                                        : "?",
                          (long long)k->cfg.k);
     char why[256];
     if (!tc_configure(t, &k->cfg, *v, out, why, sizeof why))
@@ -395,10 +401,12 @@ static kiln_status tc_emit(const kiln_linear_kernel *k, const tc_variant *v, con
         "#include \"kiln/tc.cuh\"\n"
         "\n"
         "using format = kiln::tc_%s;\n"
-        "using shape = kiln::tc_shape</*max_m*/ %d, /*row_tiles*/ %d, /*warps*/ %d, /*k_split*/ %d>;\n"
+        "using shape = kiln::tc_shape</*max_m*/ %d, /*row_tiles*/ %d, /*warps*/ %d, "
+        "/*k_split*/ %d>;\n"
         "using epilogue = kiln::gemv_epilogue</*bias*/ %s, /*residual*/ %s, /*silu_mul*/ %s>;\n"
         "\n"
-        "extern \"C\" __global__ void __launch_bounds__(shape::threads, kiln::tc_min_blocks<format, shape>::value)\n"
+        "extern \"C\" __global__ void __launch_bounds__(shape::threads, "
+        "kiln::tc_min_blocks<format, shape>::value)\n"
         "%s(const kiln_linear_args args)\n"
         "{\n"
         "    kiln::gemv_tc<format, shape, epilogue, /*n*/ %lld, /*k*/ %lld, /*smem*/ %u>(args);\n"
@@ -503,7 +511,8 @@ static kiln_status gemv_layout(const kiln_target *t, const kiln_linear_kernel *k
 static kiln_status gemv_pack(const kiln_target *t, const kiln_qtensor *src, void *data, void *scale)
 {
     if (!kiln_gemv_tc_serves(t, src->format, src->n, src->k))
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv pack: %s [%lld, %lld] on %s keeps the storage layout",
+        return kiln_fail(KILN_ERR_UNSUPPORTED,
+                         "gemv pack: %s [%lld, %lld] on %s keeps the storage layout",
                          kiln_format_get(src->format) ? kiln_format_get(src->format)->name : "?",
                          (long long)src->n, (long long)src->k, t->name);
     return kiln_gemv_pack(src, data, scale);

@@ -43,7 +43,10 @@ typedef struct pack_format {
     atom_codes_fn codes;
 } pack_format;
 
-static size_t at(const kiln_qtensor *q, int64_t n, int64_t k) { return (size_t)n * (size_t)q->k + (size_t)k; }
+static size_t at(const kiln_qtensor *q, int64_t n, int64_t k)
+{
+    return (size_t)n * (size_t)q->k + (size_t)k;
+}
 
 static const uint8_t *ggml_block(const kiln_qtensor *q, int64_t n, int64_t k, int block, int bytes)
 {
@@ -191,7 +194,8 @@ kiln_status kiln_gemv_pack_bytes(kiln_format f, int64_t n, int64_t k, size_t *da
     if ((unsigned)f >= KILN_FMT_COUNT || !formats[f].supported)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv pack: format %d has no packed layout", (int)f);
     if (n <= 0 || k <= 0 || k % ATOM)
-        return kiln_fail(KILN_ERR_SHAPE, "gemv pack: [%lld, %lld]: K must be a positive multiple of %d",
+        return kiln_fail(KILN_ERR_SHAPE,
+                         "gemv pack: [%lld, %lld]: K must be a positive multiple of %d",
                          (long long)n, (long long)k, ATOM);
     const pack_format *pf = &formats[f];
     size_t atoms, rec, sup = 0;
@@ -200,13 +204,15 @@ kiln_status kiln_gemv_pack_bytes(kiln_format f, int64_t n, int64_t k, size_t *da
         return st;
     if (!kiln_mul_size((size_t)kiln_ceil_div(n, TILE), (size_t)(k / ATOM), &atoms) ||
         !kiln_mul_size(atoms, (size_t)pf->atom_bytes, data))
-        return kiln_fail(KILN_ERR_SHAPE, "gemv pack: [%lld, %lld] overflows", (long long)n, (long long)k);
+        return kiln_fail(KILN_ERR_SHAPE, "gemv pack: [%lld, %lld] overflows", (long long)n,
+                         (long long)k);
     if (pf->rec == REC_NATIVE)
         return kiln_format_scale_bytes(f, n, k, scale);
     if (!kiln_mul_size(atoms, 8 * (size_t)record_bytes[pf->rec], &rec) ||
         !kiln_mul_size(atoms / 4, 8 * (size_t)super_bytes[pf->rec], &sup) ||
         !kiln_add_size(rec, sup, scale))
-        return kiln_fail(KILN_ERR_SHAPE, "gemv pack: [%lld, %lld] overflows", (long long)n, (long long)k);
+        return kiln_fail(KILN_ERR_SHAPE, "gemv pack: [%lld, %lld] overflows", (long long)n,
+                         (long long)k);
     return KILN_OK;
 }
 
@@ -223,7 +229,9 @@ typedef struct pack_slot {
 static pack_slot slot_of(pack_class cls, int t, int g, int j, int h, int s)
 {
     const int r = 2 * (s >> 1) + h, half = s & 1;
-    pack_slot o = { .row = (uint8_t)(g + 8 * h), .col = (uint8_t)(16 * j + 4 * t + s), .reg = (uint8_t)r };
+    pack_slot o = {
+        .row = (uint8_t)(g + 8 * h), .col = (uint8_t)(16 * j + 4 * t + s), .reg = (uint8_t)r
+    };
     switch (cls) {
     case PACK_W16:
         o.word = (uint8_t)(4 * j + r), o.shift = (uint8_t)(16 * half);
@@ -256,7 +264,8 @@ static uint32_t e2m1_bits(int r, unsigned code)
 
 static void store_le32(uint8_t *p, uint32_t v)
 {
-    p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8), p[2] = (uint8_t)(v >> 16), p[3] = (uint8_t)(v >> 24);
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
 }
 
 /* Row tiles [r0, r1) of the data array: each atom's 16 row runs of codes
@@ -318,8 +327,9 @@ static void record_of(const kiln_qtensor *q, pack_record rec, int64_t n, int64_t
     switch (rec) {
     case REC_E8M0: /* GGML's MXFP4 keeps its E8M0 at the head of each block */
         for (int b = 0; b < 2; b++)
-            out[b] = q->format == KILN_FMT_GGML_MXFP4 ? ggml_block(q, n, a * ATOM + 32 * b, 32, 17)[0]
-                                                      : sc[at(q, n, a * ATOM + 32 * b) / 32];
+            out[b] = q->format == KILN_FMT_GGML_MXFP4
+                         ? ggml_block(q, n, a * ATOM + 32 * b, 32, 17)[0]
+                         : sc[at(q, n, a * ATOM + 32 * b) / 32];
         break;
     case REC_E4M3:
         for (int b = 0; b < 4; b++)
@@ -382,8 +392,9 @@ static void pack_scales(const kiln_qtensor *q, const pack_format *pf, uint8_t *o
                     memset(dst, 0, (size_t)sb / 2);
                     if (n >= q->n)
                         continue;
-                    const uint8_t *y = pf->rec == REC_Q4_K ? ggml_block(q, n, a * ATOM, QK_K, 144)
-                                                           : ggml_block(q, n, a * ATOM, QK_K, 210) + 208;
+                    const uint8_t *y = pf->rec == REC_Q4_K
+                                           ? ggml_block(q, n, a * ATOM, QK_K, 144)
+                                           : ggml_block(q, n, a * ATOM, QK_K, 210) + 208;
                     memcpy(dst, y, (size_t)sb / 2); /* Q4_K: d, dmin; Q6_K: d */
                 }
         }
@@ -438,7 +449,8 @@ kiln_status kiln_gemv_pack(const kiln_qtensor *src, void *data, void *scale)
     pthread_t tid[PACK_MAX_THREADS];
     int started[PACK_MAX_THREADS] = { 0 };
     for (int64_t i = 0; i < threads; i++) {
-        jobs[i] = (pack_job){ src, pf, data, scale, tiles * i / threads, tiles * (i + 1) / threads };
+        jobs[i] = (pack_job){ src, pf, data, scale, tiles * i / threads,
+                              tiles * (i + 1) / threads };
         if (i > 0)
             started[i] = pthread_create(&tid[i], NULL, pack_run, &jobs[i]) == 0;
     }

@@ -326,7 +326,10 @@ struct tc_mxfp8 : tc_e4m3 {
     {
         return records_of<N, K, 4, 0>(args, tile, g);
     }
-    static __device__ void load_scales(const tc_scale_ptr &p, int atom, raw &r) { record4(p, atom, r); }
+    static __device__ void load_scales(const tc_scale_ptr &p, int atom, raw &r)
+    {
+        record4(p, atom, r);
+    }
     static __device__ void scale(const raw &r, int b, float (&s)[2])
     {
         scales_e8m0<e8m0_to_f32>(r.s[0], b, s);
@@ -341,7 +344,10 @@ struct tc_q8_0 : tc_e4m3 {
     {
         return records_of<N, K, 8, 0>(args, tile, g);
     }
-    static __device__ void load_scales(const tc_scale_ptr &p, int atom, raw &r) { record8(p, atom, r); }
+    static __device__ void load_scales(const tc_scale_ptr &p, int atom, raw &r)
+    {
+        record8(p, atom, r);
+    }
     static __device__ void decode(const raw &r, int j, u32 (&a)[4])
     {
         const uint4 &p = r.q[j >> 1];
@@ -360,8 +366,14 @@ struct tc_q4_0 : tc_base {
     {
         return records_of<N, K, 8, 0>(args, tile, g);
     }
-    static __device__ void load_scales(const tc_scale_ptr &p, int atom, raw &r) { record8(p, atom, r); }
-    static __device__ void decode(const raw &r, int j, u32 (&a)[4]) { decode_int4(word_of(r.q[0], j), a); }
+    static __device__ void load_scales(const tc_scale_ptr &p, int atom, raw &r)
+    {
+        record8(p, atom, r);
+    }
+    static __device__ void decode(const raw &r, int j, u32 (&a)[4])
+    {
+        decode_int4(word_of(r.q[0], j), a);
+    }
     static __device__ void offset(float (&o)[2]) { o[0] = o[1] = 136.0f; }
     static __device__ void scale(const raw &r, int b, float (&s)[2]) { scales_f16(r.s, b, s); }
 };
@@ -375,7 +387,10 @@ struct tc_e2m1_32 : tc_base {
     {
         return records_of<N, K, 4, 0>(args, tile, g);
     }
-    static __device__ void load_scales(const tc_scale_ptr &p, int atom, raw &r) { record4(p, atom, r); }
+    static __device__ void load_scales(const tc_scale_ptr &p, int atom, raw &r)
+    {
+        record4(p, atom, r);
+    }
     static __device__ void decode(const raw &r, int j, u32 (&a)[4])
     {
         decode_e2m1<Scale>(word_of(r.q[0], j), a);
@@ -400,12 +415,18 @@ struct tc_nvfp4 : tc_base {
     {
         return records_of<N, K, 8, 0>(args, tile, g);
     }
-    static __device__ void load_scales(const tc_scale_ptr &p, int atom, raw &r) { record8(p, atom, r); }
+    static __device__ void load_scales(const tc_scale_ptr &p, int atom, raw &r)
+    {
+        record8(p, atom, r);
+    }
     static __device__ void decode(const raw &r, int j, u32 (&a)[4])
     {
         decode_e2m1<0x7E80u>(word_of(r.q[0], j), a);
     }
-    static __device__ float code_to_f32(u32 c) { return __uint_as_float(((c & 0xFFu) << 20) + (110u << 23)); }
+    static __device__ float code_to_f32(u32 c)
+    {
+        return __uint_as_float(((c & 0xFFu) << 20) + (110u << 23));
+    }
     static __device__ void scale(const raw &r, int b, float (&s)[2])
     {
         s[0] = code_to_f32(r.s[0] >> (8 * b));
@@ -431,7 +452,10 @@ struct tc_q4_k : tc_base {
         const uint2 d = __ldg(reinterpret_cast<const uint2 *>(p.sup + atom / 4 * 64));
         r.sup[0] = d.x, r.sup[1] = d.y;
     }
-    static __device__ void decode(const raw &r, int j, u32 (&a)[4]) { decode_int4(word_of(r.q[0], j), a); }
+    static __device__ void decode(const raw &r, int j, u32 (&a)[4])
+    {
+        decode_int4(word_of(r.q[0], j), a);
+    }
     static __device__ void offset(float (&o)[2]) { o[0] = o[1] = 128.0f; }
     static __device__ void scale(const raw &r, int b, float (&s)[2])
     {
@@ -560,7 +584,8 @@ __device__ __forceinline__ void tc_atom(const typename F::raw &r, const u32 (&xb
                 for (int n = 0; n < TT; n++)
 #pragma unroll
                     for (int c = 0; c < 4; c++)
-                        acc[n][c] = fmaf(fmaf(-o[c >> 1], xs[n][c], part[n][c]), s[c >> 1], acc[n][c]);
+                        acc[n][c] =
+                            fmaf(fmaf(-o[c >> 1], xs[n][c], part[n][c]), s[c >> 1], acc[n][c]);
             } else {
 #pragma unroll
                 for (int n = 0; n < TT; n++)

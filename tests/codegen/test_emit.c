@@ -35,11 +35,20 @@ static kiln_kernel_source emit_ok(const char *sig)
 
 /* ------------------------------------------------------------- golden */
 
+/* A golden source names the templates' digest where its %s is. */
+static char *golden_text(const char *golden)
+{
+    static char buf[4096];
+    snprintf(buf, sizeof buf, golden, kiln_emit_templates_digest());
+    return buf;
+}
+
 Test(emit, linear_source_is_stable)
 {
     static const char golden[] =
         "// kiln kernel, generated from its signature: the logic is in the included template.\n"
         "// signature: " Q4K_SIG "\n"
+        "// templates: %s\n"
         "// cache key: ________________________________\n"
         "#include \"kiln/simt.cuh\"\n"
         "\n"
@@ -53,8 +62,8 @@ Test(emit, linear_source_is_stable)
         "    kiln::simt_gemm<format, tile, epilogue, /*n*/ 4096, /*k*/ 14336>(args);\n"
         "}\n";
     kiln_kernel_source s = emit_ok(Q4K_SIG);
-    cr_assert_str_eq(s.text, golden);
-    cr_assert_eq(s.length, strlen(golden));
+    cr_assert_str_eq(s.text, golden_text(golden));
+    cr_assert_eq(s.length, strlen(golden_text(golden)));
     cr_assert_str_eq(s.desc.entry, "kiln_simt_158627c8c69de24f");
     kiln_kernel_source_free(&s);
     kiln_kernel_source_free(&s); /* idempotent */
@@ -66,6 +75,7 @@ Test(emit, aux_sources_are_stable)
     static const char golden_norm[] =
         "// kiln kernel, generated from its signature: the logic is in the included template.\n"
         "// signature: op rms_norm width=4096 target=sm_90a\n"
+        "// templates: %s\n"
         "// cache key: ________________________________\n"
         "#include \"kiln/elementwise.cuh\"\n"
         "\n"
@@ -77,6 +87,7 @@ Test(emit, aux_sources_are_stable)
     static const char golden_tensor[] =
         "// kiln kernel, generated from its signature: the logic is in the included template.\n"
         "// signature: quant act=fp8-tensor k=4096 target=sm_90a\n"
+        "// templates: %s\n"
         "// cache key: ________________________________\n"
         "#include \"kiln/elementwise.cuh\"\n"
         "\n"
@@ -92,10 +103,10 @@ Test(emit, aux_sources_are_stable)
         "    kiln::quant_fp8_tensor</*k*/ 4096>(args);\n"
         "}\n";
     kiln_kernel_source s = emit_ok("op rms_norm width=4096 target=sm_90a");
-    cr_assert_str_eq(s.text, golden_norm);
+    cr_assert_str_eq(s.text, golden_text(golden_norm));
     kiln_kernel_source_free(&s);
     s = emit_ok("quant act=fp8-tensor k=4096 target=sm_90a");
-    cr_assert_str_eq(s.text, golden_tensor);
+    cr_assert_str_eq(s.text, golden_text(golden_tensor));
     kiln_kernel_source_free(&s);
 }
 
@@ -710,4 +721,22 @@ Test(simt, default_plans_emit)
     cr_assert_eq(fused, 4 + 5, "up absorbs silu·mul, down the residual, in every variant");
     kiln_plan_destroy(p);
     kiln_graph_destroy(g);
+}
+
+/* The key covers the templates: every source names their digest, 32 hex
+ * digits, the same for every source and every call. */
+Test(emit, sources_name_the_templates_digest)
+{
+    const char *d = kiln_emit_templates_digest();
+    cr_assert_eq(strlen(d), 32);
+    for (int i = 0; i < 32; i++)
+        cr_assert(strchr("0123456789abcdef", d[i]), "%s", d);
+    cr_assert_eq(d, kiln_emit_templates_digest(), "computed once");
+    char line[64];
+    snprintf(line, sizeof line, "// templates: %s\n", d);
+    kiln_kernel_source a = emit_ok(Q4K_SIG), b = emit_ok("op rms_norm width=4096 target=sm_90a");
+    cr_assert(strstr(a.text, line), "%s", a.text);
+    cr_assert(strstr(b.text, line), "%s", b.text);
+    kiln_kernel_source_free(&a);
+    kiln_kernel_source_free(&b);
 }

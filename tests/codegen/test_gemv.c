@@ -611,6 +611,7 @@ Test(gemv, emit_instantiates_the_template)
         "// kiln kernel, generated from its signature: the logic is in the included template.\n"
         "// signature: linear backend=gemv variant=m1 format=q4_k scales=inline act=bf16 "
         "n=4096 k=14336 epilogue=bias+residual out=bf16 target=sm_90a\n"
+        "// templates: %s\n"
         "// cache key: " KILN_EMIT_KEY_PLACEHOLDER "\n"
         "#include \"kiln/gemv.cuh\"\n"
         "\n"
@@ -631,7 +632,7 @@ Test(gemv, emit_instantiates_the_template)
     kiln_kernel_source s;
     cr_assert_eq(kiln_emit(kiln_registry_default(), sig, &s), KILN_OK, "%s", kiln_last_error());
     char want[4096];
-    snprintf(want, sizeof want, golden, s.desc.entry);
+    snprintf(want, sizeof want, golden, kiln_emit_templates_digest(), s.desc.entry);
     cr_assert_str_eq(s.text, want);
     cr_assert_eq(strncmp(s.desc.entry, "kiln_gemv_", 10), 0, "%s", s.desc.entry);
     kiln_kernel_launch l[KILN_MAX_LAUNCHES];
@@ -658,6 +659,7 @@ Test(gemv, emit_instantiates_the_tc_template)
         "// kiln kernel, generated from its signature: the logic is in the included template.\n"
         "// signature: linear backend=gemv variant=tc16 format=q6_k scales=inline act=bf16 "
         "n=4096 k=14336 epilogue=bias+residual out=bf16 target=sm_90a\n"
+        "// templates: %s\n"
         "// cache key: " KILN_EMIT_KEY_PLACEHOLDER "\n"
         "#include \"kiln/tc.cuh\"\n"
         "\n"
@@ -679,7 +681,7 @@ Test(gemv, emit_instantiates_the_tc_template)
     kiln_kernel_source s;
     cr_assert_eq(kiln_emit(kiln_registry_default(), sig, &s), KILN_OK, "%s", kiln_last_error());
     char want[4096];
-    snprintf(want, sizeof want, golden, s.desc.entry);
+    snprintf(want, sizeof want, golden, kiln_emit_templates_digest(), s.desc.entry);
     cr_assert_str_eq(s.text, want);
     for (int64_t m = 9; m <= 16; m++) {
         kiln_kernel_launch l[KILN_MAX_LAUNCHES];

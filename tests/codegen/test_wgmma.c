@@ -137,6 +137,7 @@ Test(wgmma, source_is_stable)
              "// kiln kernel, generated from its signature: the logic is in the included "
              "template.\n"
              "// signature: %s\n"
+             "// templates: %s\n"
              "// cache key: ________________________________\n"
              "#include \"kiln/wgmma.cuh\"\n"
              "\n"
@@ -151,7 +152,7 @@ Test(wgmma, source_is_stable)
              "{\n"
              "    kiln::wgmma_gemm<format, tile, epilogue, /*n*/ 4096, /*k*/ 14336>(args);\n"
              "}\n",
-             sig, s.desc.entry);
+             sig, kiln_emit_templates_digest(), s.desc.entry);
     cr_assert_str_eq(s.text, golden);
     cr_assert_eq(strncmp(s.desc.entry, "kiln_wgmma_", 11), 0, "%s", s.desc.entry);
     kiln_kernel_source_free(&s);
