@@ -340,6 +340,18 @@ static void gemv_variant_name(const kiln_target *t, const kiln_linear_cfg *c, in
                                                             : variant_for_bucket(bucket)->name);
 }
 
+/* What both kernels need of k's inputs: BF16 activations, one aux input. */
+static kiln_status check_inputs(const kiln_linear_kernel *k)
+{
+    if (k->act != KILN_ACT_BF16)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv: activations must be bf16, not %s",
+                         kiln_act_name(k->act));
+    if ((k->cfg.epilogue & KILN_EPI_RESIDUAL) && (k->cfg.epilogue & KILN_EPI_SILU_MUL))
+        return kiln_fail(KILN_ERR_UNSUPPORTED,
+                         "gemv: residual and silu_mul cannot both be fused (one aux input)");
+    return KILN_OK;
+}
+
 /* The configuration of k, or a refusal naming what gemv does not build. */
 static kiln_status gemv_check(const kiln_target *t, const kiln_linear_kernel *k, gemv_config *out)
 {
@@ -348,12 +360,9 @@ static kiln_status gemv_check(const kiln_target *t, const kiln_linear_kernel *k,
         return kiln_fail(KILN_ERR_UNSUPPORTED,
                          "gemv: no variant \"%s\" (m1, m2, m4, m8, m16, tc8, tc16)",
                          k->variant);
-    if (k->act != KILN_ACT_BF16)
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv: activations must be bf16, not %s",
-                         kiln_act_name(k->act));
-    if ((k->cfg.epilogue & KILN_EPI_RESIDUAL) && (k->cfg.epilogue & KILN_EPI_SILU_MUL))
-        return kiln_fail(KILN_ERR_UNSUPPORTED,
-                         "gemv: residual and silu_mul cannot both be fused (one aux input)");
+    kiln_status st = check_inputs(k);
+    if (st != KILN_OK)
+        return st;
     if (!kiln_format_get(k->cfg.format))
         return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv: format %d is not a kiln_format",
                          (int)k->cfg.format);
@@ -372,12 +381,9 @@ static kiln_status tc_check(const kiln_target *t, const kiln_linear_kernel *k, i
     if (!(*v = tc_named(k->variant)))
         return KILN_OK;
     *is_tc = 1;
-    if (k->act != KILN_ACT_BF16)
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv: activations must be bf16, not %s",
-                         kiln_act_name(k->act));
-    if ((k->cfg.epilogue & KILN_EPI_RESIDUAL) && (k->cfg.epilogue & KILN_EPI_SILU_MUL))
-        return kiln_fail(KILN_ERR_UNSUPPORTED,
-                         "gemv: residual and silu_mul cannot both be fused (one aux input)");
+    kiln_status st = check_inputs(k);
+    if (st != KILN_OK)
+        return st;
     if (!kiln_gemv_tc_serves(t, k->cfg.format, k->cfg.n, k->cfg.k))
         return kiln_fail(KILN_ERR_UNSUPPORTED,
                          "gemv %s: needs sm_80+, a format exact in bf16 and K a multiple of 64 "
