@@ -15,7 +15,8 @@ static void help(FILE *out)
             "Lowers a model for a target and prints, per linear node, the backend chosen\n"
             "for each range of token buckets, the activations it reads, the fused\n"
             "epilogue and why the backends before it in the format's priority list were\n"
-            "refused; then how many kernels the plan needs and the activation arena.\n"
+            "refused; then how many kernels the plan needs, the activation arena and the\n"
+            "weight memory on the device (storage layout and packed).\n"
             "\n"
             CLI_PLAN_HELP
             "  --json            print the plan as JSON on stdout\n");
@@ -65,6 +66,11 @@ static void print_text(const kiln_plan *p, const char *source, const kiln_target
     printf("activation arena: %zu bytes at %lld tokens (no reuse: %zu bytes)\n",
            kiln_plan_arena_bytes(p, nb - 1), (long long)kiln_plan_bucket(p, nb - 1),
            kiln_plan_naive_bytes(p, nb - 1));
+    size_t storage, packed;
+    if (kiln_plan_weight_bytes(p, &storage, &packed) == KILN_OK)
+        printf("weights on the device: %zu bytes (%zu in kiln's storage layout, %zu packed for "
+               "the decode kernels)\n",
+               storage + packed, storage, packed);
 }
 
 static int print_json(const kiln_plan *p, const char *source, const kiln_target *t)
@@ -107,6 +113,11 @@ static int print_json(const kiln_plan *p, const char *source, const kiln_target 
     json_object_set_new(root, "linears", linears);
     json_object_set_new(root, "signatures", sigs);
     json_object_set_new(root, "arena", arena);
+    size_t storage, packed;
+    if (kiln_plan_weight_bytes(p, &storage, &packed) == KILN_OK)
+        json_object_set_new(root, "weights",
+                            json_pack("{s:I, s:I}", "storage", (json_int_t)storage, "packed",
+                                      (json_int_t)packed));
     json_object_set_new(root, "warnings", warn);
     int rc = json_dumpf(root, stdout, JSON_INDENT(1)) == 0 ? CLI_OK : CLI_FAIL;
     putchar('\n');

@@ -342,6 +342,12 @@ const char *const *kiln_plan_warnings(const kiln_plan *p);
 size_t kiln_plan_arena_bytes(const kiln_plan *p, int bucket);
 size_t kiln_plan_naive_bytes(const kiln_plan *p, int bucket);
 
+/* Weight memory a session of the plan holds on the device: *storage bytes of
+ * weights in kiln's storage layout, *packed bytes in backends' packed
+ * layouts (the gemv tensor-core kernels'). A weight read in both layouts
+ * counts in both. */
+kiln_status kiln_plan_weight_bytes(const kiln_plan *p, size_t *storage, size_t *packed);
+
 /* --------------------------------------------------------------- compile */
 
 /* Compile ahead of time: plan g for t, then make sure every kernel the plan

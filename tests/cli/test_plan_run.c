@@ -34,6 +34,17 @@ Test(cli_plan_run, plan_explains_every_linear)
     }
     cr_assert(strstr(r.out, "18 linear nodes x 10 buckets -> "), "%s", r.out);
     cr_assert(strstr(r.out, "activation arena: "));
+    /* the demo's weights, once in kiln's layout (prefill) and once packed
+     * (decode), as a session holds them */
+    cr_assert(strstr(r.out, "weights on the device: 26756224 bytes (13359680 in kiln's storage "
+                            "layout, 13396544 packed for the decode kernels)"),
+              "%s", r.out);
+    kt_cli_free(&r);
+    r = kt_cli_run("plan demo --target sm_75");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "weights on the device: 13359680 bytes (13359680 in kiln's storage "
+                            "layout, 0 packed"),
+              "%s", r.out);
     kt_cli_free(&r);
 }
 
@@ -44,6 +55,7 @@ Test(cli_plan_run, plan_json_and_named_targets)
     cr_assert(strstr(r.out, "\"target\": \"sm_90a\""), "%s", r.out);
     cr_assert(strstr(r.out, "\"buckets\": [\n  1,\n  8,\n  64\n ]"), "%s", r.out);
     cr_assert(strstr(r.out, "\"signatures\""));
+    cr_assert(strstr(r.out, "\"weights\": {\n  \"storage\": "), "%s", r.out);
     kt_cli_free(&r);
 }
 
