@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack: hashing cannot fail */
 #include <xxhash.h>
 
 /* ------------------------------------------------------------ parsing */
@@ -348,27 +349,24 @@ static pthread_once_t templates_once = PTHREAD_ONCE_INIT;
 
 static void templates_digest_once(void)
 {
-    XXH3_state_t *s = XXH3_createState();
-    uint8_t digest[KILN_CACHE_KEY_BYTES] = { 0 };
-    if (s) {
-        XXH3_128bits_reset(s);
-        for (size_t i = 0; i < kiln_embedded_headers_count; i++) {
-            const char *parts[2] = { kiln_embedded_headers[i].name,
-                                     kiln_embedded_headers[i].text };
-            for (int j = 0; j < 2; j++) {
-                uint8_t len[8];
-                const size_t n = strlen(parts[j]);
-                for (int b = 0; b < 8; b++)
-                    len[b] = (uint8_t)((uint64_t)n >> (8 * b));
-                XXH3_128bits_update(s, len, sizeof len);
-                XXH3_128bits_update(s, parts[j], n);
-            }
+    XXH3_state_t s;
+    XXH3_INITSTATE(&s);
+    XXH3_128bits_reset(&s);
+    for (size_t i = 0; i < kiln_embedded_headers_count; i++) {
+        const char *parts[2] = { kiln_embedded_headers[i].name, kiln_embedded_headers[i].text };
+        for (int j = 0; j < 2; j++) {
+            uint8_t len[8];
+            const size_t n = strlen(parts[j]);
+            for (int b = 0; b < 8; b++)
+                len[b] = (uint8_t)((uint64_t)n >> (8 * b));
+            XXH3_128bits_update(&s, len, sizeof len);
+            XXH3_128bits_update(&s, parts[j], n);
         }
-        XXH128_canonical_t canon;
-        XXH128_canonicalFromHash(&canon, XXH3_128bits_digest(s));
-        memcpy(digest, canon.digest, sizeof digest);
-        XXH3_freeState(s);
     }
+    XXH128_canonical_t canon;
+    XXH128_canonicalFromHash(&canon, XXH3_128bits_digest(&s));
+    uint8_t digest[KILN_CACHE_KEY_BYTES];
+    memcpy(digest, canon.digest, sizeof digest);
     kiln_cache_key_hex(digest, templates_digest);
 }
 

@@ -37,7 +37,8 @@ static kiln_status layouts_of(const kiln_plan *p, const kiln_tensor *w, weight_l
                 k++;
             if (k == out->n && out->n < KILN_MAX_BACKENDS) {
                 out->packer[k] = d.backend;
-                out->bytes[k] = lay.data_bytes + lay.scale_bytes;
+                if (!kiln_add_size(lay.data_bytes, lay.scale_bytes, &out->bytes[k]))
+                    return kiln_fail(KILN_ERR_SHAPE, "weight %s: packed size overflows", w->name);
                 out->n++;
             }
         }
@@ -66,10 +67,12 @@ kiln_status kiln_plan_weight_bytes(const kiln_plan *p, size_t *storage, size_t *
             if ((st = kiln_format_data_bytes(w->weight.format, w->weight.n, w->weight.k, &data)) ||
                 (st = kiln_format_scale_bytes(w->weight.format, w->weight.n, w->weight.k, &scale)))
                 return kiln_fail_prefix(st, "weight %s", w->name);
-            *storage += data + scale;
+            if (!kiln_add_size(*storage, data, storage) || !kiln_add_size(*storage, scale, storage))
+                return kiln_fail(KILN_ERR_SHAPE, "plan weight bytes: the sum overflows");
         }
         for (int k = 0; k < wl.n; k++)
-            *packed += wl.bytes[k];
+            if (!kiln_add_size(*packed, wl.bytes[k], packed))
+                return kiln_fail(KILN_ERR_SHAPE, "plan weight bytes: the sum overflows");
     }
     return KILN_OK;
 }

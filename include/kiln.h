@@ -345,7 +345,9 @@ size_t kiln_plan_naive_bytes(const kiln_plan *p, int bucket);
 /* Weight memory a session of the plan holds on the device: *storage bytes of
  * weights in kiln's storage layout, *packed bytes in backends' packed
  * layouts (the gemv tensor-core kernels'). A weight read in both layouts
- * counts in both. */
+ * counts in both: prefill buckets read the storage layout, and so does the
+ * one-token bucket of the E4M3 formats. Params (norm weights, biases) are
+ * not counted. */
 kiln_status kiln_plan_weight_bytes(const kiln_plan *p, size_t *storage, size_t *packed);
 
 /* --------------------------------------------------------------- compile */
@@ -423,9 +425,11 @@ kiln_status kiln_session_run(kiln_session *s, int64_t m, const float *const *inp
                              float *const *outputs);
 
 /* Replace the weight named name in place: the new values are packed and
- * copied into the existing device buffers, so the instantiated graphs stay
- * valid. KILN_ERR_STATE, naming the weight, when w's format or shape differs
- * from the one the session was built with. */
+ * copied into the existing device buffers (every layout the session holds
+ * it in), so the instantiated graphs stay valid. KILN_ERR_STATE, naming the
+ * weight, when w's format or shape differs from the one the session was
+ * built with. After any other failure the weight's device copies may hold
+ * old and new values: set it again before running. */
 kiln_status kiln_session_set_weight(kiln_session *s, const char *name, const kiln_qtensor *w);
 
 void kiln_session_get_stats(const kiln_session *s, kiln_session_stats *out);

@@ -211,6 +211,7 @@ kiln_status kiln_session_set_weight(kiln_session *s, const char *name, const kil
                          (long long)q->n, (long long)q->k);
     if (!q->data || (kiln_format_get(q->format)->scale_type != KILN_SCALE_NONE && !q->scale))
         return kiln_fail(KILN_ERR_INVALID_ARG, "set_weight %s: data or scale missing", name);
+    CU(s->cu->CtxSetCurrent(s->ctx), "set_weight");
     /* The stream may be replaying a graph that reads the old weights. */
     CU(s->cu->StreamSynchronize(s->stream), "set_weight");
     for (int i = 0; i < s->n_weights; i++) {

@@ -159,9 +159,14 @@ static int64_t tc_red(const tc_variant *v, int warps, int split)
 static int tc_configure(const kiln_target *t, const kiln_linear_cfg *c, const tc_variant *v,
                         tc_config *out, char *why, size_t size)
 {
-    if (c->n > INT_MAX || c->k > INT_MAX) {
-        snprintf(why, size, "N=%lld, K=%lld: both must be below 2^31", (long long)c->n,
-                 (long long)c->k);
+    /* The kernel indexes rows, and a row tile's packed bytes, with ints. */
+    size_t tile_bytes = 0, tile_scales;
+    if (c->n > INT_MAX - 16 || c->k > INT_MAX ||
+        kiln_gemv_pack_bytes(c->format, 16, c->k, &tile_bytes, &tile_scales) != KILN_OK ||
+        tile_bytes > INT_MAX) {
+        snprintf(why, size,
+                 "N=%lld, K=%lld: N and a 16-row tile's packed bytes must be below 2^31",
+                 (long long)c->n, (long long)c->k);
         return 0;
     }
     const int64_t limit = t->smem_optin > 0 ? t->smem_optin : GEMV_DEFAULT_SMEM;

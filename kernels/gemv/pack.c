@@ -91,8 +91,8 @@ static void codes_nvfp4(const kiln_qtensor *q, int64_t n, int64_t k0, uint16_t *
 
 /* The scale as tc.cuh's tc_nvfp4 decodes it: f32 bits >> 20 (exponent and
  * three mantissa bits, exact for every E4M3 magnitude, subnormals
- * normalized) less 110 << 3, in 64..207. Zero for a zero scale (its
- * block's codes are zero) and for NaN (no finite weight to keep). */
+ * normalized) less 110 << 3, in 64..207. Zero for a zero scale, whose
+ * block's codes are zero. kiln_gemv_pack refuses NaN scales first. */
 static uint8_t nvfp4_scale_code(uint8_t e4m3)
 {
     const float s = fabsf(kiln_e4m3_to_f32(e4m3));
@@ -427,6 +427,16 @@ kiln_status kiln_gemv_pack(const kiln_qtensor *src, void *data, void *scale)
     if (st != KILN_OK)
         return st;
     const pack_format *pf = &formats[src->format];
+    /* A NaN block scale makes its block's weights NaN, which the packed
+     * scale code cannot carry: refuse it rather than change the numbers. */
+    if (src->format == KILN_FMT_NVFP4) {
+        const uint8_t *sc = src->scale;
+        for (size_t b = 0; b < (size_t)src->n * (size_t)src->k / 16; b++)
+            if ((sc[b] & 0x7F) == 0x7F)
+                return kiln_fail(KILN_ERR_MALFORMED,
+                                 "gemv pack: NVFP4 block scale %zu (row %zu, K %zu) is NaN", b,
+                                 b / ((size_t)src->k / 16), b % ((size_t)src->k / 16) * 16);
+    }
     memset(data, 0, data_bytes);
     if (pf->rec == REC_NATIVE) {
         if (scale_bytes)

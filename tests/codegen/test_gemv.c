@@ -296,7 +296,7 @@ Test(gemv, refuses_shapes_past_its_indexing)
         const char *arch, *why;
     } kernels[] = {
         { "sm_75", "N, K and the row's bytes must be below 2^31" },
-        { "sm_80", "both must be below 2^31" },
+        { "sm_80", "N and a 16-row tile's packed bytes must be below 2^31" },
     };
     char why[256];
     for (size_t i = 0; i < KILN_ARRAY_LEN(kernels); i++) {
@@ -312,6 +312,15 @@ Test(gemv, refuses_shapes_past_its_indexing)
     }
     kiln_target t = target("sm_80");
     kiln_linear_cfg c;
+    /* K fits an int, a BF16 row tile's packed bytes (2048 an atom of 64) do
+     * not; at 4 bits they do */
+    c = cfg(KILN_FMT_BF16, 64, (int64_t)1 << 26);
+    cr_assert_eq(gemv->can_implement(&t, &c, 16, why, sizeof why), 0);
+    cr_assert(strstr(why, "packed bytes must be below 2^31"), "%s", why);
+    c = cfg(KILN_FMT_Q4_0, 64, (int64_t)1 << 26);
+    cr_assert_eq(gemv->can_implement(&t, &c, 16, why, sizeof why), 1, "%s", why);
+    c = cfg(KILN_FMT_BF16, (int64_t)INT_MAX - 15, 64);
+    cr_assert_eq(gemv->can_implement(&t, &c, 16, why, sizeof why), 0);
     /* K fits an int, its f32 row's bytes do not */
     c = cfg(KILN_FMT_F32, 64, 600000000);
     cr_assert_eq(gemv->can_implement(&t, &c, 1, why, sizeof why), 0);

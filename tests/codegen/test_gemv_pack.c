@@ -393,6 +393,30 @@ Test(gemv_pack, bytes_refuses_what_it_cannot_pack)
     cr_assert_eq(kiln_gemv_pack_bytes(KILN_FMT_BF16, 40, 512, &data, &scale), KILN_OK, "%s",
                  kiln_last_error());
     cr_expect_eq(data, 3 * 8 * 2048u, "three row tiles of eight 2048-byte atoms");
+    /* storage sizes fit, the packed ones do not */
+    cr_expect_eq(kiln_gemv_pack_bytes(KILN_FMT_Q4_0, 1, (int64_t)1 << 62, &data, &scale),
+                 KILN_ERR_SHAPE);
+    cr_expect(strstr(kiln_last_error(), "overflows"), "%s", kiln_last_error());
+}
+
+/* A NaN block scale has no packed code: refused, naming the block. */
+Test(gemv_pack, nvfp4_nan_block_scale_is_refused)
+{
+    for (int i = 0; i < 2; i++) {
+        kiln_qtensor q = quantized(KILN_FMT_NVFP4, 40, 512, 300 + (uint64_t)i);
+        ((uint8_t *)q.scale)[2 * 32 + 7] = i ? 0xFF : 0x7F; /* row 2, K 112; either sign */
+        size_t db, sb;
+        cr_assert_eq(kiln_gemv_pack_bytes(q.format, q.n, q.k, &db, &sb), KILN_OK);
+        uint8_t *data = malloc(db), *scale = malloc(sb);
+        cr_assert(data && scale);
+        cr_assert_eq(kiln_gemv_pack(&q, data, scale), KILN_ERR_MALFORMED);
+        cr_assert(strstr(kiln_last_error(), "block scale 71 (row 2, K 112) is NaN"), "%s",
+                  kiln_last_error());
+        free(data);
+        free(scale);
+        free(q.data);
+        free(q.scale);
+    }
 }
 
 static kiln_target target(const char *name)
