@@ -141,7 +141,7 @@ static kiln_status wgmma_check(const kiln_target *t, const kiln_linear_kernel *k
 static kiln_status wgmma_emit(const kiln_target *t, const kiln_linear_kernel *k, const char *entry,
                               char *buf, size_t size)
 {
-    const wgmma_tile *tile;
+    const wgmma_tile *tile = NULL;
     kiln_status st = wgmma_check(t, k, &tile);
     if (st != KILN_OK)
         return st;
@@ -172,7 +172,7 @@ static kiln_status wgmma_emit(const kiln_target *t, const kiln_linear_kernel *k,
 static kiln_status wgmma_launch(const kiln_target *t, const kiln_linear_kernel *k, int64_t m,
                                 kiln_launch *out)
 {
-    const wgmma_tile *tile;
+    const wgmma_tile *tile = NULL;
     kiln_status st = wgmma_check(t, k, &tile);
     if (st != KILN_OK)
         return st;
