@@ -71,6 +71,28 @@ static const kiln_registry default_registry = {
 
 const kiln_registry *kiln_registry_default(void) { return &default_registry; }
 
+static const char *row_name(const kiln_variant_table *t, size_t i)
+{
+    return *(const char *const *)((const char *)t->rows + i * t->stride + t->name_at);
+}
+
+const void *kiln_variant_for_bucket(const kiln_variant_table *t, int64_t m)
+{
+    size_t i = 0;
+    while (i + 1 < t->n &&
+           m > *(const int64_t *)((const char *)t->rows + i * t->stride + t->max_m_at))
+        i++;
+    return (const char *)t->rows + i * t->stride;
+}
+
+const void *kiln_variant_named(const kiln_variant_table *t, const char *name)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (!strcmp(row_name(t, i), name))
+            return (const char *)t->rows + i * t->stride;
+    return NULL;
+}
+
 const kiln_backend *kiln_registry_find(const kiln_registry *r, const char *name)
 {
     for (int i = 0; i < r->n; i++)

@@ -6,6 +6,8 @@
 
 #include "core.h"
 
+#include <stddef.h>
+
 /* How a backend wants a linear's activations. Values only grow at the end. */
 typedef enum kiln_act {
     KILN_ACT_BF16 = 0,    /* W*A16: activations stay BF16 */
@@ -93,7 +95,8 @@ typedef struct kiln_backend {
      * on t; pack writes src (storage layout) into arrays of the sizes
      * layout gave, for a kernel whose layout is packed. A session keeps one
      * device copy per weight and layout. */
-    kiln_status (*layout)(const kiln_target *t, const kiln_linear_kernel *k, kiln_weight_layout *out);
+    kiln_status (*layout)(const kiln_target *t, const kiln_linear_kernel *k,
+                          kiln_weight_layout *out);
     kiln_status (*pack)(const kiln_target *t, const kiln_qtensor *src, void *data, void *scale);
 } kiln_backend;
 
@@ -105,6 +108,23 @@ extern const kiln_backend kiln_backend_gemv;
 /* Hopper warpgroup MMA (sm_90a): every format dequantized to BF16 in the
  * main loop, f32 accumulators. */
 extern const kiln_backend kiln_backend_wgmma;
+
+/* A backend's variants (tiles, M classes) as a table of rows of its own
+ * struct, each with a `const char *name` and an `int64_t max_m`, the largest
+ * bucket the row serves, ascending. */
+typedef struct kiln_variant_table {
+    const void *rows;
+    size_t n, stride, name_at, max_m_at;
+} kiln_variant_table;
+
+#define KILN_VARIANT_TABLE(type, rows)                                                          \
+    { (rows), KILN_ARRAY_LEN(rows), sizeof(type), offsetof(type, name), offsetof(type, max_m) }
+
+/* The first row whose max_m covers bucket m (the last row past them all),
+ * and the row named name (NULL when there is none); the caller casts to its
+ * row type. */
+const void *kiln_variant_for_bucket(const kiln_variant_table *t, int64_t m);
+const void *kiln_variant_named(const kiln_variant_table *t, const char *name);
 
 #define KILN_MAX_BACKENDS 16
 

@@ -59,7 +59,8 @@ _Static_assert(KILN_ARRAY_LEN(formats) == KILN_FMT_COUNT, "one row per format");
  *               a 4 x 16 accumulator tile and runs one block of 8 warps. */
 typedef struct gemv_variant {
     const char *name;
-    int max_m, rows, warps, lane_bytes, stages, min_blocks;
+    int64_t max_m;
+    int rows, warps, lane_bytes, stages, min_blocks;
 } gemv_variant;
 
 static const gemv_variant variants[] = {
@@ -89,7 +90,8 @@ enum {
  * two row tiles, so each x fragment it loads feeds two of them. */
 typedef struct tc_variant {
     const char *name;
-    int max_m, row_tiles, warps;
+    int64_t max_m;
+    int row_tiles, warps;
 } tc_variant;
 
 static const tc_variant tc_variants[] = {
@@ -97,10 +99,9 @@ static const tc_variant tc_variants[] = {
     { "tc16", 16, 2, 8 },
 };
 
-static const tc_variant *tc_for_bucket(int64_t m)
-{
-    return m <= 8 ? &tc_variants[0] : &tc_variants[1];
-}
+static const kiln_variant_table tc_table = KILN_VARIANT_TABLE(tc_variant, tc_variants);
+
+static const tc_variant *tc_for_bucket(int64_t m) { return kiln_variant_for_bucket(&tc_table, m); }
 
 /* Formats whose f32 kernel is the faster one for a single token: at m = 1
  * seven of the mma's eight token columns are idle, and for E4M3 the f32
@@ -128,14 +129,7 @@ static int tc_takes(const kiln_target *t, const kiln_linear_cfg *c, int64_t m)
     return m > 1 || !(fp32_for_one_token & (1u << c->format));
 }
 
-static const tc_variant *tc_named(const char *name)
-{
-    for (size_t i = 0; i < KILN_ARRAY_LEN(tc_variants); i++)
-        if (!strcmp(tc_variants[i].name, name))
-            return &tc_variants[i];
-    return NULL;
-}
-
+static const tc_variant *tc_named(const char *name) { return kiln_variant_named(&tc_table, name); }
 typedef struct tc_config {
     int warps, k_split;
     unsigned smem; /* dynamic: the warps' x rings */
@@ -206,20 +200,16 @@ typedef struct gemv_config {
     unsigned blocks;
 } gemv_config;
 
+static const kiln_variant_table variant_table = KILN_VARIANT_TABLE(gemv_variant, variants);
+
 static const gemv_variant *variant_for_bucket(int64_t m)
 {
-    size_t i = 0;
-    while (i + 1 < KILN_ARRAY_LEN(variants) && m > variants[i].max_m)
-        i++;
-    return &variants[i];
+    return kiln_variant_for_bucket(&variant_table, m);
 }
 
 static const gemv_variant *variant_named(const char *name)
 {
-    for (size_t i = 0; i < KILN_ARRAY_LEN(variants); i++)
-        if (!strcmp(variants[i].name, name))
-            return &variants[i];
-    return NULL;
+    return kiln_variant_named(&variant_table, name);
 }
 
 static int64_t round16(int64_t v) { return (v + 15) / 16 * 16; }
@@ -412,7 +402,7 @@ static kiln_status tc_emit(const kiln_linear_kernel *k, const tc_variant *v, con
         "#include \"kiln/tc.cuh\"\n"
         "\n"
         "using format = kiln::tc_%s;\n"
-        "using shape = kiln::tc_shape</*max_m*/ %d, /*row_tiles*/ %d, /*warps*/ %d, "
+        "using shape = kiln::tc_shape</*max_m*/ %lld, /*row_tiles*/ %d, /*warps*/ %d, "
         "/*k_split*/ %d>;\n"
         "using epilogue = kiln::gemv_epilogue</*bias*/ %s, /*residual*/ %s, /*silu_mul*/ %s>;\n"
         "\n"
@@ -422,7 +412,8 @@ static kiln_status tc_emit(const kiln_linear_kernel *k, const tc_variant *v, con
         "{\n"
         "    kiln::gemv_tc<format, shape, epilogue, /*n*/ %lld, /*k*/ %lld, /*smem*/ %u>(args);\n"
         "}\n",
-        kiln_format_get(k->cfg.format)->name, v->max_m, v->row_tiles, c->warps, c->k_split,
+        kiln_format_get(k->cfg.format)->name, (long long)v->max_m, v->row_tiles, c->warps,
+        c->k_split,
         epi & KILN_EPI_BIAS ? "true" : "false", epi & KILN_EPI_RESIDUAL ? "true" : "false",
         epi & KILN_EPI_SILU_MUL ? "true" : "false", entry, (long long)k->cfg.n,
         (long long)k->cfg.k, c->smem);
@@ -452,7 +443,8 @@ static kiln_status gemv_emit(const kiln_target *t, const kiln_linear_kernel *k, 
         "#include \"kiln/gemv.cuh\"\n"
         "\n"
         "using format = kiln::gemv_%s;\n"
-        "using shape = kiln::gemv_shape</*max_m*/ %d, /*rows*/ %d, /*warps*/ %d, /*k_split*/ %d,\n"
+        "using shape = kiln::gemv_shape</*max_m*/ %lld, /*rows*/ %d, /*warps*/ %d, "
+        "/*k_split*/ %d,\n"
         "                               /*units*/ %d, /*stages*/ %d, /*tile_k*/ %d,\n"
         "                               /*min_blocks*/ %d>;\n"
         "using epilogue = kiln::gemv_epilogue</*bias*/ %s, /*residual*/ %s, /*silu_mul*/ %s>;\n"
@@ -462,7 +454,8 @@ static kiln_status gemv_emit(const kiln_target *t, const kiln_linear_kernel *k, 
         "{\n"
         "    kiln::gemv<format, shape, epilogue, /*n*/ %lld, /*k*/ %lld, /*smem*/ %u>(args);\n"
         "}\n",
-        kiln_format_get(k->cfg.format)->name, c.v->max_m, c.v->rows, c.v->warps, c.k_split,
+        kiln_format_get(k->cfg.format)->name, (long long)c.v->max_m, c.v->rows, c.v->warps,
+        c.k_split,
         c.units, c.v->stages, c.tile_k, c.v->min_blocks, epi & KILN_EPI_BIAS ? "true" : "false",
         epi & KILN_EPI_RESIDUAL ? "true" : "false", epi & KILN_EPI_SILU_MUL ? "true" : "false",
         entry, (long long)k->cfg.n, (long long)k->cfg.k, c.smem);
@@ -483,8 +476,8 @@ static kiln_status gemv_launch(const kiln_target *t, const kiln_linear_kernel *k
         return st;
     if (is_tc) {
         if (m < 1 || m > tv->max_m)
-            return kiln_fail(KILN_ERR_SHAPE, "gemv %s: cannot launch for M = %lld (1 to %d)",
-                             tv->name, (long long)m, tv->max_m);
+            return kiln_fail(KILN_ERR_SHAPE, "gemv %s: cannot launch for M = %lld (1 to %lld)",
+                             tv->name, (long long)m, (long long)tv->max_m);
         *out = (kiln_launch){
             .grid = { tc.blocks, 1, 1 },
             .block = { (unsigned)tc.warps * 32, 1, 1 },
@@ -497,8 +490,8 @@ static kiln_status gemv_launch(const kiln_target *t, const kiln_linear_kernel *k
     if (st != KILN_OK)
         return st;
     if (m < 1 || m > c.v->max_m)
-        return kiln_fail(KILN_ERR_SHAPE, "gemv %s: cannot launch for M = %lld (1 to %d)",
-                         c.v->name, (long long)m, c.v->max_m);
+        return kiln_fail(KILN_ERR_SHAPE, "gemv %s: cannot launch for M = %lld (1 to %lld)",
+                         c.v->name, (long long)m, (long long)c.v->max_m);
     *out = (kiln_launch){
         .grid = { c.blocks, 1, 1 },
         .block = { (unsigned)c.v->warps * 32, 1, 1 },

@@ -27,20 +27,16 @@ static const simt_tile tiles[] = {
 /* Blocks along M are grid.y, which CUDA caps at 65535. */
 enum { SIMT_MAX_GRID_Y = 65535 };
 
+static const kiln_variant_table tile_table = KILN_VARIANT_TABLE(simt_tile, tiles);
+
 static const simt_tile *tile_for_bucket(int64_t m)
 {
-    size_t i = 0;
-    while (m > tiles[i].max_m)
-        i++;
-    return &tiles[i];
+    return kiln_variant_for_bucket(&tile_table, m);
 }
 
 static const simt_tile *tile_named(const char *name)
 {
-    for (size_t i = 0; i < KILN_ARRAY_LEN(tiles); i++)
-        if (!strcmp(tiles[i].name, name))
-            return &tiles[i];
-    return NULL;
+    return kiln_variant_named(&tile_table, name);
 }
 
 static int simt_is_supported(const kiln_target *t, char *why, size_t size)

@@ -34,20 +34,16 @@ static const wgmma_tile tiles[] = {
     { "bm64bn128", INT64_MAX, 128 },
 };
 
+static const kiln_variant_table tile_table = KILN_VARIANT_TABLE(wgmma_tile, tiles);
+
 static const wgmma_tile *tile_for_bucket(int64_t m)
 {
-    size_t i = 0;
-    while (m > tiles[i].max_m)
-        i++;
-    return &tiles[i];
+    return kiln_variant_for_bucket(&tile_table, m);
 }
 
 static const wgmma_tile *tile_named(const char *name)
 {
-    for (size_t i = 0; i < KILN_ARRAY_LEN(tiles); i++)
-        if (!strcmp(tiles[i].name, name))
-            return &tiles[i];
-    return NULL;
+    return kiln_variant_named(&tile_table, name);
 }
 
 /* Both stages of both operands, BF16: the template's tile::smem_bytes,
