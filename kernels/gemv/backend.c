@@ -85,18 +85,21 @@ enum {
     GEMV_DEFAULT_SMEM = 48 * 1024,
 };
 
-/* The tensor-core kernel's M classes: tokens up to max_m (one or two
- * token tiles of 8) and row tiles of 16 per warp. At m = 16 a warp takes
- * two row tiles, so each x fragment it loads feeds two of them. */
+/* The tensor-core kernel's M classes: tokens up to max_m (a power of two:
+ * the lane groups holding x, one or two token tiles of 8), row tiles of
+ * 16 per warp, warps per block and ring stages per warp. From m = 8 on a
+ * warp takes two row tiles, so each x fragment it stages feeds two of
+ * them. Chosen by a sweep on an H200 (docs/PERFORMANCE.md): below 8
+ * tokens, blocks of 4 warps with 3 stages fit four or more blocks an SM. */
 typedef struct tc_variant {
     const char *name;
     int64_t max_m;
-    int row_tiles, warps;
+    int row_tiles, warps, stages;
 } tc_variant;
 
 static const tc_variant tc_variants[] = {
-    { "tc8", 8, 1, 8 },
-    { "tc16", 16, 2, 8 },
+    { "tc1", 1, 1, 4, 3 }, { "tc2", 2, 1, 4, 3 },    { "tc4", 4, 1, 4, 3 },
+    { "tc8", 8, 2, 4, 4 }, { "tc16", 16, 2, 8, 3 },
 };
 
 static const kiln_variant_table tc_table = KILN_VARIANT_TABLE(tc_variant, tc_variants);
@@ -111,15 +114,24 @@ static const tc_variant *tc_for_bucket(int64_t m) { return kiln_variant_for_buck
 static const unsigned fp32_for_one_token = 1u << KILN_FMT_FP8_TENSOR | 1u << KILN_FMT_FP8_CHANNEL |
                                            1u << KILN_FMT_FP8_BLOCK | 1u << KILN_FMT_MXFP8;
 
-/* Atoms a warp loads at once, tc.cuh's trait `batch` (the template checks
- * the shared memory computed from it): 128 bytes a lane, 96 for Q6_K. */
-static const int tc_batch[] = {
-    [KILN_FMT_BF16] = 1,       [KILN_FMT_FP8_TENSOR] = 2, [KILN_FMT_FP8_CHANNEL] = 2,
-    [KILN_FMT_FP8_BLOCK] = 2,  [KILN_FMT_MXFP8] = 2,      [KILN_FMT_NVFP4] = 4,
-    [KILN_FMT_MXFP4] = 4,      [KILN_FMT_Q8_0] = 2,       [KILN_FMT_Q4_0] = 4,
-    [KILN_FMT_Q4_K] = 4,       [KILN_FMT_Q6_K] = 2,       [KILN_FMT_GGML_MXFP4] = 4,
+/* How a format streams through a warp's ring, tc.cuh's traits: the
+ * 16-byte pieces and 8-byte units (super-records, Q6_K's high bits, FP8's
+ * block scale) a lane stages per atom, the bytes of a lane group's scale
+ * record per atom, and the atoms a stage holds at one row tile (about
+ * 2 KiB of weights a warp). */
+typedef struct tc_format {
+    int pieces, units, record, batch;
+} tc_format;
+
+static const tc_format tc_formats[] = {
+    [KILN_FMT_BF16] = { 4, 0, 0, 1 },        [KILN_FMT_FP8_TENSOR] = { 2, 0, 0, 2 },
+    [KILN_FMT_FP8_CHANNEL] = { 2, 0, 0, 2 }, [KILN_FMT_FP8_BLOCK] = { 2, 1, 0, 2 },
+    [KILN_FMT_MXFP8] = { 2, 0, 4, 2 },       [KILN_FMT_NVFP4] = { 1, 0, 8, 4 },
+    [KILN_FMT_MXFP4] = { 1, 0, 4, 4 },       [KILN_FMT_Q8_0] = { 2, 0, 8, 2 },
+    [KILN_FMT_Q4_0] = { 1, 0, 8, 4 },        [KILN_FMT_Q4_K] = { 1, 1, 8, 4 },
+    [KILN_FMT_Q6_K] = { 1, 2, 8, 2 },        [KILN_FMT_GGML_MXFP4] = { 1, 0, 4, 4 },
 };
-_Static_assert(KILN_ARRAY_LEN(tc_batch) == KILN_FMT_COUNT, "one entry per format");
+_Static_assert(KILN_ARRAY_LEN(tc_formats) == KILN_FMT_COUNT, "one entry per format");
 
 /* Whether bucket m of linear c on t runs the tensor-core kernel. */
 static int tc_takes(const kiln_target *t, const kiln_linear_cfg *c, int64_t m)
@@ -131,20 +143,36 @@ static int tc_takes(const kiln_target *t, const kiln_linear_cfg *c, int64_t m)
 
 static const tc_variant *tc_named(const char *name) { return kiln_variant_named(&tc_table, name); }
 typedef struct tc_config {
-    int warps, k_split;
-    unsigned smem; /* dynamic: the warps' x rings */
+    int warps, k_split, batch;
+    unsigned smem; /* dynamic: the warps' rings */
     unsigned blocks;
 } tc_config;
 
-/* Bytes of the x rings (tc_smem in tc.cuh) and of the k-split reduction. */
-static int64_t tc_smem(const kiln_linear_cfg *c, const tc_variant *v, int warps)
+/* Atoms a stage holds: the format's batch spread over the row tiles. */
+static int tc_batch(const kiln_linear_cfg *c, const tc_variant *v)
 {
-    return (int64_t)warps * 2 * tc_batch[c->format] * (v->max_m / 8) * 4 * 32 * 8;
+    int b = tc_formats[c->format].batch / v->row_tiles;
+    return b > 0 ? b : 1;
 }
 
+/* Bytes of the warps' rings (tc_smem in tc.cuh): per stage, each atom's
+ * pieces, units and 8 lane groups' records at every row tile, and a row
+ * of x per token of the lane groups holding x (the stage's 64-value atoms
+ * and 32 bytes of padding). */
+static int64_t tc_smem(const kiln_linear_cfg *c, const tc_variant *v, int warps)
+{
+    const tc_format *f = &tc_formats[c->format];
+    const int64_t tiles = v->max_m > 8 ? 2 : 1, groups = v->max_m < 8 ? v->max_m : 8;
+    const int64_t b = tc_batch(c, v);
+    const int64_t stage = b * v->row_tiles * (f->pieces * 512 + f->units * 256 + 8 * f->record) +
+                          tiles * groups * (b * 128 + 32);
+    return (int64_t)warps * v->stages * stage;
+}
+
+/* The k-split reduction's static shared memory. */
 static int64_t tc_red(const tc_variant *v, int warps, int split)
 {
-    return split > 1 ? (int64_t)warps * v->row_tiles * (v->max_m / 8) * 4 * 32 * 4 : 0;
+    return split > 1 ? (int64_t)warps * v->row_tiles * (v->max_m > 8 ? 2 : 1) * 4 * 32 * 4 : 0;
 }
 
 /* Split K across a block's warps while the launch is short of warps and
@@ -186,6 +214,7 @@ static int tc_configure(const kiln_target *t, const kiln_linear_cfg *c, const tc
     *out = (tc_config){
         .warps = warps,
         .k_split = split,
+        .batch = tc_batch(c, v),
         .smem = (unsigned)tc_smem(c, v, warps),
         .blocks = (unsigned)kiln_ceil_div(groups, warps / split),
     };
@@ -353,7 +382,7 @@ static kiln_status gemv_check(const kiln_target *t, const kiln_linear_kernel *k,
     const gemv_variant *v = variant_named(k->variant);
     if (!v)
         return kiln_fail(KILN_ERR_UNSUPPORTED,
-                         "gemv: no variant \"%s\" (m1, m2, m4, m8, m16, tc8, tc16)",
+                         "gemv: no variant \"%s\" (m1, m2, m4, m8, m16, tc1, tc2, tc4, tc8, tc16)",
                          k->variant);
     kiln_status st = check_inputs(k);
     if (st != KILN_OK)
@@ -403,7 +432,8 @@ static kiln_status tc_emit(const kiln_linear_kernel *k, const tc_variant *v, con
         "\n"
         "using format = kiln::tc_%s;\n"
         "using shape = kiln::tc_shape</*max_m*/ %lld, /*row_tiles*/ %d, /*warps*/ %d, "
-        "/*k_split*/ %d>;\n"
+        "/*k_split*/ %d,\n"
+        "                             /*batch*/ %d, /*stages*/ %d>;\n"
         "using epilogue = kiln::gemv_epilogue</*bias*/ %s, /*residual*/ %s, /*silu_mul*/ %s>;\n"
         "\n"
         "extern \"C\" __global__ void __launch_bounds__(shape::threads, "
@@ -413,7 +443,7 @@ static kiln_status tc_emit(const kiln_linear_kernel *k, const tc_variant *v, con
         "    kiln::gemv_tc<format, shape, epilogue, /*n*/ %lld, /*k*/ %lld, /*smem*/ %u>(args);\n"
         "}\n",
         kiln_format_get(k->cfg.format)->name, (long long)v->max_m, v->row_tiles, c->warps,
-        c->k_split,
+        c->k_split, c->batch, v->stages,
         epi & KILN_EPI_BIAS ? "true" : "false", epi & KILN_EPI_RESIDUAL ? "true" : "false",
         epi & KILN_EPI_SILU_MUL ? "true" : "false", entry, (long long)k->cfg.n,
         (long long)k->cfg.k, c->smem);

@@ -8,7 +8,8 @@
 // tokens for the cost of one, so what remains per weight is its decoding
 // into BF16: a few bit operations per pair of weights (below). The same
 // kernel serves m = 1, where the seven idle token columns cost nothing
-// the memory does not already wait for.
+// the memory does not already wait for; the M classes below 8 (1, 2, 4)
+// stage x only for the lane groups that hold a token.
 //
 // The weights as the A operand. Rows of W are the mma's M (16 rows a
 // tile), tokens its N (8 a tile, two tiles at m > 8), K its K. A lane
@@ -21,19 +22,28 @@
 //
 // Atoms. 16 rows × 64 k, the unit of the packed stream: every lane reads
 // its bytes of an atom as 16-byte pieces, the 32 lanes' pieces
-// contiguous, so each load instruction of a warp reads 512 bytes in a
+// contiguous, so each copy instruction of a warp reads 512 bytes in a
 // row. Scales ride in a separate array, one small record per atom.
+//
+// The stream. Each warp runs its own ring of Stages stages in shared
+// memory, each holding Batch atoms of every row tile it owns: pieces,
+// scale records and x fragments, copied with cp.async by the lane that
+// will read them, so no stage needs more than the lane's own wait. Stages
+// − 1 stages are in flight while one is decoded, without holding
+// registers.
 //
 // Exactness. Every decoding below gives the format's value exactly in
 // BF16 (the integer codes and FP8/FP4 magnitudes fit BF16's 8 significant
 // bits). Block scales multiply the f32 partial product of the k-tiles they
-// cover, per-tensor and per-row scales the final sum, and Q4_K's minimum
-// comes in through the sum of x over its sub-block, itself an mma with an
-// A of ones. Only the order of the f32 additions differs from the CPU
-// reference.
+// cover, per-tensor and per-row scales the final sum. The 4-bit integer
+// codes read 128 + q; the offset leaves through an mma of x with an A of
+// −128 or −136 into the same block sum, and Q4_K's minimum through the
+// sum of x over its sub-block, an mma with an A of ones. Only the order
+// of the f32 additions differs from the CPU reference.
 //
 // Work split. A warp owns RowTiles consecutive row tiles and a contiguous
-// KSplit-th of the atoms; the block's KSplit warps that share row tiles
+// KSplit-th of the atoms (the slices differ by at most one atom); the
+// block's KSplit warps that share row tiles
 // add their sums through shared memory, and the first of them applies the
 // epilogue. grid = ceil(ceil(N / 16) / (RowTiles · Warps / KSplit)).
 #pragma once
@@ -43,6 +53,11 @@
 namespace kiln {
 
 // ------------------------------------------------------------ primitives
+
+template <bool V>
+struct bool_constant {
+    static constexpr bool value = V;
+};
 
 // (a & mask) | bits in one instruction: the magic-number decodings.
 __device__ __forceinline__ u32 lop_and_or(u32 a, u32 mask, u32 bits)
@@ -72,23 +87,10 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const u32 (&a)[4], const
           "f"(c[1]), "f"(c[2]), "f"(c[3]));
 }
 
-// The weight stream is read once: keep it out of L1.
-__device__ __forceinline__ uint4 ld_stream(const u8 *p)
-{
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
-// 8 bytes global → shared, zero-filled when src_size is 0.
-__device__ __forceinline__ void cp_async8(void *dst, const void *src, int src_size)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(
-                     (u32)__cvta_generic_to_shared(dst)),
-                 "l"(src), "r"(src_size));
-}
+// w >> k (0 < k < 32) as the high word of a multiply: on the FMA pipe,
+// which the decodings leave idle, rather than on the ALU pipe with their
+// bit operations.
+__device__ __forceinline__ u32 shr(u32 w, int k) { return __umulhi(w, 1u << (32 - k)); }
 
 __device__ __forceinline__ u32 word_of(const uint4 &v, int i)
 {
@@ -106,14 +108,15 @@ __device__ __forceinline__ constexpr u32 bf2_splat(u32 bf16) { return bf16 | (bf
 // 2·(r >> 1) and 2·(r >> 1) + 1 (low and high half).
 
 // 4-bit integer codes: nibble r + 4·half of the k-tile's word, read as
-// 128 + q through the magic. No arithmetic: the kernel subtracts the 128
-// (and a format's own offset) through the sum of x (the trait's offset()).
+// 128 + q through the magic. No arithmetic: the kernel takes the 128 (and
+// a format's own offset) out with an mma of x (the trait's neg_offset).
 // BF16 has 7 mantissa bits, so each nibble is shifted down to bits 0..3.
 __device__ __forceinline__ void decode_int4(u32 w, u32 (&a)[4])
 {
+    a[0] = lop_and_or(w, 0x000F000Fu, bf2_magic);
 #pragma unroll
-    for (int r = 0; r < 4; r++)
-        a[r] = lop_and_or(w >> (4 * r), 0x000F000Fu, bf2_magic);
+    for (int r = 1; r < 4; r++)
+        a[r] = lop_and_or(shr(w, 4 * r), 0x000F000Fu, bf2_magic);
 }
 
 // Small unsigned and signed integers to f32 without the conversion pipe
@@ -139,8 +142,8 @@ template <u32 Scale>
 __device__ __forceinline__ void decode_e2m1(u32 w, u32 (&a)[4])
 {
     constexpr u32 mask = 0x81C081C0u;
-    u32 r3 = (w >> 3) & 0x01800180u;
-    r3 = lop_and_or(w >> 7, 0x00400040u, r3);
+    u32 r3 = shr(w, 3) & 0x01800180u;
+    r3 = lop_and_or(shr(w, 7), 0x00400040u, r3);
     r3 = lop_and_or(w << 1, 0x80008000u, r3);
     const u32 raw[4] = { w & mask, (w << 3) & mask, (w << 6) & mask, r3 };
 #pragma unroll
@@ -156,7 +159,7 @@ __device__ __forceinline__ void decode_e4m3_word(u32 w, u32 &lo_reg, u32 &hi_reg
 {
     constexpr u32 scale = bf2_splat(0x7B80u); // 2^120
     const u32 p0 = lop_and_or(w << 8, 0x80008000u, (w << 4) & 0x07F007F0u);
-    const u32 p1 = lop_and_or(w, 0x80008000u, (w >> 4) & 0x07F007F0u);
+    const u32 p1 = lop_and_or(w, 0x80008000u, shr(w, 4) & 0x07F007F0u);
     lo_reg = bf2_fma(p0, scale, bf2_neg_zero);
     hi_reg = bf2_fma(p1, scale, bf2_neg_zero);
 }
@@ -168,9 +171,9 @@ __device__ __forceinline__ void decode_q8_word(u32 w, u32 &lo_reg, u32 &hi_reg)
 {
     constexpr u32 sixteen = bf2_splat(0x4180u), minus_2304 = bf2_splat(0xC510u);
     const u32 l0 = lop_and_or(w, 0x000F000Fu, bf2_magic);
-    const u32 h0 = lop_and_or(w >> 4, 0x000F000Fu, bf2_magic);
-    const u32 l1 = lop_and_or(w >> 8, 0x000F000Fu, bf2_magic);
-    const u32 h1 = lop_and_or(w >> 12, 0x000F000Fu, bf2_magic);
+    const u32 h0 = lop_and_or(shr(w, 4), 0x000F000Fu, bf2_magic);
+    const u32 l1 = lop_and_or(shr(w, 8), 0x000F000Fu, bf2_magic);
+    const u32 h1 = lop_and_or(shr(w, 12), 0x000F000Fu, bf2_magic);
     lo_reg = bf2_fma(l0, bf2_one, bf2_fma(h0, sixteen, minus_2304));
     hi_reg = bf2_fma(l1, bf2_one, bf2_fma(h1, sixteen, minus_2304));
 }
@@ -178,19 +181,24 @@ __device__ __forceinline__ void decode_q8_word(u32 w, u32 &lo_reg, u32 &hi_reg)
 // ------------------------------------------------------------- formats
 
 // What a format's trait gives the kernel:
-//   pieces        16-byte pieces of a lane's share of an atom
+//   pieces        16-byte pieces of a lane's share of an atom's data
 //   atom_bytes    bytes of an atom in the data array
-//   batch         atoms a warp loads before it decodes them
+//   record        bytes of a lane group's scale record per atom (0, 4, 8):
+//                 the records of a stage's atoms are contiguous in the scale
+//                 array, and the warp copies them together
+//   units         8-byte words a lane stages beside its pieces per atom:
+//                 Q4_K's and Q6_K's super-record, Q6_K's high bits, FP8's
+//                 block scale (stage() copies them, fetch() reads them and
+//                 the record)
 //   block_tiles   k-tiles one block scale covers; 0: none (row scale only)
-//   raw           one atom's registers: load_high() and load_scales() fill
-//                 what the pieces do not, decode() turns k-tile j into an
-//                 A fragment, scale() gives block b's scales of rows g, g + 8
+//   raw           one atom in registers: decode() turns k-tile j into an A
+//                 fragment, scale() gives block b's scales of rows g, g + 8
 //   row_scale     what multiplies row n's sum at the end
 //   min_blocks    blocks per SM the registers are budgeted for (one token tile)
 // Where a lane finds its scale records.
 struct tc_scale_ptr {
-    const u8 *rec; // this lane group's record of atom 0
-    const u8 *sup; // its super-record of atom 0 (Q4_K, Q6_K)
+    const u8 *rec; // the row tile's records of atom 0 (FP8 block: its scale row)
+    const u8 *sup; // this lane group's super-record of atom 0 (Q4_K, Q6_K)
 };
 
 template <int Pieces>
@@ -201,52 +209,83 @@ struct tc_raw {
     u32 qh[2];  // Q6_K's high bits
 };
 
+// One unit (4 or 8 bytes) global → shared; zeros where !live.
+template <int Bytes>
+__device__ __forceinline__ void cp_unit(uint2 *dst, const void *src, bool live)
+{
+    static_assert(Bytes == 4 || Bytes == 8, "a unit or half of one");
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(
+                     (u32)__cvta_generic_to_shared(dst)),
+                 "l"(src), "n"(Bytes), "r"(live ? Bytes : 0));
+}
+
+// 16 bytes global → shared through L1 (x: every warp of the SM reads the
+// same), zeros where !live.
+__device__ __forceinline__ void cp_cached16(u8 *dst, const void *src, bool live)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"(
+                     (u32)__cvta_generic_to_shared(dst)),
+                 "l"(src), "r"(live ? 16 : 0));
+}
+
 struct tc_base {
-    static constexpr int pieces = 1, atom_bytes = 512, batch = 4, block_tiles = 0;
+    static constexpr int pieces = 1, atom_bytes = 512, record = 0, units = 0, block_tiles = 0;
     static constexpr int min_blocks = 1; // __launch_bounds__: blocks per SM to fit
     static constexpr bool has_offset = false, has_min = false;
     using raw = tc_raw<1>;
-    template <class R>
-    static __device__ void load_high(const u8 *, int, R &)
-    {
-    }
     template <int N, int K>
     static __device__ tc_scale_ptr scale_ptr(const kiln_linear_args &, int, int)
     {
         return {};
     }
+    static __device__ void stage(const tc_scale_ptr &, const u8 *, int, int, uint2 *, bool) {}
     template <class R>
-    static __device__ void load_scales(const tc_scale_ptr &, int, R &)
+    static __device__ void fetch(const uint2 *, const u8 *, R &)
     {
     }
     static __device__ float row_scale(const kiln_linear_args &, int) { return 1.0f; }
 };
 
-// Lane group g's scale record of atom 0 of row tile `tile` (Record
-// bytes for rows g and g + 8, records atom-major), and its 256-value
-// super-record after all the records (Q4_K, Q6_K).
+// Row tile `tile`'s scale records of atom 0 (Record bytes for rows g and
+// g + 8 of each lane group g, records atom-major), and lane group g's
+// 256-value super-record after all the records (Q4_K, Q6_K).
 template <int N, int K, int Record, int SuperRecord>
 __device__ __forceinline__ tc_scale_ptr records_of(const kiln_linear_args &args, int tile, int g)
 {
     constexpr i64 tiles = (N + 15) / 16;
     const u8 *s = static_cast<const u8 *>(args.w_scale);
-    return { s + (i64)tile * (K / 64) * (8 * Record) + g * Record,
+    return { s + (i64)tile * (K / 64) * (8 * Record),
              s + tiles * (K / 64) * (8 * Record) + (i64)tile * (K / 256) * (8 * SuperRecord) +
                  g * SuperRecord };
 }
 
-template <class R>
-__device__ __forceinline__ void record4(const tc_scale_ptr &p, int atom, R &r)
+// A lane group's Record-byte scale record (4 or 8) from the stage.
+template <int Record, class R>
+__device__ __forceinline__ void read_record(const u8 *rec, R &r)
 {
-    r.s[0] = __ldg(reinterpret_cast<const u32 *>(p.rec + atom * 32));
+    if constexpr (Record == 8) {
+        const uint2 v = *reinterpret_cast<const uint2 *>(rec);
+        r.s[0] = v.x, r.s[1] = v.y;
+    } else {
+        r.s[0] = *reinterpret_cast<const u32 *>(rec);
+    }
 }
 
-template <class R>
-__device__ __forceinline__ void record8(const tc_scale_ptr &p, int atom, R &r)
-{
-    const uint2 v = __ldg(reinterpret_cast<const uint2 *>(p.rec + atom * 64));
-    r.s[0] = v.x, r.s[1] = v.y;
-}
+// A format whose scales are its Record-byte scale records (4 or 8) alone.
+template <int Record>
+struct tc_recorded : tc_base {
+    static constexpr int record = Record;
+    template <int N, int K>
+    static __device__ tc_scale_ptr scale_ptr(const kiln_linear_args &args, int tile, int g)
+    {
+        return records_of<N, K, Record, 0>(args, tile, g);
+    }
+    template <class R>
+    static __device__ void fetch(const uint2 *, const u8 *rec, R &r)
+    {
+        read_record<Record>(rec, r);
+    }
+};
 
 // Byte b of a record word as E8M0 (rows g and g + 8 at bytes b, b + 2).
 template <float (*Decode)(u32)>
@@ -264,7 +303,7 @@ __device__ __forceinline__ void scales_f16(const u32 (&s)[2], int b, float (&out
 }
 
 struct tc_bf16 : tc_base {
-    static constexpr int pieces = 4, atom_bytes = 2048, batch = 1;
+    static constexpr int pieces = 4, atom_bytes = 2048;
     using raw = tc_raw<4>;
     static __device__ void decode(const raw &r, int j, u32 (&a)[4])
     {
@@ -272,8 +311,9 @@ struct tc_bf16 : tc_base {
     }
 };
 
-struct tc_e4m3 : tc_base {
-    static constexpr int pieces = 2, atom_bytes = 1024, batch = 2;
+template <class Base>
+struct tc_e4m3_of : Base {
+    static constexpr int pieces = 2, atom_bytes = 1024;
     using raw = tc_raw<2>;
     static __device__ void decode(const raw &r, int j, u32 (&a)[4])
     {
@@ -283,14 +323,14 @@ struct tc_e4m3 : tc_base {
     }
 };
 
-struct tc_fp8 : tc_e4m3 {
+struct tc_fp8 : tc_e4m3_of<tc_base> {
     static __device__ float row_scale(const kiln_linear_args &a, int)
     {
         return *static_cast<const float *>(a.w_scale);
     }
 };
 
-struct tc_fp8_channel : tc_e4m3 {
+struct tc_fp8_channel : tc_e4m3_of<tc_base> {
     static __device__ float row_scale(const kiln_linear_args &a, int n)
     {
         return static_cast<const float *>(a.w_scale)[n];
@@ -298,8 +338,8 @@ struct tc_fp8_channel : tc_e4m3 {
 };
 
 // One f32 per 128 × 128 in kiln's storage layout: an atom is inside one.
-struct tc_fp8_block : tc_e4m3 {
-    static constexpr int block_tiles = 4;
+struct tc_fp8_block : tc_e4m3_of<tc_base> {
+    static constexpr int units = 1, block_tiles = 4;
     template <int N, int K>
     static __device__ tc_scale_ptr scale_ptr(const kiln_linear_args &args, int tile, int)
     {
@@ -308,10 +348,12 @@ struct tc_fp8_block : tc_e4m3 {
                                               (i64)(tile / 8) * cols),
                  nullptr };
     }
-    static __device__ void load_scales(const tc_scale_ptr &p, int atom, raw &r)
+    static __device__ void stage(const tc_scale_ptr &p, const u8 *, int atom, int, uint2 *unit,
+                                 bool live)
     {
-        r.s[0] = __float_as_uint(__ldg(reinterpret_cast<const float *>(p.rec) + atom / 2));
+        cp_unit<4>(unit, reinterpret_cast<const float *>(p.rec) + atom / 2, live);
     }
+    static __device__ void fetch(const uint2 *unit, const u8 *, raw &r) { r.s[0] = unit[0].x; }
     static __device__ void scale(const raw &r, int, float (&s)[2])
     {
         s[0] = s[1] = __uint_as_float(r.s[0]);
@@ -319,17 +361,8 @@ struct tc_fp8_block : tc_e4m3 {
 };
 
 // Record: E8M0 of (g, k-block 0), (g, 1), (g + 8, 0), (g + 8, 1).
-struct tc_mxfp8 : tc_e4m3 {
+struct tc_mxfp8 : tc_e4m3_of<tc_recorded<4>> {
     static constexpr int block_tiles = 2;
-    template <int N, int K>
-    static __device__ tc_scale_ptr scale_ptr(const kiln_linear_args &args, int tile, int g)
-    {
-        return records_of<N, K, 4, 0>(args, tile, g);
-    }
-    static __device__ void load_scales(const tc_scale_ptr &p, int atom, raw &r)
-    {
-        record4(p, atom, r);
-    }
     static __device__ void scale(const raw &r, int b, float (&s)[2])
     {
         scales_e8m0<e8m0_to_f32>(r.s[0], b, s);
@@ -337,17 +370,8 @@ struct tc_mxfp8 : tc_e4m3 {
 };
 
 // Record: f16 of (g, 0), (g, 1), then (g + 8, 0), (g + 8, 1).
-struct tc_q8_0 : tc_e4m3 {
+struct tc_q8_0 : tc_e4m3_of<tc_recorded<8>> {
     static constexpr int block_tiles = 2;
-    template <int N, int K>
-    static __device__ tc_scale_ptr scale_ptr(const kiln_linear_args &args, int tile, int g)
-    {
-        return records_of<N, K, 8, 0>(args, tile, g);
-    }
-    static __device__ void load_scales(const tc_scale_ptr &p, int atom, raw &r)
-    {
-        record8(p, atom, r);
-    }
     static __device__ void decode(const raw &r, int j, u32 (&a)[4])
     {
         const uint4 &p = r.q[j >> 1];
@@ -358,39 +382,21 @@ struct tc_q8_0 : tc_e4m3 {
 };
 
 // Record as Q8_0's. The registers read 128 + q = (q − 8) + 136.
-struct tc_q4_0 : tc_base {
+struct tc_q4_0 : tc_recorded<8> {
     static constexpr int block_tiles = 2;
     static constexpr bool has_offset = true;
-    template <int N, int K>
-    static __device__ tc_scale_ptr scale_ptr(const kiln_linear_args &args, int tile, int g)
-    {
-        return records_of<N, K, 8, 0>(args, tile, g);
-    }
-    static __device__ void load_scales(const tc_scale_ptr &p, int atom, raw &r)
-    {
-        record8(p, atom, r);
-    }
     static __device__ void decode(const raw &r, int j, u32 (&a)[4])
     {
         decode_int4(word_of(r.q[0], j), a);
     }
-    static __device__ void offset(float (&o)[2]) { o[0] = o[1] = 136.0f; }
+    static constexpr u32 neg_offset = bf2_splat(0xC308u); // −136
     static __device__ void scale(const raw &r, int b, float (&s)[2]) { scales_f16(r.s, b, s); }
 };
 
 // Record as MXFP8's. Scale: the power of two the E2M1 decoding restores.
 template <u32 Scale, float (*Decode)(u32)>
-struct tc_e2m1_32 : tc_base {
+struct tc_e2m1_32 : tc_recorded<4> {
     static constexpr int block_tiles = 2;
-    template <int N, int K>
-    static __device__ tc_scale_ptr scale_ptr(const kiln_linear_args &args, int tile, int g)
-    {
-        return records_of<N, K, 4, 0>(args, tile, g);
-    }
-    static __device__ void load_scales(const tc_scale_ptr &p, int atom, raw &r)
-    {
-        record4(p, atom, r);
-    }
     static __device__ void decode(const raw &r, int j, u32 (&a)[4])
     {
         decode_e2m1<Scale>(word_of(r.q[0], j), a);
@@ -408,29 +414,23 @@ using tc_ggml_mxfp4 = tc_e2m1_32<0x7F00u, e8m0_half_to_f32>; // 2^127: ggml's do
 // re-encoded by the packer as f32 bits >> 20 less 110 << 3 (exponent and
 // the 3 mantissa bits of the UE4M3 value, subnormals normalized): one
 // shift and add to f32. A zero scale's block has zero codes.
-struct tc_nvfp4 : tc_base {
+struct tc_nvfp4 : tc_recorded<8> {
     static constexpr int block_tiles = 1;
-    template <int N, int K>
-    static __device__ tc_scale_ptr scale_ptr(const kiln_linear_args &args, int tile, int g)
-    {
-        return records_of<N, K, 8, 0>(args, tile, g);
-    }
-    static __device__ void load_scales(const tc_scale_ptr &p, int atom, raw &r)
-    {
-        record8(p, atom, r);
-    }
     static __device__ void decode(const raw &r, int j, u32 (&a)[4])
     {
         decode_e2m1<0x7E80u>(word_of(r.q[0], j), a);
     }
-    static __device__ float code_to_f32(u32 c)
+    // Byte b of a record word to bits 20..27 (a byte permute to bits
+    // 16..23, then a multiply-add by 16 on the FMA pipe), plus the bias.
+    static __device__ float code_to_f32(u32 word, int b)
     {
-        return __uint_as_float(((c & 0xFFu) << 20) + (110u << 23));
+        const u32 at16 = __byte_perm(word, 0u, 0x4044u | (u32)b << 8);
+        return __uint_as_float(at16 * 16u + (110u << 23));
     }
     static __device__ void scale(const raw &r, int b, float (&s)[2])
     {
-        s[0] = code_to_f32(r.s[0] >> (8 * b));
-        s[1] = code_to_f32(r.s[1] >> (8 * b));
+        s[0] = code_to_f32(r.s[0], b);
+        s[1] = code_to_f32(r.s[1], b);
     }
     static __device__ float row_scale(const kiln_linear_args &a, int) { return *a.w_global; }
 };
@@ -439,24 +439,29 @@ struct tc_nvfp4 : tc_base {
 // then the same for g + 8. Super-record: f16 d, dmin of g, then of g + 8.
 // The registers read 128 + q (decode_int4).
 struct tc_q4_k : tc_base {
-    static constexpr int block_tiles = 2, min_blocks = 2;
+    static constexpr int record = 8, units = 1, block_tiles = 2, min_blocks = 2;
     static constexpr bool has_offset = true, has_min = true;
     template <int N, int K>
     static __device__ tc_scale_ptr scale_ptr(const kiln_linear_args &args, int tile, int g)
     {
         return records_of<N, K, 8, 8>(args, tile, g);
     }
-    static __device__ void load_scales(const tc_scale_ptr &p, int atom, raw &r)
+    static __device__ void stage(const tc_scale_ptr &p, const u8 *, int atom, int, uint2 *unit,
+                                 bool live)
     {
-        record8(p, atom, r);
-        const uint2 d = __ldg(reinterpret_cast<const uint2 *>(p.sup + atom / 4 * 64));
+        cp_unit<8>(unit, p.sup + atom / 4 * 64, live);
+    }
+    static __device__ void fetch(const uint2 *unit, const u8 *rec, raw &r)
+    {
+        read_record<8>(rec, r);
+        const uint2 d = unit[0];
         r.sup[0] = d.x, r.sup[1] = d.y;
     }
     static __device__ void decode(const raw &r, int j, u32 (&a)[4])
     {
         decode_int4(word_of(r.q[0], j), a);
     }
-    static __device__ void offset(float (&o)[2]) { o[0] = o[1] = 128.0f; }
+    static constexpr u32 neg_offset = bf2_splat(0xC300u); // −128
     static __device__ void scale(const raw &r, int b, float (&s)[2])
     {
         s[0] = f16_to_f32((u16)r.sup[0]) * u8_to_f32(r.s[0] >> (8 * b));
@@ -473,23 +478,25 @@ struct tc_q4_k : tc_base {
 // high 2 bits, 8 bytes a lane: k-tile j, register r at bits
 // 2·((j & 1)·4 + r) of word j >> 1 (16 higher for the high half). Record:
 // int8 scales of (g, k-tile 0..3), then (g + 8, 0..3). Super-record: f16
-// d of g, then of g + 8.
+// d of g, then of g + 8. Units: the high bits and the super-record.
 struct tc_q6_k : tc_base {
-    static constexpr int atom_bytes = 768, batch = 2, block_tiles = 1;
-    static __device__ void load_high(const u8 *atom, int lane, raw &r)
-    {
-        const uint2 v = __ldg(reinterpret_cast<const uint2 *>(atom + 512 + lane * 8));
-        r.qh[0] = v.x, r.qh[1] = v.y;
-    }
+    static constexpr int atom_bytes = 768, record = 8, units = 2, block_tiles = 1;
     template <int N, int K>
     static __device__ tc_scale_ptr scale_ptr(const kiln_linear_args &args, int tile, int g)
     {
         return records_of<N, K, 8, 4>(args, tile, g);
     }
-    static __device__ void load_scales(const tc_scale_ptr &p, int atom, raw &r)
+    static __device__ void stage(const tc_scale_ptr &p, const u8 *atom, int a, int lane,
+                                 uint2 *unit, bool live)
     {
-        record8(p, atom, r);
-        r.sup[0] = __ldg(reinterpret_cast<const u32 *>(p.sup + atom / 4 * 32));
+        cp_unit<8>(unit, atom + 512 + lane * 8, live);
+        cp_unit<4>(unit + 32, p.sup + a / 4 * 32, live);
+    }
+    static __device__ void fetch(const uint2 *unit, const u8 *rec, raw &r)
+    {
+        read_record<8>(rec, r);
+        const uint2 h = unit[0];
+        r.qh[0] = h.x, r.qh[1] = h.y, r.sup[0] = unit[32].x;
     }
     static __device__ void decode(const raw &r, int j, u32 (&a)[4])
     {
@@ -498,8 +505,9 @@ struct tc_q6_k : tc_base {
         const u32 w = word_of(r.q[0], j), hw = r.qh[j >> 1];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const u32 l = lop_and_or(w >> (4 * i), 0x000F000Fu, bf2_magic);
-            const u32 h = lop_and_or(hw >> (2 * ((j & 1) * 4 + i)), 0x00030003u, bf2_magic);
+            const u32 l = lop_and_or(i ? shr(w, 4 * i) : w, 0x000F000Fu, bf2_magic);
+            const int hs = 2 * ((j & 1) * 4 + i);
+            const u32 h = lop_and_or(hs ? shr(hw, hs) : hw, 0x00030003u, bf2_magic);
             a[i] = bf2_fma(l, bf2_one, bf2_fma(h, sixteen, minus_2208));
         }
     }
@@ -513,13 +521,20 @@ struct tc_q6_k : tc_base {
 
 // --------------------------------------------------------------- kernel
 
-template <int MaxM, int RowTiles, int Warps, int KSplit>
+// MaxM tokens in one token tile of 8 (the lane groups g < MaxM hold x;
+// the others' B fragments are zeros) or two (MaxM = 16). RowTiles row
+// tiles of 16 a warp, KSplit warps sharing them, each warp streaming
+// Batch atoms a stage through a ring of Stages stages.
+template <int MaxM, int RowTiles, int Warps, int KSplit, int Batch, int Stages>
 struct tc_shape {
-    static_assert(MaxM == 8 || MaxM == 16, "one or two token tiles");
+    static_assert(MaxM == 1 || MaxM == 2 || MaxM == 4 || MaxM == 8 || MaxM == 16,
+                  "a power of two up to two token tiles");
     static_assert(Warps % KSplit == 0, "k-split warps divide the block");
-    static constexpr int token_tiles = MaxM / 8, row_tiles = RowTiles, warps = Warps;
-    static constexpr int k_split = KSplit, threads = Warps * 32;
-    static constexpr int row_warps = Warps / KSplit;
+    static_assert(Batch >= 1 && Stages >= 2, "a stage in flight while one is read");
+    static constexpr int token_tiles = MaxM > 8 ? 2 : 1, groups = MaxM < 8 ? MaxM : 8;
+    static constexpr int row_tiles = RowTiles, warps = Warps, k_split = KSplit;
+    static constexpr int batch = Batch, stages = Stages;
+    static constexpr int threads = Warps * 32, row_warps = Warps / KSplit;
 };
 
 // Blocks per SM for __launch_bounds__: a format's wish holds for one token
@@ -529,11 +544,54 @@ struct tc_min_blocks {
     static constexpr int value = S::token_tiles == 1 ? F::min_blocks : 1;
 };
 
+// Dynamic shared memory: each warp's ring of stages, a stage holding its
+// atoms' pieces [atom][row tile][piece][lane] × 16 bytes, their units
+// [atom][row tile][unit][lane] × 8, the row tiles' scale records [row
+// tile][atom][lane group] × record, and x: a row per token of the lane
+// groups holding x, [token tile][group] × (the atoms' 64 values, 32 bytes
+// of padding so that a warp's reads of 8 bytes a lane are free of bank
+// conflicts).
+template <class F, class S>
+struct tc_smem {
+    static constexpr int pieces = S::batch * S::row_tiles * F::pieces * 512;
+    static constexpr int units = S::batch * S::row_tiles * F::units * 256;
+    static constexpr int records = S::row_tiles * S::batch * 8 * F::record;
+    static constexpr int x_row = S::batch * 128 + 32;
+    static constexpr int x = S::token_tiles * S::groups * x_row;
+    static constexpr int stage = pieces + units + records + x;
+    static constexpr int per_warp = S::stages * stage;
+    static constexpr int bytes = S::warps * per_warp;
+    static_assert(S::batch * 8 * F::record <= 512, "a row tile's records in one copy a lane");
+};
+
+// The sums of x over each block of an atom's k-tiles, for Q4_K's minimum:
+// an mma with an A of ones, shared by the warp's row tiles.
+template <class F, int TT>
+__device__ __forceinline__ void tc_xsums(const u32 (&xb)[TT][4][2], float (&xs)[4][TT][4])
+{
+    if constexpr (F::has_min) {
+        constexpr int BT = F::block_tiles;
+        const u32 ones[4] = { bf2_one, bf2_one, bf2_one, bf2_one };
+#pragma unroll
+        for (int b = 0; b < 4 / BT; b++)
+#pragma unroll
+            for (int n = 0; n < TT; n++) {
+#pragma unroll
+                for (int c = 0; c < 4; c++)
+                    xs[b][n][c] = 0.0f;
+#pragma unroll
+                for (int jj = 0; jj < BT; jj++)
+                    mma_bf16(xs[b][n], ones, xb[n][b * BT + jj], xs[b][n]);
+            }
+    }
+}
+
 // One atom of one row tile into the accumulators: decode each k-tile,
-// mma it with every token tile, and bring block scales (and Q4_K's
-// minimum) in once per block.
+// mma it with every token tile, and bring block scales (and the offset
+// and minimum through the x sums) in once per block.
 template <class F, int TT>
 __device__ __forceinline__ void tc_atom(const typename F::raw &r, const u32 (&xb)[TT][4][2],
+                                        const float (&xs)[4][TT][4], const u32 (&neg)[4],
                                         float (&acc)[TT][4])
 {
     if constexpr (F::block_tiles == 0) {
@@ -558,168 +616,200 @@ __device__ __forceinline__ void tc_atom(const typename F::raw &r, const u32 (&xb
                 for (int n = 0; n < TT; n++)
                     mma_bf16(part[n], a, xb[n][b * BT + jj], part[n]);
             }
-            float s[2];
-            F::scale(r, b, s);
             if constexpr (F::has_offset) {
-                // x summed over the block's k-tiles: an mma with an A of ones.
-                const u32 ones[4] = { bf2_one, bf2_one, bf2_one, bf2_one };
-                float xs[TT][4] = {};
+                // The codes read 128 + q: an mma of x with an A of −offset
+                // takes the offset out of the block's sum before its scale.
 #pragma unroll
                 for (int jj = 0; jj < BT; jj++)
 #pragma unroll
                     for (int n = 0; n < TT; n++)
-                        mma_bf16(xs[n], ones, xb[n][b * BT + jj], xs[n]);
-                float o[2];
-                F::offset(o);
-                if constexpr (F::has_min) {
-                    float m[2];
-                    F::minimum(r, b, m);
-#pragma unroll
-                    for (int n = 0; n < TT; n++)
-#pragma unroll
-                        for (int c = 0; c < 4; c++)
-                            acc[n][c] = fmaf(-m[c >> 1], xs[n][c], acc[n][c]);
-                }
-#pragma unroll
-                for (int n = 0; n < TT; n++)
-#pragma unroll
-                    for (int c = 0; c < 4; c++)
-                        acc[n][c] =
-                            fmaf(fmaf(-o[c >> 1], xs[n][c], part[n][c]), s[c >> 1], acc[n][c]);
-            } else {
-#pragma unroll
-                for (int n = 0; n < TT; n++)
-#pragma unroll
-                    for (int c = 0; c < 4; c++)
-                        acc[n][c] = fmaf(part[n][c], s[c >> 1], acc[n][c]);
+                        mma_bf16(part[n], neg, xb[n][b * BT + jj], part[n]);
             }
-        }
-    }
-}
-
-// Dynamic shared memory: each warp's ring of two batches of x fragments,
-// [stage][atom][token tile][k-tile][lane] × 8 bytes.
-template <class F, class S>
-struct tc_smem {
-    static constexpr int per_warp = 2 * F::batch * S::token_tiles * 4 * 32;
-    static constexpr int bytes = S::warps * per_warp * 8;
-};
-
-template <class F, class S, class Epilogue, int N, int K, int Smem>
-__device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
-{
-    static_assert(Smem == tc_smem<F, S>::bytes, "the host's shared memory is the template's");
-    static_assert(K % 64 == 0, "whole atoms");
-    constexpr int atoms = K / 64, tiles = (N + 15) / 16, TT = S::token_tiles;
-    constexpr int chunk = (atoms + S::k_split - 1) / S::k_split;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int g = lane >> 2, t = lane & 3;
-    const int slice = warp % S::k_split, row_warp = warp / S::k_split;
-    const int tile0 = (blockIdx.x * S::row_warps + row_warp) * S::row_tiles;
-    const int a_begin = slice * chunk;
-    const int a_end = a_begin + chunk < atoms ? a_begin + chunk : atoms;
-    const u16 *x = static_cast<const u16 *>(args.x);
-    const u8 *w = static_cast<const u8 *>(args.w);
-
-    float acc[S::row_tiles][TT][4] = {};
-
-    // One batch of atoms' weights in registers, and its x fragments in the
-    // warp's shared-memory ring: each lane copies the fragments it will
-    // read (cp.async, zeros for tokens past m), so the copies hold no
-    // registers while in flight and need no synchronization but their own.
-    using batch = typename F::raw[S::row_tiles][F::batch];
-    extern __shared__ uint2 tc_x[];
-    uint2 *ring = tc_x + warp * tc_smem<F, S>::per_warp + lane;
-    auto slot = [&](int stage, int u, int n, int j) -> uint2 & {
-        return ring[(((stage * F::batch + u) * TT + n) * 4 + j) * 32];
-    };
-    // Per-warp bases, so that an atom's addresses are a base plus
-    // constants. A row tile past N (the last block's) loads nothing; a
-    // token past m copies zeros from row 0, which every bucket has.
-    const u8 *wtile[S::row_tiles];
-    tc_scale_ptr sp[S::row_tiles];
-    bool tile_ok[S::row_tiles];
+            float s[2];
+            F::scale(r, b, s);
+            if constexpr (F::has_min) {
+                float m[2];
+                F::minimum(r, b, m);
 #pragma unroll
-    for (int r = 0; r < S::row_tiles; r++) {
-        tile_ok[r] = tile0 + r < tiles;
-        const int tile = tile_ok[r] ? tile0 + r : tiles - 1;
-        wtile[r] = w + (i64)tile * atoms * F::atom_bytes + lane * 16;
-        sp[r] = F::template scale_ptr<N, K>(args, tile, g);
-    }
-    const u16 *xrow[TT];
-    int xbytes[TT];
+                for (int n = 0; n < TT; n++)
 #pragma unroll
-    for (int n = 0; n < TT; n++) {
-        const bool live = g + 8 * n < args.m;
-        xrow[n] = x + (live ? (i64)(g + 8 * n) * K : 0) + 4 * t;
-        xbytes[n] = live ? 8 : 0;
-    }
-
-    auto load = [&](int a0, batch &b, int stage) {
-#pragma unroll
-        for (int u = 0; u < F::batch; u++) {
-            const int a = a0 + u;
-            if (a >= a_end)
-                break;
-#pragma unroll
-            for (int r = 0; r < S::row_tiles; r++) {
-                if (!tile_ok[r])
-                    continue;
-                const u8 *p = wtile[r] + a * F::atom_bytes;
-#pragma unroll
-                for (int i = 0; i < F::pieces; i++)
-                    b[r][u].q[i] = ld_stream(p + i * 512);
-                F::load_high(p - lane * 16, lane, b[r][u]);
-                F::load_scales(sp[r], a, b[r][u]);
+                    for (int c = 0; c < 4; c++)
+                        acc[n][c] = fmaf(-m[c >> 1], xs[b][n][c], acc[n][c]);
             }
 #pragma unroll
             for (int n = 0; n < TT; n++)
 #pragma unroll
-                for (int j = 0; j < 4; j++)
-                    cp_async8(&slot(stage, u, n, j), xrow[n] + a * 64 + 16 * j, xbytes[n]);
+                for (int c = 0; c < 4; c++)
+                    acc[n][c] = fmaf(part[n][c], s[c >> 1], acc[n][c]);
         }
+    }
+}
+
+template <class F, class S, class Epilogue, int N, int K, int Smem>
+__device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
+{
+    using L = tc_smem<F, S>;
+    static_assert(Smem == L::bytes, "the host's shared memory is the template's");
+    static_assert(K % 64 == 0, "whole atoms");
+    constexpr int atoms = K / 64, tiles = (N + 15) / 16, TT = S::token_tiles;
+    constexpr int RT = S::row_tiles, B = S::batch, ST = S::stages;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int slice = warp % S::k_split, row_warp = warp / S::k_split;
+    const int tile0 = (blockIdx.x * S::row_warps + row_warp) * RT;
+    // The slices of K differ by at most one atom.
+    const int a_begin = slice * atoms / S::k_split, a_end = (slice + 1) * atoms / S::k_split;
+    const u16 *x = static_cast<const u16 *>(args.x);
+    const u8 *w = static_cast<const u8 *>(args.w);
+
+    // The warp's ring. Each lane copies its pieces and units; the records
+    // and x, shared by lanes, are copied by the warp together in 16-byte
+    // chunks. A stage is read after the lanes' waits and a __syncwarp, and
+    // written again only after the next one. ST − 1 stages are in flight
+    // while one is read, without holding registers.
+    extern __shared__ uint4 tc_ring[];
+    u8 *const ring = reinterpret_cast<u8 *>(tc_ring) + warp * L::per_warp;
+
+    // Per-lane bases. A row tile past N (the last block's) streams the
+    // last tile again and stores nothing; a token past m, and an atom past
+    // the slice, copy zeros.
+    const u8 *wtile[RT];
+    tc_scale_ptr sp[RT];
+#pragma unroll
+    for (int r = 0; r < RT; r++) {
+        const int tile = tile0 + r < tiles ? tile0 + r : tiles - 1;
+        wtile[r] = w + (i64)tile * atoms * F::atom_bytes + lane * 16;
+        sp[r] = F::template scale_ptr<N, K>(args, tile, g);
+    }
+    const bool holds_x = S::groups == 8 || g < S::groups;
+
+    // Stage `stage` ← atoms a0 .. a0 + B − 1. A whole batch in the slice
+    // addresses its atoms from a0 with constant offsets; the last one of a
+    // slice may stop short (Full false), its atoms past the slice copying
+    // zeros from a_begin.
+    auto copy = [&](auto full, int stage, int a0) {
+        constexpr bool Full = decltype(full)::value;
+        u8 *st = ring + stage * L::stage;
+#pragma unroll
+        for (int u = 0; u < B; u++) {
+            const bool live = Full || a0 + u < a_end;
+            const int a = Full || live ? a0 + u : a_begin;
+#pragma unroll
+            for (int r = 0; r < RT; r++) {
+                const u8 *p = wtile[r] + a * F::atom_bytes;
+#pragma unroll
+                for (int i = 0; i < F::pieces; i++)
+                    cp_async<16>(st + ((u * RT + r) * F::pieces + i) * 512 + lane * 16,
+                                 p + i * 512, live ? 16 : 0);
+                F::stage(sp[r], p - lane * 16, a, lane,
+                         reinterpret_cast<uint2 *>(st + L::pieces +
+                                                   (u * RT + r) * F::units * 256) +
+                             lane,
+                         live);
+            }
+        }
+        if constexpr (F::record > 0) {
+            constexpr int chunks = B * 8 * F::record / 16; // a row tile's, one a lane
+            if (lane < chunks) {
+                const int atom = a0 + lane * 16 / (8 * F::record);
+                const bool live = Full || atom < a_end;
+#pragma unroll
+                for (int r = 0; r < RT; r++)
+                    cp_async<16>(st + L::pieces + L::units + r * B * 8 * F::record + lane * 16,
+                                 sp[r].rec + (live ? (i64)a0 * 8 * F::record + lane * 16 : 0),
+                                 live ? 16 : 0);
+            }
+        }
+        constexpr int row_chunks = B * 8, x_chunks = TT * S::groups * row_chunks;
+#pragma unroll
+        for (int c0 = 0; c0 < x_chunks; c0 += 32) {
+            const int c = c0 + lane;
+            if (x_chunks % 32 == 0 || c < x_chunks) {
+                const int row = c / row_chunks, col = c % row_chunks;
+                const int token = row / S::groups * 8 + row % S::groups;
+                const bool live = token < args.m && (Full || a0 + col / 8 < a_end);
+                cp_cached16(st + L::pieces + L::units + L::records + row * L::x_row + col * 16,
+                            x + (live ? (i64)token * K + a0 * 64 + col * 8 : 0), live);
+            }
+        }
+    };
+    auto issue = [&](int stage, int a0) {
+        if (a0 + B <= a_end)
+            copy(bool_constant<true>{}, stage, a0);
+        else if (a0 < a_end)
+            copy(bool_constant<false>{}, stage, a0);
         cp_async_commit();
     };
-    auto consume = [&](int a0, const batch &b, int stage) {
-        cp_async_wait<1>(); // this stage's x; the next stage's may fly
+
+    // The A operand of −offset, held in registers for the whole loop
+    // rather than rebuilt at each use.
+    u32 neg[4] = {};
+    if constexpr (F::has_offset)
 #pragma unroll
-        for (int u = 0; u < F::batch; u++) {
-            if (a0 + u >= a_end)
-                break;
+        for (int i = 0; i < 4; i++)
+            asm volatile("mov.b32 %0, %1;" : "=r"(neg[i]) : "n"(F::neg_offset));
+
+    float acc[RT][TT][4] = {};
+    auto consume = [&](int stage) {
+        const u8 *st = ring + stage * L::stage;
+        const u8 *xs_row = st + L::pieces + L::units + L::records + g * L::x_row + 8 * t;
+#pragma unroll
+        for (int u = 0; u < B; u++) {
             u32 xb[TT][4][2];
 #pragma unroll
             for (int n = 0; n < TT; n++)
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
-                    const uint2 v = slot(stage, u, n, j);
+                    uint2 v = make_uint2(0u, 0u);
+                    if (holds_x)
+                        v = *reinterpret_cast<const uint2 *>(
+                            xs_row + n * S::groups * L::x_row + u * 128 + 32 * j);
                     xb[n][j][0] = v.x, xb[n][j][1] = v.y;
                 }
+            float xs[4][TT][4];
+            tc_xsums<F, TT>(xb, xs);
 #pragma unroll
-            for (int r = 0; r < S::row_tiles; r++)
-                if (tile_ok[r])
-                    tc_atom<F, TT>(b[r][u], xb, acc[r]);
+            for (int r = 0; r < RT; r++) {
+                typename F::raw raw;
+#pragma unroll
+                for (int i = 0; i < F::pieces; i++)
+                    raw.q[i] = reinterpret_cast<const uint4 *>(
+                        st + ((u * RT + r) * F::pieces + i) * 512)[lane];
+                F::fetch(reinterpret_cast<const uint2 *>(st + L::pieces +
+                                                         (u * RT + r) * F::units * 256) +
+                             lane,
+                         st + L::pieces + L::units + (r * B + u) * 8 * F::record + g * F::record,
+                         raw);
+                tc_atom<F, TT>(raw, xb, xs, neg, acc[r]);
+            }
         }
     };
 
-    // Two batches in flight per warp: the next one's loads are issued
-    // before this one is decoded.
-    batch b0, b1;
-    load(a_begin, b0, 0);
+#pragma unroll
+    for (int s = 0; s < ST - 1; s++)
+        issue(s, a_begin + s * B);
+    const int chunks = (a_end - a_begin + B - 1) / B;
 #pragma unroll 1
-    for (int a0 = a_begin; a0 < a_end; a0 += 2 * F::batch) {
-        load(a0 + F::batch, b1, 1);
-        consume(a0, b0, 0);
-        load(a0 + 2 * F::batch, b0, 0);
-        consume(a0 + F::batch, b1, 1);
+    for (int c = 0; c < chunks; c += ST) {
+#pragma unroll
+        for (int s = 0; s < ST; s++) {
+            if (c + s >= chunks)
+                break;
+            cp_async_wait<ST - 2>(); // stage s has landed; the later ones may fly
+            __syncwarp();            // the other lanes' copies too, and stage s − 1 is read
+            issue((s + ST - 1) % ST, a_begin + (c + s + ST - 1) * B);
+            consume(s);
+        }
     }
+    cp_async_wait<0>();
 
-    constexpr int held = S::row_tiles * TT * 4;
+    constexpr int held = RT * TT * 4;
     if constexpr (S::k_split > 1) {
         // [warp][value][lane]: lanes store and load consecutive words.
         __shared__ float red[S::warps][held][32];
         if (slice != 0)
 #pragma unroll
-            for (int r = 0; r < S::row_tiles; r++)
+            for (int r = 0; r < RT; r++)
 #pragma unroll
                 for (int n = 0; n < TT; n++)
 #pragma unroll
@@ -731,7 +821,7 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
 #pragma unroll
         for (int s = 1; s < S::k_split; s++)
 #pragma unroll
-            for (int r = 0; r < S::row_tiles; r++)
+            for (int r = 0; r < RT; r++)
 #pragma unroll
                 for (int n = 0; n < TT; n++)
 #pragma unroll
@@ -740,7 +830,7 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
     }
 
 #pragma unroll
-    for (int r = 0; r < S::row_tiles; r++)
+    for (int r = 0; r < RT; r++)
 #pragma unroll
         for (int n = 0; n < TT; n++)
 #pragma unroll

@@ -664,10 +664,10 @@ Test(simt, variants_follow_the_bucket)
 /* The default registry plans with simt where neither the decode backend
  * (gemv: M buckets up to 16) nor a tensor-core backend runs (sm_80: wgmma
  * needs sm_90a), and every signature of the plan (linears, ops) emits.
- * On sm_80 gemv runs the tensor-core tc8 (buckets 1 to 8) and tc16 (16),
- * K being whole atoms of 64, but for a single token of fp8-block (E4M3),
- * which stays on the f32 kernel's m1: q4_k and nvfp4 have two gemv
- * kernels, fp8-block three. */
+ * On sm_80 gemv runs a tensor-core class for each decode bucket (tc1,
+ * tc2, tc4, tc8, tc16), K being whole atoms of 64, but for a single token
+ * of fp8-block (E4M3), which stays on the f32 kernel's m1: each linear
+ * has five gemv kernels. */
 Test(simt, default_plans_emit)
 {
     cr_assert_eq(kiln_registry_find(kiln_registry_default(), "simt"), &kiln_backend_simt);
@@ -707,18 +707,16 @@ Test(simt, default_plans_emit)
             linears++;
             simt += s.desc.backend == &kiln_backend_simt;
             m1 += s.desc.backend == &kiln_backend_gemv && !strcmp(s.desc.linear.variant, "m1");
-            tc += s.desc.backend == &kiln_backend_gemv &&
-                  (!strcmp(s.desc.linear.variant, "tc8") || !strcmp(s.desc.linear.variant, "tc16"));
+            tc += s.desc.backend == &kiln_backend_gemv && !strncmp(s.desc.linear.variant, "tc", 2);
         }
         fused += strstr(sig, "silu_mul") || strstr(sig, "residual");
         kiln_kernel_source_free(&s);
     }
-    cr_assert_eq(linears, 2 * 4 + 5,
-                 "gate and up: tc8, tc16 and two simt tiles; down: m1 as well");
+    cr_assert_eq(linears, 3 * 7, "five gemv kernels and two simt tiles a linear");
     cr_assert_eq(simt, 3 * 2, "two simt tiles a linear");
-    cr_assert_eq(m1, 1, "one token of fp8-block on the f32 kernel, of q4_k and nvfp4 on tc8");
-    cr_assert_eq(tc, 3 * 2, "tc8 and tc16 for each linear");
-    cr_assert_eq(fused, 4 + 5, "up absorbs silu·mul, down the residual, in every variant");
+    cr_assert_eq(m1, 1, "one token of fp8-block on the f32 kernel, of q4_k and nvfp4 on tc1");
+    cr_assert_eq(tc, 5 + 5 + 4, "tc1 to tc16 for gate and up, tc2 to tc16 for down");
+    cr_assert_eq(fused, 7 + 7, "up absorbs silu·mul, down the residual, in every variant");
     kiln_plan_destroy(p);
     kiln_graph_destroy(g);
 }

@@ -16,12 +16,14 @@
 static char cache_path[256];
 static void fresh_cache(void) { kt_fresh_cache(cache_path, sizeof cache_path); }
 
-static const int64_t capture[] = { 1, 4, 16, 64 };
+/* A bucket for each of gemv's tensor-core classes (tc1 to tc16) and one
+ * past them. */
+static const int64_t capture[] = { 1, 2, 4, 8, 16, 64 };
 
 static kiln_session *session(kiln_graph *g, int eager)
 {
     kiln_session_options o = { .cache = cache_path, .eager = eager, .quiet = 1,
-                                .plan = { .capture = capture, .n_capture = 4 } };
+                                .plan = { .capture = capture, .n_capture = 6 } };
     kiln_session *s = NULL;
     kiln_status st = kiln_session_create(g, &o, &s);
     cr_assert_eq(st, KILN_OK, "%s", kiln_last_error());
@@ -34,7 +36,7 @@ Test(gpu_session, every_format_matches_the_cpu, .timeout = 600)
     fresh_cache();
     kt_rng r = kt_rng_new(1);
     static const int64_t shapes[][2] = { { 256, 512 }, { 200, 768 } };
-    static const int64_t ms[] = { 1, 3, 16, 50 };
+    static const int64_t ms[] = { 1, 2, 3, 7, 16, 50 };
     for (int f = 0; f < KILN_FMT_COUNT; f++)
         for (size_t sh = 0; sh < 2; sh++) {
             kt_weight w;
