@@ -143,15 +143,30 @@ static int tc_takes(const kiln_target *t, const kiln_linear_cfg *c, int64_t m)
 
 static const tc_variant *tc_named(const char *name) { return kiln_variant_named(&tc_table, name); }
 typedef struct tc_config {
-    int warps, k_split, batch;
+    int row_tiles, warps, stages, k_split, batch;
     unsigned smem; /* dynamic: the warps' rings */
     unsigned blocks;
 } tc_config;
 
-/* Atoms a stage holds: the format's batch spread over the row tiles. */
-static int tc_batch(const kiln_linear_cfg *c, const tc_variant *v)
+enum {
+    /* Row groups of 4 tiles a 16-token launch needs before a warp takes 4
+     * row tiles (N >= 8192): each x fragment then feeds 64 rows, and the
+     * launch keeps a block for each SM. */
+    TC_WIDE_GROUPS = 128,
+};
+
+/* The class's row tiles, warps and stages for linear c. */
+static tc_config tc_class(const tc_variant *v, const kiln_linear_cfg *c)
 {
-    int b = tc_formats[c->format].batch / v->row_tiles;
+    if (v->max_m == 16 && kiln_ceil_div(c->n, 16) >= 4 * TC_WIDE_GROUPS)
+        return (tc_config){ .row_tiles = 4, .warps = 4, .stages = 3 };
+    return (tc_config){ .row_tiles = v->row_tiles, .warps = v->warps, .stages = v->stages };
+}
+
+/* Atoms a stage holds: the format's batch spread over the row tiles. */
+static int tc_batch(const kiln_linear_cfg *c, int row_tiles)
+{
+    int b = tc_formats[c->format].batch / row_tiles;
     return b > 0 ? b : 1;
 }
 
@@ -159,20 +174,21 @@ static int tc_batch(const kiln_linear_cfg *c, const tc_variant *v)
  * pieces, units and 8 lane groups' records at every row tile, and a row
  * of x per token of the lane groups holding x (the stage's 64-value atoms
  * and 32 bytes of padding). */
-static int64_t tc_smem(const kiln_linear_cfg *c, const tc_variant *v, int warps)
+static int64_t tc_smem(const kiln_linear_cfg *c, const tc_variant *v, const tc_config *k,
+                       int warps)
 {
     const tc_format *f = &tc_formats[c->format];
     const int64_t tiles = v->max_m > 8 ? 2 : 1, groups = v->max_m < 8 ? v->max_m : 8;
-    const int64_t b = tc_batch(c, v);
-    const int64_t stage = b * v->row_tiles * (f->pieces * 512 + f->units * 256 + 8 * f->record) +
+    const int64_t b = tc_batch(c, k->row_tiles);
+    const int64_t stage = b * k->row_tiles * (f->pieces * 512 + f->units * 256 + 8 * f->record) +
                           tiles * groups * (b * 128 + 32);
-    return (int64_t)warps * v->stages * stage;
+    return (int64_t)warps * k->stages * stage;
 }
 
 /* The k-split reduction's static shared memory. */
-static int64_t tc_red(const tc_variant *v, int warps, int split)
+static int64_t tc_red(const tc_variant *v, const tc_config *k, int warps, int split)
 {
-    return split > 1 ? (int64_t)warps * v->row_tiles * (v->max_m > 8 ? 2 : 1) * 4 * 32 * 4 : 0;
+    return split > 1 ? (int64_t)warps * k->row_tiles * (v->max_m > 8 ? 2 : 1) * 4 * 32 * 4 : 0;
 }
 
 /* Split K across a block's warps while the launch is short of warps and
@@ -192,32 +208,32 @@ static int tc_configure(const kiln_target *t, const kiln_linear_cfg *c, const tc
         return 0;
     }
     const int64_t limit = t->smem_optin > 0 ? t->smem_optin : GEMV_DEFAULT_SMEM;
-    const int64_t groups = kiln_ceil_div(kiln_ceil_div(c->n, 16), v->row_tiles);
+    tc_config k = tc_class(v, c);
+    const int64_t groups = kiln_ceil_div(kiln_ceil_div(c->n, 16), k.row_tiles);
     const int64_t atoms = c->k / 64;
-    int warps = v->warps, split;
+    int warps = k.warps, split;
     for (;;) {
         split = 1;
         while (split * 2 <= warps && groups * split < GEMV_MIN_WARPS && atoms >= 8 * split)
             split *= 2;
-        if (tc_smem(c, v, warps) + tc_red(v, warps, split) <= limit)
+        if (tc_smem(c, v, &k, warps) + tc_red(v, &k, warps, split) <= limit)
             break;
         if (warps == 1) {
             snprintf(why, size,
                      "%s at %s: needs %lld bytes of shared memory per block, %s allows %lld",
                      v->name, kiln_format_get(c->format)->name,
-                     (long long)(tc_smem(c, v, 1) + tc_red(v, 1, split)), t->name,
+                     (long long)(tc_smem(c, v, &k, 1) + tc_red(v, &k, 1, split)), t->name,
                      (long long)limit);
             return 0;
         }
         warps /= 2;
     }
-    *out = (tc_config){
-        .warps = warps,
-        .k_split = split,
-        .batch = tc_batch(c, v),
-        .smem = (unsigned)tc_smem(c, v, warps),
-        .blocks = (unsigned)kiln_ceil_div(groups, warps / split),
-    };
+    k.warps = warps;
+    k.k_split = split;
+    k.batch = tc_batch(c, k.row_tiles);
+    k.smem = (unsigned)tc_smem(c, v, &k, warps);
+    k.blocks = (unsigned)kiln_ceil_div(groups, warps / split);
+    *out = k;
     return 1;
 }
 
@@ -442,8 +458,8 @@ static kiln_status tc_emit(const kiln_linear_kernel *k, const tc_variant *v, con
         "{\n"
         "    kiln::gemv_tc<format, shape, epilogue, /*n*/ %lld, /*k*/ %lld, /*smem*/ %u>(args);\n"
         "}\n",
-        kiln_format_get(k->cfg.format)->name, (long long)v->max_m, v->row_tiles, c->warps,
-        c->k_split, c->batch, v->stages,
+        kiln_format_get(k->cfg.format)->name, (long long)v->max_m, c->row_tiles, c->warps,
+        c->k_split, c->batch, c->stages,
         epi & KILN_EPI_BIAS ? "true" : "false", epi & KILN_EPI_RESIDUAL ? "true" : "false",
         epi & KILN_EPI_SILU_MUL ? "true" : "false", entry, (long long)k->cfg.n,
         (long long)k->cfg.k, c->smem);

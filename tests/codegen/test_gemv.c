@@ -920,8 +920,10 @@ Test(gemv, launches_cover_every_row)
  * block more with the warps the source was built for, and every K slice
  * keeps at least four atoms of 64. The launch's dynamic shared memory is
  * the source's, the warps' rings; with the reduction it fits the part. A
- * block has its class's warps (4, 8 for tc16) but where they would not
- * fit: then it has half as many as the first count that does not. */
+ * warp has its class's row tiles (1 below 8 tokens, else 2; 4 at tc16
+ * from N = 8192, 512 row tiles, on), a block its class's warps (4; 8 for
+ * tc16 of 2 row tiles) but where they would not fit: then half as many
+ * as the first count that does not. */
 Test(gemv, tc_launches_cover_every_row)
 {
     static const int64_t shapes[][2] = {
@@ -932,10 +934,10 @@ Test(gemv, tc_launches_cover_every_row)
     static const struct {
         const char *name;
         int64_t m, max_m;
-        int warps;
-    } variants[] = { { "tc1", 1, 1, 4 },  { "tc2", 2, 2, 4 },    { "tc4", 3, 4, 4 },
-                     { "tc8", 5, 8, 4 },  { "tc8", 8, 8, 4 },    { "tc16", 9, 16, 8 },
-                     { "tc16", 16, 16, 8 } };
+        int row_tiles, warps;
+    } variants[] = { { "tc1", 1, 1, 1, 4 },  { "tc2", 2, 2, 1, 4 },    { "tc4", 3, 4, 1, 4 },
+                     { "tc8", 5, 8, 2, 4 },  { "tc8", 8, 8, 2, 4 },    { "tc16", 9, 16, 2, 8 },
+                     { "tc16", 16, 16, 2, 8 } };
     static const char *const arches[] = { "sm_80", "sm_86", "sm_89", "sm_90a" };
     int checked = 0;
     for (size_t a = 0; a < KILN_ARRAY_LEN(arches); a++)
@@ -976,6 +978,9 @@ Test(gemv, tc_launches_cover_every_row)
                                                "kiln::tc_min_blocks<format, shape>::value)"),
                               "%s", src.text);
                     cr_assert_eq(max_m, variants[v].max_m, "%s", sig);
+                    const int wide = max_m == 16 && (n + 15) / 16 >= 512;
+                    const long long class_warps = wide ? 4 : variants[v].warps;
+                    cr_assert_eq(row_tiles, wide ? 4 : variants[v].row_tiles, "%s", sig);
                     cr_assert_eq(warps % split, 0, "%s", sig);
                     cr_assert(split == 1 || k / 64 >= 4 * split, "%s: k_split %lld", sig, split);
                     cr_assert_eq(smem,
@@ -986,8 +991,8 @@ Test(gemv, tc_launches_cover_every_row)
                         split > 1 ? warps * row_tiles * token_tiles * 4 * 32 * 4 : 0;
                     cr_assert_leq(smem + reduction, t.smem_optin, "%s", sig);
                     /* Halved only where twice the warps' rings alone pass the limit. */
-                    cr_assert_leq(warps, variants[v].warps, "%s", sig);
-                    if (warps < variants[v].warps)
+                    cr_assert_leq(warps, class_warps, "%s", sig);
+                    if (warps < class_warps)
                         cr_assert_gt(tc_ring_bytes((kiln_format)f, max_m, row_tiles, 2 * warps,
                                                    stages),
                                      t.smem_optin - 2 * warps * row_tiles * token_tiles * 512,

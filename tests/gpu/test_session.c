@@ -208,6 +208,37 @@ Test(gpu_session, every_run_sees_its_own_large_input, .timeout = 300)
     kt_weight_free(&w);
 }
 
+/* A wide N at 16 tokens: gemv's tc16 takes four row tiles a warp from
+ * 512 row tiles on. 8200 rows end on a partial row tile and a partial
+ * block of row groups. */
+Test(gpu_session, wide_decode_matches_the_cpu, .timeout = 600)
+{
+    kt_need_gpu();
+    fresh_cache();
+    kt_rng r = kt_rng_new(8);
+    static const kiln_format fs[] = { KILN_FMT_BF16,  KILN_FMT_FP8_BLOCK, KILN_FMT_NVFP4,
+                                      KILN_FMT_Q4_0,  KILN_FMT_Q4_K,      KILN_FMT_Q6_K,
+                                      KILN_FMT_MXFP4 };
+    static const int64_t sizes[] = { 16 };
+    for (size_t f = 0; f < sizeof fs / sizeof fs[0]; f++) {
+        kt_weight w;
+        kt_weight_make(&w, &r, fs[f], 8200, 512);
+        kiln_graph *g = kt_linear_graph(&w);
+        kiln_session_options o = { .cache = cache_path, .quiet = 1,
+                                    .plan = { .capture = sizes, .n_capture = 1 } };
+        kiln_session *s = NULL;
+        cr_assert_eq(kiln_session_create(g, &o, &s), KILN_OK, "%s", kiln_last_error());
+        double worst = 0;
+        for (int64_t m = 9; m <= 16; m += 7)
+            worst = fmax(worst, kt_compare_cpu(s, g, m, &r, kiln_format_get(fs[f])->name, NULL));
+        fprintf(stderr, "%-12s 8200x512 m=9,16: max |gpu-cpu| = %.2e of max |y|\n",
+                kiln_format_get(fs[f])->name, worst);
+        kiln_session_destroy(s);
+        kiln_graph_destroy(g);
+        kt_weight_free(&w);
+    }
+}
+
 /* Cubins built for another architecture family cannot load: the error names
  * the kernel, its signature and both targets, and nothing runs. */
 Test(gpu_session, cubin_for_another_arch_is_named, .timeout = 300)
