@@ -547,17 +547,23 @@ struct tc_min_blocks {
 // Dynamic shared memory: each warp's ring of stages, a stage holding its
 // atoms' pieces [atom][row tile][piece][lane] × 16 bytes, their units
 // [atom][row tile][unit][lane] × 8, the row tiles' scale records [row
-// tile][atom][lane group] × record, and x: a row per token of the lane
-// groups holding x, [token tile][group] × (the atoms' 64 values, 32 bytes
-// of padding so that a warp's reads of 8 bytes a lane are free of bank
-// conflicts).
+// tile][atom][lane group] × record, and x. A format with scale records
+// copies x by warp, like the records: a row per token of the lane groups
+// holding x, [token tile][group] × (the atoms' 64 values, 32 bytes of
+// padding so that a warp's reads of 8 bytes a lane are free of bank
+// conflicts). One without (BF16, FP8) has each lane copy the fragments it
+// reads, [atom][token tile][k-tile][lane of the groups] × 8, so that its
+// stages need no __syncwarp: it streams the most bytes a value, and the
+// copies' instructions matter less than the warp's waits.
 template <class F, class S>
 struct tc_smem {
+    static constexpr bool x_by_lane = F::record == 0;
     static constexpr int pieces = S::batch * S::row_tiles * F::pieces * 512;
     static constexpr int units = S::batch * S::row_tiles * F::units * 256;
     static constexpr int records = S::row_tiles * S::batch * 8 * F::record;
     static constexpr int x_row = S::batch * 128 + 32;
-    static constexpr int x = S::token_tiles * S::groups * x_row;
+    static constexpr int x = x_by_lane ? S::batch * S::token_tiles * 4 * S::groups * 32
+                                       : S::token_tiles * S::groups * x_row;
     static constexpr int stage = pieces + units + records + x;
     static constexpr int per_warp = S::stages * stage;
     static constexpr int bytes = S::warps * per_warp;
@@ -664,9 +670,10 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
 
     // The warp's ring. Each lane copies its pieces and units; the records
     // and x, shared by lanes, are copied by the warp together in 16-byte
-    // chunks. A stage is read after the lanes' waits and a __syncwarp, and
-    // written again only after the next one. ST − 1 stages are in flight
-    // while one is read, without holding registers.
+    // chunks (x by lane where the format has no records). A stage is read
+    // after the lanes' waits and a __syncwarp, and written again only
+    // after the next one. ST − 1 stages are in flight while one is read,
+    // without holding registers.
     extern __shared__ uint4 tc_ring[];
     u8 *const ring = reinterpret_cast<u8 *>(tc_ring) + warp * L::per_warp;
 
@@ -682,6 +689,15 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
         sp[r] = F::template scale_ptr<N, K>(args, tile, g);
     }
     const bool holds_x = S::groups == 8 || g < S::groups;
+    // Where a lane copies its own x fragments (L::x_by_lane): its token's
+    // row, or row 0 for a token past m (copying zeros).
+    const u16 *xlane[TT];
+    bool xlive[TT];
+#pragma unroll
+    for (int n = 0; n < TT; n++) {
+        xlive[n] = holds_x && g + 8 * n < args.m;
+        xlane[n] = x + (xlive[n] ? (i64)(g + 8 * n) * K : 0) + 4 * t;
+    }
 
     // Stage `stage` ← atoms a0 .. a0 + B − 1. A whole batch in the slice
     // addresses its atoms from a0 with constant offsets; the last one of a
@@ -719,6 +735,24 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
                                  sp[r].rec + (live ? (i64)a0 * 8 * F::record + lane * 16 : 0),
                                  live ? 16 : 0);
             }
+        }
+        if constexpr (L::x_by_lane) {
+#pragma unroll
+            for (int u = 0; u < B; u++) {
+                const bool live = Full || a0 + u < a_end;
+                const int a = Full || live ? a0 + u : a_begin;
+                if (holds_x)
+#pragma unroll
+                    for (int n = 0; n < TT; n++)
+#pragma unroll
+                        for (int j = 0; j < 4; j++)
+                            cp_unit<8>(reinterpret_cast<uint2 *>(
+                                           st + L::pieces + L::units +
+                                           ((u * TT + n) * 4 + j) * S::groups * 32) +
+                                           lane,
+                                       xlane[n] + a * 64 + 16 * j, live && xlive[n]);
+            }
+            return;
         }
         constexpr int row_chunks = B * 8, x_chunks = TT * S::groups * row_chunks;
 #pragma unroll
@@ -762,8 +796,12 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
                 for (int j = 0; j < 4; j++) {
                     uint2 v = make_uint2(0u, 0u);
                     if (holds_x)
-                        v = *reinterpret_cast<const uint2 *>(
-                            xs_row + n * S::groups * L::x_row + u * 128 + 32 * j);
+                        v = L::x_by_lane
+                                ? reinterpret_cast<const uint2 *>(
+                                      st + L::pieces + L::units +
+                                      ((u * TT + n) * 4 + j) * S::groups * 32)[lane]
+                                : *reinterpret_cast<const uint2 *>(
+                                      xs_row + n * S::groups * L::x_row + u * 128 + 32 * j);
                     xb[n][j][0] = v.x, xb[n][j][1] = v.y;
                 }
             float xs[4][TT][4];
@@ -796,7 +834,8 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
             if (c + s >= chunks)
                 break;
             cp_async_wait<ST - 2>(); // stage s has landed; the later ones may fly
-            __syncwarp();            // the other lanes' copies too, and stage s − 1 is read
+            if constexpr (!L::x_by_lane)
+                __syncwarp(); // the other lanes' copies too, and stage s − 1 is read
             issue((s + ST - 1) % ST, a_begin + (c + s + ST - 1) * B);
             consume(s);
         }
