@@ -173,15 +173,16 @@ static int tc_batch(const kiln_linear_cfg *c, int row_tiles)
 /* Bytes of the warps' rings (tc_smem in tc.cuh): per stage, each atom's
  * pieces, units and 8 lane groups' records at every row tile, and x: a
  * row per token of the lane groups holding x (the stage's 64-value atoms
- * and 32 bytes of padding), or for a format without records 8 bytes a
- * lane of those groups for each atom, token tile and k-tile. */
+ * and 32 bytes of padding), or for a format without records at one token
+ * 8 bytes a lane of that group for each atom and k-tile. */
 static int64_t tc_smem(const kiln_linear_cfg *c, const tc_variant *v, const tc_config *k,
                        int warps)
 {
     const tc_format *f = &tc_formats[c->format];
     const int64_t tiles = v->max_m > 8 ? 2 : 1, groups = v->max_m < 8 ? v->max_m : 8;
     const int64_t b = tc_batch(c, k->row_tiles);
-    const int64_t x = f->record ? tiles * groups * (b * 128 + 32) : b * tiles * 4 * groups * 32;
+    const int64_t x = f->record || v->max_m > 1 ? tiles * groups * (b * 128 + 32)
+                                                : b * tiles * 4 * groups * 32;
     const int64_t stage = b * k->row_tiles * (f->pieces * 512 + f->units * 256 + 8 * f->record) + x;
     return (int64_t)warps * k->stages * stage;
 }

@@ -551,13 +551,14 @@ struct tc_min_blocks {
 // copies x by warp, like the records: a row per token of the lane groups
 // holding x, [token tile][group] × (the atoms' 64 values, 32 bytes of
 // padding so that a warp's reads of 8 bytes a lane are free of bank
-// conflicts). One without (BF16, FP8) has each lane copy the fragments it
-// reads, [atom][token tile][k-tile][lane of the groups] × 8, so that its
-// stages need no __syncwarp: it streams the most bytes a value, and the
-// copies' instructions matter less than the warp's waits.
+// conflicts). One without (BF16, FP8) at one token has each lane copy the
+// fragments it reads, [atom][token tile][k-tile][lane of the groups] × 8,
+// so that its stages need no __syncwarp (H200: BF16 at one token 87-91 %
+// of the copy bandwidth with the warp copies, 92-100 % without; from two
+// tokens on the warp copies are as fast or faster, FP8 block much).
 template <class F, class S>
 struct tc_smem {
-    static constexpr bool x_by_lane = F::record == 0;
+    static constexpr bool x_by_lane = F::record == 0 && S::groups == 1;
     static constexpr int pieces = S::batch * S::row_tiles * F::pieces * 512;
     static constexpr int units = S::batch * S::row_tiles * F::units * 256;
     static constexpr int records = S::row_tiles * S::batch * 8 * F::record;
