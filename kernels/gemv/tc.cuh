@@ -776,8 +776,8 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
         cp_async_commit();
     };
 
-    // The A operand of −offset, held in registers for the whole loop
-    // rather than rebuilt at each use.
+    // The A operand of −offset, built once outside the loop (the compiler
+    // still copies it into the four registers of each mma that reads it).
     u32 neg[4] = {};
     if constexpr (F::has_offset)
 #pragma unroll
