@@ -671,8 +671,9 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
 
     // The warp's ring. Each lane copies its pieces and units; the records
     // and x, shared by lanes, are copied by the warp together in 16-byte
-    // chunks (x by lane where the format has no records). A stage is read
-    // after the lanes' waits and a __syncwarp, and written again only
+    // chunks (x by lane for a format without records at one token: see
+    // tc_smem). A stage is read after the lanes' waits and, where lanes
+    // read each other's copies, a __syncwarp; it is written again only
     // after the next one. ST − 1 stages are in flight while one is read,
     // without holding registers.
     extern __shared__ uint4 tc_ring[];
