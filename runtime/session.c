@@ -246,8 +246,18 @@ static kiln_status kernels_load(kiln_session *s)
         kiln_status st = kiln_kernel_launches(&k->desc, 1, l, &d->n_fn);
         if (st != KILN_OK)
             return st;
-        for (int f = 0; f < d->n_fn; f++)
+        for (int f = 0; f < d->n_fn; f++) {
+            const kiln_launch *c = &l[f].cfg;
             CU(s->cu->ModuleGetFunction(&d->fn[f], d->module, l[f].entry), l[f].entry);
+            /* Static and dynamic shared memory together may pass the
+             * default 48 KiB; the dynamic part is allowed explicitly, once:
+             * a kernel's shared memory is the same for every bucket. */
+            if (c->smem > 0)
+                CU(s->cu->FuncSetAttribute(d->fn[f],
+                                           CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                           (int)c->smem),
+                   l[f].entry);
+        }
     }
     return KILN_OK;
 }
@@ -332,11 +342,6 @@ static kiln_status launch_step(kiln_session *s, const kiln_program *bk, int si)
     void *params[] = { &a };
     for (int f = 0; f < n; f++) {
         const kiln_launch *c = &l[f].cfg;
-        /* Static and dynamic shared memory together may pass the default
-         * 48 KiB; the dynamic part is allowed explicitly. */
-        if (c->smem > 0)
-            CU(s->cu->FuncSetAttribute(d->fn[f], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                       (int)c->smem), l[f].entry);
         CU(s->cu->LaunchKernel(d->fn[f], c->grid[0], c->grid[1], c->grid[2], c->block[0],
                                c->block[1], c->block[2], c->smem, s->stream, params, NULL),
            l[f].entry);

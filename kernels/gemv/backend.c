@@ -106,14 +106,6 @@ static const kiln_variant_table tc_table = KILN_VARIANT_TABLE(tc_variant, tc_var
 
 static const tc_variant *tc_for_bucket(int64_t m) { return kiln_variant_for_bucket(&tc_table, m); }
 
-/* Formats whose f32 kernel is the faster one for a single token: at m = 1
- * seven of the mma's eight token columns are idle, and for E4M3 the f32
- * kernel's decoding costs less than the mma path's (H200, kiln-bench gemm:
- * docs/PERFORMANCE.md). From two tokens on the mma wins; the 4-bit formats
- * are as fast or faster on it at m = 1 too, and keep one layout. */
-static const unsigned fp32_for_one_token = 1u << KILN_FMT_FP8_TENSOR | 1u << KILN_FMT_FP8_CHANNEL |
-                                           1u << KILN_FMT_FP8_BLOCK | 1u << KILN_FMT_MXFP8;
-
 /* How a format streams through a warp's ring, tc.cuh's traits: the
  * 16-byte pieces and 8-byte units (super-records, Q6_K's high bits, FP8's
  * block scale) a lane stages per atom, the bytes of a lane group's scale
@@ -133,12 +125,16 @@ static const tc_format tc_formats[] = {
 };
 _Static_assert(KILN_ARRAY_LEN(tc_formats) == KILN_FMT_COUNT, "one entry per format");
 
-/* Whether bucket m of linear c on t runs the tensor-core kernel. */
+/* Whether bucket m of linear c on t runs the tensor-core kernel: every
+ * bucket it serves, one token included. At m = 1 seven of the mma's eight
+ * token columns are idle, yet it is as fast or faster than the f32 kernel
+ * for every format on an H200 (the E4M3 ones since their −offset and
+ * x-fragment work left the per-atom path: docs/PERFORMANCE.md), and a
+ * weight keeps one layout. */
 static int tc_takes(const kiln_target *t, const kiln_linear_cfg *c, int64_t m)
 {
-    if (!kiln_gemv_tc_serves(t, c->format, c->n, c->k))
-        return 0;
-    return m > 1 || !(fp32_for_one_token & (1u << c->format));
+    (void)m;
+    return kiln_gemv_tc_serves(t, c->format, c->n, c->k);
 }
 
 static const tc_variant *tc_named(const char *name) { return kiln_variant_named(&tc_table, name); }

@@ -37,9 +37,10 @@
 // bits). Block scales multiply the f32 partial product of the k-tiles they
 // cover, per-tensor and per-row scales the final sum. The 4-bit integer
 // codes read 128 + q; the offset leaves through an mma of x with an A of
-// −128 or −136 into the same block sum, and Q4_K's minimum through the
-// sum of x over its sub-block, an mma with an A of ones. Only the order
-// of the f32 additions differs from the CPU reference.
+// −128 or −136, whose result starts the block sum (once an atom, for all
+// of a warp's row tiles), and Q4_K's minimum through the sum of x over
+// its sub-block, an mma with an A of ones. Only the order of the f32
+// additions differs from the CPU reference.
 //
 // Work split. A warp owns RowTiles consecutive row tiles and a contiguous
 // KSplit-th of the atoms (the slices differ by at most one atom); the
@@ -535,6 +536,9 @@ struct tc_shape {
     static constexpr int row_tiles = RowTiles, warps = Warps, k_split = KSplit;
     static constexpr int batch = Batch, stages = Stages;
     static constexpr int threads = Warps * 32, row_warps = Warps / KSplit;
+    // Accumulator values c of a token tile hold tokens 2t + (c & 1): at
+    // one token the odd ones hold none, and are neither scaled nor stored.
+    static constexpr int col_step = MaxM == 1 ? 2 : 1;
 };
 
 // Blocks per SM for __launch_bounds__: a format's wish holds for one token
@@ -571,35 +575,50 @@ struct tc_smem {
     static_assert(S::batch * 8 * F::record <= 512, "a row tile's records in one copy a lane");
 };
 
-// The sums of x over each block of an atom's k-tiles, for Q4_K's minimum:
-// an mma with an A of ones, shared by the warp's row tiles.
+// Per block of an atom's k-tiles, what every row tile's block sum needs
+// from x alone, so the warp's row tiles share it: −offset · Σ x, an mma
+// of x with an A of −offset, which starts the block's sum (the codes read
+// 128 + q); and for Q4_K's minimum Σ x, an mma with an A of ones.
 template <class F, int TT>
-__device__ __forceinline__ void tc_xsums(const u32 (&xb)[TT][4][2], float (&xs)[4][TT][4])
+struct tc_xblocks {
+    static constexpr int blocks = F::block_tiles ? 4 / F::block_tiles : 1;
+    float off[F::has_offset ? blocks : 1][TT][4];
+    float sum[F::has_min ? blocks : 1][TT][4];
+};
+
+template <class F, int TT>
+__device__ __forceinline__ void tc_xsums(const u32 (&xb)[TT][4][2], const u32 (&neg)[4],
+                                         tc_xblocks<F, TT> &xs)
 {
-    if constexpr (F::has_min) {
-        constexpr int BT = F::block_tiles;
-        const u32 ones[4] = { bf2_one, bf2_one, bf2_one, bf2_one };
+    constexpr int BT = F::block_tiles;
+    const u32 ones[4] = { bf2_one, bf2_one, bf2_one, bf2_one };
+    const float zero[4] = {};
 #pragma unroll
-        for (int b = 0; b < 4 / BT; b++)
+    for (int b = 0; b < tc_xblocks<F, TT>::blocks; b++)
 #pragma unroll
-            for (int n = 0; n < TT; n++) {
+        for (int n = 0; n < TT; n++) {
+            if constexpr (F::has_offset) {
+                mma_bf16(xs.off[b][n], neg, xb[n][b * BT], zero);
 #pragma unroll
-                for (int c = 0; c < 4; c++)
-                    xs[b][n][c] = 0.0f;
-#pragma unroll
-                for (int jj = 0; jj < BT; jj++)
-                    mma_bf16(xs[b][n], ones, xb[n][b * BT + jj], xs[b][n]);
+                for (int jj = 1; jj < BT; jj++)
+                    mma_bf16(xs.off[b][n], neg, xb[n][b * BT + jj], xs.off[b][n]);
             }
-    }
+            if constexpr (F::has_min) {
+                mma_bf16(xs.sum[b][n], ones, xb[n][b * BT], zero);
+#pragma unroll
+                for (int jj = 1; jj < BT; jj++)
+                    mma_bf16(xs.sum[b][n], ones, xb[n][b * BT + jj], xs.sum[b][n]);
+            }
+        }
 }
 
 // One atom of one row tile into the accumulators: decode each k-tile,
 // mma it with every token tile, and bring block scales (and the offset
-// and minimum through the x sums) in once per block.
-template <class F, int TT>
+// and minimum through the x sums) in once per block. Values c of a token
+// tile step by CS (S::col_step).
+template <class F, int TT, int CS>
 __device__ __forceinline__ void tc_atom(const typename F::raw &r, const u32 (&xb)[TT][4][2],
-                                        const float (&xs)[4][TT][4], const u32 (&neg)[4],
-                                        float (&acc)[TT][4])
+                                        const tc_xblocks<F, TT> &xs, float (&acc)[TT][4])
 {
     if constexpr (F::block_tiles == 0) {
 #pragma unroll
@@ -614,23 +633,21 @@ __device__ __forceinline__ void tc_atom(const typename F::raw &r, const u32 (&xb
         constexpr int BT = F::block_tiles;
 #pragma unroll
         for (int b = 0; b < 4 / BT; b++) {
-            float part[TT][4] = {};
+            float part[TT][4];
 #pragma unroll
             for (int jj = 0; jj < BT; jj++) {
                 u32 a[4];
                 F::decode(r, b * BT + jj, a);
 #pragma unroll
-                for (int n = 0; n < TT; n++)
-                    mma_bf16(part[n], a, xb[n][b * BT + jj], part[n]);
-            }
-            if constexpr (F::has_offset) {
-                // The codes read 128 + q: an mma of x with an A of −offset
-                // takes the offset out of the block's sum before its scale.
+                for (int n = 0; n < TT; n++) {
+                    // The block's sum starts from −offset · Σ x, or zero.
+                    float from[4] = {};
+                    if constexpr (F::has_offset)
 #pragma unroll
-                for (int jj = 0; jj < BT; jj++)
-#pragma unroll
-                    for (int n = 0; n < TT; n++)
-                        mma_bf16(part[n], neg, xb[n][b * BT + jj], part[n]);
+                        for (int c = 0; c < 4; c++)
+                            from[c] = xs.off[b][n][c];
+                    mma_bf16(part[n], a, xb[n][b * BT + jj], jj ? part[n] : from);
+                }
             }
             float s[2];
             F::scale(r, b, s);
@@ -640,13 +657,13 @@ __device__ __forceinline__ void tc_atom(const typename F::raw &r, const u32 (&xb
 #pragma unroll
                 for (int n = 0; n < TT; n++)
 #pragma unroll
-                    for (int c = 0; c < 4; c++)
-                        acc[n][c] = fmaf(-m[c >> 1], xs[b][n][c], acc[n][c]);
+                    for (int c = 0; c < 4; c += CS)
+                        acc[n][c] = fmaf(-m[c >> 1], xs.sum[b][n][c], acc[n][c]);
             }
 #pragma unroll
             for (int n = 0; n < TT; n++)
 #pragma unroll
-                for (int c = 0; c < 4; c++)
+                for (int c = 0; c < 4; c += CS)
                     acc[n][c] = fmaf(part[n][c], s[c >> 1], acc[n][c]);
         }
     }
@@ -663,9 +680,9 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int slice = warp % S::k_split, row_warp = warp / S::k_split;
-    const int tile0 = (blockIdx.x * S::row_warps + row_warp) * RT;
     // The slices of K differ by at most one atom.
     const int a_begin = slice * atoms / S::k_split, a_end = (slice + 1) * atoms / S::k_split;
+    const int tile0 = (blockIdx.x * S::row_warps + row_warp) * RT;
     const u16 *x = static_cast<const u16 *>(args.x);
     const u8 *w = static_cast<const u8 *>(args.w);
 
@@ -691,6 +708,10 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
         sp[r] = F::template scale_ptr<N, K>(args, tile, g);
     }
     const bool holds_x = S::groups == 8 || g < S::groups;
+    // The lane groups past the tokens read a copied row too, group g %
+    // groups's: their mma columns are tokens never stored, and an
+    // unpredicated read needs no zeros.
+    const int x_group = g % S::groups, x_lane = lane % (S::groups * 4);
     // Where a lane copies its own x fragments (L::x_by_lane): its token's
     // row, or row 0 for a token past m (copying zeros).
     const u16 *xlane[TT];
@@ -708,13 +729,16 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
     auto copy = [&](auto full, int stage, int a0) {
         constexpr bool Full = decltype(full)::value;
         u8 *st = ring + stage * L::stage;
+        const i64 at0 = (i64)a0 * F::atom_bytes;
 #pragma unroll
         for (int u = 0; u < B; u++) {
             const bool live = Full || a0 + u < a_end;
             const int a = Full || live ? a0 + u : a_begin;
 #pragma unroll
             for (int r = 0; r < RT; r++) {
-                const u8 *p = wtile[r] + a * F::atom_bytes;
+                // A whole batch's atoms at constant offsets from the first.
+                const u8 *p = Full ? wtile[r] + at0 + u * F::atom_bytes
+                                   : wtile[r] + (i64)a * F::atom_bytes;
 #pragma unroll
                 for (int i = 0; i < F::pieces; i++)
                     cp_async<16>(st + ((u * RT + r) * F::pieces + i) * 512 + lane * 16,
@@ -777,18 +801,19 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
         cp_async_commit();
     };
 
-    // The A operand of −offset, built once outside the loop (the compiler
-    // still copies it into the four registers of each mma that reads it).
+    // The A operand of −offset, four registers built once. Each adds a
+    // zero the compiler cannot see (m < 2^24): four equal constants it
+    // would fold into one register, and copy into a quad for every mma.
     u32 neg[4] = {};
     if constexpr (F::has_offset)
 #pragma unroll
         for (int i = 0; i < 4; i++)
-            asm volatile("mov.b32 %0, %1;" : "=r"(neg[i]) : "n"(F::neg_offset));
+            neg[i] = F::neg_offset + ((u32)args.m >> (24 + i));
 
     float acc[RT][TT][4] = {};
     auto consume = [&](int stage) {
         const u8 *st = ring + stage * L::stage;
-        const u8 *xs_row = st + L::pieces + L::units + L::records + g * L::x_row + 8 * t;
+        const u8 *xs_row = st + L::pieces + L::units + L::records + x_group * L::x_row + 8 * t;
 #pragma unroll
         for (int u = 0; u < B; u++) {
             u32 xb[TT][4][2];
@@ -796,18 +821,17 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
             for (int n = 0; n < TT; n++)
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
-                    uint2 v = make_uint2(0u, 0u);
-                    if (holds_x)
-                        v = L::x_by_lane
-                                ? reinterpret_cast<const uint2 *>(
-                                      st + L::pieces + L::units +
-                                      ((u * TT + n) * 4 + j) * S::groups * 32)[lane]
-                                : *reinterpret_cast<const uint2 *>(
-                                      xs_row + n * S::groups * L::x_row + u * 128 + 32 * j);
+                    const uint2 v =
+                        L::x_by_lane
+                            ? reinterpret_cast<const uint2 *>(
+                                  st + L::pieces + L::units +
+                                  ((u * TT + n) * 4 + j) * S::groups * 32)[x_lane]
+                            : *reinterpret_cast<const uint2 *>(
+                                  xs_row + n * S::groups * L::x_row + u * 128 + 32 * j);
                     xb[n][j][0] = v.x, xb[n][j][1] = v.y;
                 }
-            float xs[4][TT][4];
-            tc_xsums<F, TT>(xb, xs);
+            tc_xblocks<F, TT> xs;
+            tc_xsums<F, TT>(xb, neg, xs);
 #pragma unroll
             for (int r = 0; r < RT; r++) {
                 typename F::raw raw;
@@ -820,7 +844,7 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
                              lane,
                          st + L::pieces + L::units + (r * B + u) * 8 * F::record + g * F::record,
                          raw);
-                tc_atom<F, TT>(raw, xb, xs, neg, acc[r]);
+                tc_atom<F, TT, S::col_step>(raw, xb, xs, acc[r]);
             }
         }
     };
@@ -844,30 +868,25 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
     }
     cp_async_wait<0>();
 
-    constexpr int held = RT * TT * 4;
+    // The k-split warps' sums meet in shared memory; the first slice's
+    // warp applies the epilogue. Values c step by CS (S::col_step).
+    constexpr int held = RT * TT * 4, CS = S::col_step;
     if constexpr (S::k_split > 1) {
         // [warp][value][lane]: lanes store and load consecutive words.
         __shared__ float red[S::warps][held][32];
+        float *const v = &acc[0][0][0];
         if (slice != 0)
 #pragma unroll
-            for (int r = 0; r < RT; r++)
-#pragma unroll
-                for (int n = 0; n < TT; n++)
-#pragma unroll
-                    for (int c = 0; c < 4; c++)
-                        red[warp][(r * TT + n) * 4 + c][lane] = acc[r][n][c];
+            for (int i = 0; i < held; i += CS)
+                red[warp][i][lane] = v[i];
         __syncthreads();
         if (slice != 0)
             return;
 #pragma unroll
         for (int s = 1; s < S::k_split; s++)
 #pragma unroll
-            for (int r = 0; r < RT; r++)
-#pragma unroll
-                for (int n = 0; n < TT; n++)
-#pragma unroll
-                    for (int c = 0; c < 4; c++)
-                        acc[r][n][c] += red[warp + s][(r * TT + n) * 4 + c][lane];
+            for (int i = 0; i < held; i += CS)
+                v[i] += red[warp + s][i][lane];
     }
 
 #pragma unroll
@@ -875,7 +894,7 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
 #pragma unroll
         for (int n = 0; n < TT; n++)
 #pragma unroll
-            for (int c = 0; c < 4; c++) {
+            for (int c = 0; c < 4; c += CS) {
                 const int row = (tile0 + r) * 16 + g + 8 * (c >> 1);
                 const int token = 8 * n + 2 * t + (c & 1);
                 if (row < N && token < args.m)

@@ -665,9 +665,8 @@ Test(simt, variants_follow_the_bucket)
  * (gemv: M buckets up to 16) nor a tensor-core backend runs (sm_80: wgmma
  * needs sm_90a), and every signature of the plan (linears, ops) emits.
  * On sm_80 gemv runs a tensor-core class for each decode bucket (tc1,
- * tc2, tc4, tc8, tc16), K being whole atoms of 64, but for a single token
- * of fp8-block (E4M3), which stays on the f32 kernel's m1: each linear
- * has five gemv kernels. */
+ * tc2, tc4, tc8, tc16), K being whole atoms of 64, fp8-block (E4M3) too:
+ * each linear has five gemv kernels. */
 Test(simt, default_plans_emit)
 {
     cr_assert_eq(kiln_registry_find(kiln_registry_default(), "simt"), &kiln_backend_simt);
@@ -714,8 +713,8 @@ Test(simt, default_plans_emit)
     }
     cr_assert_eq(linears, 3 * 7, "five gemv kernels and two simt tiles a linear");
     cr_assert_eq(simt, 3 * 2, "two simt tiles a linear");
-    cr_assert_eq(m1, 1, "one token of fp8-block on the f32 kernel, of q4_k and nvfp4 on tc1");
-    cr_assert_eq(tc, 5 + 5 + 4, "tc1 to tc16 for gate and up, tc2 to tc16 for down");
+    cr_assert_eq(m1, 0, "one token of every format on tc1");
+    cr_assert_eq(tc, 3 * 5, "tc1 to tc16 for every linear");
     cr_assert_eq(fused, 7 + 7, "up absorbs silu·mul, down the residual, in every variant");
     kiln_plan_destroy(p);
     kiln_graph_destroy(g);

@@ -162,22 +162,9 @@ Test(gemv, variants_follow_the_bucket)
         }
 }
 
-/* The formats whose single token stays on the f32 kernel (backend.c's
- * fp32_for_one_token, measured on an H200): the E4M3 ones. */
-static int f32_for_one_token(kiln_format f)
-{
-    static const kiln_format fs[] = { KILN_FMT_FP8_TENSOR, KILN_FMT_FP8_CHANNEL,
-                                      KILN_FMT_FP8_BLOCK, KILN_FMT_MXFP8 };
-    for (size_t i = 0; i < KILN_ARRAY_LEN(fs); i++)
-        if (fs[i] == f)
-            return 1;
-    return 0;
-}
-
 /* sm_80+ and a format exact in BF16 with K in whole atoms of 64: tc1, tc2,
- * tc4, tc8 and tc16 by the power of two at or above m, but one token of
- * the E4M3 formats, which the f32 kernel decodes faster, stays on m1.
- * Anything else keeps the f32 ladder. */
+ * tc4, tc8 and tc16 by the power of two at or above m. Anything else keeps
+ * the f32 ladder. */
 Test(gemv, tc_variants_follow_bucket_format_and_target)
 {
     static const char *const ladder[] = { NULL, "m1", "m2", "m4", "m4", "m8", "m8", "m8", "m8",
@@ -189,7 +176,6 @@ Test(gemv, tc_variants_follow_bucket_format_and_target)
             for (int64_t m = 1; m <= 16; m++) {
                 const kiln_format fmt = (kiln_format)f;
                 const char *want = fmt == KILN_FMT_F32 || fmt == KILN_FMT_F16 ? ladder[m]
-                                   : m == 1 && f32_for_one_token(fmt)     ? "m1"
                                    : m == 1                               ? "tc1"
                                    : m == 2                               ? "tc2"
                                    : m <= 4                               ? "tc4"
@@ -224,10 +210,10 @@ Test(gemv, tc_variants_follow_bucket_format_and_target)
     cr_assert_str_eq(v, "tc16");
 }
 
-/* The single token, format by format, independent of f32_for_one_token:
- * every 4-bit format, BF16, Q8_0 and Q6_K run tc1 at m = 1 on sm_80+, the
- * E4M3 family m1; two tokens run tc2 on all of them. */
-Test(gemv, one_token_runs_tc1_but_for_e4m3)
+/* The single token, format by format: every format exact in BF16 runs tc1
+ * at m = 1 on sm_80+, F16 and F32 m1; two tokens run tc2 on all but those
+ * two. sm_75 has no mma: m1 for all. */
+Test(gemv, one_token_runs_tc1)
 {
     static const struct {
         kiln_format f;
@@ -237,8 +223,8 @@ Test(gemv, one_token_runs_tc1_but_for_e4m3)
         { KILN_FMT_Q4_0, "tc1" },        { KILN_FMT_Q4_K, "tc1" },
         { KILN_FMT_GGML_MXFP4, "tc1" },  { KILN_FMT_BF16, "tc1" },
         { KILN_FMT_Q8_0, "tc1" },        { KILN_FMT_Q6_K, "tc1" },
-        { KILN_FMT_FP8_TENSOR, "m1" },   { KILN_FMT_FP8_CHANNEL, "m1" },
-        { KILN_FMT_FP8_BLOCK, "m1" },    { KILN_FMT_MXFP8, "m1" },
+        { KILN_FMT_FP8_TENSOR, "tc1" },  { KILN_FMT_FP8_CHANNEL, "tc1" },
+        { KILN_FMT_FP8_BLOCK, "tc1" },   { KILN_FMT_MXFP8, "tc1" },
         { KILN_FMT_F16, "m1" },          { KILN_FMT_F32, "m1" },
     };
     _Static_assert(KILN_ARRAY_LEN(cases) == KILN_FMT_COUNT, "every format");
@@ -325,12 +311,14 @@ Test(gemv, refuses_shapes_past_its_indexing)
     cr_assert_eq(gemv->can_implement(&t, &c, 16, why, sizeof why), 1, "%s", why);
     c = cfg(KILN_FMT_BF16, (int64_t)INT_MAX - 15, 64);
     cr_assert_eq(gemv->can_implement(&t, &c, 16, why, sizeof why), 0);
-    /* K fits an int, its f32 row's bytes do not */
+    /* K fits an int, its f32 row's bytes do not; an FP8 row's do, but at
+     * m = 1 it runs tc1, whose row tile of 16 rows does not */
     c = cfg(KILN_FMT_F32, 64, 600000000);
     cr_assert_eq(gemv->can_implement(&t, &c, 1, why, sizeof why), 0);
     cr_assert(strstr(why, "row's bytes"), "%s", why);
     c.format = KILN_FMT_FP8_TENSOR;
-    cr_assert_eq(gemv->can_implement(&t, &c, 1, why, sizeof why), 1, "%s", why);
+    cr_assert_eq(gemv->can_implement(&t, &c, 1, why, sizeof why), 0);
+    cr_assert(strstr(why, "packed bytes must be below 2^31"), "%s", why);
 }
 
 /* m = 16 keeps a 16-row f32 copy of a whole 32-value stage per lane: more
@@ -592,7 +580,7 @@ static void check_decode_plan(kiln_graph *g, const decode_plan *want)
  * sm_75 has an f32 kernel per linear and M class that its shared memory
  * holds (not m16, nor q6_k's m8: simt takes those); sm_80 runs every
  * decode bucket on gemv, each on its own tensor-core class, with no m1
- * left (none of the three is E4M3). */
+ * left. */
 Test(gemv, default_plans_use_gemv_for_decode)
 {
     enum { D = 512, F = 768 };
@@ -953,8 +941,6 @@ Test(gemv, tc_launches_cover_every_row)
                     kiln_linear_cfg c = cfg((kiln_format)f, n, k);
                     char name[64], why[256] = "";
                     gemv->variant(&t, &c, variants[v].m, name, sizeof name);
-                    if (variants[v].m == 1 && f32_for_one_token((kiln_format)f))
-                        continue;
                     if (!kiln_gemv_tc_serves(&t, (kiln_format)f, n, k)) {
                         cr_assert(!is_tc(name), "%s %s: %s", arches[a],
                                   kiln_format_get((kiln_format)f)->name, name);
@@ -1018,7 +1004,7 @@ Test(gemv, tc_launches_cover_every_row)
                 }
     /* Every format but f32 and f16 on every shape, but q4_k and q6_k
      * (256-value blocks) not on the three of K < 256. */
-    cr_assert_eq(checked, 4 * (7 * (10 * 15 + 2 * 12) - 4 * 15));
+    cr_assert_eq(checked, 4 * 7 * (10 * 15 + 2 * 12));
 }
 
 /* The decode shapes of an 8B model on an H200 at m = 1, for the formats
@@ -1029,8 +1015,7 @@ Test(gemv, tc_launches_cover_every_row)
 Test(gemv, decode_shapes_fill_an_h200)
 {
     static const int64_t shapes[][2] = { { 28672, 4096 }, { 4096, 14336 }, { 8192, 28672 } };
-    static const kiln_format fs[] = { KILN_FMT_F16,       KILN_FMT_F32,   KILN_FMT_FP8_TENSOR,
-                                      KILN_FMT_FP8_CHANNEL, KILN_FMT_FP8_BLOCK, KILN_FMT_MXFP8 };
+    static const kiln_format fs[] = { KILN_FMT_F16, KILN_FMT_F32 };
     kiln_target t = target("h200");
     for (size_t s = 0; s < KILN_ARRAY_LEN(shapes); s++)
         for (size_t f = 0; f < KILN_ARRAY_LEN(fs); f++) {
@@ -1050,8 +1035,8 @@ Test(gemv, decode_shapes_fill_an_h200)
         }
     char sig[512];
     char v[64];
-    cr_assert_str_eq(variant_of("h200", KILN_FMT_FP8_TENSOR, 8192, 1, v, sizeof v), "m1");
-    gemv_sig(sig, sizeof sig, "m1", KILN_FMT_FP8_TENSOR, 0, 1024, 8192, "h200");
+    cr_assert_str_eq(variant_of("h200", KILN_FMT_F16, 8192, 1, v, sizeof v), "m1");
+    gemv_sig(sig, sizeof sig, "m1", KILN_FMT_F16, 0, 1024, 8192, "h200");
     kiln_kernel_source src;
     cr_assert_eq(kiln_emit(kiln_registry_default(), sig, &src), KILN_OK, "%s", kiln_last_error());
     cr_assert_eq(source_param(src.text, "k_split"), 2, "%s", src.text);
@@ -1090,6 +1075,11 @@ Test(gemv, tc_decode_shapes_fill_an_h200)
         { KILN_FMT_BF16, 26112 },  { KILN_FMT_Q8_0, 29568 },  { KILN_FMT_Q6_K, 29568 },
         { KILN_FMT_NVFP4, 34176 }, { KILN_FMT_MXFP4, 32640 }, { KILN_FMT_Q4_0, 34176 },
         { KILN_FMT_Q4_K, 46464 },  { KILN_FMT_GGML_MXFP4, 32640 },
+        /* E4M3 (batch 2, two pieces an atom): x by lane without records,
+         * 2 · (1024 + 128) a stage; FP8 block adds a 256-byte unit an atom,
+         * MXFP8 has records: 2 · (1024 + 32) + (2 · 128 + 32). */
+        { KILN_FMT_FP8_TENSOR, 27648 }, { KILN_FMT_FP8_CHANNEL, 27648 },
+        { KILN_FMT_FP8_BLOCK, 33792 },  { KILN_FMT_MXFP8, 28800 },
     };
     kiln_target t = target("h200");
     for (size_t s = 0; s < KILN_ARRAY_LEN(shapes); s++)
@@ -1286,8 +1276,7 @@ static void batch_compile(batch *b, const char *what)
  * On sm_80+, where the tensor-core kernel takes the bucket, K grows by 32
  * (13600, 4128: not whole atoms of 64) to keep the f32 kernel; formats of
  * 256-value blocks have no such K. Then every format the tensor-core
- * kernel serves in each of its classes (but tc1 of the E4M3 formats, which
- * keep m1), three shapes taking turns: 4096 x 4096 splits K over all the
+ * kernel serves in each of its classes, three shapes taking turns: 4096 x 4096 splits K over all the
  * warps of a block, 200 x 768 and 1000 x 512 in two and end on a partial
  * row tile. tc16's 8 warps do not fit sm_89 (101376 bytes): its twelve
  * run 4 warps, Q4_K's 2; on sm_80 (166912) six of them halve, BF16 and
@@ -1329,8 +1318,7 @@ static void compile_every_class(const char *arch)
     for (int f = 0; f < KILN_FMT_COUNT; f++)
         for (int v = 0; v < (int)KILN_ARRAY_LEN(tc); v++) {
             const int64_t *shape = tc_shapes[(f + v) % 3];
-            if (!kiln_gemv_tc_serves(&t, (kiln_format)f, shape[0], shape[1]) ||
-                (tc[v].m == 1 && f32_for_one_token((kiln_format)f)))
+            if (!kiln_gemv_tc_serves(&t, (kiln_format)f, shape[0], shape[1]))
                 continue;
             kiln_linear_cfg c = cfg((kiln_format)f, shape[0], shape[1]);
             char why[256], sig[512];
@@ -1342,8 +1330,8 @@ static void compile_every_class(const char *arch)
             tc_kernels++;
             halved += source_param(b.src[b.n - 1].text, "warps") < (tc[v].m == 16 ? 8 : 4);
         }
-    /* Twelve formats in five classes, less tc1 of the four E4M3 ones. */
-    cr_assert_eq(tc_kernels, t.sm >= 80 ? 5 * (KILN_FMT_COUNT - 2) - 4 : 0, "%s", arch);
+    /* Twelve formats in five classes. */
+    cr_assert_eq(tc_kernels, t.sm >= 80 ? 5 * (KILN_FMT_COUNT - 2) : 0, "%s", arch);
     cr_assert_eq(halved, t.sm == 89 ? 12 : t.sm == 80 ? 6 : 0, "%s", arch);
     char what[64];
     snprintf(what, sizeof what, "%s gemv", arch);
