@@ -125,15 +125,14 @@ static const tc_format tc_formats[] = {
 };
 _Static_assert(KILN_ARRAY_LEN(tc_formats) == KILN_FMT_COUNT, "one entry per format");
 
-/* Whether bucket m of linear c on t runs the tensor-core kernel: every
- * bucket it serves, one token included. At m = 1 seven of the mma's eight
- * token columns are idle, yet it is as fast or faster than the f32 kernel
- * for every format on an H200 (the E4M3 ones since their −offset and
- * x-fragment work left the per-atom path: docs/PERFORMANCE.md), and a
- * weight keeps one layout. */
-static int tc_takes(const kiln_target *t, const kiln_linear_cfg *c, int64_t m)
+/* Whether linear c on t runs the tensor-core kernel: in every bucket it
+ * serves, one token included. At m = 1 seven of the mma's eight token
+ * columns are idle, yet on an H200 it is faster than the f32 kernel for
+ * every format on average over the decode shapes (docs/PERFORMANCE.md,
+ * run (d): the E4M3 formats but at 28672 x 4096), and a weight keeps one
+ * layout. */
+static int tc_takes(const kiln_target *t, const kiln_linear_cfg *c)
 {
-    (void)m;
     return kiln_gemv_tc_serves(t, c->format, c->n, c->k);
 }
 
@@ -146,9 +145,9 @@ typedef struct tc_config {
 
 enum {
     /* Row groups of 4 tiles a 16-token launch needs before its block takes
-     * 4 warps (N >= 8192): three blocks then share an SM; the 4- and 16-bit
-     * formats' warps take 4 row tiles each, so that each x fragment feeds
-     * 64 rows, and the launch keeps a block for each SM. */
+     * 4 warps (N >= 8192). Each warp then takes 4 row tiles, so that each x
+     * fragment feeds 64 rows, and the launch keeps a block for each SM;
+     * Q6_K's and Q8_0's warps keep 2 (tc_wide_two_tiles). */
     TC_WIDE_GROUPS = 128,
 };
 
@@ -365,7 +364,7 @@ static int gemv_can_implement(const kiln_target *t, const kiln_linear_cfg *c, in
         snprintf(why, size, "M bucket %lld > %d", (long long)bucket, GEMV_MAX_M);
         return 0;
     }
-    if (tc_takes(t, c, bucket)) {
+    if (tc_takes(t, c)) {
         tc_config tc;
         return tc_configure(t, c, tc_for_bucket(bucket), &tc, why, size);
     }
@@ -383,7 +382,7 @@ static void gemv_variant_name(const kiln_target *t, const kiln_linear_cfg *c, in
                               char *buf, size_t size)
 {
     snprintf(buf, size, "%s",
-             tc_takes(t, c, bucket) ? tc_for_bucket(bucket)->name
+             tc_takes(t, c) ? tc_for_bucket(bucket)->name
                                                             : variant_for_bucket(bucket)->name);
 }
 

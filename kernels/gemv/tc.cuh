@@ -26,11 +26,12 @@
 // row. Scales ride in a separate array, one small record per atom.
 //
 // The stream. Each warp runs its own ring of Stages stages in shared
-// memory, each holding Batch atoms of every row tile it owns: pieces,
-// scale records and x fragments, copied with cp.async by the lane that
-// will read them, so no stage needs more than the lane's own wait. Stages
-// − 1 stages are in flight while one is decoded, without holding
-// registers.
+// memory, each holding Batch atoms of every row tile it owns: pieces and
+// units, copied with cp.async by the lane that will read them, and the
+// scale records and x rows, which lanes share, copied by the warp in
+// 16-byte chunks and read after a __syncwarp (x by lane where a format
+// without records runs one token: tc_smem). Stages − 1 stages are in
+// flight while one is decoded, without holding registers.
 //
 // Exactness. Every decoding below gives the format's value exactly in
 // BF16 (the integer codes and FP8/FP4 magnitudes fit BF16's 8 significant
