@@ -144,6 +144,14 @@ typedef struct tc_config {
 } tc_config;
 
 enum {
+    /* Warps a tensor-core launch should have before its K stops being
+     * split, at one token or for a format of two atoms a stage or fewer
+     * (8 bits and more): more and shorter slices keep more of a weight in
+     * flight than GEMV_MIN_WARPS (H200, 28672 x 4096, 1792 row tiles, split
+     * 4 ways against 2: tc1 Q4_0 67 % of the copy bandwidth against 64 %,
+     * NVFP4 64 against 60, Q8_0 77 against 65, BF16 99 against 96; tc2 FP8
+     * 80 against 66). A 4-bit format's tc2 and tc4 lose 1 to 4 points so. */
+    TC_MIN_WARPS = 4096,
     /* Row groups of 4 tiles a 16-token launch needs before its block takes
      * 4 warps (N >= 8192). Each warp then takes 4 row tiles, so that each x
      * fragment feeds 64 rows, and the launch keeps a block for each SM;
@@ -217,10 +225,12 @@ static int tc_configure(const kiln_target *t, const kiln_linear_cfg *c, const tc
     tc_config k = tc_class(v, c);
     const int64_t groups = kiln_ceil_div(kiln_ceil_div(c->n, 16), k.row_tiles);
     const int64_t atoms = c->k / 64;
+    const int64_t min_warps =
+        v->max_m == 1 || tc_formats[c->format].batch <= 2 ? TC_MIN_WARPS : GEMV_MIN_WARPS;
     int warps = k.warps, split;
     for (;;) {
         split = 1;
-        while (split * 2 <= warps && groups * split < GEMV_MIN_WARPS && atoms >= 8 * split)
+        while (split * 2 <= warps && groups * split < min_warps && atoms >= 8 * split)
             split *= 2;
         if (tc_smem(c, v, &k, warps) + tc_red(v, &k, warps, split) <= limit)
             break;

@@ -37,11 +37,14 @@
 // BF16 (the integer codes and FP8/FP4 magnitudes fit BF16's 8 significant
 // bits). Block scales multiply the f32 partial product of the k-tiles they
 // cover, per-tensor and per-row scales the final sum. The 4-bit integer
-// codes read 128 + q; the offset leaves through an mma of x with an A of
-// −128 or −136, whose result starts the block sum (once an atom, for all
-// of a warp's row tiles), and Q4_K's minimum through the sum of x over
-// its sub-block, an mma with an A of ones. Only the order of the f32
-// additions differs from the CPU reference.
+// codes read 128 + q; the offset (128 or 136) leaves through the sum of x
+// over the block, and Q4_K's minimum through the same sum. From two
+// tokens on, an mma of x with an A of −offset starts each block sum (once
+// an atom, for all of a warp's row tiles) and one with an A of ones gives
+// the minimum's; at one token the token tile's eight columns all hold
+// token 0, so two mma give the sums of a stage's eight blocks, a block a
+// column (tc_col_sums). Only the order of the f32 additions differs from
+// the CPU reference.
 //
 // Work split. A warp owns RowTiles consecutive row tiles and a contiguous
 // KSplit-th of the atoms (the slices differ by at most one atom); the
@@ -383,7 +386,7 @@ struct tc_q8_0 : tc_e4m3_of<tc_recorded<8>> {
     static __device__ void scale(const raw &r, int b, float (&s)[2]) { scales_f16(r.s, b, s); }
 };
 
-// Record as Q8_0's. The registers read 128 + q = (q − 8) + 136.
+// Record as Q8_0's. The registers read 128 + q = (q − 8) + 136: offset 136.
 struct tc_q4_0 : tc_recorded<8> {
     static constexpr int block_tiles = 2;
     static constexpr bool has_offset = true;
@@ -391,7 +394,7 @@ struct tc_q4_0 : tc_recorded<8> {
     {
         decode_int4(word_of(r.q[0], j), a);
     }
-    static constexpr u32 neg_offset = bf2_splat(0xC308u); // −136
+    static constexpr float offset = 136.0f;
     static __device__ void scale(const raw &r, int b, float (&s)[2]) { scales_f16(r.s, b, s); }
 };
 
@@ -463,7 +466,7 @@ struct tc_q4_k : tc_base {
     {
         decode_int4(word_of(r.q[0], j), a);
     }
-    static constexpr u32 neg_offset = bf2_splat(0xC300u); // −128
+    static constexpr float offset = 128.0f;
     static __device__ void scale(const raw &r, int b, float (&s)[2])
     {
         s[0] = f16_to_f32((u16)r.sup[0]) * u8_to_f32(r.s[0] >> (8 * b));
@@ -589,10 +592,9 @@ struct tc_xblocks {
 
 template <class F, int TT>
 __device__ __forceinline__ void tc_xsums(const u32 (&xb)[TT][4][2], const u32 (&neg)[4],
-                                         tc_xblocks<F, TT> &xs)
+                                         const u32 (&ones)[4], tc_xblocks<F, TT> &xs)
 {
     constexpr int BT = F::block_tiles;
-    const u32 ones[4] = { bf2_one, bf2_one, bf2_one, bf2_one };
     const float zero[4] = {};
 #pragma unroll
     for (int b = 0; b < tc_xblocks<F, TT>::blocks; b++)
@@ -613,13 +615,51 @@ __device__ __forceinline__ void tc_xsums(const u32 (&xb)[TT][4][2], const u32 (&
         }
 }
 
+// At one token (a token tile of lane group 0's copies of token 0, and
+// only its first column stored), the sums of x over a stage's blocks come
+// from the columns: column n of an mma of x with an A of ones gives block
+// n's, its k-tile jj in the jj-th of the block's k-tiles mma, eight
+// blocks a pair of mma for Q4_0 and Q4_K rather than two pairs a block.
+// Lane group g supplies block g's k-tiles; lane t holds columns 2t and
+// 2t + 1, and every lane takes each block's sum from the lane holding it.
+template <class F, class S>
+struct tc_col_sums {
+    static constexpr bool value = S::groups == 1 && (F::has_offset || F::has_min);
+    static constexpr int blocks = F::block_tiles ? S::batch * 4 / F::block_tiles : 1;
+};
+
+// x_lane: the stage's x row at this lane's 4 values of k-tile 0.
+template <class F, class S>
+__device__ __forceinline__ void tc_stage_sums(const u8 *x_lane, const u32 (&ones)[4], int g,
+                                              float (&sum)[tc_col_sums<F, S>::blocks])
+{
+    constexpr int BT = F::block_tiles, blocks = tc_col_sums<F, S>::blocks;
+#pragma unroll
+    for (int b0 = 0; b0 < blocks; b0 += 8) {
+        // Lane groups past the stage's blocks add up a block again, unread.
+        const int n = b0 + g < blocks ? b0 + g : b0;
+        float c[4] = {};
+#pragma unroll
+        for (int jj = 0; jj < BT; jj++) {
+            const uint2 v = *reinterpret_cast<const uint2 *>(x_lane + 32 * (n * BT + jj));
+            const u32 b[2] = { v.x, v.y };
+            mma_bf16(c, ones, b, c);
+        }
+#pragma unroll
+        for (int b = b0; b < blocks && b < b0 + 8; b++)
+            sum[b] = __shfl_sync(~0u, c[b & 1], (b - b0) >> 1);
+    }
+}
+
 // One atom of one row tile into the accumulators: decode each k-tile,
 // mma it with every token tile, and bring block scales (and the offset
 // and minimum through the x sums) in once per block. Values c of a token
-// tile step by CS (S::col_step).
-template <class F, int TT, int CS>
+// tile step by CS (S::col_step). Cols: the block sums are the atom's
+// entries of tc_stage_sums (col), not xs.
+template <class F, int TT, int CS, bool Cols>
 __device__ __forceinline__ void tc_atom(const typename F::raw &r, const u32 (&xb)[TT][4][2],
-                                        const tc_xblocks<F, TT> &xs, float (&acc)[TT][4])
+                                        const tc_xblocks<F, TT> &xs, const float *col,
+                                        float (&acc)[TT][4])
 {
     if constexpr (F::block_tiles == 0) {
 #pragma unroll
@@ -643,13 +683,19 @@ __device__ __forceinline__ void tc_atom(const typename F::raw &r, const u32 (&xb
                 for (int n = 0; n < TT; n++) {
                     // The block's sum starts from −offset · Σ x, or zero.
                     float from[4] = {};
-                    if constexpr (F::has_offset)
+                    if constexpr (F::has_offset && !Cols)
 #pragma unroll
                         for (int c = 0; c < 4; c++)
                             from[c] = xs.off[b][n][c];
                     mma_bf16(part[n], a, xb[n][b * BT + jj], jj ? part[n] : from);
                 }
             }
+            if constexpr (F::has_offset && Cols)
+#pragma unroll
+                for (int n = 0; n < TT; n++)
+#pragma unroll
+                    for (int c = 0; c < 4; c += CS)
+                        part[n][c] = fmaf(col[b], -F::offset, part[n][c]);
             float s[2];
             F::scale(r, b, s);
             if constexpr (F::has_min) {
@@ -659,7 +705,7 @@ __device__ __forceinline__ void tc_atom(const typename F::raw &r, const u32 (&xb
                 for (int n = 0; n < TT; n++)
 #pragma unroll
                     for (int c = 0; c < 4; c += CS)
-                        acc[n][c] = fmaf(-m[c >> 1], xs.sum[b][n][c], acc[n][c]);
+                        acc[n][c] = fmaf(-m[c >> 1], Cols ? col[b] : xs.sum[b][n][c], acc[n][c]);
             }
 #pragma unroll
             for (int n = 0; n < TT; n++)
@@ -802,19 +848,33 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
         cp_async_commit();
     };
 
-    // The A operand of −offset, four registers built once. Each adds a
-    // zero the compiler cannot see (m < 2^24): four equal constants it
-    // would fold into one register, and copy into a quad for every mma.
-    u32 neg[4] = {};
-    if constexpr (F::has_offset)
+    // The A operands of −offset and of ones, four registers each built
+    // once. Each adds a zero the compiler cannot see (m < 2^24): four
+    // equal constants it would fold into one register, and copy into a
+    // quad for every mma.
+    using C = tc_col_sums<F, S>;
+    u32 neg[4] = {}, ones[4] = {};
+    if constexpr (F::has_offset || F::has_min) {
+        u32 neg_bits = 0;
+        if constexpr (F::has_offset)
+            neg_bits = bf2_splat(f32_to_bf16(-F::offset));
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-            neg[i] = F::neg_offset + ((u32)args.m >> (24 + i));
+        for (int i = 0; i < 4; i++) {
+            const u32 zero = (u32)args.m >> (24 + i);
+            neg[i] = neg_bits + zero;
+            ones[i] = bf2_one + zero;
+        }
+    }
 
     float acc[RT][TT][4] = {};
     auto consume = [&](int stage) {
         const u8 *st = ring + stage * L::stage;
         const u8 *xs_row = st + L::pieces + L::units + L::records + x_group * L::x_row + 8 * t;
+        float col[C::blocks];
+        if constexpr (C::value) {
+            static_assert(!L::x_by_lane, "the stage's x row, copied by the warp");
+            tc_stage_sums<F, S>(xs_row, ones, g, col);
+        }
 #pragma unroll
         for (int u = 0; u < B; u++) {
             u32 xb[TT][4][2];
@@ -832,7 +892,8 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
                     xb[n][j][0] = v.x, xb[n][j][1] = v.y;
                 }
             tc_xblocks<F, TT> xs;
-            tc_xsums<F, TT>(xb, neg, xs);
+            if constexpr (!C::value)
+                tc_xsums<F, TT>(xb, neg, ones, xs);
 #pragma unroll
             for (int r = 0; r < RT; r++) {
                 typename F::raw raw;
@@ -845,7 +906,8 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
                              lane,
                          st + L::pieces + L::units + (r * B + u) * 8 * F::record + g * F::record,
                          raw);
-                tc_atom<F, TT, S::col_step>(raw, xb, xs, acc[r]);
+                tc_atom<F, TT, S::col_step, C::value>(
+                    raw, xb, xs, C::value ? col + u * C::blocks / B : col, acc[r]);
             }
         }
     };

@@ -1049,7 +1049,7 @@ Test(gemv, decode_shapes_fill_an_h200)
 
 /* The same shapes at m = 1 for the formats whose single token runs tc1,
  * worked by hand: one row tile of 16 a warp, 4 warps a block, and K split
- * (up to the 4 warps of a block) while the launch has fewer than 2048
+ * (up to the 4 warps of a block) while the launch has fewer than 4096
  * warps and every slice keeps four atoms of 64. 1024 x 512 has only 8
  * atoms: two slices. The rings, 4 warps · 3 stages · (batch atoms of
  * pieces, units and records + a 64-value x row per atom and 32 bytes),
@@ -1064,9 +1064,9 @@ Test(gemv, tc_decode_shapes_fill_an_h200)
         int k_split;
         unsigned grid;
     } shapes[] = {
-        { 28672, 4096, 2, 1792 / 2 }, /* 1792 tiles: one split gives 3584 warps */
+        { 28672, 4096, 4, 1792 },     /* 1792 tiles: two slices give 3584 warps */
         { 4096, 14336, 4, 256 },      /* 256 tiles, 224 atoms: 4 slices of 56 */
-        { 8192, 28672, 4, 512 },      /* 512 tiles: 4 slices give 2048 warps */
+        { 8192, 28672, 4, 512 },      /* 512 tiles: 4 slices, the block's warps */
         { 1024, 512, 2, 64 / 2 },
     };
     static const struct {
@@ -1105,6 +1105,40 @@ Test(gemv, tc_decode_shapes_fill_an_h200)
                 cr_assert_geq(l.grid[0] * 4, 1024, "%s", sig);
             kiln_kernel_source_free(&src);
         }
+}
+
+/* From two tokens on, a 4-bit format's stage holds 4 atoms, and K splits
+ * only while the launch has fewer than 2048 warps: 28672 x 4096 at tc2 is
+ * 1792 row tiles in 2 slices of 32 atoms. Formats of two atoms a stage or
+ * fewer split on to 4096 warps, like every format at one token. */
+Test(gemv, tc_split_stops_sooner_for_4_bit_from_two_tokens)
+{
+    static const struct {
+        kiln_format f;
+        const char *variant;
+        int64_t m;
+        int k_split;
+    } cases[] = {
+        { KILN_FMT_Q4_0, "tc2", 2, 2 },       { KILN_FMT_NVFP4, "tc4", 4, 2 },
+        { KILN_FMT_Q4_K, "tc2", 2, 2 },       { KILN_FMT_FP8_TENSOR, "tc2", 2, 4 },
+        { KILN_FMT_Q8_0, "tc4", 4, 4 },       { KILN_FMT_BF16, "tc2", 2, 4 },
+        { KILN_FMT_Q4_0, "tc1", 1, 4 },
+    };
+    kiln_target t = target("h200");
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+        char v[64], sig[512];
+        cr_assert_str_eq(variant_of("h200", cases[i].f, 4096, cases[i].m, v, sizeof v),
+                         cases[i].variant);
+        gemv_sig(sig, sizeof sig, cases[i].variant, cases[i].f, 0, 28672, 4096, "h200");
+        kiln_kernel_source src;
+        cr_assert_eq(kiln_emit(kiln_registry_default(), sig, &src), KILN_OK, "%s",
+                     kiln_last_error());
+        kiln_launch l;
+        cr_assert_eq(gemv->launch(&t, &src.desc.linear, cases[i].m, &l), KILN_OK);
+        cr_assert_eq(source_param(src.text, "k_split"), cases[i].k_split, "%s", sig);
+        cr_assert_eq(l.grid[0], 1792u / (4 / cases[i].k_split), "%s", sig);
+        kiln_kernel_source_free(&src);
+    }
 }
 
 /* ------------------------------------------------------- weight layout */
