@@ -124,11 +124,16 @@ __device__ __forceinline__ void decode_int4(u32 w, u32 (&a)[4])
         a[r] = lop_and_or(shr(w, 4 * r), 0x000F000Fu, bf2_magic);
 }
 
-// Small unsigned and signed integers to f32 without the conversion pipe
-// (a quarter of the FMA rate): the integer in the mantissa of 2^23.
-__device__ __forceinline__ float u8_to_f32(u32 v)
+// Small integers to f32 without the conversion pipe (a quarter of the FMA
+// rate): the integer in the mantissa of 2^23.
+//
+// d · u for byte `byte` of w, as an unsigned integer u, rounded once as
+// d · u is: one permute puts the byte in the mantissa of 2^23, and one fma
+// gives d · (2^23 + u) + nd, nd = −2^23 · d (exact), the caller's once per
+// d.
+__device__ __forceinline__ float mul_u8(u32 w, int byte, float d, float nd)
 {
-    return __uint_as_float(0x4B000000u | (v & 0xFFu)) - 8388608.0f;
+    return fmaf(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7440u | (u32)byte)), d, nd);
 }
 
 __device__ __forceinline__ float s8_to_f32(u32 v)
@@ -467,15 +472,19 @@ struct tc_q4_k : tc_base {
         decode_int4(word_of(r.q[0], j), a);
     }
     static constexpr float offset = 128.0f;
+    // d · scale and dmin · min of rows g and g + 8; d, dmin and their
+    // −2^23 multiples are shared by the atom's blocks.
     static __device__ void scale(const raw &r, int b, float (&s)[2])
     {
-        s[0] = f16_to_f32((u16)r.sup[0]) * u8_to_f32(r.s[0] >> (8 * b));
-        s[1] = f16_to_f32((u16)r.sup[1]) * u8_to_f32(r.s[1] >> (8 * b));
+        const float d0 = f16_to_f32((u16)r.sup[0]), d1 = f16_to_f32((u16)r.sup[1]);
+        s[0] = mul_u8(r.s[0], b, d0, d0 * -8388608.0f);
+        s[1] = mul_u8(r.s[1], b, d1, d1 * -8388608.0f);
     }
     static __device__ void minimum(const raw &r, int b, float (&m)[2])
     {
-        m[0] = f16_to_f32((u16)(r.sup[0] >> 16)) * u8_to_f32(r.s[0] >> (8 * b + 16));
-        m[1] = f16_to_f32((u16)(r.sup[1] >> 16)) * u8_to_f32(r.s[1] >> (8 * b + 16));
+        const float d0 = f16_to_f32((u16)(r.sup[0] >> 16)), d1 = f16_to_f32((u16)(r.sup[1] >> 16));
+        m[0] = mul_u8(r.s[0], 2 + b, d0, d0 * -8388608.0f);
+        m[1] = mul_u8(r.s[1], 2 + b, d1, d1 * -8388608.0f);
     }
 };
 
