@@ -126,11 +126,12 @@ static const tc_format tc_formats[] = {
 _Static_assert(KILN_ARRAY_LEN(tc_formats) == KILN_FMT_COUNT, "one entry per format");
 
 /* Whether linear c on t runs the tensor-core kernel: in every bucket it
- * serves, one token included. At m = 1 seven of the mma's eight token
- * columns are idle, yet on an H200 it is faster than the f32 kernel for
- * every format on average over the decode shapes (docs/PERFORMANCE.md,
- * run (d): the E4M3 formats but at 28672 x 4096), and a weight keeps one
- * layout. */
+ * serves, one token included. At m = 1 the mma's eight token columns hold
+ * one token (Q4_0 and Q4_K put x's block sums in them), yet on an H200 it
+ * is faster than the f32 kernel for every format on the decode shapes, or
+ * within a point (docs/PERFORMANCE.md, run (e) against (c): FP8 at 28672 x
+ * 4096 88.7 % of the copy bandwidth against 89.5 %), and a weight keeps
+ * one layout. */
 static int tc_takes(const kiln_target *t, const kiln_linear_cfg *c)
 {
     return kiln_gemv_tc_serves(t, c->format, c->n, c->k);
