@@ -472,20 +472,19 @@ struct tc_q4_k : tc_base {
         decode_int4(word_of(r.q[0], j), a);
     }
     static constexpr float offset = 128.0f;
-    // d · scale and dmin · min of rows g and g + 8; d, dmin and their
-    // −2^23 multiples are shared by the atom's blocks.
-    static __device__ void scale(const raw &r, int b, float (&s)[2])
+    // Rows g and g + 8: the f16 half `half` of the super-record (d, dmin)
+    // times byte `byte` of the record (scale, min). The atom's blocks
+    // share d, dmin and their −2^23 multiples.
+    static __device__ void times_u8(const raw &r, int half, int byte, float (&out)[2])
     {
-        const float d0 = f16_to_f32((u16)r.sup[0]), d1 = f16_to_f32((u16)r.sup[1]);
-        s[0] = mul_u8(r.s[0], b, d0, d0 * -8388608.0f);
-        s[1] = mul_u8(r.s[1], b, d1, d1 * -8388608.0f);
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const float d = f16_to_f32((u16)(r.sup[i] >> (16 * half)));
+            out[i] = mul_u8(r.s[i], byte, d, d * -8388608.0f);
+        }
     }
-    static __device__ void minimum(const raw &r, int b, float (&m)[2])
-    {
-        const float d0 = f16_to_f32((u16)(r.sup[0] >> 16)), d1 = f16_to_f32((u16)(r.sup[1] >> 16));
-        m[0] = mul_u8(r.s[0], 2 + b, d0, d0 * -8388608.0f);
-        m[1] = mul_u8(r.s[1], 2 + b, d1, d1 * -8388608.0f);
-    }
+    static __device__ void scale(const raw &r, int b, float (&s)[2]) { times_u8(r, 0, b, s); }
+    static __device__ void minimum(const raw &r, int b, float (&m)[2]) { times_u8(r, 1, 2 + b, m); }
 };
 
 // Data: the low 4 bits as Q4_0's nibbles (512 bytes an atom), then the
