@@ -347,9 +347,10 @@ static void record_of(const kiln_qtensor *q, pack_record rec, int64_t n, int64_t
             kiln_quant_q4_k_scale_min((int)(a % 4) * 2 + b, y + 4, &out[b], &out[2 + b]);
         break;
     }
-    case REC_Q6_K: {
+    case REC_Q6_K: { /* the int8 scales as s + 128 */
         const uint8_t *y = ggml_block(q, n, a * ATOM, QK_K, 210);
-        memcpy(out, y + 192 + (a % 4) * 4, 4);
+        for (int b = 0; b < 4; b++)
+            out[b] = y[192 + (a % 4) * 4 + b] ^ 0x80u;
         break;
     }
     case REC_NATIVE:

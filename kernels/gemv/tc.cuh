@@ -136,9 +136,11 @@ __device__ __forceinline__ float mul_u8(u32 w, int byte, float d, float nd)
     return fmaf(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7440u | (u32)byte)), d, nd);
 }
 
-__device__ __forceinline__ float s8_to_f32(u32 v)
+// Byte `byte` of w, an int8 s stored as s + 128: one permute into the
+// mantissa of 2^23, one exact subtraction.
+__device__ __forceinline__ float biased_s8(u32 w, int byte)
 {
-    return __uint_as_float(0x4B000000u | ((v ^ 0x80u) & 0xFFu)) - 8388736.0f;
+    return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7440u | (u32)byte)) - 8388736.0f;
 }
 
 // E2M1: the 3-bit magnitude c and the sign s of each value sit where one
@@ -490,10 +492,14 @@ struct tc_q4_k : tc_base {
 // Data: the low 4 bits as Q4_0's nibbles (512 bytes an atom), then the
 // high 2 bits, 8 bytes a lane: k-tile j, register r at bits
 // 2·((j & 1)·4 + r) of word j >> 1 (16 higher for the high half). Record:
-// int8 scales of (g, k-tile 0..3), then (g + 8, 0..3). Super-record: f16
-// d of g, then of g + 8. Units: the high bits and the super-record.
+// the int8 scales of (g, k-tile 0..3), then (g + 8, 0..3), each stored as
+// s + 128. Super-record: f16 d of g, then of g + 8. Units: the high bits
+// and the super-record. The registers read 128 + u, u = q + 32 the 6-bit
+// code: offset 160.
 struct tc_q6_k : tc_base {
     static constexpr int atom_bytes = 768, record = 8, units = 2, block_tiles = 1;
+    static constexpr bool has_offset = true;
+    static constexpr float offset = 160.0f;
     template <int N, int K>
     static __device__ tc_scale_ptr scale_ptr(const kiln_linear_args &args, int tile, int g)
     {
@@ -513,22 +519,22 @@ struct tc_q6_k : tc_base {
     }
     static __device__ void decode(const raw &r, int j, u32 (&a)[4])
     {
-        // 16·(128 + h) − 2208 = 16h − 160; q = (128 + l) + that = l + 16h − 32.
-        constexpr u32 sixteen = bf2_splat(0x4180u), minus_2208 = bf2_splat(0xC50Au);
+        // The high bits to bits 4, 5 beside the magic, then the low ones
+        // below them: the 6-bit code in the mantissa, 7 bits wide.
         const u32 w = word_of(r.q[0], j), hw = r.qh[j >> 1];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const u32 l = lop_and_or(i ? shr(w, 4 * i) : w, 0x000F000Fu, bf2_magic);
             const int hs = 2 * ((j & 1) * 4 + i);
-            const u32 h = lop_and_or(hs ? shr(hw, hs) : hw, 0x00030003u, bf2_magic);
-            a[i] = bf2_fma(l, bf2_one, bf2_fma(h, sixteen, minus_2208));
+            const u32 h = hs < 4 ? hw << (4 - hs) : hs > 4 ? shr(hw, hs - 4) : hw;
+            const u32 hm = lop_and_or(h, 0x00300030u, bf2_magic);
+            a[i] = lop_and_or(i ? shr(w, 4 * i) : w, 0x000F000Fu, hm);
         }
     }
     static __device__ void scale(const raw &r, int b, float (&s)[2])
     {
         const float d0 = f16_to_f32((u16)r.sup[0]), d1 = f16_to_f32((u16)(r.sup[0] >> 16));
-        s[0] = d0 * s8_to_f32(r.s[0] >> (8 * b));
-        s[1] = d1 * s8_to_f32(r.s[1] >> (8 * b));
+        s[0] = d0 * biased_s8(r.s[0], b);
+        s[1] = d1 * biased_s8(r.s[1], b);
     }
 };
 

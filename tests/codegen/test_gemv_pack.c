@@ -113,9 +113,9 @@ static void dec_q6_k(const lane_raw *r, int j, uint32_t a[4])
 {
     const uint32_t w = r->q[0][j], hw = r->qh[j >> 1];
     for (int i = 0; i < 4; i++) {
-        const uint32_t l = lop_and_or(w >> (4 * i), 0x000F000Fu, MAGIC);
-        const uint32_t h = lop_and_or(hw >> (2 * ((j & 1) * 4 + i)), 0x00030003u, MAGIC);
-        a[i] = bf2_fma(l, BF2_ONE, bf2_fma(h, SPLAT(0x4180u), SPLAT(0xC50Au))); /* 16, -2208 */
+        const int hs = 2 * ((j & 1) * 4 + i);
+        const uint32_t h = hs < 4 ? hw << (4 - hs) : hw >> (hs - 4);
+        a[i] = lop_and_or(w >> (4 * i), 0x000F000Fu, lop_and_or(h, 0x00300030u, MAGIC));
     }
 }
 
@@ -222,7 +222,7 @@ static void sc_q6_k(const lane_raw *r, int b, float s[2], float m[2])
 {
     (void)m;
     for (int h = 0; h < 2; h++)
-        s[h] = f16(r->sup[0] >> (16 * h)) * (float)(int8_t)((r->s[h] >> (8 * b)) & 0xFF);
+        s[h] = f16(r->sup[0] >> (16 * h)) * (float)((int)((r->s[h] >> (8 * b)) & 0xFF) - 128);
 }
 
 static float f32_at(const uint8_t *p, size_t i) { return bits_f32(le32(p + 4 * i)); }
@@ -262,7 +262,7 @@ static const tc_model models[KILN_FMT_COUNT] = {
     [KILN_FMT_Q8_0] = { 2, 1024, 2, load_rec8, dec_q8_0, sc_f16, { 0 }, row_one, F_W8, 1 },
     [KILN_FMT_Q4_0] = { 1, 512, 2, load_rec8, dec_int4, sc_f16, { 136, 136 }, row_one, F_INT4, 1 },
     [KILN_FMT_Q4_K] = { 1, 512, 2, load_q4_k, dec_int4, sc_q4_k, { 128, 128 }, row_one, F_INT4, 1 },
-    [KILN_FMT_Q6_K] = { 1, 768, 1, load_q6_k, dec_q6_k, sc_q6_k, { 0 }, row_one, F_Q6, 1 },
+    [KILN_FMT_Q6_K] = { 1, 768, 1, load_q6_k, dec_q6_k, sc_q6_k, { 160, 160 }, row_one, F_Q6, 1 },
     [KILN_FMT_GGML_MXFP4] = { 1, 512, 2, load_rec4, dec_e2m1_ggml, sc_e8m0_half, { 0 }, row_one, F_E2M1, 1 },
 };
 
