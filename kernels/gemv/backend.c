@@ -158,6 +158,15 @@ enum {
      * fragment feeds 64 rows, and the launch keeps a block for each SM;
      * Q6_K's and Q8_0's warps keep 2 (tc_wide_two_tiles). */
     TC_WIDE_GROUPS = 128,
+    /* The warps a wide launch of 4 row tiles a warp fills, and does not
+     * pass: their registers keep 8 an SM, so 1024 are one wave on the 132
+     * SMs of an H100/H200. Its blocks take 8 warps where 4-warp blocks
+     * would leave fewer, and K splits while the launch stays within it
+     * (H200, % of the copy bandwidth at 16 tokens: 8192 x 28672 8 warps
+     * split 8 ways against 4 split 4 ways Q4_0 56.5 against 52.1, Q4_K 43.4
+     * against 36.8, NVFP4 48.6 against 46.8; 28672 x 4096 split 2 ways
+     * against 4 Q4_0 50.7 against 48.2, NVFP4 45.5 against 43.6). */
+    TC_WIDE_WARPS = 1024,
 };
 
 /* The formats whose wide 16-token blocks keep 2 row tiles a warp: their
@@ -169,10 +178,14 @@ static const unsigned tc_wide_two_tiles = 1u << KILN_FMT_Q6_K | 1u << KILN_FMT_Q
 /* The class's row tiles, warps and stages for linear c. */
 static tc_config tc_class(const tc_variant *v, const kiln_linear_cfg *c)
 {
-    if (v->max_m == 16 && kiln_ceil_div(c->n, 16) >= 4 * TC_WIDE_GROUPS)
-        return (tc_config){ .row_tiles = tc_wide_two_tiles & (1u << c->format) ? 2 : 4,
-                            .warps = 4,
+    const int64_t tiles = kiln_ceil_div(c->n, 16);
+    if (v->max_m == 16 && tiles >= 4 * TC_WIDE_GROUPS) {
+        if (tc_wide_two_tiles & (1u << c->format))
+            return (tc_config){ .row_tiles = 2, .warps = 4, .stages = 3 };
+        return (tc_config){ .row_tiles = 4,
+                            .warps = kiln_ceil_div(tiles, 4) * 4 < TC_WIDE_WARPS ? 8 : 4,
                             .stages = 3 };
+    }
     return (tc_config){ .row_tiles = v->row_tiles, .warps = v->warps, .stages = v->stages };
 }
 
@@ -228,10 +241,12 @@ static int tc_configure(const kiln_target *t, const kiln_linear_cfg *c, const tc
     const int64_t atoms = c->k / 64;
     const int64_t min_warps =
         v->max_m == 1 || tc_formats[c->format].batch <= 2 ? TC_MIN_WARPS : GEMV_MIN_WARPS;
+    const int wide4 = v->max_m == 16 && k.row_tiles == 4;
     int warps = k.warps, split;
     for (;;) {
         split = 1;
-        while (split * 2 <= warps && groups * split < min_warps && atoms >= 8 * split)
+        while (split * 2 <= warps && atoms >= 8 * split &&
+               (wide4 ? groups * split * 2 <= TC_WIDE_WARPS : groups * split < min_warps))
             split *= 2;
         if (tc_smem(c, v, &k, warps) + tc_red(v, &k, warps, split) <= limit)
             break;

@@ -970,7 +970,10 @@ Test(gemv, tc_launches_cover_every_row)
                     cr_assert_eq(max_m, variants[v].max_m, "%s", sig);
                     const int wide = max_m == 16 && (n + 15) / 16 >= 512;
                     const int two = f == KILN_FMT_Q6_K || f == KILN_FMT_Q8_0;
-                    const long long class_warps = wide ? 4 : variants[v].warps;
+                    /* Wide blocks of 4 row tiles a warp take 8 warps below
+                     * 1024 warps of 4-warp blocks. */
+                    const long long class_warps =
+                        wide ? (!two && (n + 63) / 64 * 4 < 1024 ? 8 : 4) : variants[v].warps;
                     cr_assert_eq(row_tiles, wide && !two ? 4 : variants[v].row_tiles, "%s", sig);
                     cr_assert_eq(warps % split, 0, "%s", sig);
                     cr_assert(split == 1 || k / 64 >= 4 * split, "%s: k_split %lld", sig, split);
@@ -1137,6 +1140,47 @@ Test(gemv, tc_split_stops_sooner_for_4_bit_from_two_tokens)
         cr_assert_eq(gemv->launch(&t, &src.desc.linear, cases[i].m, &l), KILN_OK);
         cr_assert_eq(source_param(src.text, "k_split"), cases[i].k_split, "%s", sig);
         cr_assert_eq(l.grid[0], 1792u / (4 / cases[i].k_split), "%s", sig);
+        kiln_kernel_source_free(&src);
+    }
+}
+
+/* 16 tokens on the H200 decode shapes, worked by hand. N >= 8192 is wide:
+ * 4 row tiles a warp for the 4-bit formats, and a launch that fills 1024
+ * warps, no more. 8192 x 28672 is 128 row groups: 4-warp blocks split 4
+ * ways would be 512 warps, so blocks take 8 and split 8 ways. 28672 x 4096
+ * is 448 row groups: split 2 ways, 896 warps. Q6_K keeps 2 row tiles and
+ * splits while under 2048 warps. 4096 x 14336 is not wide: 2 row tiles, 8
+ * warps, 128 row groups split 8 ways. */
+Test(gemv, tc16_fills_one_wave_of_an_h200)
+{
+    static const struct {
+        kiln_format f;
+        int64_t n, k;
+        int row_tiles, warps, k_split;
+        unsigned grid;
+    } cases[] = {
+        { KILN_FMT_Q4_0, 8192, 28672, 4, 8, 8, 128 },
+        { KILN_FMT_NVFP4, 8192, 28672, 4, 8, 8, 128 },
+        { KILN_FMT_Q4_0, 28672, 4096, 4, 4, 2, 224 },
+        { KILN_FMT_Q4_K, 28672, 4096, 4, 4, 2, 224 },
+        { KILN_FMT_Q6_K, 28672, 4096, 2, 4, 4, 896 },
+        { KILN_FMT_Q4_0, 4096, 14336, 2, 8, 8, 128 },
+    };
+    kiln_target t = target("h200");
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+        char v[64], sig[512];
+        cr_assert_str_eq(variant_of("h200", cases[i].f, cases[i].k, 16, v, sizeof v), "tc16");
+        gemv_sig(sig, sizeof sig, "tc16", cases[i].f, 0, cases[i].n, cases[i].k, "h200");
+        kiln_kernel_source src;
+        cr_assert_eq(kiln_emit(kiln_registry_default(), sig, &src), KILN_OK, "%s",
+                     kiln_last_error());
+        kiln_launch l;
+        cr_assert_eq(gemv->launch(&t, &src.desc.linear, 16, &l), KILN_OK);
+        cr_assert_eq(source_param(src.text, "row_tiles"), cases[i].row_tiles, "%s", sig);
+        cr_assert_eq(source_param(src.text, "warps"), cases[i].warps, "%s", sig);
+        cr_assert_eq(source_param(src.text, "k_split"), cases[i].k_split, "%s", sig);
+        cr_assert_eq(l.grid[0], cases[i].grid, "%s", sig);
+        cr_assert_eq(l.block[0], 32u * cases[i].warps, "%s", sig);
         kiln_kernel_source_free(&src);
     }
 }
