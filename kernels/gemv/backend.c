@@ -89,8 +89,9 @@ enum {
  * the lane groups holding x, one or two token tiles of 8), row tiles of
  * 16 per warp, warps per block and ring stages per warp. From m = 8 on a
  * warp takes two row tiles, so each x fragment it stages feeds two of
- * them. Chosen by a sweep on an H200 (docs/PERFORMANCE.md): below 8
- * tokens, blocks of 4 warps with 3 stages fit four or more blocks an SM. */
+ * them. Chosen by a sweep on an H200 (scripts/tc-sweep, docs/PERFORMANCE.md):
+ * below 8 tokens, blocks of 4 warps with 3 stages fit four or more blocks an
+ * SM. */
 typedef struct tc_variant {
     const char *name;
     int64_t max_m;
