@@ -7,9 +7,10 @@
 // of an H200 can issue at its memory bandwidth. An mma takes 8 or 16
 // tokens for the cost of one, so what remains per weight is its decoding
 // into BF16: a few bit operations per pair of weights (below). The same
-// kernel serves m = 1, where the seven idle token columns cost nothing
-// the memory does not already wait for; the M classes below 8 (1, 2, 4)
-// stage x only for the lane groups that hold a token.
+// kernel serves m = 1, where the seven other token columns cost nothing
+// the memory does not already wait for, and carry the sums of x that the
+// integer formats' offsets need (tc_col_sums); the M classes below 8 (1,
+// 2, 4) stage x only for the lane groups that hold a token.
 //
 // The weights as the A operand. Rows of W are the mma's M (16 rows a
 // tile), tokens its N (8 a tile, two tiles at m > 8), K its K. A lane
@@ -36,9 +37,10 @@
 // Exactness. Every decoding below gives the format's value exactly in
 // BF16 (the integer codes and FP8/FP4 magnitudes fit BF16's 8 significant
 // bits). Block scales multiply the f32 partial product of the k-tiles they
-// cover, per-tensor and per-row scales the final sum. The 4-bit integer
-// codes read 128 + q; the offset (128 or 136) leaves through the sum of x
-// over the block, and Q4_K's minimum through the same sum. From two
+// cover, per-tensor and per-row scales the final sum. The integer codes of
+// Q4_0, Q4_K and Q6_K read 128 + their unsigned code; the offset (136, 128,
+// 160) leaves through the sum of x over the block, and Q4_K's minimum
+// through the same sum. From two
 // tokens on, an mma of x with an A of −offset starts each block sum (once
 // an atom, for all of a warp's row tiles) and one with an A of ones gives
 // the minimum's; at one token the token tile's eight columns all hold
@@ -632,8 +634,8 @@ __device__ __forceinline__ void tc_xsums(const u32 (&xb)[TT][4][2], const u32 (&
 // At one token (a token tile of lane group 0's copies of token 0, and
 // only its first column stored), the sums of x over a stage's blocks come
 // from the columns: column n of an mma of x with an A of ones gives block
-// n's, its k-tile jj in the jj-th of the block's k-tiles mma, eight
-// blocks a pair of mma for Q4_0 and Q4_K rather than two pairs a block.
+// n's, its k-tile jj in the jj-th of the block's k-tiles mma: eight
+// blocks in two mma for Q4_0 and Q4_K, one for Q6_K's 16-value blocks.
 // Lane group g supplies block g's k-tiles; lane t holds columns 2t and
 // 2t + 1, and every lane takes each block's sum from the lane holding it.
 template <class F, class S>
