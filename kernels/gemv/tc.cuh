@@ -116,7 +116,7 @@ __device__ __forceinline__ constexpr u32 bf2_splat(u32 bf16) { return bf16 | (bf
 
 // 4-bit integer codes: nibble r + 4·half of the k-tile's word, read as
 // 128 + q through the magic. No arithmetic: the kernel takes the 128 (and
-// a format's own offset) out with an mma of x (the trait's neg_offset).
+// a format's own offset: the trait's offset) out through the sums of x.
 // BF16 has 7 mantissa bits, so each nibble is shifted down to bits 0..3.
 __device__ __forceinline__ void decode_int4(u32 w, u32 (&a)[4])
 {
