@@ -1050,6 +1050,21 @@ Test(gemv, decode_shapes_fill_an_h200)
     kiln_kernel_source_free(&src);
 }
 
+/* On the H200: asserts that bucket m of format f at n x k takes variant,
+ * emits it into src (the caller frees it), and gives its launch at m;
+ * sig names it for messages. */
+static void h200_tc(kiln_format f, const char *variant, int64_t n, int64_t k, int64_t m,
+                    char (*sig)[512], kiln_kernel_source *src, kiln_launch *l)
+{
+    kiln_target t = target("h200");
+    char v[64];
+    cr_assert_str_eq(variant_of("h200", f, k, m, v, sizeof v), variant);
+    gemv_sig(*sig, sizeof *sig, variant, f, 0, n, k, "h200");
+    cr_assert_eq(kiln_emit(kiln_registry_default(), *sig, src), KILN_OK, "%s",
+                 kiln_last_error());
+    cr_assert_eq(gemv->launch(&t, &src->desc.linear, m, l), KILN_OK, "%s", *sig);
+}
+
 /* The same shapes at m = 1 for the formats whose single token runs tc1,
  * worked by hand: one row tile of 16 a warp, 4 warps a block, and K split
  * (up to the 4 warps of a block) while the launch has fewer than 4096
@@ -1085,17 +1100,12 @@ Test(gemv, tc_decode_shapes_fill_an_h200)
         { KILN_FMT_FP8_TENSOR, 27648 }, { KILN_FMT_FP8_CHANNEL, 27648 },
         { KILN_FMT_FP8_BLOCK, 33792 },  { KILN_FMT_MXFP8, 28800 },
     };
-    kiln_target t = target("h200");
     for (size_t s = 0; s < KILN_ARRAY_LEN(shapes); s++)
         for (size_t f = 0; f < KILN_ARRAY_LEN(fs); f++) {
-            char v[64], sig[512];
-            cr_assert_str_eq(variant_of("h200", fs[f].f, shapes[s].k, 1, v, sizeof v), "tc1");
-            gemv_sig(sig, sizeof sig, "tc1", fs[f].f, 0, shapes[s].n, shapes[s].k, "h200");
+            char sig[512];
             kiln_kernel_source src;
-            cr_assert_eq(kiln_emit(kiln_registry_default(), sig, &src), KILN_OK, "%s",
-                         kiln_last_error());
             kiln_launch l;
-            cr_assert_eq(gemv->launch(&t, &src.desc.linear, 1, &l), KILN_OK);
+            h200_tc(fs[f].f, "tc1", shapes[s].n, shapes[s].k, 1, &sig, &src, &l);
             cr_assert_eq(source_param(src.text, "row_tiles"), 1, "%s", sig);
             cr_assert_eq(source_param(src.text, "k_split"), shapes[s].k_split, "%s", sig);
             cr_assert_eq(l.grid[0], shapes[s].grid, "%s", sig);
@@ -1127,17 +1137,11 @@ Test(gemv, tc_split_stops_sooner_for_4_bit_from_two_tokens)
         { KILN_FMT_Q8_0, "tc4", 4, 4 },       { KILN_FMT_BF16, "tc2", 2, 4 },
         { KILN_FMT_Q4_0, "tc1", 1, 4 },
     };
-    kiln_target t = target("h200");
     for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
-        char v[64], sig[512];
-        cr_assert_str_eq(variant_of("h200", cases[i].f, 4096, cases[i].m, v, sizeof v),
-                         cases[i].variant);
-        gemv_sig(sig, sizeof sig, cases[i].variant, cases[i].f, 0, 28672, 4096, "h200");
+        char sig[512];
         kiln_kernel_source src;
-        cr_assert_eq(kiln_emit(kiln_registry_default(), sig, &src), KILN_OK, "%s",
-                     kiln_last_error());
         kiln_launch l;
-        cr_assert_eq(gemv->launch(&t, &src.desc.linear, cases[i].m, &l), KILN_OK);
+        h200_tc(cases[i].f, cases[i].variant, 28672, 4096, cases[i].m, &sig, &src, &l);
         cr_assert_eq(source_param(src.text, "k_split"), cases[i].k_split, "%s", sig);
         cr_assert_eq(l.grid[0], 1792u / (4 / cases[i].k_split), "%s", sig);
         kiln_kernel_source_free(&src);
@@ -1166,16 +1170,11 @@ Test(gemv, tc16_fills_one_wave_of_an_h200)
         { KILN_FMT_Q6_K, 28672, 4096, 2, 4, 4, 896 },
         { KILN_FMT_Q4_0, 4096, 14336, 2, 8, 8, 128 },
     };
-    kiln_target t = target("h200");
     for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
-        char v[64], sig[512];
-        cr_assert_str_eq(variant_of("h200", cases[i].f, cases[i].k, 16, v, sizeof v), "tc16");
-        gemv_sig(sig, sizeof sig, "tc16", cases[i].f, 0, cases[i].n, cases[i].k, "h200");
+        char sig[512];
         kiln_kernel_source src;
-        cr_assert_eq(kiln_emit(kiln_registry_default(), sig, &src), KILN_OK, "%s",
-                     kiln_last_error());
         kiln_launch l;
-        cr_assert_eq(gemv->launch(&t, &src.desc.linear, 16, &l), KILN_OK);
+        h200_tc(cases[i].f, "tc16", cases[i].n, cases[i].k, 16, &sig, &src, &l);
         cr_assert_eq(source_param(src.text, "row_tiles"), cases[i].row_tiles, "%s", sig);
         cr_assert_eq(source_param(src.text, "warps"), cases[i].warps, "%s", sig);
         cr_assert_eq(source_param(src.text, "k_split"), cases[i].k_split, "%s", sig);
