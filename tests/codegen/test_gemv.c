@@ -914,7 +914,8 @@ Test(gemv, launches_cover_every_row)
  * the source's, the warps' rings; with the reduction it fits the part. A
  * warp has its class's row tiles (1 below 8 tokens, else 2; 4 at tc16
  * from N = 8192, 512 row tiles, on), a block its class's warps (4; 8 for
- * tc16 of 2 row tiles) but where they would not fit: then half as many
+ * tc16 of 2 row tiles, and for tc16 of 4 where blocks of 4 would make
+ * fewer than 1024 warps) but where they would not fit: then half as many
  * as the first count that does not. */
 Test(gemv, tc_launches_cover_every_row)
 {
