@@ -128,11 +128,11 @@ _Static_assert(KILN_ARRAY_LEN(tc_formats) == KILN_FMT_COUNT, "one entry per form
 
 /* Whether linear c on t runs the tensor-core kernel: in every bucket it
  * serves, one token included. At m = 1 the mma's eight token columns hold
- * one token (Q4_0 and Q4_K put x's block sums in them), yet on an H200 it
- * is faster than the f32 kernel for every format on the decode shapes, or
- * within a point (docs/PERFORMANCE.md, run (e) against (c): FP8 at 28672 x
- * 4096 88.7 % of the copy bandwidth against 89.5 %), and a weight keeps
- * one layout. */
+ * one token (Q4_0, Q4_K and Q6_K put x's block sums in them), yet on an
+ * H200 it is faster than the f32 kernel for every format on the decode
+ * shapes, or within a point (docs/PERFORMANCE.md, run (e) against (c): FP8
+ * at 28672 x 4096 88.7 % of the copy bandwidth against 89.5 %), and a
+ * weight keeps one layout. */
 static int tc_takes(const kiln_target *t, const kiln_linear_cfg *c)
 {
     return kiln_gemv_tc_serves(t, c->format, c->n, c->k);
@@ -409,8 +409,7 @@ static void gemv_variant_name(const kiln_target *t, const kiln_linear_cfg *c, in
                               char *buf, size_t size)
 {
     snprintf(buf, size, "%s",
-             tc_takes(t, c) ? tc_for_bucket(bucket)->name
-                                                            : variant_for_bucket(bucket)->name);
+             tc_takes(t, c) ? tc_for_bucket(bucket)->name : variant_for_bucket(bucket)->name);
 }
 
 /* What both kernels need of k's inputs: BF16 activations, one aux input. */

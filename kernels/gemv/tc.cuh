@@ -40,13 +40,12 @@
 // cover, per-tensor and per-row scales the final sum. The integer codes of
 // Q4_0, Q4_K and Q6_K read 128 + their unsigned code; the offset (136, 128,
 // 160) leaves through the sum of x over the block, and Q4_K's minimum
-// through the same sum. From two
-// tokens on, an mma of x with an A of −offset starts each block sum (once
-// an atom, for all of a warp's row tiles) and one with an A of ones gives
-// the minimum's; at one token the token tile's eight columns all hold
-// token 0, so two mma give the sums of a stage's eight blocks, a block a
-// column (tc_col_sums). Only the order of the f32 additions differs from
-// the CPU reference.
+// through the same sum. From two tokens on, an mma of x with an A of
+// −offset starts each block sum (once an atom, for all of a warp's row
+// tiles) and one with an A of ones gives the minimum's; at one token the
+// token tile's eight columns all hold token 0, so the sums of a stage's
+// eight blocks come a block a column (tc_col_sums). Only the order of the
+// f32 additions differs from the CPU reference.
 //
 // Work split. A warp owns RowTiles consecutive row tiles and a contiguous
 // KSplit-th of the atoms (the slices differ by at most one atom); the
@@ -127,22 +126,24 @@ __device__ __forceinline__ void decode_int4(u32 w, u32 (&a)[4])
 }
 
 // Small integers to f32 without the conversion pipe (a quarter of the FMA
-// rate): the integer in the mantissa of 2^23.
-//
-// d · u for byte `byte` of w, as an unsigned integer u, rounded once as
-// d · u is: one permute puts the byte in the mantissa of 2^23, and one fma
-// gives d · (2^23 + u) + nd, nd = −2^23 · d (exact), the caller's once per
-// d.
-__device__ __forceinline__ float mul_u8(u32 w, int byte, float d, float nd)
+// rate): 2^23 + u for byte `byte` of w as an unsigned integer u, the byte
+// put in the mantissa of 2^23 by one permute.
+__device__ __forceinline__ float u8_over_2p23(u32 w, int byte)
 {
-    return fmaf(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7440u | (u32)byte)), d, nd);
+    return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7440u | (u32)byte));
 }
 
-// Byte `byte` of w, an int8 s stored as s + 128: one permute into the
-// mantissa of 2^23, one exact subtraction.
+// d · u, rounded once as d · u is: one fma gives d · (2^23 + u) + nd, nd =
+// −2^23 · d (exact), the caller's once per d.
+__device__ __forceinline__ float mul_u8(u32 w, int byte, float d, float nd)
+{
+    return fmaf(u8_over_2p23(w, byte), d, nd);
+}
+
+// Byte `byte` of w, an int8 s stored as s + 128: one exact subtraction.
 __device__ __forceinline__ float biased_s8(u32 w, int byte)
 {
-    return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7440u | (u32)byte)) - 8388736.0f;
+    return u8_over_2p23(w, byte) - 8388736.0f;
 }
 
 // E2M1: the 3-bit magnitude c and the sign s of each value sit where one
@@ -606,28 +607,31 @@ struct tc_xblocks {
     float sum[F::has_min ? blocks : 1][TT][4];
 };
 
+// d = Σ over the BT k-tiles of a block of an mma of a with x's B
+// fragments b[0 .. BT − 1].
+template <int BT>
+__device__ __forceinline__ void mma_block(float (&d)[4], const u32 (&a)[4], const u32 (*b)[2])
+{
+    const float zero[4] = {};
+    mma_bf16(d, a, b[0], zero);
+#pragma unroll
+    for (int jj = 1; jj < BT; jj++)
+        mma_bf16(d, a, b[jj], d);
+}
+
 template <class F, int TT>
 __device__ __forceinline__ void tc_xsums(const u32 (&xb)[TT][4][2], const u32 (&neg)[4],
                                          const u32 (&ones)[4], tc_xblocks<F, TT> &xs)
 {
     constexpr int BT = F::block_tiles;
-    const float zero[4] = {};
 #pragma unroll
     for (int b = 0; b < tc_xblocks<F, TT>::blocks; b++)
 #pragma unroll
         for (int n = 0; n < TT; n++) {
-            if constexpr (F::has_offset) {
-                mma_bf16(xs.off[b][n], neg, xb[n][b * BT], zero);
-#pragma unroll
-                for (int jj = 1; jj < BT; jj++)
-                    mma_bf16(xs.off[b][n], neg, xb[n][b * BT + jj], xs.off[b][n]);
-            }
-            if constexpr (F::has_min) {
-                mma_bf16(xs.sum[b][n], ones, xb[n][b * BT], zero);
-#pragma unroll
-                for (int jj = 1; jj < BT; jj++)
-                    mma_bf16(xs.sum[b][n], ones, xb[n][b * BT + jj], xs.sum[b][n]);
-            }
+            if constexpr (F::has_offset)
+                mma_block<BT>(xs.off[b][n], neg, &xb[n][b * BT]);
+            if constexpr (F::has_min)
+                mma_block<BT>(xs.sum[b][n], ones, &xb[n][b * BT]);
         }
 }
 
