@@ -82,6 +82,13 @@ int kiln_bench_rotation(double weight_bytes, double rotate_bytes)
     return copies >= KILN_BENCH_MAX_ROTATION ? KILN_BENCH_MAX_ROTATION : (int)copies;
 }
 
+int kiln_bench_chain(int rotation)
+{
+    if (rotation < 1)
+        rotation = 1;
+    return (KILN_BENCH_MIN_CHAIN + rotation - 1) / rotation * rotation;
+}
+
 int kiln_bench_launches(double launch_us, int per_launch, int iters, double rep_ms)
 {
     if (per_launch < 1)

@@ -16,6 +16,8 @@ enum {
     /* More copies than this would make the kiln graph of one bucket
      * thousands of launches long; a weight that small stays in L2 anyway. */
     KILN_BENCH_MAX_ROTATION = 64,
+    /* GEMMs at least in one replay of a timed graph (kiln_bench_chain). */
+    KILN_BENCH_MIN_CHAIN = 8,
     /* Rows of the quantized tile that a benchmark weight repeats (see
      * kiln_bench_weight_make): a multiple of 128 so block-scale rows repeat
      * with the data, and not a power of two so a kernel that confuses row n
@@ -114,6 +116,12 @@ double kiln_bench_flops(int64_t n, int64_t k, int64_t m);
  * from DRAM: enough to cover rotate_bytes, at least 1, at most
  * KILN_BENCH_MAX_ROTATION. */
 int kiln_bench_rotation(double weight_bytes, double rotate_bytes);
+
+/* GEMMs in one replay of a timed graph: the rotation's copies, cycled
+ * through as many times as it takes to reach KILN_BENCH_MIN_CHAIN, so that
+ * most GEMMs follow another one in the graph as the linears of a decode
+ * step do (and a kernel that starts while its predecessor drains gets to). */
+int kiln_bench_chain(int rotation);
 
 /* Timed launches per repetition: each launch runs per_launch GEMMs and took
  * about launch_us when tried; as many as fit in rep_ms, at least one, and no
@@ -232,6 +240,7 @@ typedef struct kiln_bench_row {
     double us;               /* median microseconds of one GEMM; 0 when not timed */
     double bytes, flops;
     int rotation;            /* weight copies the timed GEMMs cycled through */
+    int chain;               /* GEMMs in one replay of the timed graph */
     double check_err;        /* worst error / budget unit; < 0 when not checked */
     double speedup_bf16;     /* peer µs / kiln µs; 0 when there is no peer time */
     double speedup_fp8;

@@ -6,13 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* kiln's side of one (shape, format): R copies of the weight, each behind
- * its own input and linear in one graph, so one replay of a bucket runs R
- * GEMMs that read R different weights, and every GEMM quantizes its own
+/* kiln's side of one (shape, format): R copies of the weight and a chain
+ * of C linears (kiln_bench_chain), linear i reading copy i mod R behind its
+ * own input, in one graph: one replay of a bucket runs C GEMMs, each reading
+ * another weight than the one before it, and every GEMM quantizes its own
  * activations where its kernel wants FP8, as a lone linear would. */
 typedef struct kiln_side {
     kiln_bench_weight w;
-    int rotation;
+    int rotation, chain;
     kiln_graph *graph;
     kiln_plan *plan;
     kiln_session *session;
@@ -99,18 +100,20 @@ static void side_free(kiln_side *k)
 
 static kiln_status side_graph(kiln_side *k, const shape_run *r)
 {
+    kiln_tensor *w[KILN_BENCH_MAX_ROTATION];
+    char name[32];
     kiln_status st = kiln_graph_create(&k->graph);
     for (int i = 0; st == KILN_OK && i < k->rotation; i++) {
-        char name[32];
-        kiln_tensor *x, *w, *y;
+        snprintf(name, sizeof name, "w%d", i);
+        st = kiln_graph_weight(k->graph, name, &k->w.q, &w[i]);
+    }
+    for (int i = 0; st == KILN_OK && i < k->chain; i++) {
+        kiln_tensor *x, *y;
         snprintf(name, sizeof name, "x%d", i);
         st = kiln_graph_input(k->graph, name, r->s->k, &x);
-        snprintf(name, sizeof name, "w%d", i);
-        if (st == KILN_OK)
-            st = kiln_graph_weight(k->graph, name, &k->w.q, &w);
         snprintf(name, sizeof name, "y%d", i);
         if (st == KILN_OK)
-            st = kiln_graph_linear(k->graph, name, x, w, NULL, &y);
+            st = kiln_graph_linear(k->graph, name, x, w[i % k->rotation], NULL, &y);
         if (st == KILN_OK)
             st = kiln_graph_output(k->graph, y);
         if (st == KILN_OK) {
@@ -131,10 +134,11 @@ static kiln_status side_create(kiln_side *k, shape_run *r, kiln_format f)
         return st;
     double weight = (double)(k->w.data_bytes + k->w.scale_bytes);
     k->rotation = kiln_bench_rotation(weight, r->rotate_bytes);
-    k->inputs = calloc((size_t)k->rotation, sizeof *k->inputs);
-    k->outputs = calloc((size_t)k->rotation, sizeof *k->outputs);
+    k->chain = kiln_bench_chain(k->rotation);
+    k->inputs = calloc((size_t)k->chain, sizeof *k->inputs);
+    k->outputs = calloc((size_t)k->chain, sizeof *k->outputs);
     if (!k->inputs || !k->outputs)
-        return kiln_fail(KILN_ERR_NOMEM, "%d graph inputs", k->rotation);
+        return kiln_fail(KILN_ERR_NOMEM, "%d graph inputs", k->chain);
     if ((st = side_graph(k, r)) != KILN_OK)
         return st;
     kiln_session_options so = {
@@ -226,7 +230,7 @@ static void kiln_row(shape_run *r, kiln_side *k, int mi, kiln_bench_row *row)
         return;
     }
     kiln_time_ctx tc = { k->session, m };
-    if ((st = kiln_bench_measure(kiln_time, &tc, k->rotation, r->o, &row->us)) != KILN_OK) {
+    if ((st = kiln_bench_measure(kiln_time, &tc, k->chain, r->o, &row->us)) != KILN_OK) {
         row_error(row, KILN_BENCH_ERROR, kiln_last_error());
         return;
     }
@@ -250,6 +254,7 @@ static void kiln_format_rows(shape_run *r, kiln_format f)
         snprintf(row.kind, sizeof row.kind, "kiln");
         snprintf(row.format, sizeof row.format, "%s", name);
         row.rotation = k.rotation;
+        row.chain = k.chain;
         kiln_bench_bytes b;
         if (kiln_bench_kiln_bytes(f, r->s->n, r->s->k, o->ms[i], &b) == KILN_OK)
             row.bytes = kiln_bench_bytes_total(&b);

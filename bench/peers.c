@@ -232,6 +232,7 @@ static kiln_status enqueue(void *ctx, int i)
     peer_run *u = ctx;
     kiln_bench_peers *p = u->p;
     const peer_weight *pw = &p->w[u->which];
+    i %= pw->rotation; /* the chain cycles through the copies */
     const float alpha = 1.0f, beta = 0.0f;
     int n = (int)p->n, m = (int)u->m, k = (int)p->k;
     if (u->which == KILN_BENCH_PEER_BF16)
@@ -432,7 +433,7 @@ static kiln_status peer_measure(peer_run *u, const kiln_bench_options *o, kiln_b
                  "timed anyway",
                  c.worst, (long long)c.row, (long long)c.col, c.got, c.want);
     }
-    kiln_bench_unit unit = { .enqueue = enqueue, .ctx = u, .count = u->p->w[u->which].rotation };
+    kiln_bench_unit unit = { .enqueue = enqueue, .ctx = u, .count = kiln_bench_chain(u->p->w[u->which].rotation) };
     if ((st = kiln_bench_unit_prepare(u->g, &unit)) != KILN_OK)
         return st;
     kiln_bench_time_ctx tc = { u->g, &unit };
@@ -453,6 +454,7 @@ void kiln_bench_peers_run(kiln_bench_gpu *g, kiln_bench_peers *p, kiln_bench_pee
     row->bytes = kiln_bench_bytes_total(&b);
     row->flops = kiln_bench_flops(p->n, p->k, m);
     row->rotation = p->w[which].rotation;
+    row->chain = kiln_bench_chain(row->rotation);
     row->check_err = -1;
     if (p->w[which].error[0]) {
         row->status = KILN_BENCH_ERROR;

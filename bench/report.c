@@ -150,6 +150,8 @@ static void json_row(FILE *f, const kiln_bench_report *r, const kiln_bench_row *
     json_num(f, row->flops);
     key(f, "rotation");
     fprintf(f, "%d", row->rotation);
+    key(f, "chain");
+    fprintf(f, "%d", row->chain);
     key(f, "check_err");
     json_num(f, row->check_err >= 0 ? row->check_err : NAN);
     if (row->us > 0) {

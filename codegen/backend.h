@@ -51,6 +51,11 @@ typedef struct kiln_launch {
     unsigned grid[3];
     unsigned block[3];
     unsigned smem; /* dynamic shared memory, bytes */
+    /* 1: the kernel copies only weights before it waits for the kernel
+     * launched before it (griddepcontrol.wait, sm_90+), so it may be
+     * launched to start while that one drains (programmatic stream
+     * serialization). 0: it must start after. */
+    int overlap;
 } kiln_launch;
 
 /* Where a backend wants a linear's weights. */

@@ -22,7 +22,7 @@ static const struct {
     SYM(ModuleGetFunction), SYM(FuncSetAttribute), SYM(FuncGetAttribute), SYM(MemAlloc),
     SYM(MemFree), SYM(MemGetInfo), SYM(MemcpyHtoD), SYM(MemcpyDtoH), SYM(MemcpyDtoD), SYM(MemcpyHtoDAsync), SYM(MemcpyDtoHAsync),
     SYM(MemsetD8), SYM(StreamCreate), SYM(StreamDestroy), SYM(StreamSynchronize),
-    SYM(LaunchKernel), SYM(StreamBeginCapture), SYM(StreamEndCapture),
+    SYM(LaunchKernelEx), SYM(StreamBeginCapture), SYM(StreamEndCapture),
     SYM(GraphInstantiateWithFlags), SYM(GraphLaunch), SYM(GraphExecDestroy), SYM(GraphDestroy),
     SYM(EventCreate), SYM(EventRecord), SYM(EventSynchronize), SYM(EventElapsedTime),
     SYM(EventDestroy),

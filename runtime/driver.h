@@ -40,8 +40,7 @@ typedef struct kiln_cu {
     CUresult (*StreamCreate)(CUstream *, unsigned);
     CUresult (*StreamDestroy)(CUstream);
     CUresult (*StreamSynchronize)(CUstream);
-    CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
-                             unsigned, unsigned, CUstream, void **, void **);
+    CUresult (*LaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **, void **);
     CUresult (*StreamBeginCapture)(CUstream, CUstreamCaptureMode);
     CUresult (*StreamEndCapture)(CUstream, CUgraph *);
     CUresult (*GraphInstantiateWithFlags)(CUgraphExec *, CUgraph, unsigned long long);

@@ -44,6 +44,7 @@ struct kiln_session {
     uint16_t *staging;         /* bf16 rows for inputs and outputs */
     size_t staging_elems;
     int eager;
+    int serial;                /* $KILN_SERIAL=1: no kernel overlaps the one before */
     kiln_session_stats stats;
 };
 
@@ -342,9 +343,20 @@ static kiln_status launch_step(kiln_session *s, const kiln_program *bk, int si)
     void *params[] = { &a };
     for (int f = 0; f < n; f++) {
         const kiln_launch *c = &l[f].cfg;
-        CU(s->cu->LaunchKernel(d->fn[f], c->grid[0], c->grid[1], c->grid[2], c->block[0],
-                               c->block[1], c->block[2], c->smem, s->stream, params, NULL),
-           l[f].entry);
+        /* A kernel that waits for its predecessor itself may start while
+         * that one drains (kiln_launch.overlap). */
+        CUlaunchAttribute overlap = {
+            .id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            .value.programmaticStreamSerializationAllowed = 1,
+        };
+        CUlaunchConfig lc = {
+            .gridDimX = c->grid[0], .gridDimY = c->grid[1], .gridDimZ = c->grid[2],
+            .blockDimX = c->block[0], .blockDimY = c->block[1], .blockDimZ = c->block[2],
+            .sharedMemBytes = c->smem, .hStream = s->stream,
+            .attrs = c->overlap && !s->serial ? &overlap : NULL,
+            .numAttrs = c->overlap && !s->serial ? 1 : 0,
+        };
+        CU(s->cu->LaunchKernelEx(&lc, d->fn[f], params, NULL), l[f].entry);
     }
     return KILN_OK;
 }
@@ -529,6 +541,8 @@ kiln_status kiln_session_create(kiln_graph *g, const kiln_session_options *opts,
     s->cu = cu;
     s->graph = g;
     s->eager = o->eager;
+    const char *serial = getenv("KILN_SERIAL");
+    s->serial = serial && !strcmp(serial, "1");
     if ((st = session_init(s, o)) != KILN_OK) {
         kiln_session_destroy(s);
         return st;

@@ -560,6 +560,7 @@ static kiln_status gemv_launch(const kiln_target *t, const kiln_linear_kernel *k
             .grid = { tc.blocks, 1, 1 },
             .block = { (unsigned)tc.warps * 32, 1, 1 },
             .smem = tc.smem,
+            .overlap = t->sm >= 90,
         };
         return KILN_OK;
     }

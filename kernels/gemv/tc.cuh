@@ -32,7 +32,11 @@
 // scale records and x rows, which lanes share, copied by the warp in
 // 16-byte chunks and read after a __syncwarp (x by lane where a format
 // without records runs one token: tc_smem). Stages − 1 stages are in
-// flight while one is decoded, without holding registers.
+// flight while one is decoded, without holding registers. The first
+// Stages − 1 stages' weights are copied before the kernel waits for the
+// one launched before it (grid_wait_dependency, kiln/gemv.cuh), so that
+// on sm_90 they fly while that kernel drains; their x, which it may
+// write, after.
 //
 // Exactness. Every decoding below gives the format's value exactly in
 // BF16 (the integer codes and FP8/FP4 magnitudes fit BF16's 8 significant
@@ -789,35 +793,39 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
         xlane[n] = x + (xlive[n] ? (i64)(g + 8 * n) * K : 0) + 4 * t;
     }
 
-    // Stage `stage` ← atoms a0 .. a0 + B − 1. A whole batch in the slice
+    // Stage `stage` ← atoms a0 .. a0 + B − 1: the weights' pieces, units
+    // and records where Weights, x where X. A whole batch in the slice
     // addresses its atoms from a0 with constant offsets; the last one of a
     // slice may stop short (Full false), its atoms past the slice copying
     // zeros from a_begin.
-    auto copy = [&](auto full, int stage, int a0) {
-        constexpr bool Full = decltype(full)::value;
+    auto copy = [&](auto full, auto weights, auto xs, int stage, int a0) {
+        constexpr bool Full = decltype(full)::value, Weights = decltype(weights)::value;
+        constexpr bool X = decltype(xs)::value;
         u8 *st = ring + stage * L::stage;
         const i64 at0 = (i64)a0 * F::atom_bytes;
+        if constexpr (Weights) {
 #pragma unroll
-        for (int u = 0; u < B; u++) {
-            const bool live = Full || a0 + u < a_end;
-            const int a = Full || live ? a0 + u : a_begin;
+            for (int u = 0; u < B; u++) {
+                const bool live = Full || a0 + u < a_end;
+                const int a = Full || live ? a0 + u : a_begin;
 #pragma unroll
-            for (int r = 0; r < RT; r++) {
-                // A whole batch's atoms at constant offsets from the first.
-                const u8 *p = Full ? wtile[r] + at0 + u * F::atom_bytes
-                                   : wtile[r] + (i64)a * F::atom_bytes;
+                for (int r = 0; r < RT; r++) {
+                    // A whole batch's atoms at constant offsets from the first.
+                    const u8 *p = Full ? wtile[r] + at0 + u * F::atom_bytes
+                                       : wtile[r] + (i64)a * F::atom_bytes;
 #pragma unroll
-                for (int i = 0; i < F::pieces; i++)
-                    cp_async<16>(st + ((u * RT + r) * F::pieces + i) * 512 + lane * 16,
-                                 p + i * 512, live ? 16 : 0);
-                F::stage(sp[r], p - lane * 16, a, lane,
-                         reinterpret_cast<uint2 *>(st + L::pieces +
-                                                   (u * RT + r) * F::units * 256) +
-                             lane,
-                         live);
+                    for (int i = 0; i < F::pieces; i++)
+                        cp_async<16>(st + ((u * RT + r) * F::pieces + i) * 512 + lane * 16,
+                                     p + i * 512, live ? 16 : 0);
+                    F::stage(sp[r], p - lane * 16, a, lane,
+                             reinterpret_cast<uint2 *>(st + L::pieces +
+                                                       (u * RT + r) * F::units * 256) +
+                                 lane,
+                             live);
+                }
             }
         }
-        if constexpr (F::record > 0) {
+        if constexpr (Weights && F::record > 0) {
             constexpr int chunks = B * 8 * F::record / 16; // a row tile's, one a lane
             if (lane < chunks) {
                 const int atom = a0 + lane * 16 / (8 * F::record);
@@ -829,6 +837,8 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
                                  live ? 16 : 0);
             }
         }
+        if constexpr (!X)
+            return;
         if constexpr (L::x_by_lane) {
 #pragma unroll
             for (int u = 0; u < B; u++) {
@@ -860,13 +870,14 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
             }
         }
     };
-    auto issue = [&](int stage, int a0) {
+    auto issue = [&](auto weights, auto xs, int stage, int a0) {
         if (a0 + B <= a_end)
-            copy(bool_constant<true>{}, stage, a0);
+            copy(bool_constant<true>{}, weights, xs, stage, a0);
         else if (a0 < a_end)
-            copy(bool_constant<false>{}, stage, a0);
-        cp_async_commit();
+            copy(bool_constant<false>{}, weights, xs, stage, a0);
     };
+    constexpr bool_constant<true> yes{};
+    constexpr bool_constant<false> no{};
 
     // The A operands of −offset and of ones, four registers each built
     // once. Each adds a zero the compiler cannot see (m < 2^24): four
@@ -932,9 +943,22 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
         }
     };
 
+    // The first ST − 1 stages' weights fly before the kernel launched
+    // before this one has finished (grid_wait_dependency); their x, which
+    // that kernel may write, after. The first stage is read once all of
+    // them have landed.
+    grid_launch_dependents();
+#pragma unroll
+    for (int s = 0; s < ST - 1; s++) {
+        issue(yes, no, s, a_begin + s * B);
+        cp_async_commit();
+    }
+    grid_wait_dependency();
 #pragma unroll
     for (int s = 0; s < ST - 1; s++)
-        issue(s, a_begin + s * B);
+        issue(no, yes, s, a_begin + s * B);
+    cp_async_commit();
+    cp_async_wait<0>();
     const int chunks = (a_end - a_begin + B - 1) / B;
 #pragma unroll 1
     for (int c = 0; c < chunks; c += ST) {
@@ -945,7 +969,8 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
             cp_async_wait<ST - 2>(); // stage s has landed; the later ones may fly
             if constexpr (!L::x_by_lane)
                 __syncwarp(); // the other lanes' copies too, and stage s − 1 is read
-            issue((s + ST - 1) % ST, a_begin + (c + s + ST - 1) * B);
+            issue(yes, yes, (s + ST - 1) % ST, a_begin + (c + s + ST - 1) * B);
+            cp_async_commit();
             consume(s);
         }
     }

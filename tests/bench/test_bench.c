@@ -350,6 +350,19 @@ Test(bench_account, rotation_covers_the_budget)
     }
 }
 
+Test(bench_account, chain_cycles_whole_rotations_past_the_minimum)
+{
+    cr_assert_eq(kiln_bench_chain(1), KILN_BENCH_MIN_CHAIN);
+    cr_assert_eq(kiln_bench_chain(0), KILN_BENCH_MIN_CHAIN);
+    cr_assert_eq(kiln_bench_chain(3), 9);
+    cr_assert_eq(kiln_bench_chain(KILN_BENCH_MAX_ROTATION), KILN_BENCH_MAX_ROTATION);
+    for (int r = 1; r <= KILN_BENCH_MAX_ROTATION; r++) {
+        int c = kiln_bench_chain(r);
+        cr_assert(c % r == 0 && c >= KILN_BENCH_MIN_CHAIN && c - r < KILN_BENCH_MIN_CHAIN,
+                  "%d copies: a chain of %d", r, c);
+    }
+}
+
 Test(bench_account, launches_per_repetition)
 {
     /* 10 µs launches of one GEMM: the count bounds it */

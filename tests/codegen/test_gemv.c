@@ -854,6 +854,30 @@ Test(gemv, launch_serves_its_m_class_only)
     }
 }
 
+/* The tensor-core kernels copy weights only before they wait for the
+ * kernel before them (griddepcontrol, sm_90+): launched to overlap it there,
+ * and nowhere else; the f32 kernel reads x from its first instruction. */
+Test(gemv, tc_launches_overlap_their_predecessor_on_sm_90_only)
+{
+    static const struct {
+        const char *arch, *variant;
+        int overlap;
+    } cases[] = {
+        { "sm_90a", "tc1", 1 }, { "sm_90a", "tc16", 1 }, { "sm_90", "tc4", 1 },
+        { "h200", "tc8", 1 },   { "sm_89", "tc1", 0 },   { "sm_80", "tc16", 0 },
+        { "sm_90a", "m1", 0 },  { "sm_75", "m4", 0 },
+    };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+        kiln_target t = target(cases[i].arch);
+        kiln_linear_kernel k = { .cfg = cfg(KILN_FMT_Q4_K, 4096, 4096), .act = KILN_ACT_BF16 };
+        snprintf(k.variant, sizeof k.variant, "%s", cases[i].variant);
+        kiln_launch l;
+        cr_assert_eq(gemv->launch(&t, &k, 1, &l), KILN_OK, "%s %s: %s", cases[i].arch,
+                     cases[i].variant, kiln_last_error());
+        cr_assert_eq(l.overlap, cases[i].overlap, "%s %s", cases[i].arch, cases[i].variant);
+    }
+}
+
 /* Every shape's launch covers its rows exactly once per block row group,
  * with the block and shared memory the source was built for. On sm_80+ a
  * K of half atoms keeps the f32 kernel where the tensor-core one would

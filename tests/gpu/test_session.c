@@ -239,6 +239,52 @@ Test(gpu_session, wide_decode_matches_the_cpu, .timeout = 600)
     }
 }
 
+/* Decode linears each reading the one before's output, as a model's do: on
+ * sm_90 each tensor-core kernel starts while the one before drains, copying
+ * its weights, and must wait for that kernel before it reads x. One that
+ * read x early would take the previous run's activations (another m, other
+ * inputs) and fail here. */
+Test(gpu_session, chained_decode_linears_match_the_cpu, .timeout = 600)
+{
+    kt_need_gpu();
+    fresh_cache();
+    kt_rng r = kt_rng_new(9);
+    static const kiln_format fs[] = { KILN_FMT_Q4_0, KILN_FMT_NVFP4, KILN_FMT_FP8_CHANNEL,
+                                      KILN_FMT_Q4_K, KILN_FMT_MXFP4, KILN_FMT_Q6_K };
+    static const int64_t dims[] = { 2048, 3072, 2048, 4096, 2048, 3072, 1024 };
+    enum { L = sizeof fs / sizeof fs[0] };
+    kt_weight w[L];
+    kiln_graph *g;
+    kiln_tensor *h, *wt;
+    cr_assert_eq(kiln_graph_create(&g), KILN_OK);
+    cr_assert_eq(kiln_graph_input(g, "x", dims[0], &h), KILN_OK);
+    for (int i = 0; i < L; i++) {
+        char name[16];
+        kt_weight_make(&w[i], &r, fs[i], dims[i + 1], dims[i]);
+        snprintf(name, sizeof name, "w%d", i);
+        cr_assert_eq(kiln_graph_weight(g, name, &w[i].q, &wt), KILN_OK, "%s", kiln_last_error());
+        snprintf(name, sizeof name, "h%d", i);
+        cr_assert_eq(kiln_graph_linear(g, name, h, wt, NULL, &h), KILN_OK, "%s",
+                     kiln_last_error());
+    }
+    cr_assert_eq(kiln_graph_output(g, h), KILN_OK);
+    static const int64_t sizes[] = { 1, 2, 16 };
+    kiln_session_options o = { .cache = cache_path, .quiet = 1,
+                                .plan = { .capture = sizes, .n_capture = 3 } };
+    kiln_session *s = NULL;
+    cr_assert_eq(kiln_session_create(g, &o, &s), KILN_OK, "%s", kiln_last_error());
+    static const int64_t ms[] = { 1, 2, 1, 16, 11, 1 };
+    double worst = 0;
+    for (size_t i = 0; i < KILN_ARRAY_LEN(ms); i++)
+        worst = fmax(worst, kt_compare_cpu(s, g, ms[i], &r, "chain", NULL));
+    fprintf(stderr, "%d chained decode linears m=1,2,11,16: max |gpu-cpu| = %.2e of max |y|\n",
+            L, worst);
+    kiln_session_destroy(s);
+    kiln_graph_destroy(g);
+    for (int i = 0; i < L; i++)
+        kt_weight_free(&w[i]);
+}
+
 /* Cubins built for another architecture family cannot load: the error names
  * the kernel, its signature and both targets, and nothing runs. */
 Test(gpu_session, cubin_for_another_arch_is_named, .timeout = 300)
