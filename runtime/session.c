@@ -227,6 +227,19 @@ kiln_status kiln_session_set_weight(kiln_session *s, const char *name, const kil
 
 /* ------------------------------------------------------------ kernels */
 
+/* Kernel k's launches for a bucket of m tokens on this device: the kernel
+ * is the one its signature's target names, its launches may also weigh the
+ * device's SM count, which a target compiled for offline does not fix
+ * (kiln_launch.overlap). */
+static kiln_status launches_of(const kiln_session *s, const kiln_kernel *k, int64_t m,
+                               kiln_kernel_launch l[KILN_MAX_LAUNCHES], int *n)
+{
+    kiln_kernel_desc d = k->desc;
+    if (!strcmp(d.target.name, s->plan->target.name))
+        d.target.sm_count = s->plan->target.sm_count;
+    return kiln_kernel_launches(&d, m, l, n);
+}
+
 static kiln_status kernels_load(kiln_session *s)
 {
     s->kernels = calloc((size_t)s->build.n + 1, sizeof *s->kernels);
@@ -244,7 +257,7 @@ static kiln_status kernels_load(kiln_session *s)
                                     s->stats.target);
         }
         kiln_kernel_launch l[KILN_MAX_LAUNCHES];
-        kiln_status st = kiln_kernel_launches(&k->desc, 1, l, &d->n_fn);
+        kiln_status st = launches_of(s, k, 1, l, &d->n_fn);
         if (st != KILN_OK)
             return st;
         for (int f = 0; f < d->n_fn; f++) {
@@ -337,7 +350,7 @@ static kiln_status launch_step(kiln_session *s, const kiln_program *bk, int si)
     }
     kiln_kernel_launch l[KILN_MAX_LAUNCHES];
     int n;
-    kiln_status rs = kiln_kernel_launches(&k->desc, bk->m, l, &n);
+    kiln_status rs = launches_of(s, k, bk->m, l, &n);
     if (rs != KILN_OK)
         return rs;
     void *params[] = { &a };

@@ -543,6 +543,53 @@ static kiln_status gemv_emit(const kiln_target *t, const kiln_linear_kernel *k, 
     return KILN_OK;
 }
 
+/* The tensor-core kernel's static shared memory: the k-split warps' sums,
+ * [warps][row tiles · token tiles · 4][32] f32 (`red` in gemv_tc). */
+static int64_t tc_static_smem(const tc_config *c, int64_t max_m)
+{
+    return c->k_split > 1 ? (int64_t)c->warps * c->row_tiles * (max_m > 8 ? 2 : 1) * 4 * 32 * 4
+                          : 0;
+}
+
+/* Whether a tensor-core launch of c on t starts while the kernel before it
+ * drains (kiln_launch.overlap), and the shared memory it asks for then: on
+ * sm_90, where the target fixes its SM count (a live device does; sm_90a
+ * offline does not).
+ *
+ * Once a launch's blocks have all started, the next kernel's blocks take
+ * the room its blocks leave. A launch of more blocks than one wave holds
+ * (by shared memory and warp slots; registers may hold fewer) leaves it
+ * SM by SM as its last blocks finish. One that fits in a wave would leave
+ * the rest of every SM free from the start, and the next kernel's blocks
+ * would wait there beside it, slowing it down. Such a launch asks for the
+ * shared memory that holds its p = ceil(blocks / SMs) blocks an SM and
+ * no more, so that the next kernel starts on an SM only as its blocks there
+ * finish. H200, chains of 8 GEMMs, % of the copy bandwidth serial → with
+ * this → with the next kernel's blocks beside (p doubled): 4096 x 14336 at
+ * M = 1 (256 blocks) FP8 80 → 84 → 66, NVFP4 60 → 64 → 44, Q4_0 70 → 75
+ * → 52; 8192 x 28672 (512) FP8 96 → 98 → 82, Q4_0 89 → 93 → 93; 28672 x
+ * 4096 (1792, 2 to 3.4 waves) FP8 92 → 95, Q8_0 85 → 91, NVFP4 66 → 72,
+ * Q4_0 69 → 74, Q4_K 59 → 64. */
+static int tc_overlaps(const kiln_target *t, const tc_config *c, int64_t max_m, unsigned *smem)
+{
+    if (t->sm < 90 || t->sm_count <= 0)
+        return 0;
+    /* an SM's shared memory is the block limit and the 1 KiB reserve, and
+     * each block reserves 1 KiB; 64 warp slots */
+    const int64_t sm_smem = (int64_t)t->smem_optin + 1024, fixed = 1024 + tc_static_smem(c, max_m);
+    int64_t per_sm = sm_smem / ((int64_t)c->smem + fixed), by_warps = 64 / c->warps;
+    if (by_warps < per_sm)
+        per_sm = by_warps;
+    const int64_t blocks = c->blocks;
+    if (blocks > per_sm * t->sm_count)
+        return 1;
+    const int64_t p = (blocks + t->sm_count - 1) / t->sm_count;
+    const int64_t padded = (sm_smem / p - fixed) / 128 * 128;
+    if (padded > (int64_t)*smem)
+        *smem = (unsigned)padded;
+    return 1;
+}
+
 static kiln_status gemv_launch(const kiln_target *t, const kiln_linear_kernel *k, int64_t m,
                                kiln_launch *out)
 {
@@ -560,8 +607,8 @@ static kiln_status gemv_launch(const kiln_target *t, const kiln_linear_kernel *k
             .grid = { tc.blocks, 1, 1 },
             .block = { (unsigned)tc.warps * 32, 1, 1 },
             .smem = tc.smem,
-            .overlap = t->sm >= 90,
         };
+        out->overlap = tc_overlaps(t, &tc, tv->max_m, &out->smem);
         return KILN_OK;
     }
     gemv_config c;

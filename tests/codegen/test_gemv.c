@@ -855,26 +855,49 @@ Test(gemv, launch_serves_its_m_class_only)
 }
 
 /* The tensor-core kernels copy weights only before they wait for the
- * kernel before them (griddepcontrol, sm_90+): launched to overlap it there,
- * and nowhere else; the f32 kernel reads x from its first instruction. */
-Test(gemv, tc_launches_overlap_their_predecessor_on_sm_90_only)
+ * kernel before them (griddepcontrol, sm_90+): launched to overlap it on
+ * sm_90 where the target fixes its SM count, and nowhere else; the f32
+ * kernel reads x from its first instruction. A launch of more than a wave
+ * keeps its shared memory; one within a wave asks for what holds its
+ * blocks an SM, p = ceil(blocks / 132), and no more. H200, Q4_K (46464
+ * bytes a ring, and 2048 of k-split sums with 4 warps): 28672 x 4096 at
+ * one token is 1792 blocks of 4 warps, 4 an SM, 528 a wave. 4096 x 14336
+ * is 256 blocks, p = 2: (233472 / 2 − 1024 − 2048) rounded down to 128
+ * bytes. tc16 at 28672 x 4096 is 224 blocks of 4 warps (8 warps an SM:
+ * 896 in a wave). */
+Test(gemv, tc_launches_overlap_their_predecessor_on_sm_90)
 {
     static const struct {
         const char *arch, *variant;
+        int64_t n, k;
         int overlap;
+        unsigned smem; /* 0: the kernel's own */
     } cases[] = {
-        { "sm_90a", "tc1", 1 }, { "sm_90a", "tc16", 1 }, { "sm_90", "tc4", 1 },
-        { "h200", "tc8", 1 },   { "sm_89", "tc1", 0 },   { "sm_80", "tc16", 0 },
-        { "sm_90a", "m1", 0 },  { "sm_75", "m4", 0 },
+        { "h200", "tc1", 28672, 4096, 1, 0 },       { "h100", "tc1", 28672, 4096, 1, 0 },
+        { "h200", "tc1", 4096, 14336, 1, 113664 },  { "sm_90a", "tc1", 28672, 4096, 0, 0 },
+        { "a100", "tc1", 28672, 4096, 0, 0 },       { "l40s", "tc1", 28672, 4096, 0, 0 },
+        { "h200", "m1", 28672, 4096, 0, 0 },        { "t4", "m4", 28672, 4096, 0, 0 },
+        { "h200", "tc16", 28672, 4096, 1, 233472 / 2 - 1024 - 4 * 4 * 2 * 4 * 32 * 4 },
     };
     for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
         kiln_target t = target(cases[i].arch);
-        kiln_linear_kernel k = { .cfg = cfg(KILN_FMT_Q4_K, 4096, 4096), .act = KILN_ACT_BF16 };
+        kiln_linear_kernel k = { .cfg = cfg(KILN_FMT_Q4_K, cases[i].n, cases[i].k),
+                                 .act = KILN_ACT_BF16 };
         snprintf(k.variant, sizeof k.variant, "%s", cases[i].variant);
-        kiln_launch l;
+        kiln_launch l, own;
         cr_assert_eq(gemv->launch(&t, &k, 1, &l), KILN_OK, "%s %s: %s", cases[i].arch,
                      cases[i].variant, kiln_last_error());
-        cr_assert_eq(l.overlap, cases[i].overlap, "%s %s", cases[i].arch, cases[i].variant);
+        cr_assert_eq(l.overlap, cases[i].overlap, "%s %s %lldx%lld: %u blocks", cases[i].arch,
+                     cases[i].variant, (long long)cases[i].n, (long long)cases[i].k, l.grid[0]);
+        /* the kernel's own shared memory: on a target that does not fix
+         * the SM count */
+        kiln_target plain = t;
+        plain.sm_count = 0;
+        cr_assert_eq(gemv->launch(&plain, &k, 1, &own), KILN_OK);
+        cr_assert_eq(l.smem, cases[i].smem ? cases[i].smem : own.smem, "%s %s %lldx%lld",
+                     cases[i].arch, cases[i].variant, (long long)cases[i].n,
+                     (long long)cases[i].k);
+        cr_assert_geq(l.smem, own.smem);
     }
 }
 
@@ -1138,7 +1161,10 @@ Test(gemv, tc_decode_shapes_fill_an_h200)
             cr_assert_eq(source_param(src.text, "stages"), 3, "%s", sig);
             cr_assert_eq(l.block[0], 128, "%s", sig);
             cr_assert_eq(source_param(src.text, "smem"), fs[f].smem, "%s", sig);
-            cr_assert_eq(l.smem, fs[f].smem, "%s", sig);
+            /* launches within a wave ask for more: see
+             * tc_launches_overlap_their_predecessor_on_sm_90 */
+            cr_assert_geq(l.smem, fs[f].smem, "%s", sig);
+            cr_assert(l.overlap, "%s", sig);
             if (shapes[s].n >= 4096)
                 cr_assert_geq(l.grid[0] * 4, 1024, "%s", sig);
             kiln_kernel_source_free(&src);

@@ -240,10 +240,13 @@ Test(gpu_session, wide_decode_matches_the_cpu, .timeout = 600)
 }
 
 /* Decode linears each reading the one before's output, as a model's do: on
- * sm_90 each tensor-core kernel starts while the one before drains, copying
- * its weights, and must wait for that kernel before it reads x. One that
- * read x early would take the previous run's activations (another m, other
- * inputs) and fail here. */
+ * sm_90 a tensor-core kernel starts while the one before drains, copying
+ * its weights, and must wait for that kernel before it reads x. The wide
+ * layers (24576 rows: 1536 blocks at one token on an H200, more than a
+ * wave) start beside the narrow ones' last blocks, the narrow ones (64
+ * blocks, under a wave, shared memory for one block an SM) on the SMs the
+ * wide ones leave. One that read x early would take the previous run's
+ * activations (another m, other inputs) and fail here. */
 Test(gpu_session, chained_decode_linears_match_the_cpu, .timeout = 600)
 {
     kt_need_gpu();
@@ -251,7 +254,7 @@ Test(gpu_session, chained_decode_linears_match_the_cpu, .timeout = 600)
     kt_rng r = kt_rng_new(9);
     static const kiln_format fs[] = { KILN_FMT_Q4_0, KILN_FMT_NVFP4, KILN_FMT_FP8_CHANNEL,
                                       KILN_FMT_Q4_K, KILN_FMT_MXFP4, KILN_FMT_Q6_K };
-    static const int64_t dims[] = { 2048, 3072, 2048, 4096, 2048, 3072, 1024 };
+    static const int64_t dims[] = { 1024, 24576, 1024, 24576, 1024, 24576, 1024 };
     enum { L = sizeof fs / sizeof fs[0] };
     kt_weight w[L];
     kiln_graph *g;
