@@ -858,30 +858,41 @@ Test(gemv, launch_serves_its_m_class_only)
  * kernel before them (griddepcontrol, sm_90+): launched to overlap it on
  * sm_90 where the target fixes its SM count, and nowhere else; the f32
  * kernel reads x from its first instruction. A launch of more than a wave
- * keeps its shared memory; one within a wave asks for what holds its
- * blocks an SM, p = ceil(blocks / 132), and no more. H200, Q4_K (46464
- * bytes a ring, and 2048 of k-split sums with 4 warps): 28672 x 4096 at
- * one token is 1792 blocks of 4 warps, 4 an SM, 528 a wave. 4096 x 14336
- * is 256 blocks, p = 2: (233472 / 2 − 1024 − 2048) rounded down to 128
- * bytes. tc16 at 28672 x 4096 is 224 blocks of 4 warps (8 warps an SM:
- * 896 in a wave). */
+ * keeps its shared memory. One within a wave holds p = ceil(blocks / 132)
+ * blocks an SM, two for one, and no more: where its own shared memory
+ * would hold more, it asks for the least that holds p + 1 no more, in
+ * 128-byte steps. H200, 4 warps a block with K split 4 ways (2048 bytes
+ * of sums, 1024 reserved): 28672 x 4096 at one token is 1792 blocks,
+ * Q4_K's 46464 bytes of rings hold 4 an SM, 528 a wave. 4096 x 14336 is
+ * 256 blocks, p = 2: 233472 / 3 − 3072 + 1 rounds up to 74880. FP8 at
+ * 2048 x 4096 is 128 blocks (27648 bytes, 7 an SM): p = 1, two an SM,
+ * the same. tc16 at 28672 x 4096 is 224 blocks of Q4_K's 70656 bytes and
+ * 16384 of sums: p = 2, 2 an SM already; at 4096 x 14336 FP8's 110592
+ * hold one. */
 Test(gemv, tc_launches_overlap_their_predecessor_on_sm_90)
 {
     static const struct {
         const char *arch, *variant;
+        kiln_format f;
         int64_t n, k;
         int overlap;
         unsigned smem; /* 0: the kernel's own */
     } cases[] = {
-        { "h200", "tc1", 28672, 4096, 1, 0 },       { "h100", "tc1", 28672, 4096, 1, 0 },
-        { "h200", "tc1", 4096, 14336, 1, 113664 },  { "sm_90a", "tc1", 28672, 4096, 0, 0 },
-        { "a100", "tc1", 28672, 4096, 0, 0 },       { "l40s", "tc1", 28672, 4096, 0, 0 },
-        { "h200", "m1", 28672, 4096, 0, 0 },        { "t4", "m4", 28672, 4096, 0, 0 },
-        { "h200", "tc16", 28672, 4096, 1, 233472 / 2 - 1024 - 4 * 4 * 2 * 4 * 32 * 4 },
+        { "h200", "tc1", KILN_FMT_Q4_K, 28672, 4096, 1, 0 },
+        { "h100", "tc1", KILN_FMT_Q4_K, 28672, 4096, 1, 0 },
+        { "h200", "tc1", KILN_FMT_Q4_K, 4096, 14336, 1, 74880 },
+        { "h200", "tc1", KILN_FMT_FP8_TENSOR, 2048, 4096, 1, 74880 },
+        { "h200", "tc16", KILN_FMT_Q4_K, 28672, 4096, 1, 0 },
+        { "h200", "tc16", KILN_FMT_FP8_TENSOR, 4096, 14336, 1, 0 },
+        { "sm_90a", "tc1", KILN_FMT_Q4_K, 28672, 4096, 0, 0 },
+        { "a100", "tc1", KILN_FMT_Q4_K, 28672, 4096, 0, 0 },
+        { "l40s", "tc1", KILN_FMT_Q4_K, 28672, 4096, 0, 0 },
+        { "h200", "m1", KILN_FMT_Q4_K, 28672, 4096, 0, 0 },
+        { "t4", "m4", KILN_FMT_Q4_K, 28672, 4096, 0, 0 },
     };
     for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
         kiln_target t = target(cases[i].arch);
-        kiln_linear_kernel k = { .cfg = cfg(KILN_FMT_Q4_K, cases[i].n, cases[i].k),
+        kiln_linear_kernel k = { .cfg = cfg(cases[i].f, cases[i].n, cases[i].k),
                                  .act = KILN_ACT_BF16 };
         snprintf(k.variant, sizeof k.variant, "%s", cases[i].variant);
         kiln_launch l, own;
@@ -894,9 +905,9 @@ Test(gemv, tc_launches_overlap_their_predecessor_on_sm_90)
         kiln_target plain = t;
         plain.sm_count = 0;
         cr_assert_eq(gemv->launch(&plain, &k, 1, &own), KILN_OK);
-        cr_assert_eq(l.smem, cases[i].smem ? cases[i].smem : own.smem, "%s %s %lldx%lld",
+        cr_assert_eq(l.smem, cases[i].smem ? cases[i].smem : own.smem, "%s %s %lldx%lld: %u, own %u",
                      cases[i].arch, cases[i].variant, (long long)cases[i].n,
-                     (long long)cases[i].k);
+                     (long long)cases[i].k, l.smem, own.smem);
         cr_assert_geq(l.smem, own.smem);
     }
 }
