@@ -562,19 +562,20 @@ static int64_t tc_static_smem(const tc_config *c, int64_t max_m)
  * SM by SM as its last blocks finish. One that fits in a wave would leave
  * the rest of every SM free from the start, and the next kernel's blocks
  * would wait there beside it, slowing it down. Such a launch holds its p =
- * ceil(blocks / SMs) blocks an SM (two for one) and no more: where its
- * own shared memory would hold more, it asks for the least that holds p +
- * 1 no more, so that the next kernel starts on an SM as its blocks there
- * finish, and the rest of the SM's memory stays L1, which x is read
- * through. H200, chains of 8 GEMMs, % of the copy bandwidth serial → p an
- * SM (all the SM's shared memory) → 2p: 4096 x 14336 at M = 1 (256
- * blocks, p = 2) FP8 80 → 84 → 66, NVFP4 60 → 64 → 44, Q4_0 70 → 75 →
- * 52; 8192 x 28672 (512) FP8 96 → 98 → 82, Q4_0 89 → 93 → 93. At M = 16
- * (128 blocks of 110 to 190 KB, one an SM) all the SM's shared memory cost
- * L1 and lost: FP8 76 → 75, NVFP4 43 → 39, Q4_0 44 → 41; their own, 80,
- * 44 and 47. Past a wave: 28672 x 4096 at M = 1 (1792 blocks, 2 to 3.4
- * waves) FP8 92 → 95, Q8_0 85 → 91, NVFP4 66 → 72, Q4_0 69 → 74, Q4_K 59
- * → 64. */
+ * ceil(blocks / SMs) blocks an SM and no more: where its own shared memory
+ * would hold more, it asks for the least that holds p + 1 no more, so that
+ * the next kernel starts on an SM as its blocks there finish, and the rest
+ * of the SM's memory stays L1, which x is read through. H200, chains of 8
+ * GEMMs, % of the copy bandwidth serial → p an SM (all the SM's shared
+ * memory) → 2p: 4096 x 14336 at M = 1 (256 blocks, p = 2) FP8 80 → 84 →
+ * 66, NVFP4 60 → 64 → 44, Q4_0 70 → 75 → 52; 8192 x 28672 (512) FP8 96 →
+ * 98 → 82, Q4_0 89 → 93 → 93; at M = 8 (128 blocks, p = 1; serial as in
+ * run (e) of docs/PERFORMANCE.md) FP8 73 → 76 → 65, Q8_0 65 → 67 → 51.
+ * At M = 16 (128 blocks of 110 to 190 KB, one an
+ * SM already) all the SM's shared memory cost L1: FP8 76 → 75, NVFP4 43
+ * → 39, Q4_0 44 → 41; their own, 79, 44 and 47. Past a wave: 28672 x 4096
+ * at M = 1 (1792 blocks, 2 to 3.4 waves) FP8 92 → 95, Q8_0 85 → 91, NVFP4
+ * 66 → 72, Q4_0 69 → 74, Q4_K 59 → 64. */
 static int tc_overlaps(const kiln_target *t, const tc_config *c, int64_t max_m, unsigned *smem)
 {
     if (t->sm < 90 || t->sm_count <= 0)
@@ -588,9 +589,7 @@ static int tc_overlaps(const kiln_target *t, const tc_config *c, int64_t max_m, 
     const int64_t blocks = c->blocks;
     if (blocks > per_sm * t->sm_count)
         return 1;
-    int64_t p = (blocks + t->sm_count - 1) / t->sm_count;
-    if (p == 1)
-        p = 2;
+    const int64_t p = (blocks + t->sm_count - 1) / t->sm_count;
     /* The least shared memory, in 128-byte steps, past what p + 1 blocks
      * an SM would leave each: the rest stays L1, which x is read through. */
     const int64_t padded = (sm_smem / (p + 1) - fixed + 1 + 127) / 128 * 128;

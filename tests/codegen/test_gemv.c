@@ -859,14 +859,14 @@ Test(gemv, launch_serves_its_m_class_only)
  * sm_90 where the target fixes its SM count, and nowhere else; the f32
  * kernel reads x from its first instruction. A launch of more than a wave
  * keeps its shared memory. One within a wave holds p = ceil(blocks / 132)
- * blocks an SM, two for one, and no more: where its own shared memory
+ * blocks an SM and no more: where its own shared memory
  * would hold more, it asks for the least that holds p + 1 no more, in
  * 128-byte steps. H200, 4 warps a block with K split 4 ways (2048 bytes
  * of sums, 1024 reserved): 28672 x 4096 at one token is 1792 blocks,
  * Q4_K's 46464 bytes of rings hold 4 an SM, 528 a wave. 4096 x 14336 is
  * 256 blocks, p = 2: 233472 / 3 − 3072 + 1 rounds up to 74880. FP8 at
- * 2048 x 4096 is 128 blocks (27648 bytes, 7 an SM): p = 1, two an SM,
- * the same. tc16 at 28672 x 4096 is 224 blocks of Q4_K's 70656 bytes and
+ * 2048 x 4096 is 128 blocks (27648 bytes, 7 an SM): p = 1, 233472 / 2 −
+ * 3072 + 1 rounds up to 113792. tc16 at 28672 x 4096 is 224 blocks of Q4_K's 70656 bytes and
  * 16384 of sums: p = 2, 2 an SM already; at 4096 x 14336 FP8's 110592
  * hold one. */
 Test(gemv, tc_launches_overlap_their_predecessor_on_sm_90)
@@ -881,7 +881,7 @@ Test(gemv, tc_launches_overlap_their_predecessor_on_sm_90)
         { "h200", "tc1", KILN_FMT_Q4_K, 28672, 4096, 1, 0 },
         { "h100", "tc1", KILN_FMT_Q4_K, 28672, 4096, 1, 0 },
         { "h200", "tc1", KILN_FMT_Q4_K, 4096, 14336, 1, 74880 },
-        { "h200", "tc1", KILN_FMT_FP8_TENSOR, 2048, 4096, 1, 74880 },
+        { "h200", "tc1", KILN_FMT_FP8_TENSOR, 2048, 4096, 1, 113792 },
         { "h200", "tc16", KILN_FMT_Q4_K, 28672, 4096, 1, 0 },
         { "h200", "tc16", KILN_FMT_FP8_TENSOR, 4096, 14336, 1, 0 },
         { "sm_90a", "tc1", KILN_FMT_Q4_K, 28672, 4096, 0, 0 },
