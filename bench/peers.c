@@ -433,7 +433,9 @@ static kiln_status peer_measure(peer_run *u, const kiln_bench_options *o, kiln_b
                  "timed anyway",
                  c.worst, (long long)c.row, (long long)c.col, c.got, c.want);
     }
-    kiln_bench_unit unit = { .enqueue = enqueue, .ctx = u, .count = kiln_bench_chain(u->p->w[u->which].rotation) };
+    kiln_bench_unit unit = { .enqueue = enqueue,
+                             .ctx = u,
+                             .count = kiln_bench_chain(u->p->w[u->which].rotation) };
     if ((st = kiln_bench_unit_prepare(u->g, &unit)) != KILN_OK)
         return st;
     kiln_bench_time_ctx tc = { u->g, &unit };

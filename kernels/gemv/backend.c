@@ -214,7 +214,7 @@ static int64_t tc_smem(const kiln_linear_cfg *c, const tc_variant *v, const tc_c
     return (int64_t)warps * k->stages * stage;
 }
 
-/* The k-split reduction's static shared memory. */
+/* The k-split reduction's static shared memory (`red` in gemv_tc). */
 static int64_t tc_red(const tc_variant *v, const tc_config *k, int warps, int split)
 {
     return split > 1 ? (int64_t)warps * k->row_tiles * (v->max_m > 8 ? 2 : 1) * 4 * 32 * 4 : 0;
@@ -226,16 +226,6 @@ static int64_t tc_red(const tc_variant *v, const tc_config *k, int warps, int sp
 static int tc_configure(const kiln_target *t, const kiln_linear_cfg *c, const tc_variant *v,
                         tc_config *out, char *why, size_t size)
 {
-    /* The kernel indexes rows, and a row tile's packed bytes, with ints. */
-    size_t tile_bytes = 0, tile_scales;
-    if (c->n > INT_MAX - 16 || c->k > INT_MAX ||
-        kiln_gemv_pack_bytes(c->format, 16, c->k, &tile_bytes, &tile_scales) != KILN_OK ||
-        tile_bytes > INT_MAX) {
-        snprintf(why, size,
-                 "N=%lld, K=%lld: N and a 16-row tile's packed bytes must be below 2^31",
-                 (long long)c->n, (long long)c->k);
-        return 0;
-    }
     const int64_t limit = t->smem_optin > 0 ? t->smem_optin : GEMV_DEFAULT_SMEM;
     tc_config k = tc_class(v, c);
     const int64_t groups = kiln_ceil_div(kiln_ceil_div(c->n, 16), k.row_tiles);
@@ -458,12 +448,13 @@ static kiln_status tc_check(const kiln_target *t, const kiln_linear_kernel *k, i
         return st;
     if (!kiln_gemv_tc_serves(t, k->cfg.format, k->cfg.n, k->cfg.k))
         return kiln_fail(KILN_ERR_UNSUPPORTED,
-                         "gemv %s: needs sm_80+, a format exact in bf16 and K a multiple of 64 "
-                         "(target %s, format %s, K=%lld)",
+                         "gemv %s: needs sm_80+, a format exact in bf16, K a multiple of 64, "
+                         "and N and a 16-row tile's packed bytes below 2^31 (target %s, "
+                         "format %s, N=%lld, K=%lld)",
                          (*v)->name, t->name,
                          kiln_format_get(k->cfg.format) ? kiln_format_get(k->cfg.format)->name
                                                         : "?",
-                         (long long)k->cfg.k);
+                         (long long)k->cfg.n, (long long)k->cfg.k);
     char why[256];
     if (!tc_configure(t, &k->cfg, *v, out, why, sizeof why))
         return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv: %s", why);
@@ -543,14 +534,6 @@ static kiln_status gemv_emit(const kiln_target *t, const kiln_linear_kernel *k, 
     return KILN_OK;
 }
 
-/* The tensor-core kernel's static shared memory: the k-split warps' sums,
- * [warps][row tiles · token tiles · 4][32] f32 (`red` in gemv_tc). */
-static int64_t tc_static_smem(const tc_config *c, int64_t max_m)
-{
-    return c->k_split > 1 ? (int64_t)c->warps * c->row_tiles * (max_m > 8 ? 2 : 1) * 4 * 32 * 4
-                          : 0;
-}
-
 /* Whether a tensor-core launch of c on t starts while the kernel before it
  * drains (kiln_launch.overlap), and the shared memory it asks for then: on
  * sm_90, where the target fixes its SM count (a live device does; sm_90a
@@ -576,13 +559,15 @@ static int64_t tc_static_smem(const tc_config *c, int64_t max_m)
  * → 39, Q4_0 44 → 41; their own, 79, 44 and 47. Past a wave: 28672 x 4096
  * at M = 1 (1792 blocks, 2 to 3.4 waves) FP8 92 → 95, Q8_0 85 → 91, NVFP4
  * 66 → 72, Q4_0 69 → 74, Q4_K 59 → 64. */
-static int tc_overlaps(const kiln_target *t, const tc_config *c, int64_t max_m, unsigned *smem)
+static int tc_overlaps(const kiln_target *t, const tc_variant *v, const tc_config *c,
+                       unsigned *smem)
 {
     if (t->sm < 90 || t->sm_count <= 0)
         return 0;
     /* an SM's shared memory is the block limit and the 1 KiB reserve, and
      * each block reserves 1 KiB; 64 warp slots */
-    const int64_t sm_smem = (int64_t)t->smem_optin + 1024, fixed = 1024 + tc_static_smem(c, max_m);
+    const int64_t sm_smem = (int64_t)t->smem_optin + 1024;
+    const int64_t fixed = 1024 + tc_red(v, c, c->warps, c->k_split);
     int64_t per_sm = sm_smem / ((int64_t)c->smem + fixed), by_warps = 64 / c->warps;
     if (by_warps < per_sm)
         per_sm = by_warps;
@@ -616,7 +601,7 @@ static kiln_status gemv_launch(const kiln_target *t, const kiln_linear_kernel *k
             .block = { (unsigned)tc.warps * 32, 1, 1 },
             .smem = tc.smem,
         };
-        out->overlap = tc_overlaps(t, &tc, tv->max_m, &out->smem);
+        out->overlap = tc_overlaps(t, tv, &tc, &out->smem);
         return KILN_OK;
     }
     gemv_config c;

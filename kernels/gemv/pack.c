@@ -5,6 +5,7 @@
 
 #include "graph/quant.h"
 
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -185,8 +186,10 @@ static const int super_bytes[] = { [REC_Q4_K] = 8, [REC_Q6_K] = 4 };
 
 int kiln_gemv_tc_serves(const kiln_target *t, kiln_format f, int64_t n, int64_t k)
 {
+    /* the kernel indexes rows, and a row tile's packed bytes, with ints */
     return t->sm >= 80 && (unsigned)f < KILN_FMT_COUNT && formats[f].supported && n > 0 &&
-           k > 0 && k % ATOM == 0;
+           n <= INT_MAX - TILE && k > 0 && k % ATOM == 0 &&
+           k / ATOM <= INT_MAX / formats[f].atom_bytes;
 }
 
 kiln_status kiln_gemv_pack_bytes(kiln_format f, int64_t n, int64_t k, size_t *data, size_t *scale)

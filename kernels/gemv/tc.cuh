@@ -981,7 +981,7 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
     constexpr int held = RT * TT * 4, CS = S::col_step;
     if constexpr (S::k_split > 1) {
         // [warp][value][lane]: lanes store and load consecutive words. The
-        // launch counts these bytes (tc_static_smem in kernels/gemv/backend.c).
+        // host counts these bytes (tc_red in kernels/gemv/backend.c).
         __shared__ float red[S::warps][held][32];
         float *const v = &acc[0][0][0];
         if (slice != 0)

@@ -280,45 +280,57 @@ Test(gemv, refuses_k_that_is_not_whole_loads)
 
 /* Both kernels index rows and K with ints: sm_75 asks the f32 kernel,
  * sm_80 the tensor-core one (BF16, K in whole atoms). */
+/* Both kernels index with ints. The tensor-core kernel a 16-row tile's
+ * packed bytes: a shape past that is not served by it (the f32 kernel
+ * takes it where its own indexing, N, K and a row's bytes, allows), and an
+ * explicit tc variant names the reason. */
 Test(gemv, refuses_shapes_past_its_indexing)
 {
-    static const struct {
-        const char *arch, *why;
-    } kernels[] = {
-        { "sm_75", "N, K and the row's bytes must be below 2^31" },
-        { "sm_80", "N and a 16-row tile's packed bytes must be below 2^31" },
-    };
     char why[256];
-    for (size_t i = 0; i < KILN_ARRAY_LEN(kernels); i++) {
-        kiln_target t = target(kernels[i].arch);
+    static const char *const archs[] = { "sm_75", "sm_80" };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(archs); i++) {
+        kiln_target t = target(archs[i]);
         for (int64_t m = 1; m <= 16; m *= 16) {
             kiln_linear_cfg c = cfg(KILN_FMT_BF16, (int64_t)INT_MAX + 1, 64);
             cr_assert_eq(gemv->can_implement(&t, &c, m, why, sizeof why), 0);
-            cr_assert(strstr(why, kernels[i].why), "%s: %s", kernels[i].arch, why);
+            cr_assert(strstr(why, "N, K and the row's bytes must be below 2^31"), "%s: %s",
+                      archs[i], why);
             c = cfg(KILN_FMT_BF16, 64, (int64_t)INT_MAX + 1);
             cr_assert_eq(gemv->can_implement(&t, &c, m, why, sizeof why), 0);
-            cr_assert(strstr(why, kernels[i].why), "%s: %s", kernels[i].arch, why);
+            cr_assert(strstr(why, "N, K and the row's bytes must be below 2^31"), "%s: %s",
+                      archs[i], why);
         }
     }
     kiln_target t = target("sm_80");
     kiln_linear_cfg c;
+    char v[64];
     /* K fits an int, a BF16 row tile's packed bytes (2048 an atom of 64) do
-     * not; at 4 bits they do */
+     * not: the f32 kernel; at 4 bits they do */
     c = cfg(KILN_FMT_BF16, 64, (int64_t)1 << 26);
-    cr_assert_eq(gemv->can_implement(&t, &c, 16, why, sizeof why), 0);
-    cr_assert(strstr(why, "packed bytes must be below 2^31"), "%s", why);
+    cr_assert_eq(kiln_gemv_tc_serves(&t, c.format, c.n, c.k), 0);
+    cr_assert_str_eq(variant_of("sm_80", c.format, c.k, 16, v, sizeof v), "m16");
     c = cfg(KILN_FMT_Q4_0, 64, (int64_t)1 << 26);
+    cr_assert_eq(kiln_gemv_tc_serves(&t, c.format, c.n, c.k), 1);
     cr_assert_eq(gemv->can_implement(&t, &c, 16, why, sizeof why), 1, "%s", why);
-    c = cfg(KILN_FMT_BF16, (int64_t)INT_MAX - 15, 64);
-    cr_assert_eq(gemv->can_implement(&t, &c, 16, why, sizeof why), 0);
-    /* K fits an int, its f32 row's bytes do not; an FP8 row's do, but at
-     * m = 1 it runs tc1, whose row tile of 16 rows does not */
+    cr_assert_eq(kiln_gemv_tc_serves(&t, KILN_FMT_BF16, (int64_t)INT_MAX - 15, 64), 0);
+    cr_assert_eq(kiln_gemv_tc_serves(&t, KILN_FMT_BF16, (int64_t)INT_MAX - 16, 64), 1);
+    /* K fits an int, its f32 row's bytes do not; an FP8 row's do, and at
+     * m = 1 the f32 kernel takes it: tc1's row tile of 16 rows would not
+     * index */
     c = cfg(KILN_FMT_F32, 64, 600000000);
     cr_assert_eq(gemv->can_implement(&t, &c, 1, why, sizeof why), 0);
     cr_assert(strstr(why, "row's bytes"), "%s", why);
     c.format = KILN_FMT_FP8_TENSOR;
-    cr_assert_eq(gemv->can_implement(&t, &c, 1, why, sizeof why), 0);
-    cr_assert(strstr(why, "packed bytes must be below 2^31"), "%s", why);
+    cr_assert_eq(kiln_gemv_tc_serves(&t, c.format, c.n, c.k), 0);
+    cr_assert_eq(gemv->can_implement(&t, &c, 1, why, sizeof why), 1, "%s", why);
+    cr_assert_str_eq(variant_of("sm_80", c.format, c.k, 1, v, sizeof v), "m1");
+    /* an explicit tc variant says why */
+    kiln_linear_kernel k = { .cfg = c, .act = KILN_ACT_BF16 };
+    snprintf(k.variant, sizeof k.variant, "tc1");
+    kiln_launch l;
+    cr_assert_eq(gemv->launch(&t, &k, 1, &l), KILN_ERR_UNSUPPORTED);
+    cr_assert(strstr(kiln_last_error(), "16-row tile's packed bytes below 2^31"), "%s",
+              kiln_last_error());
 }
 
 /* m = 16 keeps a 16-row f32 copy of a whole 32-value stage per lane: more
@@ -773,7 +785,7 @@ Test(gemv, tc_emit_refuses_what_it_does_not_serve)
             cr_assert(strstr(kiln_last_error(), "sm_80"), "%s", kiln_last_error());
             cr_assert(strstr(kiln_last_error(), variants[v]), "%s", kiln_last_error());
             char named[128];
-            snprintf(named, sizeof named, "(target %s, format %s, K=%lld)", t.name,
+            snprintf(named, sizeof named, "(target %s, format %s, N=4096, K=%lld)", t.name,
                      kiln_format_get(refused[i].f)->name, (long long)refused[i].k);
             cr_assert(strstr(kiln_last_error(), named), "%s", kiln_last_error());
             cr_assert_eq(gemv->launch(&t, &k, 1, &l), KILN_ERR_UNSUPPORTED, "%s %s",
@@ -905,9 +917,9 @@ Test(gemv, tc_launches_overlap_their_predecessor_on_sm_90)
         kiln_target plain = t;
         plain.sm_count = 0;
         cr_assert_eq(gemv->launch(&plain, &k, 1, &own), KILN_OK);
-        cr_assert_eq(l.smem, cases[i].smem ? cases[i].smem : own.smem, "%s %s %lldx%lld: %u, own %u",
-                     cases[i].arch, cases[i].variant, (long long)cases[i].n,
-                     (long long)cases[i].k, l.smem, own.smem);
+        cr_assert_eq(l.smem, cases[i].smem ? cases[i].smem : own.smem,
+                     "%s %s %lldx%lld: %u, own %u", cases[i].arch, cases[i].variant,
+                     (long long)cases[i].n, (long long)cases[i].k, l.smem, own.smem);
         cr_assert_geq(l.smem, own.smem);
     }
 }
