@@ -44,7 +44,10 @@ struct kiln_session {
     uint16_t *staging;         /* bf16 rows for inputs and outputs */
     size_t staging_elems;
     int eager;
-    int serial;                /* $KILN_SERIAL=1: no kernel overlaps the one before */
+    /* The device's SM count, which launches may weigh; 0 where no kernel
+     * may start before the one before it has finished: $KILN_SERIAL=1, or
+     * a driver before 12.3, which cannot capture such launches into a graph. */
+    int sm_count;
     kiln_session_stats stats;
 };
 
@@ -228,15 +231,14 @@ kiln_status kiln_session_set_weight(kiln_session *s, const char *name, const kil
 /* ------------------------------------------------------------ kernels */
 
 /* Kernel k's launches for a bucket of m tokens on this device: the kernel
- * is the one its signature's target names, its launches may also weigh the
- * device's SM count, which a target compiled for offline does not fix
- * (kiln_launch.overlap). */
+ * is the one its signature's target names; its launches weigh the device's
+ * SM count (s->sm_count), which a target compiled for offline does not fix
+ * (kiln_launch.overlap), and without which no launch overlaps. */
 static kiln_status launches_of(const kiln_session *s, const kiln_kernel *k, int64_t m,
                                kiln_kernel_launch l[KILN_MAX_LAUNCHES], int *n)
 {
     kiln_kernel_desc d = k->desc;
-    if (!strcmp(d.target.name, s->plan->target.name))
-        d.target.sm_count = s->plan->target.sm_count;
+    d.target.sm_count = s->sm_count;
     return kiln_kernel_launches(&d, m, l, n);
 }
 
@@ -366,8 +368,7 @@ static kiln_status launch_step(kiln_session *s, const kiln_program *bk, int si)
             .gridDimX = c->grid[0], .gridDimY = c->grid[1], .gridDimZ = c->grid[2],
             .blockDimX = c->block[0], .blockDimY = c->block[1], .blockDimZ = c->block[2],
             .sharedMemBytes = c->smem, .hStream = s->stream,
-            .attrs = c->overlap && !s->serial ? &overlap : NULL,
-            .numAttrs = c->overlap && !s->serial ? 1 : 0,
+            .attrs = c->overlap ? &overlap : NULL, .numAttrs = c->overlap ? 1 : 0,
         };
         CU(s->cu->LaunchKernelEx(&lc, d->fn[f], params, NULL), l[f].entry);
     }
@@ -464,6 +465,8 @@ static kiln_status session_init(kiln_session *s, const kiln_session_options *o)
     if (st != KILN_OK)
         return st;
     snprintf(s->stats.target, sizeof s->stats.target, "%s", t.name);
+    const char *serial = getenv("KILN_SERIAL");
+    s->sm_count = (serial && !strcmp(serial, "1")) || s->cu->version < 12030 ? 0 : t.sm_count;
     if (o->target)
         t = *o->target;
     CU(s->cu->DeviceGet(&s->dev, o->device), "cuDeviceGet");
@@ -554,8 +557,6 @@ kiln_status kiln_session_create(kiln_graph *g, const kiln_session_options *opts,
     s->cu = cu;
     s->graph = g;
     s->eager = o->eager;
-    const char *serial = getenv("KILN_SERIAL");
-    s->serial = serial && !strcmp(serial, "1");
     if ((st = session_init(s, o)) != KILN_OK) {
         kiln_session_destroy(s);
         return st;

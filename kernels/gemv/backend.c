@@ -536,8 +536,9 @@ static kiln_status gemv_emit(const kiln_target *t, const kiln_linear_kernel *k, 
 
 /* Whether a tensor-core launch of c on t starts while the kernel before it
  * drains (kiln_launch.overlap), and the shared memory it asks for then: on
- * sm_90, where the target fixes its SM count (a live device does; sm_90a
- * offline does not).
+ * sm_90 (64 warp slots an SM; where it was measured), where the target
+ * fixes its SM count (the session gives the live device's; sm_90a offline
+ * does not).
  *
  * Once a launch's blocks have all started, the next kernel's blocks take
  * the room its blocks leave. A launch of more blocks than one wave holds
@@ -548,7 +549,10 @@ static kiln_status gemv_emit(const kiln_target *t, const kiln_linear_kernel *k, 
  * ceil(blocks / SMs) blocks an SM and no more: where its own shared memory
  * would hold more, it asks for the least that holds p + 1 no more, so that
  * the next kernel starts on an SM as its blocks there finish, and the rest
- * of the SM's memory stays L1, which x is read through. H200, chains of 8
+ * of the SM's memory stays L1, which x is read through. That holds back a
+ * next kernel of the same size; a smaller one may fit beside p blocks, in
+ * what the driver's split of L1 and shared memory leaves (chains of mixed
+ * shapes are not measured yet). H200, chains of 8
  * GEMMs, % of the copy bandwidth serial → p an SM (all the SM's shared
  * memory) → 2p: 4096 x 14336 at M = 1 (256 blocks, p = 2) FP8 80 → 84 →
  * 66, NVFP4 60 → 64 → 44, Q4_0 70 → 75 → 52; 8192 x 28672 (512) FP8 96 →
@@ -562,7 +566,7 @@ static kiln_status gemv_emit(const kiln_target *t, const kiln_linear_kernel *k, 
 static int tc_overlaps(const kiln_target *t, const tc_variant *v, const tc_config *c,
                        unsigned *smem)
 {
-    if (t->sm < 90 || t->sm_count <= 0)
+    if (t->sm != 90 || t->sm_count <= 0)
         return 0;
     /* an SM's shared memory is the block limit and the 1 KiB reserve, and
      * each block reserves 1 KiB; 64 warp slots */
