@@ -13,7 +13,12 @@
 // Prints one line a configuration: registers, blocks an SM, µs (the best
 // of 7 repetitions of 40 launches, the weights cycled through 4 copies so
 // that no launch finds its weights in L2) and % of the copy bandwidth
-// measured in the same run, over the packed weight's bytes.
+// measured in the same run, over the packed weight's bytes: once with each
+// launch after the one before has finished, once overlapping it as kiln
+// launches on sm_90 (programmatic stream serialization; a launch within a
+// wave asks for the least shared memory that holds its ceil(blocks / SMs)
+// blocks an SM, here found with the occupancy calculator, registers
+// included).
 #include "kiln/tc.cuh"
 
 #include <cstdio>
@@ -70,46 +75,77 @@ void run(const buffers &b, double copy_bps)
     constexpr int groups = (tiles + RT - 1) / RT, blocks = (groups + W / KS - 1) / (W / KS);
     auto fn = sweep_kernel<F, M, RT, W, KS, B, ST, MINB, N, K>;
     printf("RT=%d W=%-2d KS=%-2d B=%d ST=%d MINB=%d ", RT, W, KS, B, ST, MINB);
-    if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) !=
-        cudaSuccess) {
+    cudaFuncAttributes at;
+    CHECK(cudaFuncGetAttributes(&at, fn));
+    int optin = 0, sms = 0;
+    CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const int most = optin - (int)at.sharedSizeBytes;
+    if (smem > most ||
+        cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, most) !=
+            cudaSuccess) {
         cudaGetLastError();
         printf("smem %d refused\n", smem);
         return;
     }
+    int occ = 0;
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, W * 32, smem));
+    // Overlapping: within a wave, the least shared memory that holds
+    // ceil(blocks / SMs) blocks an SM and no more.
+    int padded = smem;
+    if (blocks <= occ * sms) {
+        const int p = (blocks + sms - 1) / sms;
+        for (int o = occ; o > p && padded + 128 <= most;) {
+            padded += 128;
+            CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o, fn, W * 32, padded));
+        }
+    }
+    cudaStream_t stream;
+    CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     cudaEvent_t t0, t1;
     CHECK(cudaEventCreate(&t0));
     CHECK(cudaEventCreate(&t1));
-    auto launch = [&](int i) {
+    auto launch = [&](int i, bool overlap) {
         kiln_linear_args a{};
         a.y = b.y, a.x = b.x, a.m = M;
         a.w = b.w + (size_t)(i % copies) * b.w_stride;
         a.w_scale = b.s + (size_t)(i % copies) * b.s_stride;
         a.w_global = b.one;
-        fn<<<blocks, W * 32, smem>>>(a);
+        cudaLaunchAttribute attr{};
+        attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr.val.programmaticStreamSerializationAllowed = 1;
+        cudaLaunchConfig_t c{};
+        c.gridDim = dim3(blocks), c.blockDim = dim3(W * 32), c.stream = stream;
+        c.dynamicSmemBytes = overlap ? padded : smem;
+        c.attrs = overlap ? &attr : nullptr, c.numAttrs = overlap ? 1 : 0;
+        CHECK(cudaLaunchKernelEx(&c, fn, a));
     };
-    for (int i = 0; i < 20; i++)
-        launch(i);
-    float best = 1e30f;
-    for (int r = 0; r < 7; r++) {
-        CHECK(cudaEventRecord(t0));
-        for (int i = 0; i < 40; i++)
-            launch(i);
-        CHECK(cudaEventRecord(t1));
-        CHECK(cudaEventSynchronize(t1));
-        float ms;
-        CHECK(cudaEventElapsedTime(&ms, t0, t1));
-        best = ms < best ? ms : best;
-    }
-    CHECK(cudaGetLastError());
-    cudaFuncAttributes at;
-    CHECK(cudaFuncGetAttributes(&at, fn));
-    int occ = 0;
-    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, W * 32, smem));
-    const double us = best * 1e3 / 40, bytes = (double)tiles * (K / 64) * atom_bytes<F>();
-    printf("regs=%3d smem=%6d blocks/SM=%d grid=%5d %8.2f us %5.1f %%\n", at.numRegs, smem, occ,
-           blocks, us, bytes / (us * 1e-6) / copy_bps * 100);
+    auto time = [&](bool overlap) {
+        for (int i = 0; i < 20; i++)
+            launch(i, overlap);
+        float best = 1e30f;
+        for (int r = 0; r < 7; r++) {
+            CHECK(cudaEventRecord(t0, stream));
+            for (int i = 0; i < 40; i++)
+                launch(i, overlap);
+            CHECK(cudaEventRecord(t1, stream));
+            CHECK(cudaEventSynchronize(t1));
+            float ms;
+            CHECK(cudaEventElapsedTime(&ms, t0, t1));
+            best = ms < best ? ms : best;
+        }
+        CHECK(cudaGetLastError());
+        return best * 1e3 / 40;
+    };
+    const double bytes = (double)tiles * (K / 64) * atom_bytes<F>();
+    const double serial = time(false), overlapped = time(true);
+    printf("regs=%3d smem=%6d blocks/SM=%d grid=%5d %8.2f us %5.1f %% | overlapping, smem=%6d "
+           "%8.2f us %5.1f %%\n",
+           at.numRegs, smem, occ, blocks, serial, bytes / (serial * 1e-6) / copy_bps * 100,
+           padded, overlapped, bytes / (overlapped * 1e-6) / copy_bps * 100);
     CHECK(cudaEventDestroy(t0));
     CHECK(cudaEventDestroy(t1));
+    CHECK(cudaStreamDestroy(stream));
 }
 
 // Device-to-device copy bandwidth (read + write), best of 5.
