@@ -8,9 +8,10 @@
 
 /* kiln's side of one (shape, format): R copies of the weight and a chain
  * of C linears (kiln_bench_chain), linear i reading copy i mod R behind its
- * own input, in one graph: one replay of a bucket runs C GEMMs, each reading
- * another weight than the one before it, and every GEMM quantizes its own
- * activations where its kernel wants FP8, as a lone linear would. */
+ * own input, in one graph: one replay of a bucket runs C GEMMs cycling
+ * through the copies (R covers the rotation's bytes, so none is read from
+ * L2), and every GEMM quantizes its own activations where its kernel wants
+ * FP8, as a lone linear would. */
 typedef struct kiln_side {
     kiln_bench_weight w;
     int rotation, chain;

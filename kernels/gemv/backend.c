@@ -552,17 +552,18 @@ static kiln_status gemv_emit(const kiln_target *t, const kiln_linear_kernel *k, 
  * of the SM's memory stays L1, which x is read through. That holds back a
  * next kernel of the same size; a smaller one may fit beside p blocks, in
  * what the driver's split of L1 and shared memory leaves (chains of mixed
- * shapes are not measured yet). H200, chains of 8
- * GEMMs, % of the copy bandwidth serial → p an SM (all the SM's shared
- * memory) → 2p: 4096 x 14336 at M = 1 (256 blocks, p = 2) FP8 80 → 84 →
- * 66, NVFP4 60 → 64 → 44, Q4_0 70 → 75 → 52; 8192 x 28672 (512) FP8 96 →
- * 98 → 82, Q4_0 89 → 93 → 93; at M = 8 (128 blocks, p = 1; serial as in
- * run (e) of docs/PERFORMANCE.md) FP8 73 → 76 → 65, Q8_0 65 → 67 → 51.
- * At M = 16 (128 blocks of 110 to 190 KB, one an
- * SM already) all the SM's shared memory cost L1: FP8 76 → 75, NVFP4 43
- * → 39, Q4_0 44 → 41; their own, 79, 44 and 47. Past a wave: 28672 x 4096
- * at M = 1 (1792 blocks, 2 to 3.4 waves) FP8 92 → 95, Q8_0 85 → 91, NVFP4
- * 66 → 72, Q4_0 69 → 74, Q4_K 59 → 64. */
+ * shapes are not measured yet).
+ *
+ * H200, chains of 8 GEMMs, % of the copy bandwidth serial → p an SM (all
+ * the SM's shared memory) → 2p: 4096 x 14336 at M = 1 (256 blocks, p = 2)
+ * FP8 80 → 84 → 66, NVFP4 60 → 64 → 44, Q4_0 70 → 75 → 52; 8192 x 28672
+ * (512) FP8 96 → 98 → 82, Q4_0 89 → 93 → 93; at M = 8 (128 blocks, p = 1;
+ * serial as in run (e) of docs/PERFORMANCE.md) FP8 73 → 76 → 65, Q8_0 65
+ * → 67 → 51. At M = 16 (128 blocks of 110 to 190 KB, one an SM already)
+ * all the SM's shared memory cost L1: FP8 76 → 75, NVFP4 43 → 39, Q4_0 44
+ * → 41; their own, 79, 44 and 47. Past a wave: 28672 x 4096 at M = 1 (1792
+ * blocks, 2 to 3.4 waves) FP8 92 → 95, Q8_0 85 → 91, NVFP4 66 → 72, Q4_0
+ * 69 → 74, Q4_K 59 → 64. */
 static int tc_overlaps(const kiln_target *t, const tc_variant *v, const tc_config *c,
                        unsigned *smem)
 {
