@@ -168,6 +168,20 @@ enum {
      * against 36.8, NVFP4 48.6 against 46.8; 28672 x 4096 split 2 ways
      * against 4 Q4_0 50.7 against 48.2, NVFP4 45.5 against 43.6). */
     TC_WIDE_WARPS = 1024,
+    /* A launch of one and two tokens whose 4-warp blocks hold fewer warps
+     * than this, its K at least TC_DEEP_ATOMS atoms, takes blocks of 8
+     * warps, K split 8 ways: each SM then keeps twice the warps streaming
+     * a launch within a wave (H200, 4096 x 14336 at one token, % of the
+     * copy bandwidth launched as kiln does on sm_90, 8 warps against 4:
+     * BF16 97.4 against 93.2, FP8 85.8 against 81.2, FP8 block 70.6
+     * against 65.4, MXFP8 87.8 against 83.7, Q8_0 81.6 against 77.0, Q4_0
+     * 77.6 against 73.7, NVFP4 65.3 against 62.4, MXFP4 59.7 against 58.7,
+     * Q4_K 62.6 against 60.3, Q6_K 63.0 against 57.7; two tokens FP8 88.6
+     * against 84.9, the 4-bit formats 0.5 to 2 points). K of 4096 (64
+     * atoms) loses with them: 8 atoms a slice, two stages of a 4-bit
+     * format (6144 x 4096 Q4_0 45.9 against 53.8); so do 4 tokens of Q4_K. */
+    TC_DEEP_WARPS = 2048,
+    TC_DEEP_ATOMS = 128,
 };
 
 /* The formats whose wide 16-token blocks keep 2 row tiles a warp: their
@@ -187,6 +201,9 @@ static tc_config tc_class(const tc_variant *v, const kiln_linear_cfg *c)
                             .warps = kiln_ceil_div(tiles, 4) * 4 < TC_WIDE_WARPS ? 8 : 4,
                             .stages = 3 };
     }
+    if (v->max_m <= 2 && v->row_tiles == 1 && tiles * v->warps < TC_DEEP_WARPS &&
+        c->k / 64 >= TC_DEEP_ATOMS)
+        return (tc_config){ .row_tiles = 1, .warps = 2 * v->warps, .stages = v->stages };
     return (tc_config){ .row_tiles = v->row_tiles, .warps = v->warps, .stages = v->stages };
 }
 

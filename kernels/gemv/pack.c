@@ -76,6 +76,30 @@ static void codes_fp4(const kiln_qtensor *q, int64_t n, int64_t k0, uint16_t *ou
         out[2 * i] = p[i] & 0xF, out[2 * i + 1] = p[i] >> 4;
 }
 
+/* An OCP MX block whose E8M0 scale is 255 (NaN) gets zero codes: tc.cuh
+ * decodes that scale as +inf (e8m0_byte), and inf · 0 is the NaN the
+ * block's weights are. */
+static void codes_nan_blocks(const kiln_qtensor *q, int64_t n, int64_t k0, uint16_t *out)
+{
+    const uint8_t *sc = (const uint8_t *)q->scale + at(q, n, k0) / 32;
+    for (int b = 0; b < ATOM / 32; b++)
+        if (sc[b] == 0xFF)
+            for (int i = 32 * b; i < 32 * b + 32; i++)
+                out[i] = 0;
+}
+
+static void codes_mxfp8(const kiln_qtensor *q, int64_t n, int64_t k0, uint16_t *out)
+{
+    codes_byte(q, n, k0, out);
+    codes_nan_blocks(q, n, k0, out);
+}
+
+static void codes_mxfp4(const kiln_qtensor *q, int64_t n, int64_t k0, uint16_t *out)
+{
+    codes_fp4(q, n, k0, out);
+    codes_nan_blocks(q, n, k0, out);
+}
+
 /* NVFP4's block scale is packed as a positive magnitude (nvfp4_scale_code):
  * a negative one's sign moves into its block's codes, and a zero one's
  * block gets zero codes, which is what w = e2m1 · scale makes them. */
@@ -168,9 +192,9 @@ static const pack_format formats[] = {
     [KILN_FMT_FP8_TENSOR] = { 1, PACK_W8, 1024, REC_NATIVE, codes_byte },
     [KILN_FMT_FP8_CHANNEL] = { 1, PACK_W8, 1024, REC_NATIVE, codes_byte },
     [KILN_FMT_FP8_BLOCK] = { 1, PACK_W8, 1024, REC_NATIVE, codes_byte },
-    [KILN_FMT_MXFP8] = { 1, PACK_W8, 1024, REC_E8M0, codes_byte },
+    [KILN_FMT_MXFP8] = { 1, PACK_W8, 1024, REC_E8M0, codes_mxfp8 },
     [KILN_FMT_NVFP4] = { 1, PACK_E2M1, 512, REC_E4M3, codes_nvfp4 },
-    [KILN_FMT_MXFP4] = { 1, PACK_E2M1, 512, REC_E8M0, codes_fp4 },
+    [KILN_FMT_MXFP4] = { 1, PACK_E2M1, 512, REC_E8M0, codes_mxfp4 },
     [KILN_FMT_Q8_0] = { 1, PACK_W8, 1024, REC_F16, codes_q8_0 },
     [KILN_FMT_Q4_0] = { 1, PACK_INT4, 512, REC_F16, codes_q4_0 },
     [KILN_FMT_Q4_K] = { 1, PACK_INT4, 512, REC_Q4_K, codes_q4_k },

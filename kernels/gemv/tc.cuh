@@ -157,14 +157,23 @@ __device__ __forceinline__ float biased_s8(u32 w, int byte)
 // bits 6..8 is the E2M1 value · 2^-126 (code 1, a subnormal, included);
 // one multiply restores it. GGML's MXFP4 stores doubled values: Scale
 // 2^127.
-template <u32 Scale>
-__device__ __forceinline__ void decode_e2m1(u32 w, u32 (&a)[4])
+// e2m1_bits gives the BF16 pairs of the values · 2^-126; the multiply by
+// a row's (mul[0], registers 0 and 2) and row g + 8's (mul[1]) pair may
+// bring in a block scale with it.
+__device__ __forceinline__ void e2m1_bits(u32 w, u32 (&raw)[4])
 {
     constexpr u32 mask = 0x81C081C0u;
     u32 r3 = shr(w, 3) & 0x01800180u;
     r3 = lop_and_or(shr(w, 7), 0x00400040u, r3);
     r3 = lop_and_or(w << 1, 0x80008000u, r3);
-    const u32 raw[4] = { w & mask, (w << 3) & mask, (w << 6) & mask, r3 };
+    raw[0] = w & mask, raw[1] = (w << 3) & mask, raw[2] = (w << 6) & mask, raw[3] = r3;
+}
+
+template <u32 Scale>
+__device__ __forceinline__ void decode_e2m1(u32 w, u32 (&a)[4])
+{
+    u32 raw[4];
+    e2m1_bits(w, raw);
 #pragma unroll
     for (int r = 0; r < 4; r++)
         a[r] = bf2_fma(raw[r], bf2_splat(Scale), bf2_neg_zero);
@@ -314,6 +323,17 @@ __device__ __forceinline__ void scales_e8m0(u32 s, int b, float (&out)[2])
     out[1] = Decode((s >> (8 * b + 16)) & 0xFFu);
 }
 
+// Byte b of a record word as the OCP scale 2^(E − 127) in three
+// instructions: E to bits 16..23 (a permute), to 23..30 (a multiply), and
+// E = 0's 2^-127 as a maximum. E = 255, NaN, reads +inf: the packer zeroes
+// that block's codes (kiln_gemv_pack), and inf · 0 is the NaN its weights
+// are.
+__device__ __forceinline__ float e8m0_byte(u32 word, int b)
+{
+    const u32 at16 = __byte_perm(word, 0u, 0x4044u | (u32)b << 8);
+    return __uint_as_float(max(at16 * 128u, 0x00400000u));
+}
+
 // Half b of each record word as f16 (rows g and g + 8).
 __device__ __forceinline__ void scales_f16(const u32 (&s)[2], int b, float (&out)[2])
 {
@@ -384,7 +404,8 @@ struct tc_mxfp8 : tc_e4m3_of<tc_recorded<4>> {
     static constexpr int block_tiles = 2;
     static __device__ void scale(const raw &r, int b, float (&s)[2])
     {
-        scales_e8m0<e8m0_to_f32>(r.s[0], b, s);
+        s[0] = e8m0_byte(r.s[0], b);
+        s[1] = e8m0_byte(r.s[0], b + 2);
     }
 };
 
@@ -413,45 +434,60 @@ struct tc_q4_0 : tc_recorded<8> {
 };
 
 // Record as MXFP8's. Scale: the power of two the E2M1 decoding restores.
-template <u32 Scale, float (*Decode)(u32)>
+template <u32 Scale>
 struct tc_e2m1_32 : tc_recorded<4> {
     static constexpr int block_tiles = 2;
     static __device__ void decode(const raw &r, int j, u32 (&a)[4])
     {
         decode_e2m1<Scale>(word_of(r.q[0], j), a);
     }
+};
+
+struct tc_mxfp4 : tc_e2m1_32<0x7E80u> { // 2^126
     static __device__ void scale(const raw &r, int b, float (&s)[2])
     {
-        scales_e8m0<Decode>(r.s[0], b, s);
+        s[0] = e8m0_byte(r.s[0], b);
+        s[1] = e8m0_byte(r.s[0], b + 2);
     }
 };
 
-using tc_mxfp4 = tc_e2m1_32<0x7E80u, e8m0_to_f32>;           // 2^126
-using tc_ggml_mxfp4 = tc_e2m1_32<0x7F00u, e8m0_half_to_f32>; // 2^127: ggml's doubled values
+// ggml's doubled values (2^127), its half scale finite at E = 255.
+struct tc_ggml_mxfp4 : tc_e2m1_32<0x7F00u> {
+    static __device__ void scale(const raw &r, int b, float (&s)[2])
+    {
+        scales_e8m0<e8m0_half_to_f32>(r.s[0], b, s);
+    }
+};
 
 // Record: the block scales of (g, k-tile 0..3), then (g + 8, 0..3), each
 // re-encoded by the packer as f32 bits >> 20 less 110 << 3 (exponent and
-// the 3 mantissa bits of the UE4M3 value, subnormals normalized): one
-// shift and add to f32. A zero scale's block has zero codes.
+// the 3 mantissa bits of the UE4M3 value, subnormals normalized). A block
+// is a k-tile, and its scale s multiplies the E2M1 bits in place of
+// 2^126: the BF16 pair of s · 2^118 (at most 448 · 2^118, within BF16)
+// gives each A value e2m1 · s · 2^-8, exact (2 and 4 significant bits),
+// and the mma sums the blocks straight into the accumulators; 2^8 joins
+// the global scale. A zero scale's block has zero codes.
 struct tc_nvfp4 : tc_recorded<8> {
-    static constexpr int block_tiles = 1;
+    // Byte b of a record word as that BF16 pair: the byte to bits 0..7 and
+    // 16..23 (a byte permute), times 16 plus the biases (a multiply-add).
+    static __device__ u32 scale_pair(u32 word, int b)
+    {
+        const u32 twice = __byte_perm(word, 0u, 0x4040u | (u32)b << 8 | (u32)b);
+        return twice * 16u + bf2_splat((110u << 7) + (118u << 7));
+    }
     static __device__ void decode(const raw &r, int j, u32 (&a)[4])
     {
-        decode_e2m1<0x7E80u>(word_of(r.q[0], j), a);
+        u32 bits[4];
+        e2m1_bits(word_of(r.q[0], j), bits);
+        const u32 mul[2] = { scale_pair(r.s[0], j), scale_pair(r.s[1], j) };
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            a[i] = bf2_fma(bits[i], mul[i & 1], bf2_neg_zero);
     }
-    // Byte b of a record word to bits 20..27 (a byte permute to bits
-    // 16..23, then a multiply-add by 16 on the FMA pipe), plus the bias.
-    static __device__ float code_to_f32(u32 word, int b)
+    static __device__ float row_scale(const kiln_linear_args &a, int)
     {
-        const u32 at16 = __byte_perm(word, 0u, 0x4044u | (u32)b << 8);
-        return __uint_as_float(at16 * 16u + (110u << 23));
+        return *a.w_global * 256.0f;
     }
-    static __device__ void scale(const raw &r, int b, float (&s)[2])
-    {
-        s[0] = code_to_f32(r.s[0], b);
-        s[1] = code_to_f32(r.s[1], b);
-    }
-    static __device__ float row_scale(const kiln_linear_args &a, int) { return *a.w_global; }
 };
 
 // Record: u8 scales of (g, sub-block 0), (g, 1), mins of (g, 0), (g, 1);

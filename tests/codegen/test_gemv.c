@@ -879,8 +879,11 @@ Test(gemv, launch_serves_its_m_class_only)
  * would hold more, it asks for the least that holds p + 1 no more, in
  * 128-byte steps. H200, 4 warps a block with K split 4 ways (2048 bytes
  * of sums, 1024 reserved): 28672 x 4096 at one token is 1792 blocks,
- * Q4_K's 46464 bytes of rings hold 4 an SM, 528 a wave. 4096 x 14336 is
- * 256 blocks, p = 2: 233472 / 3 − 3072 + 1 rounds up to 74880. FP8 at
+ * Q4_K's 46464 bytes of rings hold 4 an SM, 528 a wave. 4096 x 14336 at
+ * tc4 is 256 blocks of 66048 bytes, 3 an SM, p = 2: 233472 / 3 − 3072 +
+ * 1 rounds up to 74880; at tc1 its blocks take 8 warps (4096 of sums): Q4_K's 92928 bytes hold 2
+ * an SM already, FP8's 55296 hold 3: 233472 / 3 − 5120 + 1 rounds up to
+ * 72832. FP8 at
  * 2048 x 4096 is 128 blocks (27648 bytes, 7 an SM): p = 1, 233472 / 2 −
  * 3072 + 1 rounds up to 113792. tc16 at 28672 x 4096 is 224 blocks of Q4_K's 70656 bytes and
  * 16384 of sums: p = 2, 2 an SM already; at 4096 x 14336 FP8's 110592
@@ -896,7 +899,9 @@ Test(gemv, tc_launches_overlap_their_predecessor_on_sm_90)
     } cases[] = {
         { "h200", "tc1", KILN_FMT_Q4_K, 28672, 4096, 1, 0 },
         { "h100", "tc1", KILN_FMT_Q4_K, 28672, 4096, 1, 0 },
-        { "h200", "tc1", KILN_FMT_Q4_K, 4096, 14336, 1, 74880 },
+        { "h200", "tc4", KILN_FMT_Q4_K, 4096, 14336, 1, 74880 },
+        { "h200", "tc1", KILN_FMT_Q4_K, 4096, 14336, 1, 0 },
+        { "h200", "tc1", KILN_FMT_FP8_TENSOR, 4096, 14336, 1, 72832 },
         { "h200", "tc1", KILN_FMT_FP8_TENSOR, 2048, 4096, 1, 113792 },
         { "h200", "tc16", KILN_FMT_Q4_K, 28672, 4096, 1, 0 },
         { "h200", "tc16", KILN_FMT_FP8_TENSOR, 4096, 14336, 1, 0 },
@@ -1052,9 +1057,12 @@ Test(gemv, tc_launches_cover_every_row)
                     const int wide = max_m == 16 && (n + 15) / 16 >= 512;
                     const int two = f == KILN_FMT_Q6_K || f == KILN_FMT_Q8_0;
                     /* Wide blocks of 4 row tiles a warp take 8 warps below
-                     * 1024 warps of 4-warp blocks. */
+                     * 1024 warps of 4-warp blocks; so do one and two tokens
+                     * below 2048 warps of them, K at least 128 atoms. */
+                    const int deep = max_m <= 2 && (n + 15) / 16 * 4 < 2048 && k / 64 >= 128;
                     const long long class_warps =
-                        wide ? (!two && (n + 63) / 64 * 4 < 1024 ? 8 : 4) : variants[v].warps;
+                        wide ? (!two && (n + 63) / 64 * 4 < 1024 ? 8 : 4)
+                             : deep ? 2 * variants[v].warps : variants[v].warps;
                     cr_assert_eq(row_tiles, wide && !two ? 4 : variants[v].row_tiles, "%s", sig);
                     cr_assert_eq(warps % split, 0, "%s", sig);
                     cr_assert(split == 1 || k / 64 >= 4 * split, "%s: k_split %lld", sig, split);
@@ -1148,9 +1156,11 @@ static void h200_tc(kiln_format f, const char *variant, int64_t n, int64_t k, in
 
 /* The same shapes at m = 1 for the formats whose single token runs tc1,
  * worked by hand: one row tile of 16 a warp, 4 warps a block, and K split
- * (up to the 4 warps of a block) while the launch has fewer than 4096
+ * (up to the warps of a block) while the launch has fewer than 4096
  * warps and every slice keeps four atoms of 64. 1024 x 512 has only 8
- * atoms: two slices. The rings, 4 warps · 3 stages · (batch atoms of
+ * atoms: two slices. 4096 x 14336 is 256 row tiles, 1024 warps in 4-warp
+ * blocks, and 224 atoms: blocks of 8 warps, 8 slices of 28 atoms, twice
+ * the rings. The rings, 4 warps · 3 stages · (batch atoms of
  * pieces, units and records + a 64-value x row per atom and 32 bytes),
  * are 26112 for BF16 (batch 1, x fragments by lane: 128 bytes an atom),
  * 29568 for Q8_0 and Q6_K (batch 2), 34176
@@ -1160,13 +1170,13 @@ Test(gemv, tc_decode_shapes_fill_an_h200)
 {
     static const struct {
         int64_t n, k;
-        int k_split;
+        int warps, k_split;
         unsigned grid;
     } shapes[] = {
-        { 28672, 4096, 4, 1792 },     /* 1792 tiles: two slices give 3584 warps */
-        { 4096, 14336, 4, 256 },      /* 256 tiles, 224 atoms: 4 slices of 56 */
-        { 8192, 28672, 4, 512 },      /* 512 tiles: 4 slices, the block's warps */
-        { 1024, 512, 2, 64 / 2 },
+        { 28672, 4096, 4, 4, 1792 },  /* 1792 tiles: two slices give 3584 warps */
+        { 4096, 14336, 8, 8, 256 },   /* 256 tiles, 224 atoms: 8 slices of 28 */
+        { 8192, 28672, 4, 4, 512 },   /* 512 tiles: 4 slices, the block's warps */
+        { 1024, 512, 4, 2, 64 / 2 },
     };
     static const struct {
         kiln_format f;
@@ -1190,16 +1200,17 @@ Test(gemv, tc_decode_shapes_fill_an_h200)
             cr_assert_eq(source_param(src.text, "row_tiles"), 1, "%s", sig);
             cr_assert_eq(source_param(src.text, "k_split"), shapes[s].k_split, "%s", sig);
             cr_assert_eq(l.grid[0], shapes[s].grid, "%s", sig);
-            cr_assert_eq(source_param(src.text, "warps"), 4, "%s", sig);
+            const unsigned warps = (unsigned)shapes[s].warps, smem = fs[f].smem / 4 * warps;
+            cr_assert_eq(source_param(src.text, "warps"), warps, "%s", sig);
             cr_assert_eq(source_param(src.text, "stages"), 3, "%s", sig);
-            cr_assert_eq(l.block[0], 128, "%s", sig);
-            cr_assert_eq(source_param(src.text, "smem"), fs[f].smem, "%s", sig);
+            cr_assert_eq(l.block[0], 32 * warps, "%s", sig);
+            cr_assert_eq(source_param(src.text, "smem"), smem, "%s", sig);
             /* launches within a wave ask for more: see
              * tc_launches_overlap_their_predecessor_on_sm_90 */
-            cr_assert_geq(l.smem, fs[f].smem, "%s", sig);
+            cr_assert_geq(l.smem, smem, "%s", sig);
             cr_assert(l.overlap, "%s", sig);
             if (shapes[s].n >= 4096)
-                cr_assert_geq(l.grid[0] * 4, 1024, "%s", sig);
+                cr_assert_geq(l.grid[0] * warps, 1024, "%s", sig);
             kiln_kernel_source_free(&src);
         }
 }

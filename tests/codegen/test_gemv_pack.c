@@ -50,13 +50,20 @@ static void decode_int4(uint32_t w, uint32_t a[4])
         a[r] = lop_and_or(w >> (4 * r), 0x000F000Fu, MAGIC);
 }
 
-static void decode_e2m1(uint32_t w, uint32_t scale, uint32_t a[4])
+/* The E2M1 values · 2^-126 in BF16 pairs; the caller's multiply. */
+static void e2m1_bits(uint32_t w, uint32_t raw[4])
 {
     const uint32_t mask = 0x81C081C0u;
     uint32_t r3 = (w >> 3) & 0x01800180u;
     r3 = lop_and_or(w >> 7, 0x00400040u, r3);
     r3 = lop_and_or(w << 1, 0x80008000u, r3);
-    const uint32_t raw[4] = { w & mask, (w << 3) & mask, (w << 6) & mask, r3 };
+    raw[0] = w & mask, raw[1] = (w << 3) & mask, raw[2] = (w << 6) & mask, raw[3] = r3;
+}
+
+static void decode_e2m1(uint32_t w, uint32_t scale, uint32_t a[4])
+{
+    uint32_t raw[4];
+    e2m1_bits(w, raw);
     for (int r = 0; r < 4; r++)
         a[r] = bf2_fma(raw[r], SPLAT(scale), NEG_ZERO);
 }
@@ -108,6 +115,18 @@ static void dec_q8_0(const lane_raw *r, int j, uint32_t a[4])
 static void dec_int4(const lane_raw *r, int j, uint32_t a[4]) { decode_int4(r->q[0][j], a); }
 static void dec_e2m1(const lane_raw *r, int j, uint32_t a[4]) { decode_e2m1(r->q[0][j], 0x7E80u, a); }
 static void dec_e2m1_ggml(const lane_raw *r, int j, uint32_t a[4]) { decode_e2m1(r->q[0][j], 0x7F00u, a); }
+
+/* NVFP4: block j's scale code c (byte j of rows g and g + 8) times the
+ * E2M1 bits, as the BF16 pair 16·c + (110 + 118) << 7: s · 2^118. */
+static void dec_nvfp4(const lane_raw *r, int j, uint32_t a[4])
+{
+    uint32_t raw[4], mul[2];
+    e2m1_bits(r->q[0][j], raw);
+    for (int h = 0; h < 2; h++)
+        mul[h] = SPLAT(((r->s[h] >> (8 * j)) & 0xFF) * 16 + ((110u + 118u) << 7));
+    for (int i = 0; i < 4; i++)
+        a[i] = bf2_fma(raw[i], mul[i & 1], NEG_ZERO);
+}
 
 static void dec_q6_k(const lane_raw *r, int j, uint32_t a[4])
 {
@@ -172,7 +191,9 @@ static float bits_f32(uint32_t u)
     return f;
 }
 
-static float e8m0(uint32_t e) { return e == 0xFF ? NAN : bits_f32(e ? e << 23 : 0x00400000u); }
+/* OCP E8M0 as e8m0_byte reads it: 255 (NaN) as +inf, whose block the
+ * packer zeroes. */
+static float e8m0(uint32_t e) { return bits_f32(e << 23 > 0x00400000u ? e << 23 : 0x00400000u); }
 static float e8m0_half(uint32_t e) { return bits_f32(e < 2 ? 0x00200000u << e : (e - 1) << 23); }
 static float f16(uint32_t v) { return kiln_f16_to_f32((uint16_t)v); }
 
@@ -203,13 +224,6 @@ static void sc_f16(const lane_raw *r, int b, float s[2], float m[2])
     s[0] = f16(r->s[0] >> (16 * b)), s[1] = f16(r->s[1] >> (16 * b));
 }
 
-static void sc_nvfp4(const lane_raw *r, int b, float s[2], float m[2])
-{
-    (void)m;
-    for (int h = 0; h < 2; h++)
-        s[h] = bits_f32((((r->s[h] >> (8 * b)) & 0xFF) << 20) + (110u << 23));
-}
-
 static void sc_q4_k(const lane_raw *r, int b, float s[2], float m[2])
 {
     for (int h = 0; h < 2; h++) {
@@ -231,7 +245,7 @@ static float f32_at(const uint8_t *p, size_t i) { return bits_f32(le32(p + 4 * i
 static float row_one(const packed *p, int64_t n) { return (void)p, (void)n, 1.0f; }
 static float row_tensor(const packed *p, int64_t n) { return (void)n, f32_at(p->scale, 0); }
 static float row_channel(const packed *p, int64_t n) { return f32_at(p->scale, (size_t)n); }
-static float row_global(const packed *p, int64_t n) { return (void)n, p->q->global_scale; }
+static float row_global(const packed *p, int64_t n) { return (void)n, p->q->global_scale * 256.0f; }
 
 /* Where pack.h puts a value's code in a lane's words (padding check). */
 typedef enum field_class { F_W16, F_W8, F_INT4, F_E2M1, F_Q6 } field_class;
@@ -245,8 +259,8 @@ typedef struct tc_model {
     float (*row)(const packed *p, int64_t n);
     field_class field;
     /* Exact: the kernel and kiln_dequantize do the same roundings. NVFP4
-     * is not: the kernel takes (e2m1 · s) · global, the reference e2m1 ·
-     * (s · global). */
+     * is not: the kernel takes (e2m1 · s · 2^-8) · (global · 2^8), the
+     * reference e2m1 · (s · global). */
     int exact;
 } tc_model;
 
@@ -257,7 +271,7 @@ static const tc_model models[KILN_FMT_COUNT] = {
     [KILN_FMT_FP8_CHANNEL] = { 2, 1024, 0, NULL, dec_e4m3, NULL, { 0 }, row_channel, F_W8, 1 },
     [KILN_FMT_FP8_BLOCK] = { 2, 1024, 4, load_fp8_block, dec_e4m3, sc_fp8_block, { 0 }, row_one, F_W8, 1 },
     [KILN_FMT_MXFP8] = { 2, 1024, 2, load_rec4, dec_e4m3, sc_e8m0, { 0 }, row_one, F_W8, 1 },
-    [KILN_FMT_NVFP4] = { 1, 512, 1, load_rec8, dec_e2m1, sc_nvfp4, { 0 }, row_global, F_E2M1, 0 },
+    [KILN_FMT_NVFP4] = { 1, 512, 0, load_rec8, dec_nvfp4, NULL, { 0 }, row_global, F_E2M1, 0 },
     [KILN_FMT_MXFP4] = { 1, 512, 2, load_rec4, dec_e2m1, sc_e8m0, { 0 }, row_one, F_E2M1, 1 },
     [KILN_FMT_Q8_0] = { 2, 1024, 2, load_rec8, dec_q8_0, sc_f16, { 0 }, row_one, F_W8, 1 },
     [KILN_FMT_Q4_0] = { 1, 512, 2, load_rec8, dec_int4, sc_f16, { 136, 136 }, row_one, F_INT4, 1 },
@@ -344,7 +358,8 @@ static void check_decoded(const packed *p)
     cr_assert_not_null(want);
     cr_assert_eq(kiln_dequantize(q, want), KILN_OK, "%s", kiln_last_error());
     for (size_t i = 0; i < count; i++)
-        amax = fmaxf(amax, fabsf(want[i]));
+        if (!isnan(want[i]))
+            amax = fmaxf(amax, fabsf(want[i]));
     cr_assert_gt(amax, 0.0f, "%s: all-zero weights test nothing", name);
     size_t bad = 0, first = 0;
     float first_got = 0.0f;
@@ -352,8 +367,9 @@ static void check_decoded(const packed *p)
         for (int64_t k = 0; k < q->k; k++) {
             const size_t i = (size_t)(n * q->k + k);
             const float got = tc_weight(p, n, k);
-            const int ok =
-                models[q->format].exact ? got == want[i] : fabsf(got - want[i]) <= 1e-6f * amax;
+            const int ok = isnan(want[i]) ? isnan(got)
+                           : models[q->format].exact ? got == want[i]
+                                                     : fabsf(got - want[i]) <= 1e-6f * amax;
             if (!ok && !bad++)
                 first = i, first_got = got;
         }
@@ -416,6 +432,28 @@ Test(gemv_pack, nvfp4_nan_block_scale_is_refused)
         free(scale);
         free(q.data);
         free(q.scale);
+    }
+}
+
+/* An OCP MX block scale of 255 is NaN: the kernel reads +inf times the
+ * block's codes, which the packer zeroes, so every weight of the block is
+ * NaN, as kiln_dequantize has it; E = 0, 2^-127, is exact, and the other
+ * blocks are untouched. */
+Test(gemv_pack, mx_nan_and_smallest_block_scales)
+{
+    static const kiln_format fs[] = { KILN_FMT_MXFP4, KILN_FMT_MXFP8 };
+    for (size_t f = 0; f < KILN_ARRAY_LEN(fs); f++) {
+        kiln_qtensor q = quantized(fs[f], 40, 512, 400 + f);
+        uint8_t *sc = q.scale;
+        sc[2 * 16 + 3] = 0xFF; /* row 2, K 96..127 */
+        sc[5 * 16 + 0] = 0x00; /* row 5, K 0..31 */
+        packed p = pack(&q, NULL);
+        check_decoded(&p);
+        for (int64_t k = 96; k < 128; k++)
+            cr_expect(isnan(tc_weight(&p, 2, k)), "%s (2, %lld) is not NaN",
+                      kiln_format_get(q.format)->name, (long long)k);
+        cr_expect(!isnan(tc_weight(&p, 2, 95)) && !isnan(tc_weight(&p, 2, 128)));
+        release(&p, &q);
     }
 }
 
