@@ -260,6 +260,8 @@ struct tc_base {
     static constexpr int pieces = 1, atom_bytes = 512, record = 0, units = 0, block_tiles = 0;
     static constexpr int min_blocks = 1; // __launch_bounds__: blocks per SM to fit
     static constexpr bool has_offset = false, has_min = false;
+    // A stage of 4 atoms is one 256-value super-block (tc_super_stage).
+    static constexpr bool super_blocks = false;
     using raw = tc_raw<1>;
     template <int N, int K>
     static __device__ tc_scale_ptr scale_ptr(const kiln_linear_args &, int, int)
@@ -495,7 +497,7 @@ struct tc_nvfp4 : tc_recorded<8> {
 // The registers read 128 + q (decode_int4).
 struct tc_q4_k : tc_base {
     static constexpr int record = 8, units = 1, block_tiles = 2, min_blocks = 2;
-    static constexpr bool has_offset = true, has_min = true;
+    static constexpr bool has_offset = true, has_min = true, super_blocks = true;
     template <int N, int K>
     static __device__ tc_scale_ptr scale_ptr(const kiln_linear_args &args, int tile, int g)
     {
@@ -600,6 +602,15 @@ struct tc_shape {
     // Accumulator values c of a token tile hold tokens 2t + (c & 1): at
     // one token the odd ones hold none, and are neither scaled nor stored.
     static constexpr int col_step = MaxM == 1 ? 2 : 1;
+};
+
+// Whether each stage holds one whole super-block: a format of 256-value
+// super-records (F::super_blocks) at 4 atoms a stage. The warps' slices of
+// K then start on super-blocks, and a stage's atoms all read the
+// super-record its first atom copies, converted once.
+template <class F, class S>
+struct tc_super_stage {
+    static constexpr bool value = F::super_blocks && S::batch == 4;
 };
 
 // Blocks per SM for __launch_bounds__: a format's wish holds for one token
@@ -787,8 +798,12 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int slice = warp % S::k_split, row_warp = warp / S::k_split;
-    // The slices of K differ by at most one atom.
-    const int a_begin = slice * atoms / S::k_split, a_end = (slice + 1) * atoms / S::k_split;
+    // The slices of K differ by at most one atom
+    // (by at most one super-block where stages are super-blocks).
+    constexpr int per = tc_super_stage<F, S>::value ? 4 : 1;
+    static_assert(atoms % per == 0, "whole super-blocks");
+    const int a_begin = slice * (atoms / per) / S::k_split * per,
+              a_end = (slice + 1) * (atoms / per) / S::k_split * per;
     const int tile0 = (blockIdx.x * S::row_warps + row_warp) * RT;
     const u16 *x = static_cast<const u16 *>(args.x);
     const u8 *w = static_cast<const u8 *>(args.w);
@@ -853,6 +868,8 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
                     for (int i = 0; i < F::pieces; i++)
                         cp_async<16>(st + ((u * RT + r) * F::pieces + i) * 512 + lane * 16,
                                      p + i * 512, live ? 16 : 0);
+                    if (tc_super_stage<F, S>::value && u > 0)
+                        continue; // the stage's atoms read the first one's units
                     F::stage(sp[r], p - lane * 16, a, lane,
                              reinterpret_cast<uint2 *>(st + L::pieces +
                                                        (u * RT + r) * F::units * 256) +
@@ -968,8 +985,9 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
                 for (int i = 0; i < F::pieces; i++)
                     raw.q[i] = reinterpret_cast<const uint4 *>(
                         st + ((u * RT + r) * F::pieces + i) * 512)[lane];
+                const int unit_atom = tc_super_stage<F, S>::value ? 0 : u;
                 F::fetch(reinterpret_cast<const uint2 *>(st + L::pieces +
-                                                         (u * RT + r) * F::units * 256) +
+                                                         (unit_atom * RT + r) * F::units * 256) +
                              lane,
                          st + L::pieces + L::units + (r * B + u) * 8 * F::record + g * F::record,
                          raw);
