@@ -168,10 +168,10 @@ enum {
      * against 36.8, NVFP4 48.6 against 46.8; 28672 x 4096 split 2 ways
      * against 4 Q4_0 50.7 against 48.2, NVFP4 45.5 against 43.6). */
     TC_WIDE_WARPS = 1024,
-    /* A launch of one and two tokens whose 4-warp blocks hold fewer warps
-     * than this, its K at least TC_DEEP_ATOMS atoms, takes blocks of 8
-     * warps, K split 8 ways: each SM then keeps twice the warps streaming
-     * a launch within a wave (H200, 4096 x 14336 at one token, % of the
+    /* A one- or two-token launch of fewer warps than this at 4 a row tile,
+     * its K at least TC_DEEP_ATOMS atoms, takes blocks of 8 warps, K split
+     * 8 ways: each SM then keeps twice the warps streaming a launch within
+     * a wave (H200, 4096 x 14336 at one token, % of the
      * copy bandwidth launched as kiln does on sm_90, 8 warps against 4:
      * BF16 97.4 against 93.2, FP8 85.8 against 81.2, FP8 block 70.6
      * against 65.4, MXFP8 87.8 against 83.7, Q8_0 81.6 against 77.0, Q4_0
