@@ -52,10 +52,11 @@
 // f32 additions differs from the CPU reference.
 //
 // Work split. A warp owns RowTiles consecutive row tiles and a contiguous
-// KSplit-th of the atoms (the slices differ by at most one atom); the
-// block's KSplit warps that share row tiles
-// add their sums through shared memory, and the first of them applies the
-// epilogue. grid = ceil(ceil(N / 16) / (RowTiles · Warps / KSplit)).
+// KSplit-th of the atoms (the slices differ by at most one atom, or by a
+// stage where a stage's atoms share units: tc_super_stage); the block's
+// KSplit warps that share row tiles add their sums through shared memory,
+// and the first of them applies the epilogue. grid = ceil(ceil(N / 16) /
+// (RowTiles · Warps / KSplit)).
 #pragma once
 
 #include "kiln/gemv.cuh"
