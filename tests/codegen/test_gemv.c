@@ -881,11 +881,11 @@ Test(gemv, launch_serves_its_m_class_only)
  * of sums, 1024 reserved): 28672 x 4096 at one token is 1792 blocks,
  * Q4_K's 46464 bytes of rings hold 4 an SM, 528 a wave. 4096 x 14336 at
  * tc4 is 256 blocks of 66048 bytes, 3 an SM, p = 2: 233472 / 3 − 3072 +
- * 1 rounds up to 74880; at tc1 its blocks take 8 warps (4096 of sums): Q4_K's 92928 bytes hold 2
- * an SM already, FP8's 55296 hold 3: 233472 / 3 − 5120 + 1 rounds up to
- * 72832. FP8 at
- * 2048 x 4096 is 128 blocks (27648 bytes, 7 an SM): p = 1, 233472 / 2 −
- * 3072 + 1 rounds up to 113792. tc16 at 28672 x 4096 is 224 blocks of Q4_K's 70656 bytes and
+ * 1 rounds up to 74880; at tc1 its blocks take 8 warps (4096 bytes of
+ * sums): Q4_K's 92928 bytes hold 2 an SM already, FP8's 55296 hold 3:
+ * 233472 / 3 − 5120 + 1 rounds up to 72832. FP8 at 2048 x 4096 is 128
+ * blocks (27648 bytes, 7 an SM): p = 1, 233472 / 2 − 3072 + 1 rounds up
+ * to 113792. tc16 at 28672 x 4096 is 224 blocks of Q4_K's 70656 bytes and
  * 16384 of sums: p = 2, 2 an SM already; at 4096 x 14336 FP8's 110592
  * hold one. */
 Test(gemv, tc_launches_overlap_their_predecessor_on_sm_90)
