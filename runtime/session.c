@@ -83,28 +83,39 @@ static kiln_status layout_of(const kiln_session *s, const kiln_kernel_desc *d,
     return st;
 }
 
-/* Copies go on the session's stream, which does not wait for the legacy
+/* Weight q's host bytes in copy w's layout: packed into a new buffer
+ * (*owned, which the caller frees) where w is a backend's layout, else q's
+ * own. Nothing is written to the device. */
+static kiln_status weight_host(const kiln_session *s, const dev_weight *w, const kiln_qtensor *q,
+                               const void **data, const void **scale, void **owned)
+{
+    *data = q->data, *scale = q->scale, *owned = NULL;
+    if (!w->packer)
+        return KILN_OK;
+    const char *name = w->tensor->name;
+    char *packed = malloc(w->data_bytes + w->scale_bytes + 1);
+    if (!packed)
+        return kiln_fail(KILN_ERR_NOMEM, "weight %s: %zu bytes to pack it", name,
+                         w->data_bytes + w->scale_bytes);
+    kiln_status st = w->packer->pack(&s->plan->target, q, packed, packed + w->data_bytes);
+    if (st != KILN_OK) {
+        free(packed);
+        return kiln_fail_prefix(st, "weight %s", name);
+    }
+    *data = packed, *scale = packed + w->data_bytes, *owned = packed;
+    return KILN_OK;
+}
+
+/* Queues the copies of host bytes data and scale and q's global scale into
+ * w. Copies go on the session's stream, which does not wait for the legacy
  * stream: a plain cuMemcpyHtoD from pageable memory may return before its
  * DMA lands, and a graph replayed next on a non-blocking stream would race
  * it. The stream is synchronized before host memory is reused or freed. */
-static kiln_status weight_upload(kiln_session *s, dev_weight *w, const kiln_qtensor *q)
+static kiln_status weight_send(kiln_session *s, dev_weight *w, const void *data,
+                               const void *scale, const kiln_qtensor *q)
 {
-    const char *name = w->tensor->name;
-    const void *data = q->data, *scale = q->scale;
-    void *packed = NULL;
-    if (w->packer) {
-        if (!(packed = malloc(w->data_bytes + w->scale_bytes + 1)))
-            return kiln_fail(KILN_ERR_NOMEM, "weight %s: %zu bytes to pack it", name,
-                             w->data_bytes + w->scale_bytes);
-        kiln_status st =
-            w->packer->pack(&s->plan->target, q, packed, (char *)packed + w->data_bytes);
-        if (st != KILN_OK) {
-            free(packed);
-            return kiln_fail_prefix(st, "weight %s", name);
-        }
-        data = packed, scale = (char *)packed + w->data_bytes;
-    }
     const kiln_cu *cu = s->cu;
+    const char *name = w->tensor->name;
     kiln_status st =
         kiln_cu_check(cu, cu->MemcpyHtoDAsync(w->data, data, w->data_bytes, s->stream), name);
     if (st == KILN_OK && w->scale_bytes)
@@ -113,8 +124,19 @@ static kiln_status weight_upload(kiln_session *s, dev_weight *w, const kiln_qten
     if (st == KILN_OK)
         st = kiln_cu_check(
             cu, cu->MemcpyHtoDAsync(w->global, &q->global_scale, sizeof(float), s->stream), name);
-    kiln_status sync = kiln_cu_check(s->cu, s->cu->StreamSynchronize(s->stream), name);
-    free(packed);
+    return st;
+}
+
+static kiln_status weight_upload(kiln_session *s, dev_weight *w, const kiln_qtensor *q)
+{
+    const void *data, *scale;
+    void *owned;
+    kiln_status st = weight_host(s, w, q, &data, &scale, &owned);
+    if (st != KILN_OK)
+        return st;
+    st = weight_send(s, w, data, scale, q);
+    kiln_status sync = kiln_cu_check(s->cu, s->cu->StreamSynchronize(s->stream), w->tensor->name);
+    free(owned);
     return st != KILN_OK ? st : sync;
 }
 
@@ -215,17 +237,43 @@ kiln_status kiln_session_set_weight(kiln_session *s, const char *name, const kil
                          (long long)q->n, (long long)q->k);
     if (!q->data || (kiln_format_get(q->format)->scale_type != KILN_SCALE_NONE && !q->scale))
         return kiln_fail(KILN_ERR_INVALID_ARG, "set_weight %s: data or scale missing", name);
-    CU(s->cu->CtxSetCurrent(s->ctx), "set_weight");
+    /* Every copy is packed before any is written, so that a weight one
+     * layout refuses (a NaN NVFP4 block scale) leaves all of them as they
+     * were. */
+    struct staged {
+        dev_weight *w;
+        const void *data, *scale;
+        void *owned;
+    } *h = calloc((size_t)copies, sizeof *h);
+    if (!h)
+        return kiln_fail(KILN_ERR_NOMEM, "set_weight %s: %d copies", name, copies);
+    kiln_status st = KILN_OK;
+    int n = 0;
+    for (int i = 0; i < s->n_weights && st == KILN_OK; i++)
+        if (s->weights[i].tensor == t) {
+            h[n].w = &s->weights[i];
+            st = weight_host(s, h[n].w, q, &h[n].data, &h[n].scale, &h[n].owned);
+            n++;
+        }
     /* The stream may be replaying a graph that reads the old weights. */
-    CU(s->cu->StreamSynchronize(s->stream), "set_weight");
-    for (int i = 0; i < s->n_weights; i++) {
-        if (s->weights[i].tensor != t)
-            continue;
-        kiln_status st = weight_upload(s, &s->weights[i], q);
-        if (st != KILN_OK)
-            return st;
+    if (st == KILN_OK)
+        st = kiln_cu_check(s->cu, s->cu->CtxSetCurrent(s->ctx), "set_weight");
+    if (st == KILN_OK)
+        st = kiln_cu_check(s->cu, s->cu->StreamSynchronize(s->stream), "set_weight");
+    /* Past this point only a failing device (whose context is then lost)
+     * can stop the copies halfway. */
+    int sent = 0;
+    for (int i = 0; i < n && st == KILN_OK; i++, sent++)
+        st = weight_send(s, h[i].w, h[i].data, h[i].scale, q);
+    if (sent) { /* the host buffers outlive every copy queued */
+        kiln_status sync = kiln_cu_check(s->cu, s->cu->StreamSynchronize(s->stream), name);
+        if (st == KILN_OK)
+            st = sync;
     }
-    return KILN_OK;
+    for (int i = 0; i < n; i++)
+        free(h[i].owned);
+    free(h);
+    return st;
 }
 
 /* ------------------------------------------------------------ kernels */

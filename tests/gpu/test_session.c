@@ -150,6 +150,42 @@ Test(gpu_session, reloaded_weights_reach_captured_graphs, .timeout = 600)
     kt_weight_free(&w2);
 }
 
+/* A reload that one of a weight's layouts refuses (the gemv packer, a NaN
+ * NVFP4 block scale) changes none of its copies: the tensor-core one
+ * (buckets 1 to 16) and the storage-layout one (64) give the same bytes
+ * as before, and still the CPU's numbers of the weight loaded. */
+Test(gpu_session, refused_reload_keeps_every_copy, .timeout = 600)
+{
+    kt_need_gpu();
+    fresh_cache();
+    kt_rng r = kt_rng_new(6);
+    kt_weight w, w2;
+    kt_weight_make(&w, &r, KILN_FMT_NVFP4, 256, 512);
+    kt_weight_make(&w2, &r, KILN_FMT_NVFP4, 256, 512);
+    kiln_graph *g = kt_linear_graph(&w);
+    kiln_session *s = session(g, 0);
+    static const int64_t ms[] = { 4, 50 };
+    float x[50 * 512], before[50 * 256], after[50 * 256];
+    kt_fill_normal(&r, x, sizeof x / sizeof x[0], 1.0f);
+    const float *in[] = { x };
+    float *ob[] = { before }, *oa[] = { after };
+    ((uint8_t *)w2.q.scale)[3 * 32 + 5] = 0x7F; /* row 3, K 80..95 */
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+        cr_assert_eq(kiln_session_run(s, ms[i], in, ob), KILN_OK, "%s", kiln_last_error());
+        cr_assert_eq(kiln_session_set_weight(s, "w", &w2.q), KILN_ERR_MALFORMED);
+        cr_assert(strstr(kiln_last_error(), "weight w") && strstr(kiln_last_error(), "NaN"), "%s",
+                  kiln_last_error());
+        cr_assert_eq(kiln_session_run(s, ms[i], in, oa), KILN_OK, "%s", kiln_last_error());
+        cr_assert_eq(memcmp(before, after, (size_t)ms[i] * 256 * sizeof(float)), 0,
+                     "m = %lld: the refused reload changed the output", (long long)ms[i]);
+        kt_compare_cpu(s, g, ms[i], &r, "after a refused reload", NULL);
+    }
+    kiln_session_destroy(s);
+    kiln_graph_destroy(g);
+    kt_weight_free(&w);
+    kt_weight_free(&w2);
+}
+
 Test(gpu_session, offline_miss_names_the_signature, .timeout = 300)
 {
     kt_need_gpu();
