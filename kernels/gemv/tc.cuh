@@ -323,14 +323,6 @@ struct tc_recorded : tc_base {
     }
 };
 
-// Byte b of a record word as E8M0 (rows g and g + 8 at bytes b, b + 2).
-template <float (*Decode)(u32)>
-__device__ __forceinline__ void scales_e8m0(u32 s, int b, float (&out)[2])
-{
-    out[0] = Decode((s >> (8 * b)) & 0xFFu);
-    out[1] = Decode((s >> (8 * b + 16)) & 0xFFu);
-}
-
 // Byte b of a record word as the OCP scale 2^(E − 127) in three
 // instructions: E to bits 16..23 (a permute), to 23..30 (a multiply), and
 // E = 0's 2^-127 as a maximum. E = 255, NaN, reads +inf: the packer zeroes
@@ -340,6 +332,17 @@ __device__ __forceinline__ float e8m0_byte(u32 word, int b)
 {
     const u32 at16 = __byte_perm(word, 0u, 0x4044u | (u32)b << 8);
     return __uint_as_float(max(at16 * 128u, 0x00400000u));
+}
+
+// Byte b of a record word as ggml's half scale 2^(E − 128), E = 255's
+// 2^127 included, in four instructions: E to bits 16..23 (a permute), then
+// the larger of E · 2^23 − 2^23, the normal scales, and (E + 1) · 2^21,
+// which gives E = 0's and 1's subnormals 2^-128 and 2^-127 (bit for bit
+// e8m0_half_to_f32 for every E).
+__device__ __forceinline__ float e8m0_half_byte(u32 word, int b)
+{
+    const u32 at16 = __byte_perm(word, 0u, 0x4044u | (u32)b << 8);
+    return __int_as_float(max((int)(at16 * 128u - 0x00800000u), (int)(at16 * 32u + 0x00200000u)));
 }
 
 // Half b of each record word as f16 (rows g and g + 8).
@@ -467,7 +470,8 @@ struct tc_mxfp4 : tc_e2m1_32<0x7E80u> { // 2^126
 struct tc_ggml_mxfp4 : tc_e2m1_32<0x7F00u> {
     static __device__ void scale(const raw &r, int b, float (&s)[2])
     {
-        scales_e8m0<e8m0_half_to_f32>(r.s[0], b, s);
+        s[0] = e8m0_half_byte(r.s[0], b);
+        s[1] = e8m0_half_byte(r.s[0], b + 2);
     }
 };
 
