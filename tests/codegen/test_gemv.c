@@ -686,7 +686,9 @@ Test(gemv, emit_instantiates_the_template)
  * is one row group and the grid 128 blocks. Dynamic shared memory, the
  * rings: 8 warps · 3 stages · (1 atom · 2 row tiles · (512 of pieces +
  * 2 · 256 of units + 64 of records) + 16 x rows of 128 + 32) = 113664,
- * with the 16384 of the reduction well within sm_90a's 232448. */
+ * with the 16384 of the reduction within sm_90a's 232448. An SM holds one
+ * such block (233472 / (113664 + 1024 + 16384)), and one with a fourth
+ * stage too, which sm_90 takes: 151552 (+ 16384 = 167936). */
 Test(gemv, emit_instantiates_the_tc_template)
 {
     static const char golden[] =
@@ -699,7 +701,7 @@ Test(gemv, emit_instantiates_the_tc_template)
         "\n"
         "using format = kiln::tc_q6_k;\n"
         "using shape = kiln::tc_shape</*max_m*/ 16, /*row_tiles*/ 2, /*warps*/ 8, /*k_split*/ 8,\n"
-        "                             /*batch*/ 1, /*stages*/ 3>;\n"
+        "                             /*batch*/ 1, /*stages*/ 4>;\n"
         "using epilogue = kiln::gemv_epilogue</*bias*/ true, /*residual*/ true, /*silu_mul*/ "
         "false>;\n"
         "\n"
@@ -708,7 +710,7 @@ Test(gemv, emit_instantiates_the_tc_template)
         "%s(const kiln_linear_args args)\n"
         "{\n"
         "    kiln::gemv_tc<format, shape, epilogue, /*n*/ 4096, /*k*/ 14336, /*smem*/ "
-        "113664>(args);\n"
+        "151552>(args);\n"
         "}\n";
     const char *sig = "linear backend=gemv variant=tc16 format=q6_k scales=inline act=bf16 n=4096 "
                       "k=14336 epilogue=bias+residual out=bf16 target=sm_90a";
@@ -724,7 +726,7 @@ Test(gemv, emit_instantiates_the_tc_template)
         cr_assert_eq(n, 1);
         cr_assert_eq(l[0].cfg.grid[0], 128);
         cr_assert_eq(l[0].cfg.block[0], 256);
-        cr_assert_eq(l[0].cfg.smem, 113664);
+        cr_assert_eq(l[0].cfg.smem, 151552);
     }
     kiln_kernel_source_free(&s);
 }
@@ -885,9 +887,9 @@ Test(gemv, launch_serves_its_m_class_only)
  * sums): Q4_K's 92928 bytes hold 2 an SM already, FP8's 55296 hold 3:
  * 233472 / 3 − 5120 + 1 rounds up to 72832. FP8 at 2048 x 4096 is 128
  * blocks (27648 bytes, 7 an SM): p = 1, 233472 / 2 − 3072 + 1 rounds up
- * to 113792. tc16 at 28672 x 4096 is 224 blocks of Q4_K's 70656 bytes and
- * 16384 of sums: p = 2, 2 an SM already; at 4096 x 14336 FP8's 110592
- * hold one. */
+ * to 113792. tc16 at 28672 x 4096 is 224 blocks of Q4_K's 94208 bytes (4
+ * stages) and 16384 of sums: p = 2, 2 an SM already; at 4096 x 14336
+ * FP8's 147456 hold one. */
 Test(gemv, tc_launches_overlap_their_predecessor_on_sm_90)
 {
     static const struct {
@@ -936,6 +938,51 @@ Test(gemv, tc_launches_overlap_their_predecessor_on_sm_90)
                      "%s %s %lldx%lld: %u, own %u", cases[i].arch, cases[i].variant,
                      (long long)cases[i].n, (long long)cases[i].k, l.smem, own.smem);
         cr_assert_geq(l.smem, own.smem);
+    }
+}
+
+/* tc16 on sm_90 takes a fourth stage where a block with it still fits
+ * and an SM's shared memory (233472 bytes, 1024 a block) holds as many
+ * blocks, worked by hand. 8192 x 28672 is 128 blocks of 8 warps, 4 row
+ * tiles each, K split 8 (32768 bytes of sums): Q4_0's stage is 4 · (512 +
+ * 64) + 2 · 8 · (128 + 32) = 4864 bytes, 116736 for 3 stages and 155648
+ * for 4, one block an SM either way. BF16's 3 stages of 8 warps (258048)
+ * pass the limit: 4 warps, split 4, 4 stages of 10752 bytes. 28672 x 4096
+ * takes blocks of 4 warps split 2 (16384 of sums): Q4_K's 70656 and
+ * 94208 hold 2 an SM; Q4_0's 58368 hold 3, its 77824 only 2; FP8's 79872
+ * hold 2, its 106496 one. NVFP4 at 4096 x 14336 (2 row tiles, 2 atoms a
+ * stage, 6912 bytes) has no room for a fourth: 221184 + 16384. sm_80 is
+ * not measured, and keeps 3. */
+Test(gemv, tc16_takes_a_fourth_stage_on_sm_90)
+{
+    static const struct {
+        const char *arch;
+        kiln_format f;
+        int64_t n, k;
+        int warps, stages;
+        unsigned smem;
+    } cases[] = {
+        { "sm_90a", KILN_FMT_Q4_0, 8192, 28672, 8, 4, 155648 },
+        { "sm_90a", KILN_FMT_BF16, 8192, 28672, 4, 4, 172032 },
+        { "sm_90a", KILN_FMT_Q4_K, 28672, 4096, 4, 4, 94208 },
+        { "sm_90a", KILN_FMT_Q4_0, 28672, 4096, 4, 3, 58368 },
+        { "sm_90a", KILN_FMT_FP8_TENSOR, 28672, 4096, 4, 3, 79872 },
+        { "sm_90a", KILN_FMT_NVFP4, 4096, 14336, 8, 3, 165888 },
+        { "sm_80", KILN_FMT_Q4_0, 8192, 28672, 8, 3, 116736 },
+    };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+        char sig[512];
+        gemv_sig(sig, sizeof sig, "tc16", cases[i].f, 0, cases[i].n, cases[i].k, cases[i].arch);
+        kiln_kernel_source src;
+        cr_assert_eq(kiln_emit(kiln_registry_default(), sig, &src), KILN_OK, "%s",
+                     kiln_last_error());
+        cr_assert_eq(source_param(src.text, "warps"), cases[i].warps, "%s", sig);
+        cr_assert_eq(source_param(src.text, "stages"), cases[i].stages, "%s", sig);
+        cr_assert_eq(source_param(src.text, "smem"), cases[i].smem, "%s", sig);
+        cr_assert_eq(tc_ring_bytes(cases[i].f, 16, source_param(src.text, "row_tiles"),
+                                   cases[i].warps, cases[i].stages),
+                     cases[i].smem, "%s", sig);
+        kiln_kernel_source_free(&src);
     }
 }
 
