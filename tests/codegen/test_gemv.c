@@ -406,6 +406,23 @@ static long long tc_ring_bytes(kiln_format f, long long max_m, long long row_til
     return warps * stages * stage;
 }
 
+/* Emits sig into src and checks its block against a launch worked by
+ * hand: warps, stages (where given) and the rings' bytes, which
+ * tc_ring_bytes restates from the source's own shape. */
+static void tc_emit_worked(const char *sig, kiln_format f, int warps, int stages, unsigned smem,
+                           kiln_kernel_source *src)
+{
+    cr_assert_eq(kiln_emit(kiln_registry_default(), sig, src), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(source_param(src->text, "warps"), warps, "%s", sig);
+    if (stages)
+        cr_assert_eq(source_param(src->text, "stages"), stages, "%s", sig);
+    cr_assert_eq(source_param(src->text, "smem"), smem, "%s", sig);
+    cr_assert_eq(tc_ring_bytes(f, source_param(src->text, "max_m"),
+                               source_param(src->text, "row_tiles"), warps,
+                               source_param(src->text, "stages")),
+                 smem, "%s", sig);
+}
+
 /* The tensor-core kernel's shared memory, worked by hand. 4096 x 4096 is
  * 256 row tiles and 64 atoms of 64. A block starts at its class's warps
  * and halves until the rings and a k-split's reduction (warps · row tiles
@@ -447,15 +464,8 @@ Test(gemv, tc_shared_memory_worked_by_hand)
         cr_assert_eq(gemv->can_implement(&t, &c, cases[i].m, why, sizeof why), 1, "%s", why);
         gemv_sig(sig, sizeof sig, v, cases[i].f, 0, 4096, 4096, cases[i].arch);
         kiln_kernel_source src;
-        cr_assert_eq(kiln_emit(kiln_registry_default(), sig, &src), KILN_OK, "%s",
-                     kiln_last_error());
-        cr_assert_eq(source_param(src.text, "warps"), cases[i].warps, "%s", sig);
+        tc_emit_worked(sig, cases[i].f, cases[i].warps, 0, cases[i].smem, &src);
         cr_assert_eq(source_param(src.text, "k_split"), cases[i].k_split, "%s", sig);
-        cr_assert_eq(source_param(src.text, "smem"), cases[i].smem, "%s", sig);
-        cr_assert_eq(tc_ring_bytes(cases[i].f, source_param(src.text, "max_m"),
-                                   source_param(src.text, "row_tiles"), cases[i].warps,
-                                   source_param(src.text, "stages")),
-                     cases[i].smem, "%s", sig);
         kiln_launch l;
         cr_assert_eq(gemv->launch(&t, &src.desc.linear, cases[i].m, &l), KILN_OK, "%s",
                      kiln_last_error());
@@ -974,14 +984,7 @@ Test(gemv, tc16_takes_a_fourth_stage_on_sm_90)
         char sig[512];
         gemv_sig(sig, sizeof sig, "tc16", cases[i].f, 0, cases[i].n, cases[i].k, cases[i].arch);
         kiln_kernel_source src;
-        cr_assert_eq(kiln_emit(kiln_registry_default(), sig, &src), KILN_OK, "%s",
-                     kiln_last_error());
-        cr_assert_eq(source_param(src.text, "warps"), cases[i].warps, "%s", sig);
-        cr_assert_eq(source_param(src.text, "stages"), cases[i].stages, "%s", sig);
-        cr_assert_eq(source_param(src.text, "smem"), cases[i].smem, "%s", sig);
-        cr_assert_eq(tc_ring_bytes(cases[i].f, 16, source_param(src.text, "row_tiles"),
-                                   cases[i].warps, cases[i].stages),
-                     cases[i].smem, "%s", sig);
+        tc_emit_worked(sig, cases[i].f, cases[i].warps, cases[i].stages, cases[i].smem, &src);
         kiln_kernel_source_free(&src);
     }
 }
