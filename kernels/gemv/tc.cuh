@@ -44,12 +44,13 @@
 // cover, per-tensor and per-row scales the final sum. The integer codes of
 // Q4_0, Q4_K and Q6_K read 128 + their unsigned code; the offset (136, 128,
 // 160) leaves through the sum of x over the block, and Q4_K's minimum
-// through the same sum. From two tokens on, an mma of x with an A of
-// −offset starts each block sum (once an atom, for all of a warp's row
-// tiles) and one with an A of ones gives the minimum's; at one token the
-// token tile's eight columns all hold token 0, so the sums of a stage's
-// eight blocks come a block a column (tc_col_sums). Only the order of the
-// f32 additions differs from the CPU reference.
+// through the same sum. An mma of x with an A of −offset starts each block
+// sum (once an atom, for all of a warp's row tiles) and one with an A of
+// ones gives the minimum's; at one token (and at two for Q4_0, up to four
+// for Q4_K) the token tile's eight columns hold copies of the tokens, so
+// the sums of a stage's blocks come a block and token a column instead
+// (tc_col_sums). Only the order of the f32 additions differs from the CPU
+// reference.
 //
 // Work split. A warp owns RowTiles consecutive row tiles and a contiguous
 // KSplit-th of the atoms (the slices differ by at most one atom, or by a
@@ -228,6 +229,8 @@ __device__ __forceinline__ void decode_q8_word(u32 w, u32 &lo_reg, u32 &hi_reg)
 //                 fragment, scale() gives block b's scales of rows g, g + 8
 //   row_scale     what multiplies row n's sum at the end
 //   min_blocks    blocks per SM the registers are budgeted for (one token tile)
+//   col_groups    tokens up to which the sums of x come from idle token
+//                 columns (tc_col_sums)
 // Where a lane finds its scale records.
 struct tc_scale_ptr {
     const u8 *rec; // the row tile's records of atom 0 (FP8 block: its scale row)
@@ -266,6 +269,7 @@ struct tc_base {
     static constexpr int min_blocks = 1; // __launch_bounds__: blocks per SM to fit
     static constexpr bool has_offset = false, has_min = false;
     static constexpr int unit_atoms = 1;
+    static constexpr int col_groups = 1; // tc_col_sums up to this many tokens
     using raw = tc_raw<1>;
     template <int N, int K>
     static __device__ tc_scale_ptr scale_ptr(const kiln_linear_args &, int, int)
@@ -440,6 +444,7 @@ struct tc_q8_0 : tc_e4m3_of<tc_recorded<8>> {
 struct tc_q4_0 : tc_recorded<8> {
     static constexpr int block_tiles = 2;
     static constexpr bool has_offset = true;
+    static constexpr int col_groups = 2;
     static __device__ void decode(const raw &r, int j, u32 (&a)[4])
     {
         decode_int4(word_of(r.q[0], j), a);
@@ -513,6 +518,7 @@ struct tc_q4_k : tc_base {
     static constexpr int record = 8, units = 1, block_tiles = 2, min_blocks = 2;
     static constexpr bool has_offset = true, has_min = true;
     static constexpr int unit_atoms = 4; // a 256-value super-block
+    static constexpr int col_groups = 4;
     template <int N, int K>
     static __device__ tc_scale_ptr scale_ptr(const kiln_linear_args &args, int tile, int g)
     {
@@ -709,39 +715,70 @@ __device__ __forceinline__ void tc_xsums(const u32 (&xb)[TT][4][2], const u32 (&
         }
 }
 
-// At one token (a token tile of lane group 0's copies of token 0, and
-// only its first column stored), the sums of x over a stage's blocks come
-// from the columns: column n of an mma of x with an A of ones gives block
-// n's, its k-tile jj in the jj-th of the block's k-tiles mma: eight
-// blocks in two mma for Q4_0 and Q4_K, one for Q6_K's 16-value blocks.
-// Lane group g supplies block g's k-tiles; lane t holds columns 2t and
-// 2t + 1, and every lane takes each block's sum from the lane holding it.
+// Below 8 tokens (one token tile of G lane groups' rows, the other groups
+// reading copies of them), the sums of x over a stage's blocks can come
+// from the columns: lane group g supplies token g % G of block g / G of a
+// round of 8 / G blocks, and column n of an mma of x with an A of ones
+// (or of −offset: tc_col_sums_neg) gives that block's sum for that token,
+// its k-tile jj in the jj-th of the block's k-tiles mma: eight blocks a
+// round at one token, in two mma for Q4_0 and Q4_K and one for Q6_K's
+// 16-value blocks. Lane t holds columns 2t and 2t + 1, tokens (2t + e) %
+// G (e = 0, 1, the parity of the column), and takes each of its blocks'
+// sums from the lane holding it; at one token only e = 0. Past one token
+// a lane takes twice the sums, and its blocks' sums start from them in
+// four values where tc_xsums starts them in the mma, so a format takes
+// them up to its col_groups tokens, where they measured faster (H200,
+// kiln-bench gemm, % of the copy bandwidth on 28672x4096 / 4096x14336 /
+// 8192x28672: Q4_K at 2 tokens 56.4/51.2/57.1 -> 65.0/58.4/67.7, at 4
+// 54.1/50.5/55.4 -> 58.9/54.6/60.0; Q4_0 at 2 70.2/67.5/75.6 ->
+// 78.3/71.1/84.7, at 4 1 to 2 points slower; Q6_K at 2 the same, at 4 3
+// to 6 slower). From 8 tokens on, tc_xsums serve every row tile of a warp.
 template <class F, class S>
 struct tc_col_sums {
-    static constexpr bool value = S::groups == 1 && (F::has_offset || F::has_min);
+    static constexpr bool value = S::token_tiles == 1 && S::groups <= F::col_groups &&
+                                  (F::has_offset || F::has_min);
     static constexpr int blocks = F::block_tiles ? S::batch * 4 / F::block_tiles : 1;
 };
 
-// x_lane: the stage's x row at this lane's 4 values of k-tile 0.
+// Whether the column sums are −offset · Σ x, which start a block's mma:
+// a format with an offset and no minimum, past one token. At one token
+// (CS = 2) two multiply-adds a block bring the offset in for less than
+// the four values of an mma's start (Q6_K 2 points).
+template <class F, int CS>
+struct tc_col_sums_neg {
+    static constexpr bool value = F::has_offset && !F::has_min && CS == 1;
+};
+
+// x_lane: the stage's x row (of token g % G) at this lane's 4 values of
+// k-tile 0; a: the A of ones or of −offset (tc_col_sums_neg).
 template <class F, class S>
-__device__ __forceinline__ void tc_stage_sums(const u8 *x_lane, const u32 (&ones)[4], int g,
-                                              float (&sum)[tc_col_sums<F, S>::blocks])
+__device__ __forceinline__ void tc_stage_sums(const u8 *x_lane, const u32 (&a)[4], int g, int t,
+                                              float (&sum)[tc_col_sums<F, S>::blocks][2])
 {
     constexpr int BT = F::block_tiles, blocks = tc_col_sums<F, S>::blocks;
+    constexpr int G = S::groups, per = 8 / G;
 #pragma unroll
-    for (int b0 = 0; b0 < blocks; b0 += 8) {
+    for (int b0 = 0; b0 < blocks; b0 += per) {
         // Lane groups past the stage's blocks add up a block again, unread.
-        const int n = b0 + g < blocks ? b0 + g : b0;
+        const int n = b0 + g / G < blocks ? b0 + g / G : b0;
         float c[4] = {};
 #pragma unroll
         for (int jj = 0; jj < BT; jj++) {
             const uint2 v = *reinterpret_cast<const uint2 *>(x_lane + 32 * (n * BT + jj));
             const u32 b[2] = { v.x, v.y };
-            mma_bf16(c, ones, b, c);
+            mma_bf16(c, a, b, c);
         }
 #pragma unroll
-        for (int b = b0; b < blocks && b < b0 + 8; b++)
-            sum[b] = __shfl_sync(~0u, c[b & 1], (b - b0) >> 1);
+        for (int b = b0; b < blocks && b < b0 + per; b++) {
+            if constexpr (G == 1) {
+                sum[b][0] = __shfl_sync(~0u, c[b & 1], (b - b0) >> 1);
+            } else {
+                // column (b − b0) · G + (2t + e) % G, of parity e
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+                    sum[b][e] = __shfl_sync(~0u, c[e], ((b - b0) * G + (2 * t + e) % G) >> 1);
+            }
+        }
     }
 }
 
@@ -749,10 +786,10 @@ __device__ __forceinline__ void tc_stage_sums(const u8 *x_lane, const u32 (&ones
 // mma it with every token tile, and bring block scales (and the offset
 // and minimum through the x sums) in once per block. Values c of a token
 // tile step by CS (S::col_step). Cols: the block sums are the atom's
-// entries of tc_stage_sums (col), not xs.
+// entries of tc_stage_sums (col[block][parity of the column]), not xs.
 template <class F, int TT, int CS, bool Cols>
 __device__ __forceinline__ void tc_atom(const typename F::raw &r, const u32 (&xb)[TT][4][2],
-                                        const tc_xblocks<F, TT> &xs, const float *col,
+                                        const tc_xblocks<F, TT> &xs, const float (*col)[2],
                                         float (&acc)[TT][4])
 {
     if constexpr (F::block_tiles == 0) {
@@ -781,15 +818,19 @@ __device__ __forceinline__ void tc_atom(const typename F::raw &r, const u32 (&xb
 #pragma unroll
                         for (int c = 0; c < 4; c++)
                             from[c] = xs.off[b][n][c];
+                    if constexpr (Cols && tc_col_sums_neg<F, CS>::value)
+#pragma unroll
+                        for (int c = 0; c < 4; c++)
+                            from[c] = col[b][CS == 1 ? c & 1 : 0];
                     mma_bf16(part[n], a, xb[n][b * BT + jj], jj ? part[n] : from);
                 }
             }
-            if constexpr (F::has_offset && Cols)
+            if constexpr (F::has_offset && Cols && !tc_col_sums_neg<F, CS>::value)
 #pragma unroll
                 for (int n = 0; n < TT; n++)
 #pragma unroll
                     for (int c = 0; c < 4; c += CS)
-                        part[n][c] = fmaf(col[b], -F::offset, part[n][c]);
+                        part[n][c] = fmaf(col[b][c & 1], -F::offset, part[n][c]);
             float s[2];
             F::scale(r, b, s);
             if constexpr (F::has_min) {
@@ -799,7 +840,8 @@ __device__ __forceinline__ void tc_atom(const typename F::raw &r, const u32 (&xb
                 for (int n = 0; n < TT; n++)
 #pragma unroll
                     for (int c = 0; c < 4; c += CS)
-                        acc[n][c] = fmaf(-m[c >> 1], Cols ? col[b] : xs.sum[b][n][c], acc[n][c]);
+                        acc[n][c] =
+                            fmaf(-m[c >> 1], Cols ? col[b][c & 1] : xs.sum[b][n][c], acc[n][c]);
             }
 #pragma unroll
             for (int n = 0; n < TT; n++)
@@ -979,10 +1021,13 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
     auto consume = [&](int stage) {
         const u8 *st = ring + stage * L::stage;
         const u8 *xs_row = st + L::pieces + L::units + L::records + x_group * L::x_row + 8 * t;
-        float col[C::blocks];
+        float col[C::blocks][2];
         if constexpr (C::value) {
             static_assert(!L::x_by_lane, "the stage's x row, copied by the warp");
-            tc_stage_sums<F, S>(xs_row, ones, g, col);
+            if constexpr (tc_col_sums_neg<F, S::col_step>::value)
+                tc_stage_sums<F, S>(xs_row, neg, g, t, col);
+            else
+                tc_stage_sums<F, S>(xs_row, ones, g, t, col);
         }
 #pragma unroll
         for (int u = 0; u < B; u++) {
