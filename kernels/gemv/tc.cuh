@@ -821,7 +821,7 @@ __device__ __forceinline__ void tc_atom(const typename F::raw &r, const u32 (&xb
                     if constexpr (Cols && tc_col_sums_neg<F, CS>::value)
 #pragma unroll
                         for (int c = 0; c < 4; c++)
-                            from[c] = col[b][CS == 1 ? c & 1 : 0];
+                            from[c] = col[b][c & 1];
                     mma_bf16(part[n], a, xb[n][b * BT + jj], jj ? part[n] : from);
                 }
             }
