@@ -1,8 +1,9 @@
 /* The gemv backend's host side: decode-sized linears (M bucket <= 16) as
  * bandwidth-bound matrix-vector products. Two kernels:
- *   tc.cuh    sm_80+, every format exact in BF16, K a multiple of 64:
- *             tensor cores on weights packed by kernels/gemv/pack.c;
- *   gemv.cuh  everything else (F32, F16, older parts, odd K): f32 FMA on
+ *   tc.cuh    sm_80+, every format exact in BF16 (F16 in two terms), K a
+ *             multiple of 64: tensor cores on weights packed by
+ *             kernels/gemv/pack.c;
+ *   gemv.cuh  everything else (F32, older parts, odd K): f32 FMA on
  *             kiln's storage layout.
  * It picks the kernel, the M class variant and the block shape, and
  * instantiates the template. The layout arithmetic for gemv.cuh mirrors
@@ -117,7 +118,8 @@ typedef struct tc_format {
 } tc_format;
 
 static const tc_format tc_formats[] = {
-    [KILN_FMT_BF16] = { 4, 0, 0, 1 },        [KILN_FMT_FP8_TENSOR] = { 2, 0, 0, 2 },
+    [KILN_FMT_F16] = { 4, 0, 0, 1 },         [KILN_FMT_BF16] = { 4, 0, 0, 1 },
+    [KILN_FMT_FP8_TENSOR] = { 2, 0, 0, 2 },
     [KILN_FMT_FP8_CHANNEL] = { 2, 0, 0, 2 }, [KILN_FMT_FP8_BLOCK] = { 2, 1, 0, 2 },
     [KILN_FMT_MXFP8] = { 2, 0, 4, 2 },       [KILN_FMT_NVFP4] = { 1, 0, 8, 4 },
     [KILN_FMT_MXFP4] = { 1, 0, 4, 4 },       [KILN_FMT_Q8_0] = { 2, 0, 8, 2 },
@@ -157,7 +159,7 @@ enum {
     /* Row groups of 4 tiles a 16-token launch needs before its block takes
      * 4 warps (N >= 8192). Each warp then takes 4 row tiles, so that each x
      * fragment feeds 64 rows, and the launch keeps a block for each SM;
-     * Q6_K's and Q8_0's warps keep 2 (tc_wide_two_tiles). */
+     * Q6_K's, Q8_0's and F16's warps keep 2 (tc_wide_two_tiles). */
     TC_WIDE_GROUPS = 128,
     /* The warps a wide launch of 4 row tiles a warp fills, and does not
      * pass: their registers keep 8 an SM, so 1024 are one wave on the 132
@@ -185,10 +187,12 @@ enum {
 };
 
 /* The formats whose wide 16-token blocks keep 2 row tiles a warp: their
- * decoding holds more registers a row tile (H200, 8192 x 28672: Q6_K 48 %
- * of the copy bandwidth against 31 % at 4 row tiles, Q8_0 76 % against
- * 64 %). */
-static const unsigned tc_wide_two_tiles = 1u << KILN_FMT_Q6_K | 1u << KILN_FMT_Q8_0;
+ * decoding holds more registers a row tile, or F16's two terms twice the
+ * mma (H200, 8192 x 28672: Q6_K 48 % of the copy bandwidth against 31 % at
+ * 4 row tiles, Q8_0 76 % against 64 %, F16 102 % against 88 %; 28672 x
+ * 4096 F16 89 % against 83 %). */
+static const unsigned tc_wide_two_tiles =
+    1u << KILN_FMT_Q6_K | 1u << KILN_FMT_Q8_0 | 1u << KILN_FMT_F16;
 
 /* The class's row tiles, warps and stages for linear c. */
 static tc_config tc_class(const tc_variant *v, const kiln_linear_cfg *c)
@@ -492,8 +496,8 @@ static kiln_status tc_check(const kiln_target *t, const kiln_linear_kernel *k, i
         return st;
     if (!kiln_gemv_tc_serves(t, k->cfg.format, k->cfg.n, k->cfg.k))
         return kiln_fail(KILN_ERR_UNSUPPORTED,
-                         "gemv %s: needs sm_80+, a format exact in bf16, K a multiple of 64, "
-                         "and N and a 16-row tile's packed bytes below 2^31 (target %s, "
+                         "gemv %s: needs sm_80+, a format exact in bf16 (or f16), K a multiple "
+                         "of 64, and N and a 16-row tile's packed bytes below 2^31 (target %s, "
                          "format %s, N=%lld, K=%lld)",
                          (*v)->name, t->name,
                          kiln_format_get(k->cfg.format) ? kiln_format_get(k->cfg.format)->name

@@ -15,7 +15,7 @@ enum { TILE = 16, ATOM = 64, LANES = 32, QK_K = 256 };
 
 /* How a format's codes sit in a lane's words (tc.cuh). */
 typedef enum pack_class {
-    PACK_W16,  /* BF16: word 4j + r, half at bit 16·half */
+    PACK_W16,  /* BF16, F16: word 4j + r, half at bit 16·half */
     PACK_W8,   /* a byte a value: word 2j + (s >> 1), byte h + 2·(s & 1) */
     PACK_INT4, /* a nibble: word j, nibble r + 4·half */
     PACK_E2M1, /* word j, the magnitude and sign where decode_e2m1 finds them */
@@ -54,7 +54,7 @@ static const uint8_t *ggml_block(const kiln_qtensor *q, int64_t n, int64_t k, in
     return (const uint8_t *)q->data + at(q, n, k) / (size_t)block * (size_t)bytes;
 }
 
-static void codes_bf16(const kiln_qtensor *q, int64_t n, int64_t k0, uint16_t *out)
+static void codes_w16(const kiln_qtensor *q, int64_t n, int64_t k0, uint16_t *out)
 {
     const uint8_t *p = (const uint8_t *)q->data + 2 * at(q, n, k0);
     for (int i = 0; i < ATOM; i++)
@@ -187,8 +187,8 @@ static void codes_q6_k(const kiln_qtensor *q, int64_t n, int64_t k0, uint16_t *o
 
 static const pack_format formats[] = {
     [KILN_FMT_F32] = { 0 },
-    [KILN_FMT_F16] = { 0 },
-    [KILN_FMT_BF16] = { 1, PACK_W16, 2048, REC_NATIVE, codes_bf16 },
+    [KILN_FMT_F16] = { 1, PACK_W16, 2048, REC_NATIVE, codes_w16 },
+    [KILN_FMT_BF16] = { 1, PACK_W16, 2048, REC_NATIVE, codes_w16 },
     [KILN_FMT_FP8_TENSOR] = { 1, PACK_W8, 1024, REC_NATIVE, codes_byte },
     [KILN_FMT_FP8_CHANNEL] = { 1, PACK_W8, 1024, REC_NATIVE, codes_byte },
     [KILN_FMT_FP8_BLOCK] = { 1, PACK_W8, 1024, REC_NATIVE, codes_byte },
@@ -448,6 +448,49 @@ static void *pack_run(void *arg)
 
 enum { PACK_MAX_THREADS = 32, PACK_TILES_PER_THREAD = 64 };
 
+/* Values the packed layout cannot carry, refused rather than changed: an
+ * NVFP4 NaN block scale (its packed code has no NaN), an E4M3 NaN code
+ * (s.1111.111: decode_e4m3_word reads 480 · 2^e), and an F16 infinity or
+ * NaN (tc_f16 reads exponent 31 as 2^16). The error names the first. */
+static kiln_status refuse_unpackable(const kiln_qtensor *q)
+{
+    const size_t count = (size_t)q->n * (size_t)q->k, k = (size_t)q->k;
+    const uint8_t *b = q->data;
+    switch (q->format) {
+    case KILN_FMT_NVFP4: {
+        const uint8_t *sc = q->scale;
+        for (size_t i = 0; i < count / 16; i++)
+            if ((sc[i] & 0x7F) == 0x7F)
+                return kiln_fail(KILN_ERR_MALFORMED,
+                                 "gemv pack: NVFP4 block scale %zu (row %zu, K %zu) is NaN", i,
+                                 i / (k / 16), i % (k / 16) * 16);
+        return KILN_OK;
+    }
+    case KILN_FMT_FP8_TENSOR:
+    case KILN_FMT_FP8_CHANNEL:
+    case KILN_FMT_FP8_BLOCK:
+    case KILN_FMT_MXFP8:
+        for (size_t i = 0; i < count; i++)
+            if ((b[i] & 0x7F) == 0x7F)
+                return kiln_fail(KILN_ERR_MALFORMED,
+                                 "gemv pack: %s weight (row %zu, K %zu) is NaN, which the "
+                                 "tensor-core kernel cannot carry",
+                                 kiln_format_get(q->format)->name, i / k, i % k);
+        return KILN_OK;
+    case KILN_FMT_F16:
+        for (size_t i = 0; i < count; i++)
+            if ((b[2 * i + 1] & 0x7C) == 0x7C)
+                return kiln_fail(KILN_ERR_MALFORMED,
+                                 "gemv pack: f16 weight (row %zu, K %zu) is %s, which the "
+                                 "tensor-core kernel cannot carry",
+                                 i / k, i % k,
+                                 (b[2 * i + 1] & 0x03) || b[2 * i] ? "NaN" : "infinite");
+        return KILN_OK;
+    default:
+        return KILN_OK;
+    }
+}
+
 kiln_status kiln_gemv_pack(const kiln_qtensor *src, void *data, void *scale)
 {
     size_t data_bytes, scale_bytes;
@@ -455,16 +498,9 @@ kiln_status kiln_gemv_pack(const kiln_qtensor *src, void *data, void *scale)
     if (st != KILN_OK)
         return st;
     const pack_format *pf = &formats[src->format];
-    /* A NaN block scale makes its block's weights NaN, which the packed
-     * scale code cannot carry: refuse it rather than change the numbers. */
-    if (src->format == KILN_FMT_NVFP4) {
-        const uint8_t *sc = src->scale;
-        for (size_t b = 0; b < (size_t)src->n * (size_t)src->k / 16; b++)
-            if ((sc[b] & 0x7F) == 0x7F)
-                return kiln_fail(KILN_ERR_MALFORMED,
-                                 "gemv pack: NVFP4 block scale %zu (row %zu, K %zu) is NaN", b,
-                                 b / ((size_t)src->k / 16), b % ((size_t)src->k / 16) * 16);
-    }
+    st = refuse_unpackable(src);
+    if (st != KILN_OK)
+        return st;
     memset(data, 0, data_bytes);
     if (pf->rec == REC_NATIVE) {
         if (scale_bytes)

@@ -17,8 +17,9 @@
 
 /* Whether the tensor-core kernel (and so the packed layout) serves format
  * f on an [n, k] weight for target t: sm_80+, K a multiple of 64, a format
- * whose values are exact in BF16 (not F32, F16), and N and a 16-row tile's
- * packed bytes below 2^31, which the kernel indexes with ints. */
+ * whose values are exact in BF16, or in two BF16 terms (F16; not F32), and
+ * N and a 16-row tile's packed bytes below 2^31, which the kernel indexes
+ * with ints. kiln_gemv_pack refuses the values it cannot carry. */
 int kiln_gemv_tc_serves(const kiln_target *t, kiln_format f, int64_t n, int64_t k);
 
 /* Bytes of the packed data and scale arrays; KILN_ERR_SHAPE when the

@@ -40,8 +40,9 @@
 //
 // Exactness. Every decoding below gives the format's value exactly in
 // BF16 (the integer codes and FP8/FP4 magnitudes fit BF16's 8 significant
-// bits). Block scales multiply the f32 partial product of the k-tiles they
-// cover, per-tensor and per-row scales the final sum. The integer codes of
+// bits), or F16's 11 as the sum of two BF16 (two mma). Block scales
+// multiply the f32 partial product of the k-tiles they cover, per-tensor
+// and per-row scales the final sum. The integer codes of
 // Q4_0, Q4_K and Q6_K read 128 + their unsigned code; the offset (136, 128,
 // 160) leaves through the sum of x over the block, and Q4_K's minimum
 // through the same sum. An mma of x with an A of −offset starts each block
@@ -231,6 +232,8 @@ __device__ __forceinline__ void decode_q8_word(u32 w, u32 &lo_reg, u32 &hi_reg)
 //   min_blocks    blocks per SM the registers are budgeted for (one token tile)
 //   col_groups    tokens up to which the sums of x come from idle token
 //                 columns (tc_col_sums)
+//   two_terms     decode() gives a k-tile as two A fragments whose sum is
+//                 the weights (F16), each mma'd with x
 // Where a lane finds its scale records.
 struct tc_scale_ptr {
     const u8 *rec; // the row tile's records of atom 0 (FP8 block: its scale row)
@@ -270,6 +273,7 @@ struct tc_base {
     static constexpr bool has_offset = false, has_min = false;
     static constexpr int unit_atoms = 1;
     static constexpr int col_groups = 1; // tc_col_sums up to this many tokens
+    static constexpr bool two_terms = false;
     using raw = tc_raw<1>;
     template <int N, int K>
     static __device__ tc_scale_ptr scale_ptr(const kiln_linear_args &, int, int)
@@ -362,6 +366,39 @@ struct tc_bf16 : tc_base {
     static __device__ void decode(const raw &r, int j, u32 (&a)[4])
     {
         a[0] = r.q[j].x, a[1] = r.q[j].y, a[2] = r.q[j].z, a[3] = r.q[j].w;
+    }
+};
+
+// F16 pairs as two BF16 pairs hi + lo, each exact: hi the sign, exponent
+// and top 7 mantissa bits of each value (F16's 10 less 3), lo its low 3
+// mantissa bits at their weight. Shifted down by 3 beside the sign, an
+// F16 is a BF16 of the value · 2^-112 whose last 3 bits fell off (an F16
+// subnormal a BF16 subnormal), and a multiply restores it. lo: the 3 bits
+// as the top of the mantissa of the BF16 base with hi's exponent and sign,
+// less that base, times 2^105 (2^112 less the 7 bits they moved up): an
+// F16 subnormal's base is zero, and the bits read as BF16 subnormal
+// mantissa bits. hi ≤ 65504 and lo hold 8 and 3 significant bits. F16 has
+// 31 for infinities and NaN, which this reads as 2^16: kiln_gemv_pack
+// refuses them.
+__device__ __forceinline__ void decode_f16_word(u32 w, u32 &hi, u32 &lo)
+{
+    constexpr u32 up112 = bf2_splat(0x7780u), up105 = bf2_splat(0x7400u);
+    const u32 p = lop_and_or(shr(w, 3), 0x0FFF0FFFu, w & 0x80008000u);
+    const u32 base = p & 0x8F808F80u;
+    hi = bf2_fma(p, up112, bf2_neg_zero);
+    lo = bf2_fma(lop_and_or(w << 4, 0x00700070u, base), up105,
+                 bf2_fma(base, up105 ^ bf2_neg_zero, bf2_neg_zero));
+}
+
+struct tc_f16 : tc_base {
+    static constexpr int pieces = 4, atom_bytes = 2048;
+    static constexpr bool two_terms = true;
+    using raw = tc_raw<4>;
+    static __device__ void decode(const raw &r, int j, u32 (&hi)[4], u32 (&lo)[4])
+    {
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            decode_f16_word(word_of(r.q[j], i), hi[i], lo[i]);
     }
 };
 
@@ -792,7 +829,19 @@ __device__ __forceinline__ void tc_atom(const typename F::raw &r, const u32 (&xb
                                         const tc_xblocks<F, TT> &xs, const float (*col)[2],
                                         float (&acc)[TT][4])
 {
-    if constexpr (F::block_tiles == 0) {
+    if constexpr (F::two_terms) {
+        static_assert(F::block_tiles == 0, "a row scale only");
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            u32 hi[4], lo[4];
+            F::decode(r, j, hi, lo);
+#pragma unroll
+            for (int n = 0; n < TT; n++) {
+                mma_bf16(acc[n], hi, xb[n][j], acc[n]);
+                mma_bf16(acc[n], lo, xb[n][j], acc[n]);
+            }
+        }
+    } else if constexpr (F::block_tiles == 0) {
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             u32 a[4];

@@ -146,7 +146,7 @@ Test(gemv, variants_follow_the_bucket)
     } linears[] = {
         { "t4", KILN_FMT_Q4_0, 4096 },
         { "t4", KILN_FMT_BF16, 4096 },
-        { "h200", KILN_FMT_F16, 4096 },
+        { "h200", KILN_FMT_F16, 4096 + 8 },
         { "h200", KILN_FMT_F32, 4096 },
         { "a100", KILN_FMT_Q8_0, 4096 + 32 },
         { "l40s", KILN_FMT_NVFP4, 4096 - 32 },
@@ -175,12 +175,12 @@ Test(gemv, tc_variants_follow_bucket_format_and_target)
         for (int f = 0; f < KILN_FMT_COUNT; f++)
             for (int64_t m = 1; m <= 16; m++) {
                 const kiln_format fmt = (kiln_format)f;
-                const char *want = fmt == KILN_FMT_F32 || fmt == KILN_FMT_F16 ? ladder[m]
-                                   : m == 1                               ? "tc1"
-                                   : m == 2                               ? "tc2"
-                                   : m <= 4                               ? "tc4"
-                                   : m <= 8                               ? "tc8"
-                                                                          : "tc16";
+                const char *want = fmt == KILN_FMT_F32 ? ladder[m]
+                                   : m == 1              ? "tc1"
+                                   : m == 2              ? "tc2"
+                                   : m <= 4              ? "tc4"
+                                   : m <= 8              ? "tc8"
+                                                         : "tc16";
                 char v[64], why[256] = "";
                 cr_assert_str_eq(variant_of(tc_arches[a], fmt, 4096, m, v, sizeof v), want,
                                  "%s %s m=%lld", tc_arches[a], kiln_format_get(fmt)->name,
@@ -225,7 +225,7 @@ Test(gemv, one_token_runs_tc1)
         { KILN_FMT_Q8_0, "tc1" },        { KILN_FMT_Q6_K, "tc1" },
         { KILN_FMT_FP8_TENSOR, "tc1" },  { KILN_FMT_FP8_CHANNEL, "tc1" },
         { KILN_FMT_FP8_BLOCK, "tc1" },   { KILN_FMT_MXFP8, "tc1" },
-        { KILN_FMT_F16, "m1" },          { KILN_FMT_F32, "m1" },
+        { KILN_FMT_F16, "tc1" },         { KILN_FMT_F32, "m1" },
     };
     _Static_assert(KILN_ARRAY_LEN(cases) == KILN_FMT_COUNT, "every format");
     static const char *const arches[] = { "sm_80", "sm_86", "sm_89", "sm_90a", "h200" };
@@ -235,7 +235,7 @@ Test(gemv, one_token_runs_tc1)
             char v[64];
             cr_assert_str_eq(variant_of(arches[a], cases[i].f, 4096, 1, v, sizeof v),
                              cases[i].m1, "%s %s m=1", arches[a], name);
-            const int plain = cases[i].f == KILN_FMT_F32 || cases[i].f == KILN_FMT_F16;
+            const int plain = cases[i].f == KILN_FMT_F32;
             cr_assert_str_eq(variant_of(arches[a], cases[i].f, 4096, 2, v, sizeof v),
                              plain ? "m2" : "tc2", "%s %s m=2", arches[a], name);
             cr_assert_str_eq(variant_of("sm_75", cases[i].f, 4096, 1, v, sizeof v), "m1",
@@ -378,7 +378,8 @@ Test(gemv, refuses_what_shared_memory_cannot_hold)
 static const struct {
     int pieces, units, record, batch;
 } tc_fmt[] = {
-    [KILN_FMT_BF16] = { 4, 0, 0, 1 },        [KILN_FMT_FP8_TENSOR] = { 2, 0, 0, 2 },
+    [KILN_FMT_F16] = { 4, 0, 0, 1 },         [KILN_FMT_BF16] = { 4, 0, 0, 1 },
+    [KILN_FMT_FP8_TENSOR] = { 2, 0, 0, 2 },
     [KILN_FMT_FP8_CHANNEL] = { 2, 0, 0, 2 }, [KILN_FMT_FP8_BLOCK] = { 2, 1, 0, 2 },
     [KILN_FMT_MXFP8] = { 2, 0, 4, 2 },       [KILN_FMT_NVFP4] = { 1, 0, 8, 4 },
     [KILN_FMT_MXFP4] = { 1, 0, 4, 4 },       [KILN_FMT_Q8_0] = { 2, 0, 8, 2 },
@@ -783,7 +784,7 @@ Test(gemv, tc_emit_refuses_what_it_does_not_serve)
         int64_t k;
     } refused[] = {
         { "sm_75", KILN_FMT_Q4_0, 4096 },   { "t4", KILN_FMT_BF16, 4096 },
-        { "sm_90a", KILN_FMT_F32, 4096 },   { "sm_80", KILN_FMT_F16, 4096 },
+        { "sm_90a", KILN_FMT_F32, 4096 },   { "sm_80", KILN_FMT_F16, 4096 + 8 },
         { "sm_89", KILN_FMT_Q8_0, 4096 + 32 }, { "sm_90a", KILN_FMT_NVFP4, 96 },
     };
     static const char *const variants[] = { "tc8", "tc16" };
@@ -1105,7 +1106,7 @@ Test(gemv, tc_launches_cover_every_row)
                               "%s", src.text);
                     cr_assert_eq(max_m, variants[v].max_m, "%s", sig);
                     const int wide = max_m == 16 && (n + 15) / 16 >= 512;
-                    const int two = f == KILN_FMT_Q6_K || f == KILN_FMT_Q8_0;
+                    const int two = f == KILN_FMT_Q6_K || f == KILN_FMT_Q8_0 || f == KILN_FMT_F16;
                     /* Wide blocks of 4 row tiles a warp take 8 warps below
                      * 1024 warps of 4-warp blocks; so do one and two tokens
                      * below 2048 warps of them, K at least 128 atoms. */
@@ -1145,9 +1146,9 @@ Test(gemv, tc_launches_cover_every_row)
                     checked++;
                     kiln_kernel_source_free(&src);
                 }
-    /* Every format but f32 and f16 on every shape, but q4_k and q6_k
-     * (256-value blocks) not on the three of K < 256. */
-    cr_assert_eq(checked, 4 * 7 * (10 * 15 + 2 * 12));
+    /* Every format but f32 on every shape, but q4_k and q6_k (256-value
+     * blocks) not on the three of K < 256. */
+    cr_assert_eq(checked, 4 * 7 * (11 * 15 + 2 * 12));
 }
 
 /* The decode shapes of an 8B model on an H200 at m = 1, for the formats
@@ -1158,7 +1159,7 @@ Test(gemv, tc_launches_cover_every_row)
 Test(gemv, decode_shapes_fill_an_h200)
 {
     static const int64_t shapes[][2] = { { 28672, 4096 }, { 4096, 14336 }, { 8192, 28672 } };
-    static const kiln_format fs[] = { KILN_FMT_F16, KILN_FMT_F32 };
+    static const kiln_format fs[] = { KILN_FMT_F32 };
     kiln_target t = target("h200");
     for (size_t s = 0; s < KILN_ARRAY_LEN(shapes); s++)
         for (size_t f = 0; f < KILN_ARRAY_LEN(fs); f++) {
@@ -1178,8 +1179,8 @@ Test(gemv, decode_shapes_fill_an_h200)
         }
     char sig[512];
     char v[64];
-    cr_assert_str_eq(variant_of("h200", KILN_FMT_F16, 8192, 1, v, sizeof v), "m1");
-    gemv_sig(sig, sizeof sig, "m1", KILN_FMT_F16, 0, 1024, 8192, "h200");
+    cr_assert_str_eq(variant_of("h200", KILN_FMT_F32, 8192, 1, v, sizeof v), "m1");
+    gemv_sig(sig, sizeof sig, "m1", KILN_FMT_F32, 0, 1024, 8192, "h200");
     kiln_kernel_source src;
     cr_assert_eq(kiln_emit(kiln_registry_default(), sig, &src), KILN_OK, "%s", kiln_last_error());
     cr_assert_eq(source_param(src.text, "k_split"), 2, "%s", src.text);
@@ -1420,7 +1421,7 @@ Test(gemv, pack_serves_what_the_tc_kernel_serves)
         int64_t k;
     } refused[] = {
         { "sm_75", KILN_FMT_BF16, 256 },  { "t4", KILN_FMT_Q4_K, 256 },
-        { "sm_90a", KILN_FMT_F32, 256 },  { "sm_80", KILN_FMT_F16, 256 },
+        { "sm_90a", KILN_FMT_F32, 256 },  { "sm_80", KILN_FMT_F16, 256 + 8 },
         { "sm_89", KILN_FMT_Q8_0, 96 },
     };
     for (size_t i = 0; i < KILN_ARRAY_LEN(refused); i++) {
@@ -1553,9 +1554,9 @@ static void compile_every_class(const char *arch)
             tc_kernels++;
             halved += source_param(b.src[b.n - 1].text, "warps") < (tc[v].m == 16 ? 8 : 4);
         }
-    /* Twelve formats in five classes. */
-    cr_assert_eq(tc_kernels, t.sm >= 80 ? 5 * (KILN_FMT_COUNT - 2) : 0, "%s", arch);
-    cr_assert_eq(halved, t.sm == 89 ? 12 : t.sm == 80 ? 6 : 0, "%s", arch);
+    /* Thirteen formats in five classes. */
+    cr_assert_eq(tc_kernels, t.sm >= 80 ? 5 * (KILN_FMT_COUNT - 1) : 0, "%s", arch);
+    cr_assert_eq(halved, t.sm == 89 ? 13 : t.sm == 80 ? 7 : 0, "%s", arch);
     char what[64];
     snprintf(what, sizeof what, "%s gemv", arch);
     batch_compile(&b, what);

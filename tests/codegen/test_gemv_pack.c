@@ -100,6 +100,31 @@ typedef struct packed {
 
 static void dec_bf16(const lane_raw *r, int j, uint32_t a[4]) { memcpy(a, r->q[j], 4 * sizeof a[0]); }
 
+/* F16 as hi + lo (decode_f16_word): hi the value · 2^-112 shifted down 3
+ * beside the sign, times 2^112; lo the low 3 bits atop hi's base, less the
+ * base, times 2^105. */
+static void decode_f16_word(uint32_t w, uint32_t *hi, uint32_t *lo)
+{
+    const uint32_t p = lop_and_or(w >> 3, 0x0FFF0FFFu, w & 0x80008000u), base = p & 0x8F808F80u;
+    *hi = bf2_fma(p, SPLAT(0x7780u), NEG_ZERO);
+    *lo = bf2_fma(lop_and_or(w << 4, 0x00700070u, base), SPLAT(0x7400u),
+                  bf2_fma(base, SPLAT(0xF400u), NEG_ZERO));
+}
+
+static void dec_f16_hi(const lane_raw *r, int j, uint32_t a[4])
+{
+    uint32_t lo;
+    for (int i = 0; i < 4; i++)
+        decode_f16_word(r->q[j][i], &a[i], &lo);
+}
+
+static void dec_f16_lo(const lane_raw *r, int j, uint32_t a[4])
+{
+    uint32_t hi;
+    for (int i = 0; i < 4; i++)
+        decode_f16_word(r->q[j][i], &hi, &a[i]);
+}
+
 static void dec_e4m3(const lane_raw *r, int j, uint32_t a[4])
 {
     decode_e4m3_word(r->q[j >> 1][(j & 1) * 2], &a[0], &a[1]);
@@ -254,6 +279,7 @@ typedef struct tc_model {
     int pieces, atom_bytes, block_tiles; /* block_tiles 0: no block scale */
     void (*load)(const packed *p, int64_t tile, int64_t atom, int g, lane_raw *r); /* NULL: none */
     void (*decode)(const lane_raw *r, int j, uint32_t a[4]);
+    void (*decode_lo)(const lane_raw *r, int j, uint32_t a[4]); /* F16's second term */
     void (*scale)(const lane_raw *r, int b, float s[2], float m[2]);
     float offset[2]; /* subtracted from the decoded code; 0: none */
     float (*row)(const packed *p, int64_t n);
@@ -264,20 +290,21 @@ typedef struct tc_model {
     int exact;
 } tc_model;
 
-/* Every format the packer serves; F32 and F16 have no row. */
+/* Every format the packer serves; F32 has no row. */
 static const tc_model models[KILN_FMT_COUNT] = {
-    [KILN_FMT_BF16] = { 4, 2048, 0, NULL, dec_bf16, NULL, { 0 }, row_one, F_W16, 1 },
-    [KILN_FMT_FP8_TENSOR] = { 2, 1024, 0, NULL, dec_e4m3, NULL, { 0 }, row_tensor, F_W8, 1 },
-    [KILN_FMT_FP8_CHANNEL] = { 2, 1024, 0, NULL, dec_e4m3, NULL, { 0 }, row_channel, F_W8, 1 },
-    [KILN_FMT_FP8_BLOCK] = { 2, 1024, 4, load_fp8_block, dec_e4m3, sc_fp8_block, { 0 }, row_one, F_W8, 1 },
-    [KILN_FMT_MXFP8] = { 2, 1024, 2, load_rec4, dec_e4m3, sc_e8m0, { 0 }, row_one, F_W8, 1 },
-    [KILN_FMT_NVFP4] = { 1, 512, 0, load_rec8, dec_nvfp4, NULL, { 0 }, row_global, F_E2M1, 0 },
-    [KILN_FMT_MXFP4] = { 1, 512, 2, load_rec4, dec_e2m1, sc_e8m0, { 0 }, row_one, F_E2M1, 1 },
-    [KILN_FMT_Q8_0] = { 2, 1024, 2, load_rec8, dec_q8_0, sc_f16, { 0 }, row_one, F_W8, 1 },
-    [KILN_FMT_Q4_0] = { 1, 512, 2, load_rec8, dec_int4, sc_f16, { 136, 136 }, row_one, F_INT4, 1 },
-    [KILN_FMT_Q4_K] = { 1, 512, 2, load_q4_k, dec_int4, sc_q4_k, { 128, 128 }, row_one, F_INT4, 1 },
-    [KILN_FMT_Q6_K] = { 1, 768, 1, load_q6_k, dec_q6_k, sc_q6_k, { 160, 160 }, row_one, F_Q6, 1 },
-    [KILN_FMT_GGML_MXFP4] = { 1, 512, 2, load_rec4, dec_e2m1_ggml, sc_e8m0_half, { 0 }, row_one, F_E2M1, 1 },
+    [KILN_FMT_F16] = { 4, 2048, 0, NULL, dec_f16_hi, dec_f16_lo, NULL, { 0 }, row_one, F_W16, 1 },
+    [KILN_FMT_BF16] = { 4, 2048, 0, NULL, dec_bf16, NULL, NULL, { 0 }, row_one, F_W16, 1 },
+    [KILN_FMT_FP8_TENSOR] = { 2, 1024, 0, NULL, dec_e4m3, NULL, NULL, { 0 }, row_tensor, F_W8, 1 },
+    [KILN_FMT_FP8_CHANNEL] = { 2, 1024, 0, NULL, dec_e4m3, NULL, NULL, { 0 }, row_channel, F_W8, 1 },
+    [KILN_FMT_FP8_BLOCK] = { 2, 1024, 4, load_fp8_block, dec_e4m3, NULL, sc_fp8_block, { 0 }, row_one, F_W8, 1 },
+    [KILN_FMT_MXFP8] = { 2, 1024, 2, load_rec4, dec_e4m3, NULL, sc_e8m0, { 0 }, row_one, F_W8, 1 },
+    [KILN_FMT_NVFP4] = { 1, 512, 0, load_rec8, dec_nvfp4, NULL, NULL, { 0 }, row_global, F_E2M1, 0 },
+    [KILN_FMT_MXFP4] = { 1, 512, 2, load_rec4, dec_e2m1, NULL, sc_e8m0, { 0 }, row_one, F_E2M1, 1 },
+    [KILN_FMT_Q8_0] = { 2, 1024, 2, load_rec8, dec_q8_0, NULL, sc_f16, { 0 }, row_one, F_W8, 1 },
+    [KILN_FMT_Q4_0] = { 1, 512, 2, load_rec8, dec_int4, NULL, sc_f16, { 136, 136 }, row_one, F_INT4, 1 },
+    [KILN_FMT_Q4_K] = { 1, 512, 2, load_q4_k, dec_int4, NULL, sc_q4_k, { 128, 128 }, row_one, F_INT4, 1 },
+    [KILN_FMT_Q6_K] = { 1, 768, 1, load_q6_k, dec_q6_k, NULL, sc_q6_k, { 160, 160 }, row_one, F_Q6, 1 },
+    [KILN_FMT_GGML_MXFP4] = { 1, 512, 2, load_rec4, dec_e2m1_ggml, NULL, sc_e8m0_half, { 0 }, row_one, F_E2M1, 1 },
 };
 
 /* What the kernel makes of weight (n, k): lane 4g + t of row tile n / 16
@@ -300,6 +327,10 @@ static float tc_weight(const packed *p, int64_t n, int64_t k)
     uint32_t a[4];
     m->decode(&r, j, a);
     float w = bf16_half(a[2 * (s >> 1) + h], s & 1);
+    if (m->decode_lo) { /* hi + lo: 8 and 3 significant bits, exact in f32 */
+        m->decode_lo(&r, j, a);
+        w += bf16_half(a[2 * (s >> 1) + h], s & 1);
+    }
     if (m->block_tiles) {
         float sc[2], mn[2] = { 0.0f, 0.0f };
         m->scale(&r, j / m->block_tiles, sc, mn);
@@ -405,7 +436,6 @@ Test(gemv_pack, bytes_refuses_what_it_cannot_pack)
     cr_expect_eq(kiln_gemv_pack_bytes(KILN_FMT_BF16, 40, 96, &data, &scale), KILN_ERR_SHAPE);
     cr_expect_eq(kiln_gemv_pack_bytes(KILN_FMT_Q8_0, 40, 32, &data, &scale), KILN_ERR_SHAPE);
     cr_expect_eq(kiln_gemv_pack_bytes(KILN_FMT_F32, 40, 512, &data, &scale), KILN_ERR_UNSUPPORTED);
-    cr_expect_eq(kiln_gemv_pack_bytes(KILN_FMT_F16, 40, 512, &data, &scale), KILN_ERR_UNSUPPORTED);
     cr_assert_eq(kiln_gemv_pack_bytes(KILN_FMT_BF16, 40, 512, &data, &scale), KILN_OK, "%s",
                  kiln_last_error());
     cr_expect_eq(data, 3 * 8 * 2048u, "three row tiles of eight 2048-byte atoms");
@@ -428,6 +458,65 @@ Test(gemv_pack, nvfp4_nan_block_scale_is_refused)
         cr_assert_eq(kiln_gemv_pack(&q, data, scale), KILN_ERR_MALFORMED);
         cr_assert(strstr(kiln_last_error(), "block scale 71 (row 2, K 112) is NaN"), "%s",
                   kiln_last_error());
+        free(data);
+        free(scale);
+        free(q.data);
+        free(q.scale);
+    }
+}
+
+/* Every finite F16 (63488 codes: both signs, subnormals, 65504) in a
+ * 16 x 3968 weight decodes exactly as hi + lo. */
+Test(gemv_pack, f16_every_finite_code)
+{
+    kiln_qtensor q = { .format = KILN_FMT_F16, .n = 16, .k = 3968 };
+    uint16_t *v = malloc((size_t)(q.n * q.k) * sizeof *v);
+    cr_assert_not_null(v);
+    size_t i = 0;
+    for (uint32_t c = 0; c < 0x10000u; c++)
+        if ((c & 0x7C00u) != 0x7C00u)
+            v[i++] = (uint16_t)c;
+    cr_assert_eq(i, (size_t)(q.n * q.k));
+    q.data = v;
+    packed p = pack(&q, NULL);
+    check_decoded(&p);
+    cr_expect_eq(tc_weight(&p, 0, 1), kiln_f16_to_f32(0x0001), "the smallest subnormal");
+    free((void *)p.data);
+    free((void *)p.scale);
+    free(v);
+}
+
+/* Values the packed layout cannot carry are refused, naming the first:
+ * F16 infinities and NaN, E4M3 NaN codes of either sign. */
+Test(gemv_pack, unpackable_values_are_refused)
+{
+    static const struct {
+        kiln_format f;
+        uint16_t bad; /* F16 bits, or the E4M3 byte */
+        const char *want;
+    } cases[] = {
+        { KILN_FMT_F16, 0x7C00, "f16 weight (row 3, K 70) is infinite" },
+        { KILN_FMT_F16, 0xFC00, "f16 weight (row 3, K 70) is infinite" },
+        { KILN_FMT_F16, 0x7E01, "f16 weight (row 3, K 70) is NaN" },
+        { KILN_FMT_FP8_TENSOR, 0x7F, "fp8 weight (row 3, K 70) is NaN" },
+        { KILN_FMT_FP8_CHANNEL, 0xFF, "weight (row 3, K 70) is NaN" },
+        { KILN_FMT_FP8_BLOCK, 0x7F, "weight (row 3, K 70) is NaN" },
+        { KILN_FMT_MXFP8, 0xFF, "mxfp8 weight (row 3, K 70) is NaN" },
+    };
+    for (size_t c = 0; c < KILN_ARRAY_LEN(cases); c++) {
+        kiln_qtensor q = quantized(cases[c].f, 40, 512, 500 + c);
+        const size_t at = 3 * 512 + 70;
+        if (cases[c].f == KILN_FMT_F16)
+            memcpy((uint8_t *)q.data + 2 * at, &cases[c].bad, 2); /* little-endian hosts */
+        else
+            ((uint8_t *)q.data)[at] = (uint8_t)cases[c].bad;
+        size_t db, sb;
+        cr_assert_eq(kiln_gemv_pack_bytes(q.format, q.n, q.k, &db, &sb), KILN_OK);
+        uint8_t *data = malloc(db), *scale = malloc(sb ? sb : 1);
+        cr_assert(data && scale);
+        cr_expect_eq(kiln_gemv_pack(&q, data, scale), KILN_ERR_MALFORMED, "%s %04x",
+                     kiln_format_get(q.format)->name, cases[c].bad);
+        cr_expect(strstr(kiln_last_error(), cases[c].want), "%s", kiln_last_error());
         free(data);
         free(scale);
         free(q.data);
@@ -469,6 +558,7 @@ Test(gemv_pack, tc_serves)
     const kiln_target sm75 = target("sm_75"), sm80 = target("sm_80"), sm90a = target("sm_90a");
     cr_expect_eq(kiln_gemv_tc_serves(&sm75, KILN_FMT_BF16, 40, 512), 0, "no BF16 mma before sm_80");
     cr_expect_eq(kiln_gemv_tc_serves(&sm80, KILN_FMT_F32, 40, 512), 0, "F32 is not exact in BF16");
+    cr_expect_eq(kiln_gemv_tc_serves(&sm80, KILN_FMT_F16, 40, 512), 1, "F16 is, in two terms");
     cr_expect_eq(kiln_gemv_tc_serves(&sm80, KILN_FMT_BF16, 40, 96), 0, "K is not whole atoms");
     cr_expect_eq(kiln_gemv_tc_serves(&sm80, KILN_FMT_BF16, 40, 512), 1);
     cr_expect_eq(kiln_gemv_tc_serves(&sm90a, KILN_FMT_BF16, 40, 512), 1);

@@ -96,7 +96,7 @@ Test(plan_weights, decode_only_keeps_what_its_kernels_read)
     kiln_graph_destroy(g);
 }
 
-/* Before sm_80 and for F16 nothing is packed. */
+/* Before sm_80 and for F32 nothing is packed. */
 Test(plan_weights, no_packing_where_the_tensor_core_kernel_does_not_run)
 {
     size_t storage, packed;
@@ -106,9 +106,9 @@ Test(plan_weights, no_packing_where_the_tensor_core_kernel_does_not_run)
     cr_assert_eq(packed, 0);
     kiln_graph_destroy(g);
 
-    g = linears(KILN_FMT_F16, 256, 512, 1);
+    g = linears(KILN_FMT_F32, 256, 512, 1);
     weight_bytes(g, "sm_90a", 16, &storage, &packed);
-    cr_assert_eq(storage, storage_of(KILN_FMT_F16, 256, 512));
+    cr_assert_eq(storage, storage_of(KILN_FMT_F32, 256, 512));
     cr_assert_eq(packed, 0);
     kiln_graph_destroy(g);
 }
