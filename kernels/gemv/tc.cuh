@@ -1116,6 +1116,18 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
         }
     };
 
+    // The rows' final scales, loaded before the stream: loaded at the end,
+    // where they are used, every warp would finish waiting for them (FP8
+    // per-channel scales come from DRAM). Formats without one fold 1.
+    float row_scales[RT][2];
+#pragma unroll
+    for (int r = 0; r < RT; r++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int row = (tile0 + r) * 16 + g + 8 * h;
+            row_scales[r][h] = F::row_scale(args, row < N ? row : N - 1);
+        }
+
     // The first ST − 1 stages' weights fly before the kernel launched
     // before this one has finished (grid_wait_dependency); their x, which
     // that kernel may write, after. The first stage is read once all of
@@ -1181,7 +1193,7 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
                 const int token = 8 * n + 2 * t + (c & 1);
                 if (row < N && token < args.m)
                     gemv_store<Epilogue>(args, N, row, token,
-                                         acc[r][n][c] * F::row_scale(args, row));
+                                         acc[r][n][c] * row_scales[r][c >> 1]);
             }
 }
 
