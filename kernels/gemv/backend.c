@@ -631,7 +631,7 @@ static int tc_overlaps(const kiln_target *t, const tc_variant *v, const tc_confi
     /* The least shared memory, in 128-byte steps, past what p + 1 blocks
      * an SM would leave each: the rest stays L1, which x is read through. */
     const int64_t padded = (sm_smem / (p + 1) - fixed + 1 + 127) / 128 * 128;
-    if (per_sm > p && sm_smem / (padded + fixed) == p)
+    if (per_sm > p && tc_per_sm(t, padded, red) == p)
         *smem = (unsigned)padded;
     return 1;
 }

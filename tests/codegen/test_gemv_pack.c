@@ -481,9 +481,7 @@ Test(gemv_pack, f16_every_finite_code)
     packed p = pack(&q, NULL);
     check_decoded(&p);
     cr_expect_eq(tc_weight(&p, 0, 1), kiln_f16_to_f32(0x0001), "the smallest subnormal");
-    free((void *)p.data);
-    free((void *)p.scale);
-    free(v);
+    release(&p, &q);
 }
 
 /* Values the packed layout cannot carry are refused, naming the first:
