@@ -80,9 +80,12 @@ static void simt_variant(const kiln_target *t, const kiln_linear_cfg *c, int64_t
     snprintf(buf, size, "%s", tile_for_bucket(bucket)->name);
 }
 
-/* The tile of k, or a refusal naming what simt does not build. */
+/* The tile of k, or a refusal naming what simt does not build. *out is
+ * NULL on a refusal, so it is defined on every path: the compiler cannot
+ * see that kiln_fail never returns KILN_OK. */
 static kiln_status simt_check(const kiln_linear_kernel *k, const simt_tile **out)
 {
+    *out = NULL;
     const simt_tile *tile = tile_named(k->variant);
     if (!tile)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "simt: no variant \"%s\" (t16x64, t64x64, t128x128)",
