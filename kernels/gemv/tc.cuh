@@ -1151,9 +1151,12 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
         for (int s = 0; s < ST; s++) {
             if (c + s >= chunks)
                 break;
-            cp_async_wait<ST - 2>(); // stage s has landed; the later ones may fly
-            if constexpr (!L::x_by_lane)
-                __syncwarp(); // the other lanes' copies too, and stage s − 1 is read
+            cp_async_wait<ST - 2>(); // this lane's copies of stage s have landed
+            // wait_group covers only the calling lane's copies: the warp
+            // meets so every lane's have (lanes read x rows, records and
+            // units other lanes copied), and so stage s − 1 is read before
+            // the issue below overwrites it.
+            __syncwarp();
             issue(yes, yes, (s + ST - 1) % ST, a_begin + (c + s + ST - 1) * B);
             cp_async_commit();
             consume(s);
