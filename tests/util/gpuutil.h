@@ -4,11 +4,14 @@
 #define KILN_GPUUTIL_H
 
 #include "kiln.h"
+#include "gpuref.h"
 #include "testutil.h"
 
 #include <stddef.h>
 
-/* Skip the calling test, with the reason, when there is no GPU or driver. */
+/* Skip the calling test, with the reason, when there is no GPU or driver
+ * (KILN_ERR_NO_DEVICE); fail it on any other error of reading the device: a
+ * GPU that is there but unusable is broken, not absent. */
 void kt_need_gpu(void);
 
 /* A fresh writable cache path in a new temporary folder. */
@@ -29,14 +32,19 @@ kiln_graph *kt_linear_graph(kt_weight *w);
  * epilogues fuse. norm is f32 [K of gate]. */
 kiln_graph *kt_ffn_graph(kt_weight *gate, kt_weight *up, kt_weight *down, float *norm);
 
-/* Run g (one input, one output) for m tokens on the session and on the CPU
- * executor with the same fresh input, and assert they agree. The GPU keeps
- * activations (and, for tensor cores, weights) in BF16 with its 8
- * significant bits, the CPU f32: each output may differ by a few BF16 ulps of
- * the terms that made it, so the bound is 2^-6 of the largest |y| plus 2^-6
- * of |y| itself. what names the case in failures; gpu_out (may be NULL) gets
- * the GPU's output. Returns the largest difference over the largest |y|. */
-double kt_compare_cpu(kiln_session *s, kiln_graph *g, int64_t m, kt_rng *r, const char *what,
-                      float *gpu_out);
+/* kiln_session_create (asserting it succeeds), and the plan the session
+ * runs — the same graph, options and target, planned again — kept for
+ * kt_check_session and the tests' assertions on which backend runs. */
+kiln_session *kt_session_create(kiln_graph *g, const kiln_session_options *o);
+void kt_session_destroy(kiln_session *s);
+const kiln_plan *kt_session_plan(const kiln_session *s);
+
+/* Run g (one input, one output) for m tokens on the session with a fresh
+ * N(0, 1) input and assert every output lies within the bound of
+ * tests/util/gpuref.h around the float64 reference of kiln's GPU contract.
+ * what names the case in failures; gpu_out (may be NULL) gets the GPU's
+ * output. Returns the largest |gpu − reference| / bound (at most 1). */
+double kt_check_session(kiln_session *s, kiln_graph *g, int64_t m, kt_rng *r, const char *what,
+                        float *gpu_out);
 
 #endif

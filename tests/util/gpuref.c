@@ -1,0 +1,297 @@
+#include "gpuref.h"
+
+#include "graph/graph_impl.h"
+
+#include <criterion/criterion.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EPS ((double)FLT_EPSILON)
+#define U_BF16 0x1p-8 /* unit roundoff of BF16 */
+#define U_OP 0x1p-16  /* an f32 elementwise op, fast-math functions included */
+
+static kt_ref ref_new(int64_t m, int64_t d)
+{
+    kt_ref a = { m, d, calloc((size_t)(m * d), sizeof(double)),
+                 calloc((size_t)(m * d), sizeof(double)) };
+    cr_assert(a.v && a.e);
+    return a;
+}
+
+void kt_ref_free(kt_ref *r)
+{
+    free(r->v);
+    free(r->e);
+    r->v = r->e = NULL;
+}
+
+/* The value computed in f32 within e of v, rounded to BF16. */
+static void store(kt_ref *a)
+{
+    for (int64_t i = 0; i < a->m * a->d; i++)
+        a->e[i] += U_BF16 * (fabs(a->v[i]) + a->e[i]);
+}
+
+static double sum_gamma(int64_t k) { return (4.0 * sqrt((double)k) + 1.0) * EPS; }
+
+/* Formats decoded as d·q − offset: the offset reaches the block's largest
+ * weight, so the two terms' sizes reach |w| + 2·that. */
+static int has_offset(kiln_format f)
+{
+    return f == KILN_FMT_Q4_0 || f == KILN_FMT_Q4_K || f == KILN_FMT_Q6_K;
+}
+
+static float bf16(float v) { return kiln_bf16_to_f32(kiln_f32_to_bf16(v)); }
+
+/* How each backend reads a weight: the CPU dequantizer's f32 value exactly,
+ * or that value rounded to BF16 (to nearest even). A backend without a row
+ * has no stated contract, and its kernels cannot be checked. */
+static const struct {
+    const char *backend;
+    int weight_bf16;
+} contracts[] = {
+    { "gemv", 0 },  /* f32 FMA on the dequantized value; tensor cores on exact BF16 terms */
+    { "simt", 0 },  /* f32 FMA on the dequantized value */
+    { "wgmma", 1 }, /* dequantized to f32, packed as BF16 for the tensor cores */
+};
+
+static int weight_bf16(const char *backend)
+{
+    for (size_t i = 0; i < sizeof contracts / sizeof contracts[0]; i++)
+        if (!strcmp(contracts[i].backend, backend))
+            return contracts[i].weight_bf16;
+    cr_assert_fail("backend %s has no numeric contract in tests/util/gpuref.c", backend);
+    return 0;
+}
+
+/* The weight as the GPU reads it; per element the size of the terms a
+ * kernel may sum it as, and how far a rounding to BF16 may land from the
+ * value used here (where the kernel's f32 value could differ from the CPU
+ * dequantizer's in its last bits and fall on the other side of a BF16
+ * rounding boundary). */
+static void weight_values(const kiln_qtensor *q, int round_bf16, float **w, float **size,
+                          float **slack)
+{
+    size_t nk = (size_t)(q->n * q->k);
+    *w = malloc(nk * sizeof **w);
+    *size = malloc(nk * sizeof **size);
+    *slack = calloc(nk, sizeof **slack);
+    cr_assert(*w && *size && *slack);
+    cr_assert_eq(kiln_dequantize(q, *w), KILN_OK, "%s", kiln_last_error());
+    for (size_t i = 0; i < nk && round_bf16; i++) {
+        const float v = (*w)[i], up = bf16(v * (1 + 0x1p-20f)), down = bf16(v * (1 - 0x1p-20f));
+        (*w)[i] = bf16(v);
+        (*slack)[i] = fabsf(up - down);
+    }
+    for (size_t i = 0; i < nk; i++)
+        (*size)[i] = fabsf((*w)[i]);
+    if (!has_offset(q->format))
+        return;
+    for (size_t b = 0; b < nk; b += 32) {
+        float big = 0;
+        for (size_t i = b; i < b + 32; i++)
+            big = fmaxf(big, fabsf((*w)[i]));
+        for (size_t i = b; i < b + 32; i++)
+            (*size)[i] += 2 * big;
+    }
+}
+
+static kt_ref ref_linear(const kt_ref *x, const kiln_qtensor *q, const float *bias,
+                         int round_bf16)
+{
+    float *w, *size, *slack;
+    weight_values(q, round_bf16, &w, &size, &slack);
+    const int64_t k = x->d, n = q->n, steps = (k + 15) / 16;
+    kt_ref y = ref_new(x->m, n);
+    for (int64_t i = 0; i < x->m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            const double *xr = x->v + i * k, *er = x->e + i * k;
+            const float *wr = w + j * k, *sr = size + j * k, *lr = slack + j * k;
+            double s = 0, off = 0, mag = 0, prop = 0;
+            double lo = 0, hi = 0, off_lo = 0, off_hi = 0;
+            for (int64_t l = 0; l < k; l++) {
+                s += xr[l] * wr[l];
+                off += xr[l] * (sr[l] - fabs(wr[l]));
+                mag += (fabs(xr[l]) + er[l]) * sr[l];
+                prop += er[l] * fabs(wr[l]) + (fabs(xr[l]) + er[l]) * lr[l];
+                lo = fmin(lo, s), hi = fmax(hi, s);
+                off_lo = fmin(off_lo, off), off_hi = fmax(off_hi, off);
+            }
+            /* the largest sum of a contiguous K range */
+            double partial = fmax(hi - lo, off_hi - off_lo);
+            if (bias) {
+                s += bias[j];
+                mag += fabs(bias[j]);
+            }
+            y.v[i * n + j] = s;
+            y.e[i * n + j] = prop + sum_gamma(k) * mag + 4.0 * (double)steps * EPS * partial;
+        }
+    free(w);
+    free(size);
+    free(slack);
+    return y;
+}
+
+/* y_l = w_l·x_l / r, r = √(mean x² + eps); ∂y_l/∂x_j = w_l(δ_lj/r −
+ * x_l·x_j/(K·r³)). The f32 sum of squares carries sum_gamma(K), half of it
+ * in r. */
+static kt_ref ref_rms_norm(const kt_ref *x, const float *w, float eps)
+{
+    kt_ref y = ref_new(x->m, x->d);
+    int64_t k = x->d;
+    for (int64_t i = 0; i < x->m; i++) {
+        const double *xr = x->v + i * k, *er = x->e + i * k;
+        double ss = 0, xe = 0;
+        for (int64_t l = 0; l < k; l++) {
+            ss += xr[l] * xr[l];
+            xe += fabs(xr[l]) * er[l];
+        }
+        double r = sqrt(ss / (double)k + (double)eps);
+        for (int64_t l = 0; l < k; l++) {
+            double v = xr[l] * w[l] / r;
+            y.v[i * k + l] = v;
+            y.e[i * k + l] = fabs(w[l]) / r * (er[l] + fabs(xr[l]) * xe / ((double)k * r * r)) +
+                             (sum_gamma(k) / 2 + U_OP) * fabs(v);
+        }
+    }
+    return y;
+}
+
+/* |silu'| ≤ 1.1, |gelu'| ≤ 1.13. */
+static kt_ref ref_unary(const kt_ref *x, kiln_op op)
+{
+    const double c = sqrt(2.0 / M_PI);
+    kt_ref y = ref_new(x->m, x->d);
+    for (int64_t i = 0; i < x->m * x->d; i++) {
+        double v = x->v[i], r;
+        if (op == KILN_OP_SILU)
+            r = v / (1.0 + exp(-v));
+        else
+            r = 0.5 * v * (1.0 + tanh(c * (v + 0.044715 * v * v * v)));
+        y.v[i] = r;
+        y.e[i] = 1.13 * x->e[i] + U_OP * (fabs(r) + fabs(v) + x->e[i]);
+    }
+    return y;
+}
+
+static kt_ref ref_binary(const kt_ref *a, const kt_ref *b, kiln_op op)
+{
+    kt_ref y = ref_new(a->m, a->d);
+    for (int64_t i = 0; i < a->m * a->d; i++) {
+        double av = fabs(a->v[i]) + a->e[i], bv = fabs(b->v[i]) + b->e[i];
+        if (op == KILN_OP_MUL) {
+            y.v[i] = a->v[i] * b->v[i];
+            y.e[i] = av * bv - fabs(a->v[i]) * fabs(b->v[i]) + U_OP * av * bv;
+        } else {
+            y.v[i] = a->v[i] + b->v[i];
+            y.e[i] = a->e[i] + b->e[i] + U_OP * (av + bv);
+        }
+    }
+    return y;
+}
+
+/* The backend plan p runs linear t on for m tokens. */
+static const char *backend_of(const kiln_plan *p, const kiln_tensor *t, int64_t m)
+{
+    int bucket = kiln_plan_bucket_for(p, m);
+    cr_assert_geq(bucket, 0, "m=%lld exceeds the plan's buckets", (long long)m);
+    for (int i = 0; i < kiln_plan_n_linears(p); i++) {
+        kiln_plan_linear l;
+        cr_assert_eq(kiln_plan_linear_at(p, i, bucket, &l), KILN_OK);
+        if (!strcmp(l.node, t->name))
+            return l.backend;
+    }
+    cr_assert_fail("linear %s is not in the plan", t->name);
+    return NULL;
+}
+
+kt_ref kt_ref_eval(kiln_graph *g, const kiln_plan *p, int64_t m, const float *x)
+{
+    cr_assert_eq(kiln_graph_n_inputs(g), 1);
+    cr_assert_eq(kiln_graph_n_outputs(g), 1);
+    int n = kiln_graph_n_tensors(g);
+    kt_ref *acts = calloc((size_t)n, sizeof *acts);
+    cr_assert_not_null(acts);
+
+    const kiln_tensor *in = kiln_graph_input_at(g, 0);
+    kt_ref *xr = &acts[in->id];
+    *xr = ref_new(m, in->ne[0]);
+    for (int64_t i = 0; i < m * in->ne[0]; i++)
+        xr->v[i] = kiln_bf16_to_f32(kiln_f32_to_bf16(x[i]));
+
+    kiln_tensor *const *topo;
+    int nt;
+    cr_assert_eq(kiln_graph_topo(g, &topo, &nt), KILN_OK);
+    const kiln_tensor *out = kiln_graph_output_at(g, 0);
+    for (int i = 0; i < nt; i++) {
+        const kiln_tensor *t = topo[i];
+        const kt_ref *a = t->src[0] ? &acts[t->src[0]->id] : NULL;
+        switch (t->op) {
+        case KILN_OP_LINEAR:
+            acts[t->id] = ref_linear(a, &t->src[1]->weight, t->src[2] ? t->src[2]->param : NULL,
+                                     p && weight_bf16(backend_of(p, t, m)));
+            break;
+        case KILN_OP_RMS_NORM:
+            acts[t->id] = ref_rms_norm(a, t->src[1]->param, t->eps);
+            break;
+        case KILN_OP_SILU:
+        case KILN_OP_GELU:
+            acts[t->id] = ref_unary(a, t->op);
+            break;
+        case KILN_OP_ADD:
+        case KILN_OP_MUL:
+            acts[t->id] = ref_binary(a, &acts[t->src[1]->id], t->op);
+            break;
+        default:
+            cr_assert_fail("op %s has no reference", kiln_op_name(t->op));
+        }
+        /* What later ops read is stored; the output's rounding is checked
+         * exactly by kt_ref_violations. */
+        if (t != out)
+            store(&acts[t->id]);
+        else
+            cr_assert(i == nt - 1, "the output is the last op and read by none");
+    }
+    kt_ref y = acts[out->id];
+    acts[out->id] = (kt_ref){ 0 };
+    for (int i = 0; i < n; i++)
+        kt_ref_free(&acts[i]);
+    free(acts);
+    return y;
+}
+
+/* The BF16 value x rounds to, with x first widened to f32 away from v. */
+static float bf16_at(double x, float toward)
+{
+    return kiln_bf16_to_f32(kiln_f32_to_bf16(nextafterf((float)x, toward)));
+}
+
+int64_t kt_ref_violations(const kt_ref *want, const float *got, double *worst, char *first,
+                          size_t size)
+{
+    int64_t bad = 0;
+    *worst = 0;
+    if (size)
+        first[0] = '\0';
+    for (int64_t i = 0; i < want->m * want->d; i++) {
+        /* Rounding is monotone: the stored value lies between the roundings
+         * of the interval's ends. */
+        const double v = want->v[i], e = want->e[i];
+        const double lo = bf16_at(v - e, -INFINITY), hi = bf16_at(v + e, INFINITY);
+        const double diff = fabs((double)got[i] - v), allowed = fmax(v - lo, hi - v);
+        const int ok = got[i] >= lo && got[i] <= hi; /* false for NaN */
+        *worst = fmax(*worst, ok ? diff / allowed : INFINITY);
+        if (ok)
+            continue;
+        if (!bad++ && size)
+            snprintf(first, size,
+                     "y[%lld][%lld]: got %.9g, want %.9g within %.3g before BF16 rounding "
+                     "([%.9g, %.9g] after)",
+                     (long long)(i / want->d), (long long)(i % want->d), (double)got[i], v, e,
+                     lo, hi);
+    }
+    return bad;
+}
