@@ -131,10 +131,9 @@ _Static_assert(KILN_ARRAY_LEN(tc_formats) == KILN_FMT_COUNT, "one entry per form
 /* Whether linear c on t runs the tensor-core kernel: in every bucket it
  * serves, one token included. At m = 1 the mma's eight token columns hold
  * one token (Q4_0, Q4_K and Q6_K put x's block sums in them), yet on an
- * H200 it is faster than the f32 kernel for every format on the decode
- * shapes, or within a point (docs/PERFORMANCE.md, run (e) against (c): FP8
- * at 28672 x 4096 88.7 % of the copy bandwidth against 89.5 %), and a
- * weight keeps one layout. */
+ * H200 it is as fast as the f32 kernel or faster for every format it
+ * serves on the decode shapes (the closest, F16 at 28672 x 4096: 99.4 %
+ * of the copy bandwidth against 99.7 %), and a weight keeps one layout. */
 static int tc_takes(const kiln_target *t, const kiln_linear_cfg *c)
 {
     return kiln_gemv_tc_serves(t, c->format, c->n, c->k);
@@ -151,10 +150,10 @@ enum {
     /* Warps a tensor-core launch should have before its K stops being
      * split, at one token or for a format of two atoms a stage or fewer
      * (8 bits and more): more and shorter slices keep more of a weight in
-     * flight than GEMV_MIN_WARPS (H200, 28672 x 4096, 1792 row tiles, split
-     * 4 ways against 2: tc1 Q4_0 67 % of the copy bandwidth against 64 %,
-     * NVFP4 64 against 60, Q8_0 77 against 65, BF16 99 against 96; tc2 FP8
-     * 80 against 66). A 4-bit format's tc2 and tc4 lose 1 to 4 points so. */
+     * flight than GEMV_MIN_WARPS would (H200, 28672 x 4096, 1792 row tiles,
+     * 4 slices against 2: 3 to 14 points more of the copy bandwidth, Q8_0
+     * at one token 77 % against 65 %). A 4-bit format's tc2 and tc4 lose 1
+     * to 4 points so. */
     TC_MIN_WARPS = 4096,
     /* Row groups of 4 tiles a 16-token launch needs before its block takes
      * 4 warps (N >= 8192). Each warp then takes 4 row tiles, so that each x
@@ -165,32 +164,26 @@ enum {
      * pass: their registers keep 8 an SM, so 1024 are one wave on the 132
      * SMs of an H100/H200. Its blocks take 8 warps where 4-warp blocks
      * would leave fewer, and K splits while the launch stays within it
-     * (H200, % of the copy bandwidth at 16 tokens: 8192 x 28672 8 warps
-     * split 8 ways against 4 split 4 ways Q4_0 56.5 against 52.1, Q4_K 43.4
-     * against 36.8, NVFP4 48.6 against 46.8; 28672 x 4096 split 2 ways
-     * against 4 Q4_0 50.7 against 48.2, NVFP4 45.5 against 43.6). */
+     * (H200, 16 tokens: 2 to 7 points more of the copy bandwidth, Q4_K at
+     * 8192 x 28672 43.4 % against 36.8 % in 4-warp blocks split 4 ways). */
     TC_WIDE_WARPS = 1024,
     /* A one- or two-token launch of fewer warps than this at 4 a row tile,
      * its K at least TC_DEEP_ATOMS atoms, takes blocks of 8 warps, K split
      * 8 ways: each SM then keeps twice the warps streaming a launch within
-     * a wave (H200, 4096 x 14336 at one token, % of the
-     * copy bandwidth launched as kiln does on sm_90, 8 warps against 4:
-     * BF16 97.4 against 93.2, FP8 85.8 against 81.2, FP8 block 70.6
-     * against 65.4, MXFP8 87.8 against 83.7, Q8_0 81.6 against 77.0, Q4_0
-     * 77.6 against 73.7, NVFP4 65.3 against 62.4, MXFP4 59.7 against 58.7,
-     * Q4_K 62.6 against 60.3, Q6_K 63.0 against 57.7; two tokens FP8 88.6
-     * against 84.9, the 4-bit formats 0.5 to 2 points). K of 4096 (64
+     * a wave (H200, 4096 x 14336, launched as kiln does on sm_90: 0.5 to 5
+     * points more of the copy bandwidth than 4-warp blocks at one and two
+     * tokens, Q6_K at one token 63.0 % against 57.7 %). K of 4096 (64
      * atoms) loses with them: 8 atoms a slice, two stages of a 4-bit
-     * format (6144 x 4096 Q4_0 45.9 against 53.8); so do 4 tokens of Q4_K. */
+     * format (6144 x 4096 Q4_0 45.9 % against 53.8 %); so do 4 tokens of
+     * Q4_K. */
     TC_DEEP_WARPS = 2048,
     TC_DEEP_ATOMS = 128,
 };
 
 /* The formats whose wide 16-token blocks keep 2 row tiles a warp: their
  * decoding holds more registers a row tile, or F16's two terms twice the
- * mma (H200, 8192 x 28672: Q6_K 48 % of the copy bandwidth against 31 % at
- * 4 row tiles, Q8_0 76 % against 64 %, F16 102 % against 88 %; 28672 x
- * 4096 F16 89 % against 83 %). */
+ * mma (H200: 6 to 17 points more of the copy bandwidth than at 4 row
+ * tiles, Q6_K at 8192 x 28672 48 % against 31 %). */
 static const unsigned tc_wide_two_tiles =
     1u << KILN_FMT_Q6_K | 1u << KILN_FMT_Q8_0 | 1u << KILN_FMT_F16;
 
@@ -286,14 +279,11 @@ static int tc_configure(const kiln_target *t, const kiln_linear_cfg *c, const tc
     /* Sixteen tokens on sm_90: a fourth stage in flight where a block still
      * fits and an SM's shared memory holds as many blocks. The 16-token
      * blocks hold 70 to 255 registers a thread, so an SM runs few warps,
-     * and the rings keep the weights in flight (H200, % of the copy
-     * bandwidth, 4 stages against 3 at the same blocks an SM: 8192 x 28672
-     * Q4_0 64.6 against 57.2, NVFP4 62.1 against 57.5, ggml MXFP4 54.9
-     * against 51.0, Q4_K 49.0 against 45.6; 4096 x 14336 MXFP8 80.8
-     * against 75.5, FP8 block 63.5 against 58.1, FP8 79.4 against 77.0,
-     * BF16 95.8 both. One block an SM fewer lost: 28672 x 4096 FP8 73.6
-     * against 84.8, Q8_0 63.8 against 73.9; a fifth stage lost
-     * everywhere.) */
+     * and the rings keep the weights in flight (H200, 4 stages against 3
+     * at the same blocks an SM: up to 7 points more of the copy bandwidth,
+     * Q4_0 at 8192 x 28672 64.6 % against 57.2 %, BF16 the same). One block
+     * an SM fewer loses 10 to 11 points (28672 x 4096 FP8 73.6 % against
+     * 84.8 %); a fifth stage loses everywhere. */
     if (v->max_m == 16 && t->sm == 90) {
         tc_config deeper = k;
         deeper.stages = 4;
@@ -602,16 +592,14 @@ static kiln_status gemv_emit(const kiln_target *t, const kiln_linear_kernel *k, 
  * what the driver's split of L1 and shared memory leaves (chains of mixed
  * shapes are not measured yet).
  *
- * H200, chains of 8 GEMMs, % of the copy bandwidth serial → p an SM (all
- * the SM's shared memory) → 2p: 4096 x 14336 at M = 1 (256 blocks, p = 2)
- * FP8 80 → 84 → 66, NVFP4 60 → 64 → 44, Q4_0 70 → 75 → 52; 8192 x 28672
- * (512) FP8 96 → 98 → 82, Q4_0 89 → 93 → 93; at M = 8 (128 blocks, p = 1;
- * serial as in run (e) of docs/PERFORMANCE.md) FP8 73 → 76 → 65, Q8_0 65
- * → 67 → 51. At M = 16 (128 blocks of 110 to 190 KB, one an SM already)
- * all the SM's shared memory cost L1: FP8 76 → 75, NVFP4 43 → 39, Q4_0 44
- * → 41; their own, 79, 44 and 47. Past a wave: 28672 x 4096 at M = 1 (1792
- * blocks, 2 to 3.4 waves) FP8 92 → 95, Q8_0 85 → 91, NVFP4 66 → 72, Q4_0
- * 69 → 74, Q4_K 59 → 64. */
+ * H200, chains of 8 GEMMs: within a wave, holding p blocks an SM gains 2
+ * to 5 points of the copy bandwidth over serial launches (4096 x 14336 at
+ * M = 1, 256 blocks, p = 2: FP8 84 % against 80 %), where letting the next
+ * kernel's blocks in beside it would lose up to 23 (Q4_0 52 % against
+ * 75 %). At M = 16 (128 blocks of 110 to 190 KB, one an SM already) all
+ * the SM's shared memory would only cost L1, so such a launch keeps its
+ * own (FP8 79 % against 75 %). Past a wave, overlapping gains 3 to 6
+ * points (28672 x 4096 at M = 1, 1792 blocks: Q8_0 91 % against 85 %). */
 static int tc_overlaps(const kiln_target *t, const tc_variant *v, const tc_config *c,
                        unsigned *smem)
 {
