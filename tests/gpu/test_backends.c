@@ -1,0 +1,216 @@
+/* The backend matrix: every registered backend that claims a format on the
+ * live GPU, forced with strict_backend, on shapes that include the
+ * smallest K it takes for the format, the smallest it takes that is not a
+ * multiple of 64, N not a multiple of any row tile, and token counts that fill
+ * every bucket class and stop one past each. The test asserts that the
+ * plan ran the forced backend and the variant it names for the bucket,
+ * that a backend refusing a shape makes the strict plan fail, and that
+ * every output lies within the derived bound of tests/util/gpuref.h.
+ * Skipped, with the reason, where there is no GPU. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "codegen/backend.h"
+#include "gpuutil.h"
+
+static char cache_path[256];
+
+/* Bucket classes of every backend: gemv's M classes up to 16, wgmma's two
+ * tiles (64 and past it), simt's three (16, 64, past them). */
+static const int64_t capture[] = { 1, 2, 4, 8, 16, 32, 64, 128, 192 };
+#define N_CAPTURE ((int)KILN_ARRAY_LEN(capture))
+
+/* The variant named in signature text ("... variant=tc4 ..."). */
+static void signature_variant(const char *sig, char *out, size_t size)
+{
+    const char *v = strstr(sig, " variant=");
+    cr_assert_not_null(v, "signature without a variant: %s", sig);
+    v += strlen(" variant=");
+    size_t n = strcspn(v, " ");
+    cr_assert_lt(n, size);
+    memcpy(out, v, n);
+    out[n] = '\0';
+}
+
+/* The buckets of capture backend b takes for c, into takes; their count. */
+static int buckets_taken(const kiln_backend *b, const kiln_target *t, const kiln_linear_cfg *c,
+                         int64_t *takes)
+{
+    int n = 0;
+    char why[256];
+    for (int i = 0; i < N_CAPTURE; i++)
+        if (b->can_implement(t, c, capture[i], why, sizeof why))
+            takes[n++] = capture[i];
+    return n;
+}
+
+/* Whether b takes an [n, k] weight of format f in any bucket. */
+static int takes_k(const kiln_backend *b, const kiln_target *t, kiln_format f, int64_t k)
+{
+    kiln_linear_cfg cfg = { .format = f, .n = 136, .k = k, .epilogue = KILN_EPI_BIAS };
+    int64_t takes[N_CAPTURE];
+    return buckets_taken(b, t, &cfg, takes) > 0;
+}
+
+/* The K values to run b on for format f: the smallest it takes, the
+ * smallest it takes that is not a multiple of 64 (where there is one up to
+ * 1024), and one of several 64-wide steps; *refused gets the smallest K of
+ * the format it refuses (0: none up to 1024). Returns the count. */
+static int k_values(const kiln_backend *b, const kiln_target *t, kiln_format f, int64_t *ks,
+                    int64_t *refused)
+{
+    const int64_t km = kiln_format_get(f)->k_multiple, step = km < 16 ? 16 : km;
+    int n = 0;
+    *refused = 0;
+    for (int64_t k = step; k <= 1024; k += step) {
+        int took = takes_k(b, t, f, k);
+        if (!took && !*refused)
+            *refused = k;
+        if (took && (n == 0 || (n == 1 && k % 64)))
+            ks[n++] = k;
+    }
+    const int64_t many = km >= 256 ? 768 : 576;
+    if (takes_k(b, t, f, many) && (n == 0 || ks[n - 1] != many))
+        ks[n++] = many;
+    return n;
+}
+
+/* One (backend, format, K) case on target live: the strict plan runs the
+ * backend and the variant it names in every bucket it takes, or fails
+ * where it takes none; with run, a session on the GPU checks every output.
+ * Returns 1 when the backend took the case. */
+static int run_case(const kiln_backend *b, const kiln_target *live, kiln_format f, int64_t k,
+                    int run, kt_rng *r, int *gemv_tc, int *gemv_f32)
+{
+    const int64_t n = 136; /* 8.5 tiles of 16, 2.1 of 64, 1.1 of 128 */
+    const char *fname = kiln_format_get(f)->name;
+    kt_weight w;
+    kt_weight_make(&w, r, f, n, k);
+    kiln_graph *g = kt_linear_graph(&w);
+    kiln_linear_cfg cfg = { .format = f, .n = n, .k = k, .epilogue = KILN_EPI_BIAS };
+    int64_t takes[N_CAPTURE];
+    int nb = buckets_taken(b, live, &cfg, takes);
+    if (nb == 0) {
+        /* Refused everywhere: a strict plan must fail and name the backend. */
+        kiln_plan_options po = { .backend = b->name, .strict_backend = 1, .capture = capture,
+                                 .n_capture = N_CAPTURE };
+        kiln_plan *p = NULL;
+        kiln_status st = kiln_plan_create(g, live, &po, &p);
+        cr_assert_eq(st, KILN_ERR_NO_KERNEL, "%s %s K=%lld: strict plan gave %s for a refused shape",
+                     b->name, fname, (long long)k, kiln_strerror(st));
+        cr_assert(strstr(kiln_last_error(), b->name), "%s", kiln_last_error());
+        kiln_plan_destroy(p);
+        kiln_graph_destroy(g);
+        kt_weight_free(&w);
+        return 0;
+    }
+    kiln_plan_options po = { .backend = b->name, .strict_backend = 1, .capture = takes,
+                             .n_capture = nb };
+    kiln_session_options o = { .cache = cache_path, .quiet = 1, .plan = po };
+    kiln_session *s = NULL;
+    kiln_plan *own = NULL;
+    const kiln_plan *p;
+    if (run) {
+        s = kt_session_create(g, &o);
+        p = kt_session_plan(s);
+    } else {
+        cr_assert_eq(kiln_plan_create(g, live, &po, &own), KILN_OK, "%s", kiln_last_error());
+        p = own;
+    }
+    double worst = 0;
+    for (int i = 0; i < nb; i++) {
+        /* the bucket full, and one token past the bucket below it */
+        const int64_t ms[] = { takes[i], i ? takes[i - 1] + 1 : takes[i] };
+        int bucket = kiln_plan_bucket_for(p, takes[i]);
+        kiln_plan_linear l;
+        cr_assert_eq(kiln_plan_linear_at(p, 0, bucket, &l), KILN_OK);
+        cr_assert_str_eq(l.backend, b->name, "%s K=%lld bucket %lld", fname, (long long)k,
+                         (long long)takes[i]);
+        char got[64], want[64];
+        signature_variant(kiln_plan_signature(p, l.signature), got, sizeof got);
+        b->variant(live, &cfg, takes[i], want, sizeof want);
+        cr_assert_str_eq(got, want, "%s %s K=%lld bucket %lld", b->name, fname, (long long)k,
+                         (long long)takes[i]);
+        if (!strcmp(b->name, "gemv"))
+            ++*(strncmp(got, "tc", 2) ? gemv_f32 : gemv_tc);
+        for (size_t j = 0; run && j < KILN_ARRAY_LEN(ms); j++) {
+            char what[96];
+            snprintf(what, sizeof what, "%s %s %lldx%lld variant %s", b->name, fname,
+                     (long long)n, (long long)k, got);
+            double q = kt_check_session(s, g, ms[j], r, what, NULL);
+            worst = q > worst ? q : worst;
+        }
+    }
+    if (run)
+        fprintf(stderr, "%-6s %-12s %lldx%-4lld %d buckets: |gpu-ref| <= %.2f of the bound\n",
+                b->name, fname, (long long)n, (long long)k, nb, worst);
+    kt_session_destroy(s);
+    kiln_plan_destroy(own);
+    kiln_graph_destroy(g);
+    kt_weight_free(&w);
+    return 1;
+}
+
+/* The whole matrix on target t; returns the cases the backends took. */
+static int matrix(const kiln_target *t, int run, kt_rng *r, int *gemv_tc, int *gemv_f32)
+{
+    const kiln_registry *reg = kiln_registry_default();
+    int ran = 0;
+    for (int bi = 0; bi < reg->n; bi++) {
+        const kiln_backend *b = reg->backends[bi];
+        char why[256];
+        if (!b->is_supported(t, why, sizeof why)) {
+            fprintf(stderr, "%s on %s: %s\n", b->name, t->name, why);
+            continue;
+        }
+        for (int f = 0; f < KILN_FMT_COUNT; f++) {
+            if (!(b->formats & (1u << f)))
+                continue;
+            int64_t ks[3], refused;
+            int nk = k_values(b, t, (kiln_format)f, ks, &refused), took = 0;
+            for (int i = 0; i < nk; i++)
+                took += run_case(b, t, (kiln_format)f, ks[i], run, r, gemv_tc, gemv_f32);
+            cr_assert_gt(took, 0, "%s claims %s on %s but took none of its shapes", b->name,
+                         kiln_format_get((kiln_format)f)->name, t->name);
+            if (refused)
+                cr_assert_eq(run_case(b, t, (kiln_format)f, refused, run, r, gemv_tc, gemv_f32), 0);
+            ran += took;
+        }
+    }
+    return ran;
+}
+
+/* The plans alone, on named targets of each generation: no GPU needed. */
+Test(gpu_backends, strict_plans_run_the_forced_backend_on_named_targets)
+{
+    kt_rng r = kt_rng_new(40);
+    static const char *const names[] = { "sm_75", "a100", "l40s", "h200" };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(names); i++) {
+        kiln_target t;
+        cr_assert_eq(kiln_target_from_name(names[i], &t), KILN_OK, "%s", kiln_last_error());
+        int gemv_tc = 0, gemv_f32 = 0;
+        int ran = matrix(&t, 0, &r, &gemv_tc, &gemv_f32);
+        cr_assert_gt(ran, 0);
+        cr_assert(gemv_f32 > 0, "%s: gemv's f32 kernel in no bucket", names[i]);
+        cr_assert(t.mma_bf16 ? gemv_tc > 0 : gemv_tc == 0, "%s: gemv's tensor-core kernel in %d buckets",
+                  names[i], gemv_tc);
+    }
+}
+
+Test(gpu_backends, every_backend_and_format_on_every_bucket_class, .timeout = 1200)
+{
+    kt_need_gpu();
+    kt_fresh_cache(cache_path, sizeof cache_path);
+    kiln_target live;
+    cr_assert_eq(kiln_target_live(0, &live), KILN_OK, "%s", kiln_last_error());
+    kt_rng r = kt_rng_new(41);
+    int gemv_tc = 0, gemv_f32 = 0;
+    int ran = matrix(&live, 1, &r, &gemv_tc, &gemv_f32);
+    fprintf(stderr, "%d (backend, format, K) cases; gemv: %d tensor-core and %d f32 buckets\n",
+            ran, gemv_tc, gemv_f32);
+    cr_assert_gt(ran, 0);
+    if (live.mma_bf16)
+        cr_assert(gemv_tc > 0 && gemv_f32 > 0, "gemv ran %d tensor-core and %d f32 buckets",
+                  gemv_tc, gemv_f32);
+}
