@@ -487,13 +487,21 @@ const char *kiln_emit_keep_dir(const char *keep)
     return env && *env ? env : NULL;
 }
 
+/* A path past PATH_MAX does not fit the 1 KiB error text either: it is
+ * named by its beginning, so that the reason survives. */
+static kiln_status path_too_long(const char *path, size_t len)
+{
+    return kiln_fail(KILN_ERR_IO, "%.64s...: path too long (%zu bytes, at most %d)", path, len,
+                     PATH_MAX - 1);
+}
+
 /* mkdir -p: every prefix of dir that ends at a '/', then dir itself. */
 static kiln_status make_dirs(const char *dir)
 {
     char path[PATH_MAX];
     size_t len = strlen(dir);
     if (len >= sizeof path)
-        return kiln_fail(KILN_ERR_IO, "%s: path too long", dir);
+        return path_too_long(dir, len);
     memcpy(path, dir, len + 1);
     for (size_t i = 1; i <= len; i++) {
         if (path[i] != '/' && path[i] != '\0')
@@ -513,8 +521,9 @@ static kiln_status make_dirs(const char *dir)
 static kiln_status write_text(const char *dir, const char *entry, const char *ext, const char *text)
 {
     char path[PATH_MAX];
-    if (snprintf(path, sizeof path, "%s/%s%s", dir, entry, ext) >= (int)sizeof path)
-        return kiln_fail(KILN_ERR_IO, "%s/%s%s: path too long", dir, entry, ext);
+    int n = snprintf(path, sizeof path, "%s/%s%s", dir, entry, ext);
+    if (n >= (int)sizeof path)
+        return path_too_long(path, (size_t)n);
     FILE *f = fopen(path, "wb");
     if (!f)
         return kiln_fail(KILN_ERR_IO, "%s: cannot create: %s", path, strerror(errno));

@@ -461,7 +461,8 @@ kiln_status kiln_plan_create_with(const kiln_registry *r, kiln_graph *g, const k
                                   const kiln_plan_options *opts, kiln_plan **out)
 {
     if (!r || !g || !t || !out)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "plan: graph, target and out are required");
+        return kiln_fail(KILN_ERR_INVALID_ARG,
+                         "plan: registry, graph, target and out are required");
     const kiln_plan_options defaults = { 0 };
     const kiln_plan_options *o = opts ? opts : &defaults;
     const kiln_backend *forced = NULL;

@@ -529,14 +529,48 @@ Test(emit, keep_reports_what_it_cannot_write)
     cr_assert_eq(mkdir(below, 0777), 0);
     cr_assert_eq(kiln_emit_keep(dir, "k", "src", NULL, NULL), KILN_ERR_IO);
     cr_assert(strstr(kiln_last_error(), "cannot create"), "%s", kiln_last_error());
+    cr_assert_eq(kiln_emit_keep(NULL, "k", "src", NULL, NULL), KILN_ERR_INVALID_ARG);
+    cr_assert(strstr(kiln_last_error(), "dir, entry and source are required"), "%s",
+              kiln_last_error());
+    rmdir(below);
+    unlink(file);
+    rmdir(dir);
+    free(dir);
+}
+
+/* Paths past PATH_MAX: a directory is refused before anything is made, a
+ * file name that no longer fits after its directory before it is written.
+ * The error text holds 1 KiB, so the message names the path by its
+ * beginning and keeps the reason and the length. */
+Test(emit, keep_names_a_path_too_long)
+{
     char huge[5000];
     memset(huge, 'd', sizeof huge - 1);
     huge[sizeof huge - 1] = '\0';
     cr_assert_eq(kiln_emit_keep(huge, "k", "src", NULL, NULL), KILN_ERR_IO);
-    cr_assert_eq(kiln_emit_keep(NULL, "k", "src", NULL, NULL), KILN_ERR_INVALID_ARG);
-    rmdir(below);
-    unlink(file);
-    rmdir(dir);
+    cr_assert(!strncmp(kiln_last_error(), "dddddddd", 8), "%s", kiln_last_error());
+    cr_assert(strstr(kiln_last_error(), ": path too long (4999 bytes"), "%s", kiln_last_error());
+
+    char *dir = temp_dir(), deep[PATH_MAX], part[201];
+    memset(part, 'p', sizeof part - 1);
+    part[sizeof part - 1] = '\0';
+    snprintf(deep, sizeof deep, "%s", dir);
+    int levels = 0;
+    for (; strlen(deep) + sizeof part < PATH_MAX - 100; levels++)
+        snprintf(deep + strlen(deep), sizeof deep - strlen(deep), "/%s", part);
+    /* deep/entry.cu is PATH_MAX bytes, one past the longest path. */
+    char entry[PATH_MAX], want[64];
+    size_t entry_len = PATH_MAX - strlen(deep) - strlen("/.cu");
+    memset(entry, 'e', entry_len);
+    entry[entry_len] = '\0';
+    snprintf(want, sizeof want, ": path too long (%d bytes", PATH_MAX);
+    cr_assert_eq(kiln_emit_keep(deep, entry, "src", NULL, NULL), KILN_ERR_IO);
+    cr_assert(!strncmp(kiln_last_error(), dir, strlen(dir)), "%s", kiln_last_error());
+    cr_assert(strstr(kiln_last_error(), want), "%s", kiln_last_error());
+    for (; levels >= 0; levels--) {
+        cr_assert_eq(rmdir(deep), 0, "%s: only the directories were made", deep);
+        *strrchr(deep, '/') = '\0';
+    }
     free(dir);
 }
 

@@ -584,5 +584,35 @@ Test(lower, graph_without_outputs_is_refused)
     kiln_target t = target("sm_90a");
     kiln_plan *p = NULL;
     cr_assert_eq(kiln_plan_create_with(&reg, g, &t, NULL, &p), KILN_ERR_STATE);
+    cr_assert(strstr(kiln_last_error(), "the graph has no outputs"), "%s", kiln_last_error());
+    cr_assert_null(p);
+    kiln_graph_destroy(g);
+}
+
+Test(lower, null_arguments_are_named)
+{
+    kiln_graph *g = ffn(KILN_FMT_BF16, 1, 256, 512);
+    kiln_target t = target("sm_90a");
+    kiln_plan *p = NULL;
+    const struct {
+        const kiln_registry *r;
+        kiln_graph *g;
+        const kiln_target *t;
+        kiln_plan **out;
+        const char *name;
+    } bad[] = {
+        { NULL, g, &t, &p, "registry" },
+        { &reg, NULL, &t, &p, "graph" },
+        { &reg, g, NULL, &p, "target" },
+        { &reg, g, &t, NULL, "out" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(kiln_plan_create_with(bad[i].r, bad[i].g, bad[i].t, NULL, bad[i].out),
+                     KILN_ERR_INVALID_ARG, "NULL %s", bad[i].name);
+        const char *e = kiln_last_error();
+        cr_assert(!strncmp(e, "plan: ", 6) && strstr(e, bad[i].name), "NULL %s: %s", bad[i].name,
+                  e);
+        cr_assert_null(p);
+    }
     kiln_graph_destroy(g);
 }
