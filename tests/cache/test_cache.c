@@ -1044,6 +1044,8 @@ Test(cache, rm)
     expected += 1 + sharing;
 
     cr_assert_eq(kiln_cache_rm(c, "xyz", &removed), KILN_ERR_INVALID_ARG);
+    cr_assert(strstr(kiln_last_error(), "cache key \"xyz\": 'x' is not a hex digit"), "%s",
+              kiln_last_error());
     cr_assert_eq(kiln_cache_rm(c, "", &removed), KILN_ERR_INVALID_ARG);
     cr_assert_eq(kiln_cache_rm_all(c, &removed), KILN_OK);
     cr_assert_eq(removed, (size_t)(N - expected));

@@ -177,9 +177,14 @@ Test(key, parse_errors)
     uint8_t k[KILN_CACHE_KEY_BYTES];
     int n;
     cr_assert_eq(kiln_cache_key_parse("", k, &n), KILN_ERR_INVALID_ARG);
+    cr_assert(strstr(kiln_last_error(), "cache key \"\": give 1 to 32 hex digits"), "%s",
+              kiln_last_error());
     cr_assert_eq(kiln_cache_key_parse(NULL, k, &n), KILN_ERR_INVALID_ARG);
     cr_assert_eq(kiln_cache_key_parse("0112233445566778899aabbccddeeff00", k, &n),
                  KILN_ERR_INVALID_ARG);
+    cr_assert(strstr(kiln_last_error(),
+                     "cache key \"0112233445566778899aabbccddeeff00\": give 1 to 32 hex digits"),
+              "%s", kiln_last_error());
     cr_assert_eq(kiln_cache_key_parse("12g4", k, &n), KILN_ERR_INVALID_ARG);
     cr_assert(strstr(kiln_last_error(), "'g' is not a hex digit"), "%s", kiln_last_error());
 }

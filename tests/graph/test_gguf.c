@@ -157,6 +157,14 @@ static void expect_fail(const buf *b, kiln_status want, ...)
     va_end(ap);
 }
 
+/* The last error starts with the file's path and holds frag. */
+static void expect_file_error(const char *frag)
+{
+    const char *msg = kiln_last_error();
+    cr_assert_eq(strncmp(msg, file_path, strlen(file_path)), 0, "message: %s", msg);
+    cr_assert_not_null(strstr(msg, frag), "'%s' not in: %s", frag, msg);
+}
+
 /* -------------------------------------------------------- the valid model */
 
 #define T_K 64
@@ -355,6 +363,7 @@ Test(gguf, other_containers_have_no_metadata)
     cr_assert_eq(kiln_gguf_n_kv(NULL), 0);
     int64_t i;
     cr_assert_eq(kiln_gguf_get_int(&other, "a", &i), KILN_ERR_NOT_FOUND);
+    cr_assert(strstr(kiln_last_error(), "x.safetensors: no metadata key 'a'"), "%s", kiln_last_error());
 }
 
 Test(gguf, open_rejects_null_arguments)
@@ -569,17 +578,21 @@ Test(gguf, typed_getters)
     cr_assert_eq(kiln_gguf_get_int(m, "t.f32", &i), KILN_ERR_MALFORMED);
     cr_assert_not_null(strstr(kiln_last_error(), "expected an integer, found float32"));
     cr_assert_eq(kiln_gguf_get_int(m, "t.bool", &i), KILN_ERR_MALFORMED);
+    expect_file_error(": key 't.bool': expected an integer, found bool");
     cr_assert_eq(kiln_gguf_get_int(m, "t.nope", &i), KILN_ERR_NOT_FOUND);
     cr_assert_not_null(strstr(kiln_last_error(), "t.nope"));
     cr_assert_eq(kiln_gguf_get_float(m, "t.f64", &f), KILN_OK);
     cr_assert_eq(f, 3.141592653589793);
     cr_assert_eq(kiln_gguf_get_float(m, "t.u8", &f), KILN_ERR_MALFORMED);
+    expect_file_error(": key 't.u8': expected a float, found uint8");
     cr_assert_eq(kiln_gguf_get_float(m, "t.nope", &f), KILN_ERR_NOT_FOUND);
+    expect_file_error(": no metadata key 't.nope'");
     cr_assert_eq(kiln_gguf_get_str(m, "t.str", &s, &len), KILN_OK);
     cr_assert_eq(len, 5);
     cr_assert_eq(kiln_gguf_get_str(m, "t.arr_str", &s, &len), KILN_ERR_MALFORMED);
     cr_assert_not_null(strstr(kiln_last_error(), "expected a string, found array"));
     cr_assert_eq(kiln_gguf_get_str(m, "t.nope", &s, &len), KILN_ERR_NOT_FOUND);
+    expect_file_error(": no metadata key 't.nope'");
     kiln_model_close(m);
     free(b.p);
 }

@@ -922,13 +922,28 @@ Test(quantize, ggml_formats_match_ggml_reference_bytes_on_a_fixed_input)
     }
 }
 
+/* The first block's scale as dequantization applies it. */
+static float block0_scale(const qbuf *q)
+{
+    switch (q->t.format) {
+    case KILN_FMT_Q4_0: return f16_at(data_u8(q));
+    case KILN_FMT_GGML_MXFP4: return ldexpf(1.0f, data_u8(q)[0] - 127);
+    case KILN_FMT_MXFP4: return kiln_e8m0_to_f32(scale_u8(q)[0]);
+    case KILN_FMT_NVFP4: return kiln_e4m3_to_f32(scale_u8(q)[0]) * q->t.global_scale;
+    default: cr_assert_fail("format %d has no block scale here", (int)q->t.format);
+    }
+    return NAN;
+}
+
 /* NaN inputs are defined: skipped by the block maximum, stored as the
- * element type's NaN where it has one. */
+ * element type's NaN where it has one. The maximum, 4, comes before the
+ * NaN, so a maximum that restarted after a NaN would show. Q8_0 keeps
+ * ggml's maximum, which does restart: its own test follows. */
 Test(quantize, nan_inputs_do_not_poison_their_block)
 {
     float x[32];
     for (int j = 0; j < 32; j++)
-        x[j] = (float)(j + 1) / 8;
+        x[j] = (float)(32 - j) / 8;
     x[5] = NAN;
     qbuf q = qbuf_new(KILN_FMT_MXFP8, 1, 32);
     quant(x, &q);
@@ -936,7 +951,7 @@ Test(quantize, nan_inputs_do_not_poison_their_block)
     cr_assert_eq(data_u8(&q)[5], 0x7F);
     float *y = dequant(&q);
     cr_assert(isnan(y[5]));
-    cr_assert_eq(y[31], 4.0f);
+    cr_assert_eq(y[0], 4.0f);
     free(y);
     qbuf_free(&q);
 
@@ -945,32 +960,202 @@ Test(quantize, nan_inputs_do_not_poison_their_block)
     cr_assert_eq(scale_f32(&t, 0), 4.0f / 448.0f);
     qbuf_free(&t);
 
-    const kiln_format ggml[] = { KILN_FMT_Q8_0, KILN_FMT_Q4_0, KILN_FMT_GGML_MXFP4, KILN_FMT_NVFP4, KILN_FMT_MXFP4 };
-    for (size_t i = 0; i < sizeof ggml / sizeof ggml[0]; i++) {
-        qbuf g = qbuf_new(ggml[i], 1, 32);
-        quant(x, &g);
-        qbuf_free(&g);
+    /* The formats without a NaN element: the scale is the one amax 4 gives
+     * (NVFP4: that of its first block of 16, under the global scale of the
+     * same amax), and each of the other 31 elements comes back bit for bit
+     * as with a 0 in the NaN's place (0 never raises a maximum). The NaN
+     * becomes, in the block's scale:
+     *  - Q4_0: code 0, -8 d = 4, the block's signed extreme. ggml converts
+     *    NaN to an integer there, which is undefined; kiln clamps it to the
+     *    lowest code.
+     *  - GGML MXFP4: 0. ggml's nearest-value search finds no code nearer
+     *    to NaN than code 0 and keeps it.
+     *  - NVFP4, MXFP4: 6, the E2M1 code CUDA's conversion gives NaN. */
+    float x0[32];
+    memcpy(x0, x, sizeof x0);
+    x0[5] = 0.0f;
+    const float g = 4.0f / (6.0f * 448.0f);
+    const float nv = kiln_e4m3_to_f32(kiln_f32_to_e4m3(4.0f / (6.0f * g))) * g;
+    const struct { kiln_format f; float scale, nan_to; } blk[] = {
+        { KILN_FMT_Q4_0, -0.5f, 4.0f },
+        { KILN_FMT_GGML_MXFP4, 1.0f, 0.0f },
+        { KILN_FMT_NVFP4, nv, 6.0f * nv },
+        { KILN_FMT_MXFP4, 1.0f, 6.0f },
+    };
+    for (size_t i = 0; i < sizeof blk / sizeof blk[0]; i++) {
+        const char *name = kiln_format_get(blk[i].f)->name;
+        qbuf a = qbuf_new(blk[i].f, 1, 32), b = qbuf_new(blk[i].f, 1, 32);
+        quant(x, &a);
+        quant(x0, &b);
+        float s = block0_scale(&a);
+        cr_assert_eq(bits_of(s), bits_of(blk[i].scale), "%s: block scale %a, want %a", name, s, blk[i].scale);
+        float *ya = dequant(&a), *yb = dequant(&b);
+        for (int j = 0; j < 32; j++)
+            if (j != 5)
+                assert_same(ya[j], yb[j], name, j);
+        cr_assert_eq(bits_of(ya[5]), bits_of(blk[i].nan_to), "%s: NaN comes back as %a, want %a", name, ya[5],
+                     blk[i].nan_to);
+        free(ya);
+        free(yb);
+        qbuf_free(&a);
+        qbuf_free(&b);
     }
 }
 
-/* ±inf, NaN, the extremes of f32 and a row of subnormals in one tensor:
- * every format quantizes and dequantizes it without undefined behaviour
- * (out-of-range float-to-int conversions, shifts), which the sanitizer build
- * checks. What the values become is garbage in, garbage out. */
+/* Q8_0 keeps ggml's block maximum as written, amax = MAX(amax, |x|) with
+ * MAX(a, b) = a > b ? a : b: a NaN makes amax NaN and the next element
+ * replaces it. The scale is that of the elements after the block's last
+ * NaN, as ggml writes it: a larger element before the NaN saturates at
+ * 127 d (ggml's int8 conversion is undefined there, kiln clamps), and a
+ * NaN in the last place leaves d NaN and the whole block NaN. */
+Test(quantize, q8_0_nan_restarts_ggmls_block_maximum)
+{
+    float x[64];
+    for (int j = 0; j < 64; j++)
+        x[j] = (float)(j % 32 + 1) / 8;
+    x[0] = 8.0f;
+    x[5] = NAN;
+    x[63] = NAN;
+    qbuf q = qbuf_new(KILN_FMT_Q8_0, 1, 64);
+    quant(x, &q);
+    float d = kiln_f16_to_f32(kiln_f32_to_f16(4.0f / 127));
+    cr_assert_eq(f16_at(data_u8(&q)), d, "amax 4 from after the NaN, not 8: d = %a", f16_at(data_u8(&q)));
+    cr_assert(isnan(f16_at(data_u8(&q) + 34)), "a NaN last makes d NaN");
+    float *y = dequant(&q);
+    cr_assert_eq(y[0], 127 * d, "8 saturates: %a", y[0]);
+    cr_assert_eq(y[31], 127 * d);
+    cr_assert_eq(y[5], 0.0f);
+    for (int j = 32; j < 64; j++)
+        cr_assert(isnan(y[j]), "y[%d] = %a", j, y[j]);
+    free(y);
+    qbuf_free(&q);
+}
+
+/* The elements one stored scale covers: scale_rows x scale_cols (0: all of
+ * that dimension) where the format has a scale array, one GGML block or
+ * one element where it has none. */
+static void scale_window(const kiln_format_info *fi, int64_t n, int64_t k, int64_t *rows, int64_t *cols)
+{
+    if (fi->scale_type == KILN_SCALE_NONE) {
+        *rows = 1;
+        *cols = fi->block;
+        return;
+    }
+    *rows = fi->scale_rows ? fi->scale_rows : n;
+    *cols = fi->scale_cols ? fi->scale_cols : k;
+}
+
+enum { EXT_N = 2, EXT_K = 256, EXT_CLEAN = 64 };
+
+/* Whether element i of the extremes tensor below shares a scale with one
+ * of its extremes, at columns 0, 7, ..., 28 of row 0. */
+static int under_an_extreme(const kiln_format_info *fi, int i)
+{
+    int64_t rows, cols, r = i / EXT_K, c = i % EXT_K;
+    if (fi->has_global_scale)
+        return 1;
+    scale_window(fi, EXT_N, EXT_K, &rows, &cols);
+    if (r / rows != 0)
+        return 0;
+    return cols == 1 ? c % 7 == 0 && c <= 28 : c / cols <= 28 / cols;
+}
+
+/* ±inf, NaN and ±3.4e38 (the extremes, at 0, 7, ..., 28 of row 0), tiny
+ * values (at 35, 42, 49) and a row of subnormals in one tensor. Every
+ * format quantizes and dequantizes it without undefined behaviour
+ * (out-of-range float-to-int conversions, shifts), which the sanitizer
+ * build checks, and with the results the definitions give:
+ *  - an element that shares no scale with an extreme comes back finite;
+ *    row 0 from element 64 on, where the scales cover normal values only,
+ *    round-trips within the format's bound with the scales its own values
+ *    give; the subnormal row comes back no larger than its largest
+ *    magnitude, 2^-133, and never with its sign flipped;
+ *  - where every scale saturates or there is none (the plain types, E8M0
+ *    scales), only the NaN input comes back NaN, and the extremes map as
+ *    in mapped[] below;
+ *  - an f32 scale over an extreme (FP8 amax / 448, the NVFP4 global
+ *    amax / 2688, which ModelOpt and DeepSeek do not clamp either) is
+ *    +inf, and every element under it becomes q · inf with q = ±0 or NaN:
+ *    NaN.
+ * GGML's f16 scales (Q8_0, Q4_0, Q4_K, Q6_K) overflow to inf over the
+ * extremes, as ggml's do; what ggml's arithmetic makes of those blocks is
+ * not asserted. */
 Test(quantize, extreme_and_non_finite_inputs_are_defined_for_every_format)
 {
-    float x[2 * 256];
+    float x[EXT_N * EXT_K];
     kt_rng rng = kt_rng_new(9);
-    kt_fill_normal(&rng, x, 2 * 256, 1.0f);
+    kt_fill_normal(&rng, x, EXT_N * EXT_K, 1.0f);
     const float odd[] = { INFINITY, -INFINITY, NAN, 3.4e38f, -3.4e38f, 1e-45f, -1e-40f, 0x1p-126f };
     for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++)
         x[i * 7] = odd[i];
-    for (int j = 256; j < 512; j++)
+    for (int j = EXT_K; j < EXT_N * EXT_K; j++)
         x[j] = 0x1p-140f * (float)(j - 384);
+    /* F16 and BF16 round a finite value past their largest to inf (IEEE).
+     * The E8M0 code of an infinite amax clamps to 254, X = 2^127: ±inf
+     * saturates to the element's largest value and 3.4e38 / X rounds to 2,
+     * and either times X overflows f32; E2M1 has no NaN and NaN becomes +6.
+     * Under GGML MXFP4's half scale 2^126 every table value from 4 (E2M1 2)
+     * up is inf: no code is nearer to ±inf than code 0 (every error is inf
+     * or NaN), and ±3.4e38 goes to ±3 · 2^126. */
+    const struct { kiln_format f; float ext[5]; } mapped[] = {
+        { KILN_FMT_F32, { INFINITY, -INFINITY, NAN, 3.4e38f, -3.4e38f } },
+        { KILN_FMT_F16, { INFINITY, -INFINITY, NAN, INFINITY, -INFINITY } },
+        { KILN_FMT_BF16, { INFINITY, -INFINITY, NAN, INFINITY, -INFINITY } },
+        { KILN_FMT_MXFP8, { INFINITY, -INFINITY, NAN, INFINITY, -INFINITY } },
+        { KILN_FMT_MXFP4, { INFINITY, -INFINITY, INFINITY, INFINITY, -INFINITY } },
+        { KILN_FMT_GGML_MXFP4, { 0.0f, 0.0f, 0.0f, 0x1.8p127f, -0x1.8p127f } },
+    };
     for (int f = 0; f < KILN_FMT_COUNT; f++) {
-        qbuf q = qbuf_new((kiln_format)f, 2, 256);
+        const kiln_format_info *fi = kiln_format_get((kiln_format)f);
+        qbuf q = qbuf_new((kiln_format)f, EXT_N, EXT_K);
         quant(x, &q);
         float *y = dequant(&q);
+
+        for (int i = 0; i < EXT_N * EXT_K; i++) {
+            if (under_an_extreme(fi, i))
+                continue;
+            cr_assert(isfinite(y[i]), "%s[%d]: %a -> %a", fi->name, i, x[i], y[i]);
+            if (i >= EXT_K)
+                cr_assert(fabsf(y[i]) <= 0x1p-133f && (y[i] == 0.0f || signbit(y[i]) == signbit(x[i])),
+                          "%s[%d]: subnormal %a -> %a", fi->name, i, x[i], y[i]);
+        }
+
+        int64_t rows, cols;
+        scale_window(fi, EXT_N, EXT_K, &rows, &cols);
+        if (!fi->has_global_scale && rows == 1 && EXT_CLEAN % cols == 0) {
+            size_t data_off, scale_off;
+            cr_assert_eq(kiln_format_data_bytes((kiln_format)f, 1, EXT_CLEAN, &data_off), KILN_OK);
+            cr_assert_eq(kiln_format_scale_bytes((kiln_format)f, 1, EXT_CLEAN, &scale_off), KILN_OK);
+            qbuf row0 = q;
+            row0.t.n = 1;
+            row0.t.k = EXT_K - EXT_CLEAN;
+            row0.t.data = data_u8(&q) + data_off;
+            row0.t.scale = q.t.scale ? scale_u8(&q) + scale_off : NULL;
+            rt_check[f](&(rt_case){ .x = x + EXT_CLEAN, .y = y + EXT_CLEAN, .q = &row0, .sigma = 1.0 });
+        }
+        if (f == KILN_FMT_FP8_BLOCK)
+            rt_fp8_window(&(rt_case){ .x = x, .y = y, .q = &q, .sigma = 1.0 }, 0, EXT_N, 128, EXT_K,
+                          scale_f32(&q, 1));
+
+        if (fi->scale_type == KILN_SCALE_F32 || fi->has_global_scale) {
+            float s = fi->has_global_scale ? q.t.global_scale : scale_f32(&q, 0);
+            cr_assert(isinf(s) && s > 0, "%s: the scale over the extremes is %a, want +inf", fi->name, s);
+            for (int i = 0; i < EXT_N * EXT_K; i++)
+                if (under_an_extreme(fi, i))
+                    cr_assert(isnan(y[i]), "%s[%d]: %a under an infinite scale -> %a", fi->name, i, x[i], y[i]);
+        }
+        for (size_t m = 0; m < sizeof mapped / sizeof mapped[0]; m++) {
+            if (mapped[m].f != (kiln_format)f)
+                continue;
+            if (fi->scale_type == KILN_SCALE_E8M0 || f == KILN_FMT_GGML_MXFP4) {
+                uint8_t e = f == KILN_FMT_GGML_MXFP4 ? data_u8(&q)[0] : scale_u8(&q)[0];
+                cr_assert_eq(e, 254, "%s: E8M0 code %d over an infinite amax, want 254", fi->name, e);
+            }
+            for (int e = 0; e < 5; e++)
+                assert_same(y[7 * e], mapped[m].ext[e], fi->name, 7 * e);
+            for (int i = 0; i < EXT_N * EXT_K; i++)
+                cr_assert(!isnan(y[i]) || isnan(x[i]), "%s[%d]: %a -> NaN", fi->name, i, x[i]);
+        }
         free(y);
         qbuf_free(&q);
     }

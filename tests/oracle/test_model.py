@@ -293,6 +293,26 @@ class Model(unittest.TestCase):
         lib.kiln_graph_destroy(g)
         lib.kiln_model_close(model)
 
+    def test_model_without_a_layer_count_is_an_error_naming_the_file(self):
+        path = os.path.join(self.dir, "nolayers.gguf")
+        w = gguf.GGUFWriter(path, "llama")  # no llama.block_count
+        w.add_embedding_length(D)
+        w.add_tensor("blk.0.ffn_norm.weight", np.ones(D, np.float32))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        model, g = ctypes.c_void_p(), ctypes.c_void_p()
+        self.assertEqual(lib.kiln_model_open(path.encode(), ctypes.byref(model)), 0, err())
+        lib.kiln_graph_create(ctypes.byref(g))
+        self.assertEqual(lib.kiln_model_build_linears(model, g, 0), kilnlib.KILN_ERR_MALFORMED)
+        self.assertIn(f"{path}: the model does not say how many layers it has", err())
+        self.assertEqual(lib.kiln_model_build_ffn(model, g, 0), kilnlib.KILN_ERR_MALFORMED)
+        self.assertIn(f"{path}: the model does not give its layer count and width", err())
+        self.assertEqual(lib.kiln_graph_n_tensors(g), 0, "nothing was added to the graph")
+        lib.kiln_graph_destroy(g)
+        lib.kiln_model_close(model)
+
     def test_inspect_and_dequant(self):
         path = os.path.join(self.dir, "llama.gguf")
         ref = gguf_model(path, [T.Q4_0, T.Q8_0])
