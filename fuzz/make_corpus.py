@@ -1,10 +1,24 @@
 #!/usr/bin/env python3
-"""Write the seed corpus of fuzz_gguf: a few small, valid GGUF files made with
-the reference writer (PyPI `gguf`), covering every metadata type, nested
-arrays, a custom alignment, version 2, and each tensor type kiln reads.
+"""Write the seed corpora of the fuzzers.
+
+fuzz_gguf: a few small, valid GGUF files made with the reference writer
+(PyPI `gguf`), covering every metadata type, nested arrays, a custom
+alignment, version 2, and each tensor type kiln reads.
+
+fuzz_safetensors: every kind of tensor the reader knows, each in a file of
+the harness's input format (a safetensors file, then sections a marker
+opens: config.json, hf_quant_config.json, the shard index, a second shard):
+plain dtypes, every dtype name, FP8 per tensor / per channel / block,
+NVFP4 (config.json and hf_quant_config.json), gpt-oss MXFP4 pairs in both
+spellings with and without an expert dimension, zero-byte tensors of every
+kind, and sharded sets with config.json.
+
 The output is deterministic; run it again after changing it and commit the
-files. Usage: make_corpus.py [OUTDIR] (default: fuzz/corpus/gguf)."""
+files. Usage: make_corpus.py [OUTDIR] (default: fuzz/corpus; the files go to
+OUTDIR/gguf and OUTDIR/safetensors)."""
+import json
 import os
+import struct
 import sys
 
 import numpy as np
@@ -97,9 +111,157 @@ def no_tensors(w):
     w.add_name("empty")
 
 
+# ------------------------------------------------------------ safetensors
+
+MARKERS = {
+    "config": b"\0KILNCFG",
+    "hf_quant": b"\0KILNHFQ",
+    "index": b"\0KILNIDX",
+    "shard2": b"\0KILNSH2",
+}
+
+
+def st_file(tensors, metadata=None, pad=0):
+    """A safetensors file of (name, dtype, shape, bytes) in order; pad spaces
+    after the JSON move the data section off alignment."""
+    header, data = {}, b""
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, raw in tensors:
+        header[name] = {"dtype": dtype, "shape": shape,
+                        "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    text = json.dumps(header, separators=(",", ":")).encode() + b" " * pad
+    return struct.pack("<Q", len(text)) + text + data
+
+
+def st_input(tensors, metadata=None, pad=0, **sections):
+    out = st_file(tensors, metadata, pad)
+    for key, body in sections.items():
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode()
+        out += MARKERS[key] + body
+    return out
+
+
+def rbytes(rng, n):
+    return rng.integers(0, 256, size=n, dtype=np.uint8).tobytes()
+
+
+def e4m3(rng, n):
+    """Finite E4M3 codes (0x7f and 0xff are NaN)."""
+    b = rng.integers(0, 256, size=n, dtype=np.uint8)
+    b[(b & 0x7F) == 0x7F] = 0x38
+    return b.tobytes()
+
+
+def f32(*values):
+    return struct.pack("<%df" % len(values), *values)
+
+
+LLAMA_CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 1, "hidden_size": 32,
+    "intermediate_size": 64, "num_attention_heads": 2, "num_key_value_heads": 1,
+    "vocab_size": 16, "max_position_embeddings": 128, "rms_norm_eps": 1e-05,
+}
+
+# Bits per element of every dtype name the reader knows.
+DTYPE_BITS = {
+    "F32": 32, "F16": 16, "BF16": 16, "F8_E4M3": 8, "U8": 8, "I8": 8, "F64": 64, "I64": 64,
+    "U64": 64, "I32": 32, "U32": 32, "I16": 16, "U16": 16, "BOOL": 8, "F8_E5M2": 8,
+    "F8_E8M0": 8, "F6_E2M3": 6, "F6_E3M2": 6, "F4": 4, "C64": 64,
+}
+
+
+def safetensors_corpus(out):
+    rng = np.random.default_rng(3)
+    seeds = {}
+    seeds["empty"] = st_input([])
+    seeds["plain"] = st_input(
+        [("a", "F32", [2, 3], f32(*range(6))),
+         ("h", "F16", [4], np.arange(4, dtype=np.float16).tobytes()),
+         ("b", "BF16", [2, 2], rbytes(rng, 8)),
+         ("i", "I64", [1], struct.pack("<q", 7))],
+        metadata={"format": "pt"}, config=LLAMA_CONFIG)
+    seeds["every_dtype"] = st_input(
+        [("t_" + d.lower(), d, [8], rbytes(rng, bits)) for d, bits in DTYPE_BITS.items()])
+    seeds["odd"] = st_input(
+        [("o", "U8", [1], b"\1"), ("f", "F32", [2], f32(1, 2)),
+         ("r5", "F16", [1, 1, 1, 1, 2], rbytes(rng, 4)), ("q", "F7_NEW", [3], rbytes(rng, 3)),
+         ("z", "F32", [0, 4], b""), ("n", "F4", [2], b"\x12")], pad=3)
+    seeds["fp8_tensor"] = st_input(
+        [("l.weight", "F8_E4M3", [2, 16], e4m3(rng, 32)), ("l.weight_scale", "F32", [], f32(0.5)),
+         ("l.input_scale", "F32", [1], f32(1))],
+        config=dict(LLAMA_CONFIG, quantization_config={"quant_method": "fp8",
+                                                       "activation_scheme": "static"}))
+    seeds["fp8_channel"] = st_input(
+        [("a.weight", "F8_E4M3", [2, 16], e4m3(rng, 32)), ("a.weight_scale", "F32", [2], f32(1, 2)),
+         ("b.weight", "F8_E4M3", [2, 16], e4m3(rng, 32)),
+         ("b.weight_scale", "F32", [2, 1], f32(1, 2))])
+    seeds["fp8_block"] = st_input(
+        [("d.weight", "F8_E4M3", [2, 130], e4m3(rng, 260)),
+         ("d.weight_scale_inv", "F32", [1, 2], f32(1, 2))],
+        config={"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}})
+    nvfp4 = [("u.weight", "U8", [2, 16], rbytes(rng, 32)),
+             ("u.weight_scale", "F8_E4M3", [2, 2], e4m3(rng, 4)),
+             ("u.weight_scale_2", "F32", [], f32(0.25)), ("u.input_scale", "F32", [], f32(1))]
+    seeds["nvfp4"] = st_input(nvfp4, config={"quantization_config": {
+        "quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16}})
+    seeds["nvfp4_hf_quant"] = st_input(nvfp4, hf_quant={"quantization": {
+        "quant_algo": "NVFP4", "group_size": 16}})
+    scales = lambda n: rng.integers(110, 140, size=n, dtype=np.uint8).tobytes()
+    seeds["mxfp4"] = st_input(
+        [("m.down_proj_blocks", "U8", [2, 1, 16], rbytes(rng, 32)),
+         ("m.down_proj_scales", "U8", [2, 1], scales(2)),
+         ("m.gate_up_proj_blocks", "U8", [1, 2, 1, 16], rbytes(rng, 32)),
+         ("m.gate_up_proj_scales", "U8", [1, 2, 1], scales(2)),
+         ("e.gate_up_proj_blocks", "U8", [2, 2, 1, 16], rbytes(rng, 64)),
+         ("e.gate_up_proj_scales", "U8", [2, 2, 1], scales(4)),
+         ("b.mlp1_weight.blocks", "U8", [1, 1, 16], rbytes(rng, 16)),
+         ("b.mlp1_weight.scales", "U8", [1, 1], scales(1))],
+        config={"architectures": ["GptOssForCausalLM"],
+                "quantization_config": {"quant_method": "mxfp4"}})
+    seeds["zero_bytes"] = st_input(
+        [("gptoss.down_proj_blocks", "U8", [0, 4, 2, 16], b""),
+         ("gptoss.down_proj_scales", "U8", [0, 4, 2], b""),
+         ("rows.down_proj_blocks", "U8", [0, 2, 16], b""),
+         ("rows.down_proj_scales", "U8", [0, 2], b""),
+         ("groups.down_proj_blocks", "U8", [4, 0, 16], b""),
+         ("groups.down_proj_scales", "U8", [4, 0], b""),
+         ("fp8.weight", "F8_E4M3", [0, 16], b""), ("fp8.weight_scale", "F32", [], f32(1)),
+         ("fp8k.weight", "F8_E4M3", [4, 0], b""), ("fp8k.weight_scale", "F32", [4], f32(1, 1, 1, 1)),
+         ("blk.weight", "F8_E4M3", [0, 128], b""), ("blk.weight_scale_inv", "F32", [0, 1], b""),
+         ("nv.weight", "U8", [0, 16], b""), ("nv.weight_scale", "F8_E4M3", [0, 2], b""),
+         ("nv.weight_scale_2", "F32", [], f32(1)),
+         ("plain", "F32", [0], b""), ("plain2", "BF16", [3, 0], b"")],
+        config={"architectures": ["GptOssForCausalLM"],
+                "quantization_config": {"quant_method": "mxfp4"}})
+    shard_s = [("x.weight", "F8_E4M3", [2, 16], e4m3(rng, 32)),
+               ("x.weight_scale", "F32", [2], f32(1, 2)), ("n", "BF16", [2], rbytes(rng, 4))]
+    shard_t = [("y_blocks", "U8", [2, 1, 16], rbytes(rng, 32)), ("y_scales", "U8", [2, 1], scales(2)),
+               ("z.weight_scale", "F32", [], f32(0.5))]
+    weight_map = {name: "s.safetensors" for name, *_ in shard_s}
+    weight_map.update({name: "t.safetensors" for name, *_ in shard_t})
+    seeds["sharded"] = st_input(
+        shard_s, index={"metadata": {"total_size": 80}, "weight_map": weight_map},
+        shard2=st_file(shard_t), config=LLAMA_CONFIG)
+    # A weight in one shard, its scale in the other.
+    seeds["sharded_split"] = st_input(
+        [("z.weight", "F8_E4M3", [2, 16], e4m3(rng, 32))],
+        index={"weight_map": {"z.weight": "s.safetensors", "z.weight_scale": "t.safetensors"}},
+        shard2=st_file([("z.weight_scale", "F32", [], f32(0.5))]),
+        config=dict(LLAMA_CONFIG, quantization_config={"quant_method": "fp8"}))
+    os.makedirs(out, exist_ok=True)
+    for name, data in seeds.items():
+        with open(os.path.join(out, name + ".safetensors"), "wb") as f:
+            f.write(data)
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "corpus", "gguf")
+    top = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "corpus")
+    safetensors_corpus(os.path.join(top, "safetensors"))
+    out = os.path.join(top, "gguf")
     os.makedirs(out, exist_ok=True)
     write(os.path.join(out, "llama.gguf"), llama)
     write(os.path.join(out, "llama_v2.gguf"), llama, version=2)

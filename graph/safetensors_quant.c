@@ -141,9 +141,16 @@ static kiln_status st_set_weight(kiln_st_slot *w, kiln_format fmt, int64_t n, in
         fst = kiln_format_scale_bytes(fmt, n, k, &scale_bytes);
     if (fst)
         return st_refuse(w, "%s [%" PRId64 ", %" PRId64 "]: %s", fi->name, n, k, kiln_last_error());
-    /* The callers checked the shapes against the checkpoint convention,
-     * which for these formats is kiln's own layout byte for byte. */
-    assert(data_bytes == w->t.bytes && scale_bytes == scale->t.bytes);
+    /* The callers matched the shapes to the checkpoint convention, which for
+     * these formats is kiln's own layout byte for byte; the bytes are
+     * compared all the same, because a weight whose shape promises more
+     * than the file holds would be read past its end. */
+    if (data_bytes != w->t.bytes || scale_bytes != scale->t.bytes)
+        return kiln_fail(KILN_ERR_MALFORMED,
+                         "%s: tensor %s: %s [%" PRId64 ", %" PRId64 "] needs %zu data and %zu scale "
+                         "bytes, the file holds %zu (%s) and %zu (%s)",
+                         w->file, w->t.name, fi->name, n, k, data_bytes, scale_bytes, w->t.bytes,
+                         w->t.name, scale->t.bytes, scale->t.name);
     /* An F32 scale was classified as a plain tensor first, which already
      * gave it an aligned address; byte scales need none. */
     void *scale_ptr = scale->dtype == KILN_ST_F32 ? scale->t.qt.data : (void *)scale->data;
@@ -278,8 +285,10 @@ static kiln_status st_join_mxfp4(kiln_st_loader *L, int bi, const char *base, co
         return kiln_st_nomem();
     b = &L->v[bi];
     s = &L->v[si];
+    /* A stack of one expert is a plain weight; any other count, none
+     * included, keeps its expert dimension. */
     kiln_st_slot x = {
-        .dtype = KILN_ST_U8, .rank = e > 1 ? 3 : 2, .data = b->data, .file = b->file, .insert_before = bi
+        .dtype = KILN_ST_U8, .rank = e != 1 ? 3 : 2, .data = b->data, .file = b->file, .insert_before = bi
     };
     x.t.name = strdup(base);
     x.t.type_name = strdup(b->t.type_name);
@@ -301,6 +310,8 @@ static kiln_status st_join_mxfp4(kiln_st_loader *L, int bi, const char *base, co
         st = st_refuse(&L->v[si], "the scales of MXFP4 weight %s", base);
     if (st)
         return st;
+    if (e == 0)
+        return st_refuse(xs, "a stack of 0 experts [0, %" PRId64 ", %" PRId64 "] holds no weight", n, k);
     if (e > 1)
         return st_refuse(
             xs, "expert tensors are 3-D: [%" PRId64 ", %" PRId64 ", %" PRId64 "], kiln's weights are 2-D", e,

@@ -1111,3 +1111,62 @@ Test(safetensors, oversized_json_files_are_refused_unread)
     fclose(f);
     open_fails(g_dir, KILN_ERR_MALFORMED, "config.json: 100000001 bytes", NULL);
 }
+
+/* Every way a quantized weight can hold no bytes: each is listed, refused by
+ * name, and never handed out as a weight whose shape promises more bytes
+ * than are behind it. A gpt-oss pair of 0 experts once became an N x K
+ * weight over 0 bytes. */
+Test(safetensors, zero_byte_weights_of_every_kind_are_refused_by_name)
+{
+    uint8_t z[1] = { 0 };
+    float one = 1;
+    static const struct {
+        const char *name, *why;
+    } want[] = {
+        { "gptoss.down_proj", "a stack of 0 experts [0, 4, 64] holds no weight" },
+        { "rows.down_proj", "mxfp4 [0, 64]" },
+        { "groups.down_proj", "mxfp4 [4, 0]" },
+        { "fp8.weight", "fp8 [0, 16]" },
+        { "fp8k.weight", "fp8_channel [4, 0]" },
+        { "nvfp4.weight", "nvfp4 [0, 32]" },
+    };
+    stb *b = stb_new();
+    stb_tensor(b, "gptoss.down_proj_blocks", "U8", "[0, 4, 2, 16]", z, 0);
+    stb_tensor(b, "gptoss.down_proj_scales", "U8", "[0, 4, 2]", z, 0);
+    stb_tensor(b, "rows.down_proj_blocks", "U8", "[0, 2, 16]", z, 0);
+    stb_tensor(b, "rows.down_proj_scales", "U8", "[0, 2]", z, 0);
+    stb_tensor(b, "groups.down_proj_blocks", "U8", "[4, 0, 16]", z, 0);
+    stb_tensor(b, "groups.down_proj_scales", "U8", "[4, 0]", z, 0);
+    stb_tensor(b, "fp8.weight", "F8_E4M3", "[0, 16]", z, 0);
+    stb_tensor(b, "fp8.weight_scale", "F32", "[]", &one, 4);
+    stb_tensor(b, "fp8k.weight", "F8_E4M3", "[4, 0]", z, 0);
+    stb_tensor(b, "fp8k.weight_scale", "F32", "[4]", (float[4]){ 1, 1, 1, 1 }, 16);
+    stb_tensor(b, "nvfp4.weight", "U8", "[0, 16]", z, 0);
+    stb_tensor(b, "nvfp4.weight_scale", "F8_E4M3", "[0, 2]", z, 0);
+    stb_tensor(b, "nvfp4.weight_scale_2", "F32", "[]", &one, 4);
+    stb_write(b, in_dir("model.safetensors"), 0);
+    free(b);
+    kiln_model *m = open_ok(g_dir);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const kiln_model_tensor *t = find(m, want[i].name);
+        cr_assert_not(t->supported, "%s", want[i].name);
+        cr_assert_eq(t->bytes, 0, "%s", want[i].name);
+        cr_assert(t->why && strstr(t->why, want[i].why), "%s: %s", want[i].name, t->why);
+        kiln_qtensor q;
+        cr_assert_eq(kiln_model_weight(m, want[i].name, &q), KILN_ERR_UNSUPPORTED);
+        cr_assert(strstr(kiln_last_error(), want[i].name), "%s", kiln_last_error());
+    }
+    const kiln_model_tensor *g = find(m, "gptoss.down_proj");
+    cr_assert_eq(g->n_dims, 3);
+    cr_assert_eq(g->ne[2], 0);
+    /* Whatever is usable agrees with its format about its bytes. */
+    for (int i = 0; i < m->n_tensors; i++) {
+        const kiln_model_tensor *t = &m->tensors[i];
+        size_t bytes;
+        if (t->supported && t->qt.format != KILN_FMT_F32)
+            cr_assert(kiln_format_data_bytes(t->qt.format, t->qt.n, t->qt.k, &bytes) == KILN_OK &&
+                          bytes == t->bytes,
+                      "%s", t->name);
+    }
+    kiln_model_close(m);
+}
