@@ -28,8 +28,16 @@ extern "C" {
 #define KILN_VERSION_MINOR 1
 #define KILN_VERSION_PATCH 0
 
+/* Marks what libkiln exports: the library is built with hidden visibility,
+ * so the functions declared here are the only symbols libkiln.so exports. */
+#if defined(__GNUC__)
+#define KILN_API __attribute__((visibility("default")))
+#else
+#define KILN_API
+#endif
+
 /* "MAJOR.MINOR.PATCH" of the library actually linked. */
-const char *kiln_version(void);
+KILN_API const char *kiln_version(void);
 
 /* ---------------------------------------------------------------- status */
 
@@ -55,11 +63,11 @@ typedef enum kiln_status {
 
 /* The status's name and meaning, e.g. "KILN_ERR_SHAPE: shapes do not fit".
  * Never NULL; an unknown value gives a string that says so. */
-const char *kiln_strerror(kiln_status status);
+KILN_API const char *kiln_strerror(kiln_status status);
 
 /* The detail message of the last failing call on this thread, or "" when
  * there is none. */
-const char *kiln_last_error(void);
+KILN_API const char *kiln_last_error(void);
 
 /* --------------------------------------------------------------- formats */
 
@@ -112,15 +120,15 @@ typedef struct kiln_format_info {
 } kiln_format_info;
 
 /* The table row of fmt, or NULL when fmt is out of range. */
-const kiln_format_info *kiln_format_get(kiln_format fmt);
+KILN_API const kiln_format_info *kiln_format_get(kiln_format fmt);
 
 /* Look a format up by its short name; KILN_ERR_NOT_FOUND if there is none. */
-kiln_status kiln_format_from_name(const char *name, kiln_format *out);
+KILN_API kiln_status kiln_format_from_name(const char *name, kiln_format *out);
 
 /* Bytes of the data array and of the scale array of an [n, k] tensor.
  * KILN_ERR_SHAPE when k breaks the format's k_multiple or a size overflows. */
-kiln_status kiln_format_data_bytes(kiln_format fmt, int64_t n, int64_t k, size_t *out);
-kiln_status kiln_format_scale_bytes(kiln_format fmt, int64_t n, int64_t k, size_t *out);
+KILN_API kiln_status kiln_format_data_bytes(kiln_format fmt, int64_t n, int64_t k, size_t *out);
+KILN_API kiln_status kiln_format_scale_bytes(kiln_format fmt, int64_t n, int64_t k, size_t *out);
 
 /* A quantized [n, k] tensor in caller memory. scale is NULL for formats with
  * scale_type NONE; global_scale is used only by formats with a global scale
@@ -137,24 +145,24 @@ typedef struct kiln_qtensor {
  * t->scale must hold kiln_format_data_bytes / kiln_format_scale_bytes bytes;
  * the global scale (NVFP4) is computed and written to t->global_scale.
  * Follows the authoritative source of each format bit for bit (FORMATS.md). */
-kiln_status kiln_quantize(const float *src, kiln_qtensor *t);
+KILN_API kiln_status kiln_quantize(const float *src, kiln_qtensor *t);
 
 /* CPU reference dequantization of t into dst[n*k] (row-major f32). */
-kiln_status kiln_dequantize(const kiln_qtensor *t, float *dst);
+KILN_API kiln_status kiln_dequantize(const kiln_qtensor *t, float *dst);
 
 /* Element conversions, round to nearest even. The 8- and 4-bit types
  * saturate to their largest finite value (satfinite; E2M1 has no NaN and
  * takes NaN to +6); F16 and BF16 overflow to infinity as IEEE, numpy and
  * ggml do. NaN stays NaN where the type has one. */
-float kiln_e4m3_to_f32(uint8_t v);
-uint8_t kiln_f32_to_e4m3(float f);
-float kiln_e2m1_to_f32(uint8_t v);   /* low 4 bits */
-uint8_t kiln_f32_to_e2m1(float f);
-float kiln_e8m0_to_f32(uint8_t v);   /* 0xFF gives NaN */
-float kiln_f16_to_f32(uint16_t v);
-uint16_t kiln_f32_to_f16(float f);
-float kiln_bf16_to_f32(uint16_t v);
-uint16_t kiln_f32_to_bf16(float f);
+KILN_API float kiln_e4m3_to_f32(uint8_t v);
+KILN_API uint8_t kiln_f32_to_e4m3(float f);
+KILN_API float kiln_e2m1_to_f32(uint8_t v);   /* low 4 bits */
+KILN_API uint8_t kiln_f32_to_e2m1(float f);
+KILN_API float kiln_e8m0_to_f32(uint8_t v);   /* 0xFF gives NaN */
+KILN_API float kiln_f16_to_f32(uint16_t v);
+KILN_API uint16_t kiln_f32_to_f16(float f);
+KILN_API float kiln_bf16_to_f32(uint16_t v);
+KILN_API uint16_t kiln_f32_to_bf16(float f);
 
 /* ----------------------------------------------------------------- graph */
 
@@ -176,71 +184,74 @@ typedef enum kiln_op {
 } kiln_op;
 
 /* Name of an op ("linear"), or "?" when out of range. */
-const char *kiln_op_name(kiln_op op);
+KILN_API const char *kiln_op_name(kiln_op op);
 
 /* A new, empty graph. It owns every tensor made through it; names are copied.
  * Weight and parameter data stay in caller memory, which must outlive the
  * graph and every object compiled from it. */
-kiln_status kiln_graph_create(kiln_graph **out);
-void kiln_graph_destroy(kiln_graph *g);
+KILN_API kiln_status kiln_graph_create(kiln_graph **out);
+KILN_API void kiln_graph_destroy(kiln_graph *g);
 
 /* An activation input [M, k]. */
-kiln_status kiln_graph_input(kiln_graph *g, const char *name, int64_t k, kiln_tensor **out);
+KILN_API kiln_status kiln_graph_input(kiln_graph *g, const char *name, int64_t k,
+                                      kiln_tensor **out);
 
 /* A weight [w->n, w->k] in any format. The descriptor is copied; the data
  * and scale arrays it points to are not. KILN_ERR_SHAPE when k is not a
  * multiple of the format's block; KILN_ERR_UNSUPPORTED for an unknown format. */
-kiln_status kiln_graph_weight(kiln_graph *g, const char *name, const kiln_qtensor *w,
-                              kiln_tensor **out);
+KILN_API kiln_status kiln_graph_weight(kiln_graph *g, const char *name, const kiln_qtensor *w,
+                                       kiln_tensor **out);
 
 /* An f32 vector [n] (bias, norm weight) in caller memory. */
-kiln_status kiln_graph_param(kiln_graph *g, const char *name, int64_t n, const float *data,
-                             kiln_tensor **out);
+KILN_API kiln_status kiln_graph_param(kiln_graph *g, const char *name, int64_t n, const float *data,
+                                      kiln_tensor **out);
 
 /* y = x · wᵀ + bias. x is an activation [M, K], w a weight [N, K], bias NULL
  * or a param [N]. The result is [M, N]. */
-kiln_status kiln_graph_linear(kiln_graph *g, const char *name, kiln_tensor *x, kiln_tensor *w,
-                              kiln_tensor *bias, kiln_tensor **out);
+KILN_API kiln_status kiln_graph_linear(kiln_graph *g, const char *name, kiln_tensor *x,
+                                       kiln_tensor *w, kiln_tensor *bias, kiln_tensor **out);
 
 /* Elementwise on activations of the same shape. */
-kiln_status kiln_graph_add(kiln_graph *g, const char *name, kiln_tensor *a, kiln_tensor *b,
-                           kiln_tensor **out);
-kiln_status kiln_graph_mul(kiln_graph *g, const char *name, kiln_tensor *a, kiln_tensor *b,
-                           kiln_tensor **out);
-kiln_status kiln_graph_silu(kiln_graph *g, const char *name, kiln_tensor *x, kiln_tensor **out);
-kiln_status kiln_graph_gelu(kiln_graph *g, const char *name, kiln_tensor *x, kiln_tensor **out);
+KILN_API kiln_status kiln_graph_add(kiln_graph *g, const char *name, kiln_tensor *a, kiln_tensor *b,
+                                    kiln_tensor **out);
+KILN_API kiln_status kiln_graph_mul(kiln_graph *g, const char *name, kiln_tensor *a, kiln_tensor *b,
+                                    kiln_tensor **out);
+KILN_API kiln_status kiln_graph_silu(kiln_graph *g, const char *name, kiln_tensor *x,
+                                     kiln_tensor **out);
+KILN_API kiln_status kiln_graph_gelu(kiln_graph *g, const char *name, kiln_tensor *x,
+                                     kiln_tensor **out);
 
 /* Row-wise RMS norm of an activation [M, K] with a param weight [K]. */
-kiln_status kiln_graph_rms_norm(kiln_graph *g, const char *name, kiln_tensor *x,
-                                kiln_tensor *weight, float eps, kiln_tensor **out);
+KILN_API kiln_status kiln_graph_rms_norm(kiln_graph *g, const char *name, kiln_tensor *x,
+                                         kiln_tensor *weight, float eps, kiln_tensor **out);
 
 /* Mark an activation as a graph output (in the order of the calls). */
-kiln_status kiln_graph_output(kiln_graph *g, kiln_tensor *t);
+KILN_API kiln_status kiln_graph_output(kiln_graph *g, kiln_tensor *t);
 
 /* Read-only views. */
-int kiln_graph_n_tensors(const kiln_graph *g);
-kiln_tensor *kiln_graph_tensor(const kiln_graph *g, int i); /* creation order */
-int kiln_graph_n_inputs(const kiln_graph *g);
-kiln_tensor *kiln_graph_input_at(const kiln_graph *g, int i);
-int kiln_graph_n_outputs(const kiln_graph *g);
-kiln_tensor *kiln_graph_output_at(const kiln_graph *g, int i);
-kiln_tensor *kiln_graph_find(const kiln_graph *g, const char *name);
+KILN_API int kiln_graph_n_tensors(const kiln_graph *g);
+KILN_API kiln_tensor *kiln_graph_tensor(const kiln_graph *g, int i); /* creation order */
+KILN_API int kiln_graph_n_inputs(const kiln_graph *g);
+KILN_API kiln_tensor *kiln_graph_input_at(const kiln_graph *g, int i);
+KILN_API int kiln_graph_n_outputs(const kiln_graph *g);
+KILN_API kiln_tensor *kiln_graph_output_at(const kiln_graph *g, int i);
+KILN_API kiln_tensor *kiln_graph_find(const kiln_graph *g, const char *name);
 
-const char *kiln_tensor_name(const kiln_tensor *t);
-kiln_op kiln_tensor_op(const kiln_tensor *t);
+KILN_API const char *kiln_tensor_name(const kiln_tensor *t);
+KILN_API kiln_op kiln_tensor_op(const kiln_tensor *t);
 /* For activations, ne[0] is the feature size and ne[1] is -1 (M, dynamic);
  * for weights, ne[0] = K and ne[1] = N (GGUF order); params have ne[1] = 1. */
-int64_t kiln_tensor_ne(const kiln_tensor *t, int dim);
+KILN_API int64_t kiln_tensor_ne(const kiln_tensor *t, int dim);
 /* The weight descriptor of a KILN_OP_WEIGHT tensor, else NULL. */
-const kiln_qtensor *kiln_tensor_weight(const kiln_tensor *t);
+KILN_API const kiln_qtensor *kiln_tensor_weight(const kiln_tensor *t);
 /* The i-th source of an op tensor, or NULL. */
-kiln_tensor *kiln_tensor_src(const kiln_tensor *t, int i);
+KILN_API kiln_tensor *kiln_tensor_src(const kiln_tensor *t, int i);
 
 /* The op tensors (not inputs, weights or params) that the outputs depend on,
  * in an order where every tensor comes after its sources. *out is owned by
  * the graph and valid until the graph changes. KILN_ERR_STATE when the graph
  * has no outputs. */
-kiln_status kiln_graph_topo(kiln_graph *g, kiln_tensor *const **out, int *n);
+KILN_API kiln_status kiln_graph_topo(kiln_graph *g, kiln_tensor *const **out, int *n);
 
 /* ---------------------------------------------------------------- targets */
 
@@ -262,22 +273,22 @@ typedef struct kiln_target {
 /* A named target: sm_75, sm_80, sm_86, sm_89, sm_90, sm_90a, or one of the
  * product aliases t4, a100, a10, l40s, h100, h200. KILN_ERR_NOT_FOUND lists
  * the names kiln knows. */
-kiln_status kiln_target_from_name(const char *name, kiln_target *out);
+KILN_API kiln_status kiln_target_from_name(const char *name, kiln_target *out);
 
 /* The target of a device of compute capability major.minor with sm_count
  * multiprocessors and smem_optin bytes of shared memory per block (0: the
  * architecture's default). An sm_90 device gets sm_90a; an architecture newer
  * than kiln's table gets the capabilities every later one keeps.
  * KILN_ERR_UNSUPPORTED below sm_75. */
-kiln_status kiln_target_from_cc(int major, int minor, int sm_count, int smem_optin,
-                                kiln_target *out);
+KILN_API kiln_status kiln_target_from_cc(int major, int minor, int sm_count, int smem_optin,
+                                         kiln_target *out);
 
 /* The target of CUDA device ordinal `device` on this machine, read from the
  * device. KILN_ERR_NO_DEVICE when there is no GPU or driver. */
-kiln_status kiln_target_live(int device, kiln_target *out);
+KILN_API kiln_status kiln_target_live(int device, kiln_target *out);
 
 /* The names kiln_target_from_name accepts, NULL-terminated. */
-const char *const *kiln_target_names(void);
+KILN_API const char *const *kiln_target_names(void);
 
 /* ---------------------------------------------------------------- lowering */
 
@@ -302,16 +313,16 @@ typedef struct kiln_plan_options {
 /* Plan g for target t. opts may be NULL. The graph must outlive the plan.
  * KILN_ERR_NO_KERNEL when some node fits no backend: the message lists every
  * backend's reason. KILN_ERR_NOT_FOUND for an unknown --backend name. */
-kiln_status kiln_plan_create(kiln_graph *g, const kiln_target *t, const kiln_plan_options *opts,
-                             kiln_plan **out);
-void kiln_plan_destroy(kiln_plan *p);
+KILN_API kiln_status kiln_plan_create(kiln_graph *g, const kiln_target *t,
+                                      const kiln_plan_options *opts, kiln_plan **out);
+KILN_API void kiln_plan_destroy(kiln_plan *p);
 
 /* Token buckets, ascending: {1} ∪ capture sizes ∪ {max_tokens}, capped at
  * max_tokens. kiln_plan_bucket_for gives the index of the smallest bucket
  * >= m, or -1 when m exceeds max_tokens. */
-int kiln_plan_n_buckets(const kiln_plan *p);
-int64_t kiln_plan_bucket(const kiln_plan *p, int i);
-int kiln_plan_bucket_for(const kiln_plan *p, int64_t m);
+KILN_API int kiln_plan_n_buckets(const kiln_plan *p);
+KILN_API int64_t kiln_plan_bucket(const kiln_plan *p, int i);
+KILN_API int kiln_plan_bucket_for(const kiln_plan *p, int64_t m);
 
 /* One linear node in one bucket. */
 typedef struct kiln_plan_linear {
@@ -326,21 +337,22 @@ typedef struct kiln_plan_linear {
     int fell_back;          /* --backend was asked for and could not take this node */
 } kiln_plan_linear;
 
-int kiln_plan_n_linears(const kiln_plan *p);
-kiln_status kiln_plan_linear_at(const kiln_plan *p, int linear, int bucket, kiln_plan_linear *out);
+KILN_API int kiln_plan_n_linears(const kiln_plan *p);
+KILN_API kiln_status kiln_plan_linear_at(const kiln_plan *p, int linear, int bucket,
+                                         kiln_plan_linear *out);
 
 /* The distinct kernel signatures of the whole plan (all nodes, all buckets). */
-int kiln_plan_n_signatures(const kiln_plan *p);
-const char *kiln_plan_signature(const kiln_plan *p, int i);
+KILN_API int kiln_plan_n_signatures(const kiln_plan *p);
+KILN_API const char *kiln_plan_signature(const kiln_plan *p, int i);
 
 /* Warnings raised while planning (one per layer type that fell back from
  * --backend), NULL-terminated, owned by the plan. */
-const char *const *kiln_plan_warnings(const kiln_plan *p);
+KILN_API const char *const *kiln_plan_warnings(const kiln_plan *p);
 
 /* Activation memory of bucket i: the arena the liveness plan needs and, for
  * comparison, the sum of every activation's size. */
-size_t kiln_plan_arena_bytes(const kiln_plan *p, int bucket);
-size_t kiln_plan_naive_bytes(const kiln_plan *p, int bucket);
+KILN_API size_t kiln_plan_arena_bytes(const kiln_plan *p, int bucket);
+KILN_API size_t kiln_plan_naive_bytes(const kiln_plan *p, int bucket);
 
 /* Weight memory a session of the plan holds on the device: *storage bytes of
  * weights in kiln's storage layout, *packed bytes in backends' packed
@@ -348,7 +360,7 @@ size_t kiln_plan_naive_bytes(const kiln_plan *p, int bucket);
  * counts in both: prefill buckets read the storage layout, decode buckets
  * (up to 16 tokens) the packed one where the gemv tensor-core kernel runs.
  * Params (norm weights, biases) are not counted. */
-kiln_status kiln_plan_weight_bytes(const kiln_plan *p, size_t *storage, size_t *packed);
+KILN_API kiln_status kiln_plan_weight_bytes(const kiln_plan *p, size_t *storage, size_t *packed);
 
 /* --------------------------------------------------------------- compile */
 
@@ -375,8 +387,8 @@ typedef struct kiln_compile_result {
 
 /* KILN_ERR_COMPILE with NVRTC's log when a kernel does not compile (the ones
  * that did are stored); KILN_ERR_NO_KERNEL from planning; KILN_ERR_CACHE. */
-kiln_status kiln_compile(kiln_graph *g, const kiln_target *t, const kiln_compile_options *opts,
-                         kiln_compile_result *out);
+KILN_API kiln_status kiln_compile(kiln_graph *g, const kiln_target *t,
+                                  const kiln_compile_options *opts, kiln_compile_result *out);
 
 /* ------------------------------------------------------------ GPU session */
 
@@ -414,15 +426,15 @@ typedef struct kiln_session_stats {
  * the CPU executor); KILN_ERR_OFFLINE_MISS naming the signature; KILN_ERR_CUDA
  * naming the kernel whose cubin the device cannot load. opts may be NULL.
  * The graph and its weight memory must outlive the session. */
-kiln_status kiln_session_create(kiln_graph *g, const kiln_session_options *opts,
-                                kiln_session **out);
-void kiln_session_destroy(kiln_session *s);
+KILN_API kiln_status kiln_session_create(kiln_graph *g, const kiln_session_options *opts,
+                                         kiln_session **out);
+KILN_API void kiln_session_destroy(kiln_session *s);
 
 /* As kiln_cpu_run: f32 inputs and outputs in host memory; the activations are
  * BF16 on the device. Replays the graph of the smallest bucket >= m.
  * KILN_ERR_SHAPE when m exceeds the largest bucket. */
-kiln_status kiln_session_run(kiln_session *s, int64_t m, const float *const *inputs,
-                             float *const *outputs);
+KILN_API kiln_status kiln_session_run(kiln_session *s, int64_t m, const float *const *inputs,
+                                      float *const *outputs);
 
 /* Replace the weight named name in place: the new values are packed and
  * copied into the existing device buffers (every layout the session holds
@@ -430,9 +442,10 @@ kiln_status kiln_session_run(kiln_session *s, int64_t m, const float *const *inp
  * weight, when w's format or shape differs from the one the session was
  * built with. After any other failure the weight's device copies may hold
  * old and new values: set it again before running. */
-kiln_status kiln_session_set_weight(kiln_session *s, const char *name, const kiln_qtensor *w);
+KILN_API kiln_status kiln_session_set_weight(kiln_session *s, const char *name,
+                                             const kiln_qtensor *w);
 
-void kiln_session_get_stats(const kiln_session *s, kiln_session_stats *out);
+KILN_API void kiln_session_get_stats(const kiln_session *s, kiln_session_stats *out);
 
 /* ---------------------------------------------------------- CPU executor */
 
@@ -444,13 +457,13 @@ typedef struct kiln_cpu_options {
 
 /* Prepare g for execution on the CPU: weights are dequantized to f32 once.
  * opts may be NULL. The graph must outlive the executor. */
-kiln_status kiln_cpu_create(kiln_graph *g, const kiln_cpu_options *opts, kiln_cpu **out);
-void kiln_cpu_destroy(kiln_cpu *cpu);
+KILN_API kiln_status kiln_cpu_create(kiln_graph *g, const kiln_cpu_options *opts, kiln_cpu **out);
+KILN_API void kiln_cpu_destroy(kiln_cpu *cpu);
 
 /* Run the graph for m tokens. inputs[i] holds [m, K_i] f32 for the graph's
  * i-th input; outputs[i] receives [m, N_i] f32 for its i-th output. */
-kiln_status kiln_cpu_run(kiln_cpu *cpu, int64_t m, const float *const *inputs,
-                         float *const *outputs);
+KILN_API kiln_status kiln_cpu_run(kiln_cpu *cpu, int64_t m, const float *const *inputs,
+                                  float *const *outputs);
 
 /* ----------------------------------------------------------------- models */
 
@@ -460,19 +473,19 @@ kiln_status kiln_cpu_run(kiln_cpu *cpu, int64_t m, const float *const *inputs,
  * copied; they stay valid until kiln_model_close. */
 typedef struct kiln_model kiln_model;
 
-kiln_status kiln_model_open(const char *path, kiln_model **out);
-void kiln_model_close(kiln_model *m);
+KILN_API kiln_status kiln_model_open(const char *path, kiln_model **out);
+KILN_API void kiln_model_close(kiln_model *m);
 
 /* "gguf v3", "safetensors", ... and the architecture name from the file. */
-const char *kiln_model_container(const kiln_model *m);
-const char *kiln_model_arch(const kiln_model *m);
+KILN_API const char *kiln_model_container(const kiln_model *m);
+KILN_API const char *kiln_model_arch(const kiln_model *m);
 
 /* Llama-family hyper-parameters, 0 where the file does not say. */
 typedef struct kiln_model_info {
     int64_t n_layers, d_model, d_ffn, n_heads, n_kv_heads, vocab, ctx;
     float rms_eps;
 } kiln_model_info;
-void kiln_model_get_info(const kiln_model *m, kiln_model_info *out);
+KILN_API void kiln_model_get_info(const kiln_model *m, kiln_model_info *out);
 
 /* The stored tensors, in file order. */
 typedef struct kiln_model_tensor_info {
@@ -484,13 +497,13 @@ typedef struct kiln_model_tensor_info {
     int64_t ne[4];         /* ne[0] innermost */
     size_t bytes;
 } kiln_model_tensor_info;
-int kiln_model_n_tensors(const kiln_model *m);
-kiln_status kiln_model_tensor_at(const kiln_model *m, int i, kiln_model_tensor_info *out);
+KILN_API int kiln_model_n_tensors(const kiln_model *m);
+KILN_API kiln_status kiln_model_tensor_at(const kiln_model *m, int i, kiln_model_tensor_info *out);
 
 /* The weight named name as a kiln_qtensor pointing into the mapping.
  * KILN_ERR_NOT_FOUND when absent; KILN_ERR_UNSUPPORTED, naming the file, the
  * tensor and its type, when kiln cannot use its type. */
-kiln_status kiln_model_weight(const kiln_model *m, const char *name, kiln_qtensor *out);
+KILN_API kiln_status kiln_model_weight(const kiln_model *m, const char *name, kiln_qtensor *out);
 
 /* Graphs built from a Llama-family model, into an empty graph g:
  *  linears: every linear of every layer (q, k, v, o, gate, up, down) and the
@@ -499,8 +512,8 @@ kiln_status kiln_model_weight(const kiln_model *m, const char *name, kiln_qtenso
  *  ffn:     the layers' feed-forward blocks chained with their norms and
  *           residuals, x + down(silu(gate(norm(x))) * up(norm(x))), runnable.
  * n_layers limits the layers used (0: all). */
-kiln_status kiln_model_build_linears(kiln_model *m, kiln_graph *g, int n_layers);
-kiln_status kiln_model_build_ffn(kiln_model *m, kiln_graph *g, int n_layers);
+KILN_API kiln_status kiln_model_build_linears(kiln_model *m, kiln_graph *g, int n_layers);
+KILN_API kiln_status kiln_model_build_ffn(kiln_model *m, kiln_graph *g, int n_layers);
 
 #ifdef __cplusplus
 }

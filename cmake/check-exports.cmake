@@ -1,0 +1,66 @@
+# Fails unless the shared library LIB exports exactly the functions that
+# HEADER declares: no internal symbol leaks out of libkiln.so, and no
+# public function is left hidden. A declaration in HEADER is a line that
+# starts at column 0 and names kiln_*( ; each must carry KILN_API.
+#
+#   cmake -DNM=nm -DLIB=libkiln.so -DHEADER=include/kiln.h -P check-exports.cmake
+cmake_minimum_required(VERSION 3.20)
+
+if(NOT NM OR NOT LIB OR NOT HEADER)
+  message(FATAL_ERROR "check-exports.cmake: set NM, LIB and HEADER")
+endif()
+
+file(STRINGS "${HEADER}" lines REGEX "^[A-Za-z_].*[ *]kiln_[a-z0-9_]+\\(")
+set(declared "")
+set(unmarked "")
+foreach(line IN LISTS lines)
+  if(line MATCHES "^(typedef|#)")
+    continue()
+  endif()
+  string(REGEX MATCH "kiln_[a-z0-9_]+\\(" name "${line}")
+  string(REGEX REPLACE "\\($" "" name "${name}")
+  if(line MATCHES "^KILN_API ")
+    list(APPEND declared "${name}")
+  else()
+    list(APPEND unmarked "${name}")
+  endif()
+endforeach()
+if(unmarked)
+  list(JOIN unmarked ", " unmarked)
+  message(FATAL_ERROR "${HEADER} declares without KILN_API: ${unmarked}")
+endif()
+if(NOT declared)
+  message(FATAL_ERROR "${HEADER} declares no KILN_API function")
+endif()
+
+execute_process(COMMAND "${NM}" -D --defined-only "${LIB}"
+  OUTPUT_VARIABLE nm_out RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "${NM} -D --defined-only ${LIB} failed (${rc})")
+endif()
+# "address type name" per line; the name is the last field.
+string(REGEX MATCHALL "[^\n]+" nm_lines "${nm_out}")
+set(exported "")
+foreach(line IN LISTS nm_lines)
+  string(REGEX REPLACE "^.* " "" name "${line}")
+  list(APPEND exported "${name}")
+endforeach()
+
+set(leaked ${exported})
+list(REMOVE_ITEM leaked ${declared})
+set(hidden ${declared})
+list(REMOVE_ITEM hidden ${exported})
+set(problems "")
+if(leaked)
+  list(JOIN leaked ", " leaked)
+  string(APPEND problems "\nexported but not declared in ${HEADER}: ${leaked}")
+endif()
+if(hidden)
+  list(JOIN hidden ", " hidden)
+  string(APPEND problems "\ndeclared in ${HEADER} but not exported: ${hidden}")
+endif()
+if(problems)
+  message(FATAL_ERROR "${LIB}:${problems}")
+endif()
+list(LENGTH declared n)
+message(STATUS "${LIB}: exports the ${n} functions of ${HEADER} and nothing else")
