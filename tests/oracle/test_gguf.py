@@ -122,11 +122,13 @@ def first_mismatch_f32(a, b, block):
             f"kiln {a[r, c]!r} (0x{int(ab[r, c]):08x}), gguf {b[r, c]!r} (0x{int(bb[r, c]):08x})")
 
 
+CHECKS = []
 FAILURES = []
 
 
 def report(ok, line, detail=None):
     print(("PASS " if ok else "FAIL ") + line)
+    CHECKS.append(line)
     if not ok:
         print("     first mismatch: " + detail)
         FAILURES.append(line)
@@ -191,6 +193,9 @@ def main():
         check_quantize(name)
     for name in ("q8_0", "q4_0", "q4_k", "q6_k", "ggml_mxfp4"):
         check_dequantize(name)
+    if not CHECKS:
+        print("no check ran", file=sys.stderr)
+        return 1
     if FAILURES:
         print(f"{len(FAILURES)} check(s) failed", file=sys.stderr)
         return 1
