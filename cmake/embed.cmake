@@ -1,4 +1,5 @@
 # Embeds the device templates into libkiln: every .cuh and .h under ROOT
+# (but the host-only registry/)
 # becomes a NUL-terminated byte array in the C file OUTPUT, listed in
 # kiln_embedded_headers (codegen/emit.h) as {"kiln/<file name>", text,
 # length}, sorted by name. NVRTC gets them as in-memory headers, so a
@@ -15,6 +16,8 @@ if(NOT ROOT OR NOT OUTPUT)
 endif()
 
 file(GLOB_RECURSE files LIST_DIRECTORIES false "${ROOT}/*.cuh" "${ROOT}/*.h")
+# The backend registry is host code only.
+list(FILTER files EXCLUDE REGEX "/registry/")
 set(by_name "")
 foreach(f IN LISTS files)
   get_filename_component(base "${f}" NAME)

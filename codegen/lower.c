@@ -4,6 +4,7 @@
  * consumes quantized activations, every step gets a de-duplicated kernel
  * signature, and a liveness plan places the activations in one arena. */
 #include "codegen/plan.h"
+#include "codegen/select.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
 #ifndef KILN_PLAN_H
 #define KILN_PLAN_H
 
-#include "codegen/backend.h"
+#include "kernels/registry/backend.h"
 #include "graph/graph_impl.h"
 
 /* A step of one bucket's program. */

@@ -9,7 +9,7 @@
  * instantiates the template. The layout arithmetic for gemv.cuh mirrors
  * gemv_layout in the template, which checks the emitted total against
  * its own. */
-#include "codegen/backend.h"
+#include "kernels/registry/backend.h"
 #include "kernels/gemv/pack.h"
 
 #include <limits.h>

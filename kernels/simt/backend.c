@@ -1,7 +1,7 @@
 /* The simt backend's host side: capability checks, the tile variant per
  * token bucket, the instantiation of kernels/simt/simt.cuh and its launch
  * shape. Weights stay in kiln's storage layout: nothing to pack. */
-#include "codegen/backend.h"
+#include "kernels/registry/backend.h"
 
 #include <limits.h>
 #include <stdio.h>

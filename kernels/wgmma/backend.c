@@ -3,7 +3,7 @@
  * of kernels/wgmma/wgmma.cuh and its launch shape. Weights stay in kiln's
  * storage layout and are dequantized to BF16 in the kernel's main loop:
  * nothing to pack. */
-#include "codegen/backend.h"
+#include "kernels/registry/backend.h"
 
 #include <limits.h>
 #include <stdio.h>

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "codegen/emit.h"
+#include "codegen/select.h"
 #include "codegen/nvrtc.h"
 #include "codegen/plan.h"
 #include "kernels/gemv/pack.h"

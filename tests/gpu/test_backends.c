@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "codegen/backend.h"
+#include "kernels/registry/backend.h"
 #include "gpuutil.h"
 
 static char cache_path[256];

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "codegen/backend.h"
+#include "kernels/registry/backend.h"
 #include "gpuutil.h"
 
 /* A private writable cache per test process. */
