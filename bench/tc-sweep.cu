@@ -57,7 +57,7 @@ template <class F, int M, int RT, int W, int KS, int B, int ST, int MINB, int N,
 __global__ void __launch_bounds__(W * 32, MINB) sweep_kernel(const kiln_linear_args args)
 {
     using S = kiln::tc_shape<M, RT, W, KS, B, ST>;
-    kiln::gemv_tc<F, S, kiln::gemv_epilogue<false, false, false>, N, K,
+    kiln::gemv_tc<F, S, kiln::epilogue<false, false, false>, N, K,
                   kiln::tc_smem<F, S>::bytes>(args);
 }
 

@@ -503,6 +503,7 @@ static kiln_status tc_emit(const kiln_linear_kernel *k, const tc_variant *v, con
                            const char *entry, char *buf, size_t size)
 {
     unsigned epi = k->cfg.epilogue;
+    char epi_args[96];
     int n = snprintf(
         buf, size,
         "#include \"kiln/tc.cuh\"\n"
@@ -511,7 +512,7 @@ static kiln_status tc_emit(const kiln_linear_kernel *k, const tc_variant *v, con
         "using shape = kiln::tc_shape</*max_m*/ %lld, /*row_tiles*/ %d, /*warps*/ %d, "
         "/*k_split*/ %d,\n"
         "                             /*batch*/ %d, /*stages*/ %d>;\n"
-        "using epilogue = kiln::gemv_epilogue</*bias*/ %s, /*residual*/ %s, /*silu_mul*/ %s>;\n"
+        "using epilogue = kiln::epilogue<%s>;\n"
         "\n"
         "extern \"C\" __global__ void __launch_bounds__(shape::threads, "
         "kiln::tc_min_blocks<format, shape>::value)\n"
@@ -521,8 +522,7 @@ static kiln_status tc_emit(const kiln_linear_kernel *k, const tc_variant *v, con
         "}\n",
         kiln_format_get(k->cfg.format)->name, (long long)v->max_m, c->row_tiles, c->warps,
         c->k_split, c->batch, c->stages,
-        epi & KILN_EPI_BIAS ? "true" : "false", epi & KILN_EPI_RESIDUAL ? "true" : "false",
-        epi & KILN_EPI_SILU_MUL ? "true" : "false", entry, (long long)k->cfg.n,
+        kiln_epilogue_template_args(epi, epi_args, sizeof epi_args), entry, (long long)k->cfg.n,
         (long long)k->cfg.k, c->smem);
     if (n < 0 || (size_t)n >= size)
         return kiln_fail(KILN_ERR_INVALID_ARG,
@@ -545,6 +545,7 @@ static kiln_status gemv_emit(const kiln_target *t, const kiln_linear_kernel *k, 
     if (st != KILN_OK)
         return st;
     unsigned epi = k->cfg.epilogue;
+    char epi_args[96];
     int n = snprintf(
         buf, size,
         "#include \"kiln/gemv.cuh\"\n"
@@ -554,7 +555,7 @@ static kiln_status gemv_emit(const kiln_target *t, const kiln_linear_kernel *k, 
         "/*k_split*/ %d,\n"
         "                               /*units*/ %d, /*stages*/ %d, /*tile_k*/ %d,\n"
         "                               /*min_blocks*/ %d>;\n"
-        "using epilogue = kiln::gemv_epilogue</*bias*/ %s, /*residual*/ %s, /*silu_mul*/ %s>;\n"
+        "using epilogue = kiln::epilogue<%s>;\n"
         "\n"
         "extern \"C\" __global__ void __launch_bounds__(shape::threads, shape::min_blocks)\n"
         "%s(const kiln_linear_args args)\n"
@@ -563,8 +564,7 @@ static kiln_status gemv_emit(const kiln_target *t, const kiln_linear_kernel *k, 
         "}\n",
         kiln_format_get(k->cfg.format)->name, (long long)c.v->max_m, c.v->rows, c.v->warps,
         c.k_split,
-        c.units, c.v->stages, c.tile_k, c.v->min_blocks, epi & KILN_EPI_BIAS ? "true" : "false",
-        epi & KILN_EPI_RESIDUAL ? "true" : "false", epi & KILN_EPI_SILU_MUL ? "true" : "false",
+        c.units, c.v->stages, c.tile_k, c.v->min_blocks, kiln_epilogue_template_args(epi, epi_args, sizeof epi_args),
         entry, (long long)k->cfg.n, (long long)k->cfg.k, c.smem);
     if (n < 0 || (size_t)n >= size)
         return kiln_fail(KILN_ERR_INVALID_ARG,

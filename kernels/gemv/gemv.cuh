@@ -48,7 +48,7 @@
 // number and passes it as Smem, which is checked here).
 #pragma once
 
-#include "kiln/elementwise.cuh"
+#include "kiln/epilogue.cuh"
 #include "kiln/gemv_formats.cuh"
 #include "kiln/kiln_args.h"
 #include "kiln/kiln_types.cuh"
@@ -73,26 +73,13 @@ struct gemv_shape {
     static constexpr int block_rows = groups * Rows;
 };
 
-template <bool Bias, bool Residual, bool SiluMul>
-struct gemv_epilogue {
-    static_assert(!(Residual && SiluMul), "residual and silu_mul share the aux input");
-    static constexpr bool bias = Bias, residual = Residual, silu_mul = SiluMul;
-};
-
 // y[m, n] = epilogue(out), out being the row's scaled sum.
 template <class Epilogue>
 __device__ __forceinline__ void gemv_store(const kiln_linear_args &args, int N, int n, int m,
                                            float out)
 {
     const i64 at = (i64)m * N + n;
-    const u16 *aux = static_cast<const u16 *>(args.aux);
-    if constexpr (Epilogue::bias)
-        out += args.bias[n];
-    if constexpr (Epilogue::silu_mul)
-        out = silu_mul(out, bf16_to_f32(aux[at]));
-    if constexpr (Epilogue::residual)
-        out += bf16_to_f32(aux[at]);
-    static_cast<u16 *>(args.y)[at] = f32_to_bf16(out);
+    static_cast<u16 *>(args.y)[at] = f32_to_bf16(epilogue_apply<Epilogue>(args, out, n, at));
 }
 
 // ---------------------------------------------------------- copies

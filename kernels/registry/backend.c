@@ -43,6 +43,14 @@ const char *kiln_epilogue_name(unsigned epi, char *buf, size_t size)
     return buf;
 }
 
+const char *kiln_epilogue_template_args(unsigned epi, char *buf, size_t size)
+{
+    snprintf(buf, size, "/*bias*/ %s, /*residual*/ %s, /*silu_mul*/ %s",
+             epi & KILN_EPI_BIAS ? "true" : "false", epi & KILN_EPI_RESIDUAL ? "true" : "false",
+             epi & KILN_EPI_SILU_MUL ? "true" : "false");
+    return buf;
+}
+
 static const char *row_name(const kiln_variant_table *t, size_t i)
 {
     return *(const char *const *)((const char *)t->rows + i * t->stride + t->name_at);

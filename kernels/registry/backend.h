@@ -30,6 +30,10 @@ enum {
 };
 /* "none", "bias", "bias+residual", ... into buf. */
 const char *kiln_epilogue_name(unsigned epi, char *buf, size_t size);
+/* The arguments of kernels/common/epilogue.cuh's kiln::epilogue for epi,
+ * as a generated source spells them, each value after a comment naming
+ * it: bias, residual, silu_mul. */
+const char *kiln_epilogue_template_args(unsigned epi, char *buf, size_t size);
 
 /* What a backend is asked to implement: one linear, independent of M. */
 typedef struct kiln_linear_cfg {

@@ -112,13 +112,14 @@ static kiln_status simt_emit(const kiln_target *t, const kiln_linear_kernel *k, 
     if (st != KILN_OK)
         return st;
     unsigned epi = k->cfg.epilogue;
+    char epi_args[96];
     int n = snprintf(
         buf, size,
         "#include \"kiln/simt.cuh\"\n"
         "\n"
         "using format = kiln::fmt_%s;\n"
         "using tile = kiln::simt_tile</*bm*/ %d, /*bn*/ %d, /*bk*/ %d, /*tm*/ %d, /*tn*/ %d>;\n"
-        "using epilogue = kiln::epilogue</*bias*/ %s, /*residual*/ %s, /*silu_mul*/ %s>;\n"
+        "using epilogue = kiln::epilogue<%s>;\n"
         "\n"
         "extern \"C\" __global__ void __launch_bounds__(tile::threads)\n"
         "%s(const kiln_linear_args args)\n"
@@ -126,8 +127,7 @@ static kiln_status simt_emit(const kiln_target *t, const kiln_linear_kernel *k, 
         "    kiln::simt_gemm<format, tile, epilogue, /*n*/ %lld, /*k*/ %lld>(args);\n"
         "}\n",
         kiln_format_get(k->cfg.format)->name, tile->bm, tile->bn, tile->bk, tile->tm, tile->tn,
-        epi & KILN_EPI_BIAS ? "true" : "false", epi & KILN_EPI_RESIDUAL ? "true" : "false",
-        epi & KILN_EPI_SILU_MUL ? "true" : "false", entry, (long long)k->cfg.n,
+        kiln_epilogue_template_args(epi, epi_args, sizeof epi_args), entry, (long long)k->cfg.n,
         (long long)k->cfg.k);
     if (n < 0 || (size_t)n >= size)
         return kiln_fail(KILN_ERR_INVALID_ARG,

@@ -17,7 +17,7 @@
 #pragma once
 
 #include "kiln/dequant.cuh"
-#include "kiln/elementwise.cuh"
+#include "kiln/epilogue.cuh"
 #include "kiln/kiln_args.h"
 
 namespace kiln {
@@ -28,16 +28,6 @@ struct simt_tile {
     static constexpr int bm = BM, bn = BN, bk = BK, tm = TM, tn = TN;
     static constexpr int threads_m = BM / TM, threads_n = BN / TN;
     static constexpr int threads = threads_m * threads_n;
-};
-
-// The epilogue, in the CPU graph's order: v = acc (+ bias[n]); a gated
-// FFN's up projection then takes v · silu(g[m, n]); a residual adds
-// r[m, n]. g and r come through the one aux input, so the two exclude
-// each other.
-template <bool Bias, bool Residual, bool SiluMul>
-struct epilogue {
-    static_assert(!(Residual && SiluMul), "residual and silu_mul share the aux input");
-    static constexpr bool bias = Bias, residual = Residual, silu_mul = SiluMul;
 };
 
 template <class Format, class Tile, class Epilogue, int N, int K>
@@ -102,7 +92,6 @@ __device__ void simt_gemm(const kiln_linear_args &args)
     }
 
     u16 *__restrict__ y = static_cast<u16 *>(args.y);
-    const u16 *__restrict__ aux = static_cast<const u16 *>(args.aux);
 #pragma unroll
     for (int i = 0; i < Tile::tm; i++) {
         const int row = m0 + ty + i * Tile::threads_m;
@@ -114,14 +103,7 @@ __device__ void simt_gemm(const kiln_linear_args &args)
             if (col >= N)
                 continue;
             const i64 at = (i64)row * N + col;
-            float v = acc[i][j];
-            if constexpr (Epilogue::bias)
-                v += args.bias[col];
-            if constexpr (Epilogue::silu_mul)
-                v = silu_mul(v, bf16_to_f32(aux[at]));
-            if constexpr (Epilogue::residual)
-                v += bf16_to_f32(aux[at]);
-            y[at] = f32_to_bf16(v);
+            y[at] = f32_to_bf16(epilogue_apply<Epilogue>(args, acc[i][j], col, at));
         }
     }
 }

@@ -142,13 +142,14 @@ static kiln_status wgmma_emit(const kiln_target *t, const kiln_linear_kernel *k,
     if (st != KILN_OK)
         return st;
     unsigned epi = k->cfg.epilogue;
+    char epi_args[96];
     int n = snprintf(
         buf, size,
         "#include \"kiln/wgmma.cuh\"\n"
         "\n"
         "using format = kiln::fmt_%s;\n"
         "using tile = kiln::wgmma_tile</*bn*/ %d>;\n"
-        "using epilogue = kiln::epilogue</*bias*/ %s, /*residual*/ %s, /*silu_mul*/ %s>;\n"
+        "using epilogue = kiln::epilogue<%s>;\n"
         "static_assert(tile::smem_bytes == %u, \"the launch's dynamic shared memory\");\n"
         "\n"
         "extern \"C\" __global__ void __launch_bounds__(tile::threads, 1)\n"
@@ -156,8 +157,7 @@ static kiln_status wgmma_emit(const kiln_target *t, const kiln_linear_kernel *k,
         "{\n"
         "    kiln::wgmma_gemm<format, tile, epilogue, /*n*/ %lld, /*k*/ %lld>(args);\n"
         "}\n",
-        kiln_format_get(k->cfg.format)->name, tile->bn, epi & KILN_EPI_BIAS ? "true" : "false",
-        epi & KILN_EPI_RESIDUAL ? "true" : "false", epi & KILN_EPI_SILU_MUL ? "true" : "false",
+        kiln_format_get(k->cfg.format)->name, tile->bn, kiln_epilogue_template_args(epi, epi_args, sizeof epi_args),
         smem_bytes(tile), entry, (long long)k->cfg.n, (long long)k->cfg.k);
     if (n < 0 || (size_t)n >= size)
         return kiln_fail(KILN_ERR_INVALID_ARG,

@@ -43,7 +43,7 @@
 #pragma once
 
 #include "kiln/dequant.cuh"
-#include "kiln/elementwise.cuh"
+#include "kiln/epilogue.cuh"
 #include "kiln/kiln_args.h"
 #include "kiln/simt.cuh"
 
@@ -248,19 +248,6 @@ __device__ __forceinline__ void wgmma_stage_load(u8 *xs, u8 *ws, const u16 *__re
     }
 }
 
-template <class Epilogue>
-__device__ __forceinline__ float wgmma_epilogue(const kiln_linear_args &args, float v, int col,
-                                                const u16 *__restrict__ aux, i64 at)
-{
-    if constexpr (Epilogue::bias)
-        v += args.bias[col];
-    if constexpr (Epilogue::silu_mul)
-        v = silu_mul(v, bf16_to_f32(aux[at]));
-    if constexpr (Epilogue::residual)
-        v += bf16_to_f32(aux[at]);
-    return v;
-}
-
 template <class Format, class Tile, class Epilogue, int N, int K>
 __device__ void wgmma_gemm(const kiln_linear_args &args)
 {
@@ -309,7 +296,6 @@ __device__ void wgmma_gemm(const kiln_linear_args &args)
     }
 
     u16 *__restrict__ y = static_cast<u16 *>(args.y);
-    const u16 *__restrict__ aux = static_cast<const u16 *>(args.aux);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -326,14 +312,14 @@ __device__ void wgmma_gemm(const kiln_linear_args &args)
                 // 4-byte aligned.
                 if (col < N)
                     *reinterpret_cast<u32 *>(y + at) =
-                        wgmma_pack_bf16x2(wgmma_epilogue<Epilogue>(args, v0, col, aux, at),
-                                    wgmma_epilogue<Epilogue>(args, v1, col + 1, aux, at + 1));
+                        wgmma_pack_bf16x2(epilogue_apply<Epilogue>(args, v0, col, at),
+                                    epilogue_apply<Epilogue>(args, v1, col + 1, at + 1));
             } else {
                 if (col < N)
-                    y[at] = f32_to_bf16(wgmma_epilogue<Epilogue>(args, v0, col, aux, at));
+                    y[at] = f32_to_bf16(epilogue_apply<Epilogue>(args, v0, col, at));
                 if (col + 1 < N)
                     y[at + 1] =
-                        f32_to_bf16(wgmma_epilogue<Epilogue>(args, v1, col + 1, aux, at + 1));
+                        f32_to_bf16(epilogue_apply<Epilogue>(args, v1, col + 1, at + 1));
             }
         }
     }
