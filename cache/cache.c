@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +81,8 @@ static kiln_status file_env_open(kiln_cache_file *f, unsigned flags, size_t map_
 kiln_status kiln_cache_file_begin(kiln_cache_file *f, unsigned flags, MDB_txn **txn,
                                   const char *what)
 {
+    if (f->damage)
+        return kiln_fail(KILN_ERR_CACHE, "%s", f->damage);
     if (!f->env)
         return kiln_fail(KILN_ERR_STATE,
                          "%s: closed after its map could not grow; open the cache again",
@@ -98,10 +101,30 @@ kiln_status kiln_cache_file_begin(kiln_cache_file *f, unsigned flags, MDB_txn **
     return rc ? kiln_cache_mdb_fail(rc, f->path, what) : KILN_OK;
 }
 
+/* The structural check of an existing file before LMDB maps it. A writable
+ * file may be mid-commit in another process, which writes pages before the
+ * meta page that names them: a failure is taken as damage only when it
+ * repeats on a file that did not change meanwhile. */
+static kiln_status file_check(const char *path, unsigned flags, kiln_cache_check *out)
+{
+    kiln_status st = kiln_cache_file_check(path, out);
+    for (int tries = 0; st == KILN_ERR_CACHE && !(flags & MDB_NOLOCK) && tries < 3; tries++) {
+        kiln_cache_check again;
+        char first[1024];
+        snprintf(first, sizeof first, "%s", kiln_last_error());
+        st = kiln_cache_file_check(path, &again);
+        if (st == KILN_ERR_CACHE && !strcmp(first, kiln_last_error()))
+            break;
+        *out = again;
+    }
+    return st;
+}
+
 kiln_status kiln_cache_file_open(kiln_cache_file *f, const char *path, unsigned flags,
                                  size_t map_size)
 {
     struct stat st;
+    kiln_cache_check chk = { 0 };
     f->path = strdup(path);
     if (!f->path)
         return kiln_fail(KILN_ERR_NOMEM, "%s: path", path);
@@ -111,9 +134,17 @@ kiln_status kiln_cache_file_open(kiln_cache_file *f, const char *path, unsigned 
         if (!S_ISREG(st.st_mode))
             return kiln_fail(KILN_ERR_IO, "%s: not a regular file", path);
         if (st.st_size == 0)
-            return kiln_fail(KILN_ERR_CACHE, "%s: empty file, not a kiln cache", path);
+            return kiln_fail(KILN_ERR_CACHE, "%s: damaged: an empty file, no kiln cache", path);
     }
+    /* LMDB is handed only a file that passes (a missing writable file is
+     * LMDB's to create). A read-only file is mapped at the size its pages
+     * take, not the map size its meta page records. */
     kiln_status s = KILN_OK;
+    if (!stat(path, &st) && (s = file_check(path, flags, &chk)) && !chk.not_lmdb)
+        return s;
+    s = KILN_OK;
+    if ((flags & MDB_RDONLY) && chk.pages)
+        map_size = (size_t)(chk.pages * chk.psize);
     f->locked = !(flags & MDB_NOLOCK);
     if (f->locked) {
         pthread_mutex_lock(&open_files_lock);
@@ -184,18 +215,36 @@ kiln_status kiln_cache_file_write(kiln_cache_file *f, const char *what, kiln_cac
     }
 }
 
+/* Whether two intact records are one kernel: what a compiler of another
+ * version would make of the same source under the same key. */
+static bool same_kernel(const kiln_cache_record *a, const kiln_cache_record *b)
+{
+    return !strcmp(a->target, b->target) && !strcmp(a->entry, b->entry) &&
+           !strcmp(a->signature, b->signature);
+}
+
 /* Another process storing the same key stored the same kernel, so
- * MDB_KEYEXIST is success; a corrupt record is replaced, or its key would
- * never heal. */
+ * MDB_KEYEXIST is success. A corrupt record is replaced, and so is an
+ * intact one of another kernel (a target or signature the key was not made
+ * from), or the key would never heal. A record of another version is left
+ * alone. */
 kiln_status kiln_cache_file_put(kiln_cache_file *f, MDB_txn *txn, const uint8_t *key,
                                 const void *val, size_t size, kiln_cache_put *result, int *rc_out)
 {
     MDB_val k = { KILN_CACHE_KEY_BYTES, (void *)key }, v = { size, (void *)val };
-    kiln_cache_record old;
+    kiln_cache_record old, rec;
     int rc = mdb_put(txn, f->dbi, &k, &v, MDB_NOOVERWRITE);
     *result = KILN_CACHE_ADDED;
     if (rc == MDB_KEYEXIST) {
-        if (kiln_cache_record_decode(v.mv_data, v.mv_size, &old) == KILN_OK) {
+        kiln_status st = kiln_cache_record_decode(v.mv_data, v.mv_size, key, &old);
+        if (st == KILN_ERR_UNSUPPORTED) {
+            char hex[KILN_CACHE_KEY_HEX];
+            kiln_cache_key_hex(key, hex);
+            return kiln_fail(KILN_ERR_CACHE, "%s: key %s holds a record of version %u, which "
+                             "this kiln leaves alone", f->path, hex, old.version);
+        }
+        if (st == KILN_OK && kiln_cache_record_decode(val, size, key, &rec) == KILN_OK &&
+            same_kernel(&old, &rec)) {
             *result = KILN_CACHE_PRESENT;
             return KILN_OK;
         }
@@ -248,6 +297,25 @@ static kiln_status make_parents(const char *path)
     return st;
 }
 
+/* A layer whose file failed the structural check: kept in the list (its
+ * path, its number) but never handed to LMDB, and reported. */
+static kiln_status layer_damaged(kiln_cache *c, kiln_cache_file *f, kiln_status st)
+{
+    if (st != KILN_ERR_CACHE || !strstr(kiln_last_error(), ": damaged: "))
+        return st;
+    char *what = strdup(kiln_last_error());
+    if (!what)
+        return kiln_fail(KILN_ERR_NOMEM, "cache open");
+    f->damage = what;
+    c->n_damaged++;
+    if (c->on_corrupt) {
+        char msg[1280];
+        snprintf(msg, sizeof msg, "%s; the file is left out of the search and left as it is", what);
+        c->on_corrupt(c->ctx, msg);
+    }
+    return KILN_OK;
+}
+
 kiln_status kiln_cache_open(const kiln_cache_options *opts, kiln_cache **out)
 {
     kiln_cache_options o = opts ? *opts : (kiln_cache_options){ 0 };
@@ -267,6 +335,8 @@ kiln_status kiln_cache_open(const kiln_cache_options *opts, kiln_cache **out)
     for (int i = 0; i < o.n_shipped && !st; i++) {
         st = kiln_cache_file_open(&c->files[i], o.shipped[i], MDB_RDONLY | MDB_NOLOCK, 0);
         c->n_files++;
+        if (st && !o.strict)
+            st = layer_damaged(c, &c->files[i], st);
     }
     char fallback[4096];
     const char *path = o.path ? o.path : fallback;
@@ -276,9 +346,11 @@ kiln_status kiln_cache_open(const kiln_cache_options *opts, kiln_cache **out)
         if (!st)
             st = make_parents(path);
         if (!st) {
-            st = kiln_cache_file_open(&c->files[c->n_files], path, 0,
-                           o.map_size ? o.map_size : KILN_CACHE_DEFAULT_MAP);
+            kiln_cache_file *f = &c->files[c->n_files];
+            st = kiln_cache_file_open(f, path, 0, o.map_size ? o.map_size : KILN_CACHE_DEFAULT_MAP);
             c->writable = c->n_files++;
+            if (st && !o.strict)
+                st = layer_damaged(c, f, st);
         }
     }
     if (st) {
@@ -296,6 +368,7 @@ void kiln_cache_close(kiln_cache *c)
     for (int i = 0; i < c->n_files; i++) {
         kiln_cache_file_close(&c->files[i]);
         free(c->files[i].path);
+        free(c->files[i].damage);
     }
     free(c->files);
     free(c);
@@ -308,7 +381,15 @@ const char *kiln_cache_layer_path(const kiln_cache *c, int layer)
     return layer >= 0 && layer < c->n_files ? c->files[layer].path : NULL;
 }
 
-int kiln_cache_writable_layer(const kiln_cache *c) { return c->writable; }
+int kiln_cache_writable_layer(const kiln_cache *c)
+{
+    return c->writable >= 0 && !c->files[c->writable].damage ? c->writable : -1;
+}
+
+const char *kiln_cache_layer_damage(const kiln_cache *c, int layer)
+{
+    return layer >= 0 && layer < c->n_files ? c->files[layer].damage : NULL;
+}
 
 size_t kiln_cache_corrupt_seen(const kiln_cache *c) { return c->corrupt_seen; }
 
@@ -316,6 +397,10 @@ kiln_status kiln_cache_writable_file(kiln_cache *c, const char *what, kiln_cache
 {
     if (c->writable < 0)
         return kiln_fail(KILN_ERR_STATE, "cache %s: no writable cache is open", what);
+    if (c->files[c->writable].damage)
+        return kiln_fail(KILN_ERR_CACHE,
+                         "cache %s: %s; `kiln cache salvage` copies its intact records to a new file",
+                         what, c->files[c->writable].damage);
     *out = &c->files[c->writable];
     return KILN_OK;
 }
@@ -349,7 +434,7 @@ static kiln_status file_get(kiln_cache_file *f, const uint8_t *key, void **blob,
 }
 
 kiln_status kiln_cache_lookup(kiln_cache *c, const uint8_t key[KILN_CACHE_KEY_BYTES],
-                              kiln_cache_hit *out)
+                              const char *target, kiln_cache_hit *out)
 {
     char hex[KILN_CACHE_KEY_HEX], passed[512] = "";
     kiln_cache_key_hex(key, hex);
@@ -357,16 +442,23 @@ kiln_status kiln_cache_lookup(kiln_cache *c, const uint8_t key[KILN_CACHE_KEY_BY
         void *blob;
         size_t size;
         kiln_cache_record rec;
+        if (c->files[i].damage)
+            continue;
         kiln_status st = file_get(&c->files[i], key, &blob, &size);
         if (st)
             return st;
         if (!blob)
             continue;
-        if ((st = kiln_cache_record_decode(blob, size, &rec))) {
+        st = kiln_cache_record_decode(blob, size, key, &rec);
+        if (!st && target && strcmp(rec.target, target))
+            st = kiln_fail(KILN_ERR_CACHE, "a record of \"%s\" for %s, asked for %s", rec.signature,
+                           rec.target, target);
+        if (st) {
             free(blob);
             kiln_fail_prefix(st, "%s: key %s", c->files[i].path, hex);
             snprintf(passed, sizeof passed, "%s", kiln_last_error());
-            c->corrupt_seen++;
+            if (st == KILN_ERR_CACHE)
+                c->corrupt_seen++;
             if (c->on_corrupt)
                 c->on_corrupt(c->ctx, passed);
             continue;
@@ -414,7 +506,7 @@ kiln_status kiln_cache_store(kiln_cache *c, const uint8_t key[KILN_CACHE_KEY_BYT
         r.created = (uint64_t)time(NULL);
     store_ctx s = { .key = key };
     uint8_t *val;
-    if ((st = kiln_cache_record_encode(&r, &val, &s.size)))
+    if ((st = kiln_cache_record_encode(&r, key, &val, &s.size)))
         return st;
     s.val = val;
     st = kiln_cache_file_write(f, "store", store_body, &s);
@@ -427,14 +519,28 @@ kiln_status kiln_cache_store(kiln_cache *c, const uint8_t key[KILN_CACHE_KEY_BYT
 kiln_status kiln_cache_offline_miss(const kiln_cache *c, const char *signature,
                                     const uint8_t key[KILN_CACHE_KEY_BYTES])
 {
-    char hex[KILN_CACHE_KEY_HEX], searched[768] = "none";
+    char hex[KILN_CACHE_KEY_HEX], searched[768] = "none", damaged[1536] = "";
     kiln_cache_key_hex(key, hex);
-    size_t used = 0;
-    for (int i = 0; c && i < c->n_files && used < sizeof searched; i++) {
-        int n = snprintf(searched + used, sizeof searched - used, "%s%s", i ? ", " : "",
-                         c->files[i].path);
+    size_t used = 0, dused = 0;
+    for (int i = 0; c && i < c->n_files; i++) {
+        const kiln_cache_file *f = &c->files[i];
+        if (f->damage && dused < sizeof damaged) {
+            int n = snprintf(damaged + dused, sizeof damaged - dused, "%s%s", dused ? "; " : "",
+                             f->damage);
+            dused += n > 0 ? (size_t)n : 0;
+            continue;
+        }
+        if (used >= sizeof searched)
+            continue;
+        int n = snprintf(searched + used, sizeof searched - used, "%s%s", used ? ", " : "", f->path);
         used += n > 0 ? (size_t)n : 0;
     }
+    /* A damaged file may well hold the kernel: the error is the file's. */
+    if (dused)
+        return kiln_fail(KILN_ERR_CACHE,
+                         "offline, and kernel \"%s\" (key %s) is in no intact cache (searched: %s); "
+                         "damaged, so left out: %s",
+                         signature, hex, searched, damaged);
     return kiln_fail(KILN_ERR_OFFLINE_MISS,
                      "offline, and kernel \"%s\" (key %s) is in no cache (searched: %s); "
                      "compile it ahead of time with `kiln compile` and ship the cache",

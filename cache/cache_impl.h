@@ -13,6 +13,7 @@ typedef struct kiln_cache_file {
     MDB_env *env; /* NULL once closed (a map that could not grow) */
     MDB_dbi dbi;
     char *path;
+    char *damage; /* the structural check's message when the file failed it: never opened */
     dev_t dev;
     ino_t ino;
     int locked;   /* has a lock file: on the process's list of open files */
@@ -24,6 +25,7 @@ struct kiln_cache {
     kiln_cache_file *files; /* the layers, in search order */
     int n_files;
     int writable;           /* its layer, or -1 */
+    int n_damaged;          /* layers left out because their files are damaged */
     size_t corrupt_seen;
     void (*on_corrupt)(void *ctx, const char *message);
     void *ctx;
@@ -67,6 +69,40 @@ kiln_status kiln_cache_file_write(kiln_cache_file *f, const char *what, kiln_cac
  * it already; *result says which. */
 kiln_status kiln_cache_file_put(kiln_cache_file *f, MDB_txn *txn, const uint8_t *key,
                                 const void *val, size_t size, kiln_cache_put *result, int *rc);
+
+/* ------------------------------------------------------ lmdbfile.c */
+
+/* What the structural check found in a sound file. */
+typedef struct kiln_cache_check {
+    uint64_t txnid;   /* of the meta page LMDB uses; 0 for an empty file too */
+    size_t psize;     /* page size; 0 for an empty file (LMDB makes a new one) */
+    uint64_t pages;   /* pages in use: the meta page's last page + 1 */
+    uint64_t records; /* entries of the records' tree */
+    int not_lmdb;     /* failed: neither meta page is LMDB's (no damage of an LMDB file) */
+} kiln_cache_check;
+
+/* Check path's structure as LMDB will read it, with pread and without
+ * following a number before it is checked (lmdbfile.c says what is
+ * checked). An empty file passes (LMDB writes its meta pages). Never maps
+ * the file. A file with no meta page at all fails with not_lmdb set: LMDB
+ * itself refuses such a file before it maps anything. KILN_ERR_CACHE "<path>: damaged: <what and where>" for a file
+ * LMDB would misread; KILN_ERR_IO when it cannot be opened or read;
+ * KILN_ERR_NOMEM. */
+kiln_status kiln_cache_file_check(const char *path, kiln_cache_check *out);
+
+/* Every key/value pair found in path that may be a record: a node of
+ * kiln's key size at any even offset of any page, whose value (in the page
+ * or in the overflow run the node names) starts with a record's magic. No
+ * page header, offset array or tree is consulted, so a record whose own
+ * node and bytes are whole is found whatever else is damaged; so are
+ * records on pages freed earlier (a record removed before may be found, and
+ * a key more than once), and a candidate may be no record at all: the
+ * caller checks each against its key. Values are valid during the call
+ * only; a status other than KILN_OK from fn stops the scan and is
+ * returned. */
+typedef kiln_status (*kiln_cache_scan_fn)(void *ctx, const uint8_t *key, const uint8_t *val,
+                                          size_t size);
+kiln_status kiln_cache_file_scan(const char *path, kiln_cache_scan_fn fn, void *ctx);
 
 /* The writable layer, or KILN_ERR_STATE naming the operation. */
 kiln_status kiln_cache_writable_file(kiln_cache *c, const char *what, kiln_cache_file **out);

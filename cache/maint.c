@@ -35,7 +35,7 @@ static void entry_check(const kiln_cache_file *f, const MDB_val *k, const MDB_va
     } else {
         memcpy(e->key, k->mv_data, KILN_CACHE_KEY_BYTES);
         kiln_cache_key_hex(e->key, hex);
-        if ((e->status = kiln_cache_record_decode(v->mv_data, v->mv_size, &e->rec)))
+        if ((e->status = kiln_cache_record_decode(v->mv_data, v->mv_size, e->key, &e->rec)))
             kiln_fail_prefix(e->status, "%s: key %s", f->path, hex);
     }
     if (e->status)
@@ -84,7 +84,7 @@ static kiln_status verify_visit(void *ctx, const kiln_cache_entry *e)
 {
     verify_ctx *v = ctx;
     v->entries++;
-    if (e->status == KILN_OK)
+    if (e->status != KILN_ERR_CACHE)
         return KILN_OK;
     v->bad++;
     return v->on_bad ? v->on_bad(v->ctx, e) : KILN_OK;
@@ -129,10 +129,12 @@ static kiln_status stat_visit(void *ctx, const kiln_cache_entry *e)
     kiln_cache_stats *s = ctx;
     s->entries++;
     s->bytes += e->size;
-    if (e->status) {
+    if (e->status == KILN_ERR_UNSUPPORTED)
+        s->other_versions++;
+    if (e->status == KILN_ERR_CACHE)
         s->bad++;
+    if (e->status)
         return KILN_OK;
-    }
     s->cubin_bytes += e->rec.cubin_size;
     if (!s->oldest || e->rec.created < s->oldest)
         s->oldest = e->rec.created;
@@ -186,8 +188,15 @@ typedef struct gc_ctx {
 static bool gc_drops(const gc_ctx *g, const MDB_val *k, const MDB_val *v)
 {
     kiln_cache_record r;
-    if (k->mv_size != KILN_CACHE_KEY_BYTES || kiln_cache_record_decode(v->mv_data, v->mv_size, &r))
+    kiln_status st = k->mv_size != KILN_CACHE_KEY_BYTES
+                         ? KILN_ERR_CACHE
+                         : kiln_cache_record_decode(v->mv_data, v->mv_size, k->mv_data, &r);
+    if (st == KILN_ERR_UNSUPPORTED)
+        return g->o->version && r.version == g->o->version;
+    if (st)
         return g->o->corrupt;
+    if (g->o->version == KILN_CACHE_RECORD_VERSION)
+        return true;
     if (g->o->compiler && strcmp(r.compiler, g->o->compiler))
         return true;
     return g->o->max_age_s && g->now > r.created && g->now - r.created > g->o->max_age_s;
@@ -331,8 +340,13 @@ static kiln_status merge_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int *
         mdb_txn_abort(stxn);
         return kiln_cache_mdb_fail(rc, m->src->path, "merge");
     }
+    m->res.other = 0;
     while (!st && !(rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
-        if (k.mv_size != KILN_CACHE_KEY_BYTES || kiln_cache_record_decode(v.mv_data, v.mv_size, &r))
+        kiln_status rs = k.mv_size != KILN_CACHE_KEY_BYTES
+                             ? KILN_ERR_CACHE
+                             : kiln_cache_record_decode(v.mv_data, v.mv_size, k.mv_data, &r);
+        m->res.other += rs == KILN_ERR_UNSUPPORTED;
+        if (rs)
             continue;
         if (!(st = kiln_cache_file_put(f, txn, k.mv_data, v.mv_data, v.mv_size, &put, rc_out)))
             (*count[put])++;
@@ -385,7 +399,7 @@ static kiln_status export_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int 
     for (size_t i = 0; i < x->n_keys && !st; i++) {
         kiln_cache_hit hit;
         kiln_cache_put put;
-        if ((st = kiln_cache_lookup(x->c, x->keys[i], &hit)))
+        if ((st = kiln_cache_lookup(x->c, x->keys[i], NULL, &hit)))
             return kiln_fail_prefix(st, "export to %s", x->path);
         st = kiln_cache_file_put(f, txn, x->keys[i], hit.blob, hit.size, &put, rc_out);
         kiln_cache_hit_release(&hit);
@@ -393,49 +407,128 @@ static kiln_status export_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int 
     return st;
 }
 
-kiln_status kiln_cache_export(kiln_cache *c, const uint8_t (*keys)[KILN_CACHE_KEY_BYTES],
-                              size_t n_keys, const char *path, int overwrite)
+/* Write a new cache file at path through body: written beside path, then
+ * renamed into place, so a failure leaves no file behind. map is the
+ * initial map size. */
+static kiln_status new_file_write(const char *path, int overwrite, size_t map, const char *what,
+                                  kiln_cache_write_fn body, void *ctx)
 {
     struct stat fs;
     if (!overwrite && !lstat(path, &fs))
-        return kiln_fail(KILN_ERR_IO, "%s exists; export replaces a file only when asked to",
-                         path);
+        return kiln_fail(KILN_ERR_IO, "%s exists; %s replaces a file only when asked to", path,
+                         what);
     size_t len = strlen(path);
     char *tmp = malloc(len + sizeof ".XXXXXX");
     if (!tmp)
-        return kiln_fail(KILN_ERR_NOMEM, "export to %s", path);
+        return kiln_fail(KILN_ERR_NOMEM, "%s to %s", what, path);
     memcpy(tmp, path, len);
     memcpy(tmp + len, ".XXXXXX", sizeof ".XXXXXX");
     int fd = mkstemp(tmp);
     if (fd < 0) {
-        kiln_status st = kiln_fail(KILN_ERR_IO, "export to %s: cannot create a file beside it: %s",
-                                   path, strerror(errno));
+        kiln_status st = kiln_fail(KILN_ERR_IO, "%s to %s: cannot create a file beside it: %s",
+                                   what, path, strerror(errno));
         free(tmp);
         return st;
     }
     /* A shipped cache is read by the service's user, not only the builder. */
     (void)fchmod(fd, 0644);
     close(fd);
-    /* Room for everything the layers hold means the map rarely has to
-     * grow, which would run every lookup again. */
-    size_t map = (size_t)1 << 20;
-    for (int i = 0; i < c->n_files; i++)
-        if (!stat(c->files[i].path, &fs))
-            map += (size_t)fs.st_size;
     /* The new file is this process's alone until it is renamed into place:
      * no lock file. */
     kiln_cache_file out = { 0 };
-    export_ctx x = { .c = c, .path = path, .keys = keys, .n_keys = n_keys };
     kiln_status st = kiln_cache_file_open(&out, tmp, MDB_NOLOCK, map);
     if (!st)
-        st = kiln_cache_file_write(&out, "export", export_body, &x);
+        st = kiln_cache_file_write(&out, what, body, ctx);
     kiln_cache_file_close(&out);
     /* link() refuses an existing name atomically, which rename() would
      * replace; either way the temporary name goes. */
     if (!st && (overwrite ? rename(tmp, path) : link(tmp, path)))
-        st = kiln_fail(KILN_ERR_IO, "export to %s: %s", path, strerror(errno));
+        st = kiln_fail(KILN_ERR_IO, "%s to %s: %s", what, path, strerror(errno));
     unlink(tmp);
     free(out.path);
     free(tmp);
+    return st;
+}
+
+kiln_status kiln_cache_export(kiln_cache *c, const uint8_t (*keys)[KILN_CACHE_KEY_BYTES],
+                              size_t n_keys, const char *path, int overwrite)
+{
+    /* Room for everything the layers hold means the map rarely has to
+     * grow, which would run every lookup again. */
+    struct stat fs;
+    size_t map = (size_t)1 << 20;
+    for (int i = 0; i < c->n_files; i++)
+        if (!stat(c->files[i].path, &fs))
+            map += (size_t)fs.st_size;
+    export_ctx x = { .c = c, .path = path, .keys = keys, .n_keys = n_keys };
+    return new_file_write(path, overwrite, map, "export", export_body, &x);
+}
+
+/* ------------------------------------------------------------ salvage */
+
+typedef struct salvage_ctx {
+    const char *src;
+    kiln_cache_file *f;
+    MDB_txn *txn;
+    int *rc_out;
+    kiln_cache_salvage_result res;
+} salvage_ctx;
+
+/* One pair the scan found: kept when it is an intact record, of this
+ * version or a readable older one; of two intact records under one key
+ * (a stale copy on a freed page, say), the later made. */
+static kiln_status salvage_pair(void *ctx, const uint8_t *key, const uint8_t *val, size_t size)
+{
+    salvage_ctx *x = ctx;
+    kiln_cache_record r, old;
+    kiln_status st = kiln_cache_record_decode(val, size, key, &r);
+    if (st == KILN_ERR_UNSUPPORTED && !r.signature) {
+        x->res.other++;
+        return KILN_OK;
+    }
+    if (st && st != KILN_ERR_UNSUPPORTED) {
+        x->res.bad++;
+        return KILN_OK;
+    }
+    MDB_val k = { KILN_CACHE_KEY_BYTES, (void *)key }, v = { size, (void *)val };
+    int rc = mdb_put(x->txn, x->f->dbi, &k, &v, MDB_NOOVERWRITE);
+    if (rc == MDB_KEYEXIST) {
+        x->res.duplicates++;
+        kiln_status ost = kiln_cache_record_decode(v.mv_data, v.mv_size, key, &old);
+        if ((ost != KILN_OK && ost != KILN_ERR_UNSUPPORTED) || old.created >= r.created)
+            return KILN_OK;
+        v = (MDB_val){ size, (void *)val };
+        rc = mdb_put(x->txn, x->f->dbi, &k, &v, 0);
+    } else if (!rc) {
+        x->res.records++;
+    }
+    return rc ? kiln_cache_body_fail(x->rc_out, rc, x->f, "salvage") : KILN_OK;
+}
+
+static kiln_status salvage_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int *rc_out)
+{
+    salvage_ctx *x = ctx;
+    x->f = f;
+    x->txn = txn;
+    x->rc_out = rc_out;
+    x->res = (kiln_cache_salvage_result){ 0 };
+    return kiln_cache_file_scan(x->src, salvage_pair, x);
+}
+
+kiln_status kiln_cache_salvage(const char *src, const char *dst, int overwrite,
+                               kiln_cache_salvage_result *out)
+{
+    struct stat ss, ds;
+    if (stat(src, &ss))
+        return kiln_fail(KILN_ERR_IO, "salvage %s: %s", src, strerror(errno));
+    if (!S_ISREG(ss.st_mode))
+        return kiln_fail(KILN_ERR_IO, "salvage %s: not a regular file", src);
+    if (!stat(dst, &ds) && ds.st_dev == ss.st_dev && ds.st_ino == ss.st_ino)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "salvage %s: the output is the file itself", src);
+    salvage_ctx x = { .src = src };
+    kiln_status st = new_file_write(dst, overwrite, (size_t)ss.st_size + ((size_t)1 << 20),
+                                    "salvage", salvage_body, &x);
+    if (!st && out)
+        *out = x.res;
     return st;
 }

@@ -27,8 +27,9 @@ static void help(FILE *out)
             "                         the compiler\n"
             "  stat [FILE]            records, bytes (values, cubins, the file, its map),\n"
             "                         oldest and newest record, records by target and by kind\n"
-            "  verify [FILE]          check every record; print each bad one (key, problem),\n"
-            "                         then \"N records, B bad\"; exit 1 when any is bad\n"
+            "  verify [FILE]          check each file's structure and every record; print each\n"
+            "                         damaged file and each bad record (key, problem), then\n"
+            "                         \"N records, B bad\"; exit 1 when any is\n"
             "  export --model MODEL|demo -o SHIPPED [--force] [planning options]\n"
             "                         plan MODEL (a model file or directory, or demo) as kiln\n"
             "                         plan does (default target sm_90a), and write\n"
@@ -40,11 +41,16 @@ static void help(FILE *out)
             "                         writable cache, keeping the intact records it has; print\n"
             "                         how many were added, present, replaced (corrupt here) and\n"
             "                         bad (corrupt in SRC, left out)\n"
-            "  gc [--compiler VERSION] [--older-than DAYS] [--corrupt]\n"
+            "  gc [--compiler VERSION] [--older-than DAYS] [--corrupt] [--version N]\n"
             "                         remove from the writable cache every record made by a\n"
             "                         compiler other than VERSION (as ls --wide shows it, e.g.\n"
-            "                         \"nvrtc 13.0\"), created more than DAYS ago, or failing\n"
-            "                         verify; give at least one\n"
+            "                         \"nvrtc 13.0\"), created more than DAYS ago, failing\n"
+            "                         verify, or of record version N; give at least one.\n"
+            "                         Records of another kiln's version are removed by\n"
+            "                         --version only\n"
+            "  salvage SRC -o DST [--force]\n"
+            "                         copy every intact record found in the cache file SRC,\n"
+            "                         damaged or not, into a new file DST\n"
             "  rm KEYPREFIX | --all   remove the writable cache's records whose key starts with\n"
             "                         KEYPREFIX (1 to 32 hex digits; none matching is an\n"
             "                         error), or all of them\n"
@@ -76,6 +82,7 @@ typedef enum cache_opt {
     CACHE_OPT_OLDER,
     CACHE_OPT_CORRUPT,
     CACHE_OPT_ALL,
+    CACHE_OPT_VERSION,
     CACHE_OPT_COUNT
 } cache_opt;
 
@@ -109,6 +116,7 @@ struct cache_args {
     int n_files;
     const char *model, *output, *compiler;
     uint64_t max_age_s;
+    uint32_t version;
     int wide, force, corrupt, all;
     cli_plan_args plan;
     char **args;
@@ -152,15 +160,17 @@ static const char *layer_role(const kiln_cache *c, int layer)
 /* What a reading subcommand reads: the named files, read-only and without a
  * lock, or the writable cache when none is named. A named file that is the
  * writable cache goes through LMDB's lock instead, because another process
- * may be writing it. */
-static kiln_status open_named(const cache_args *a, kiln_cache **out)
+ * may be writing it. A damaged file fails the open unless the subcommand
+ * reports damage itself (strict 0). */
+static kiln_status open_named(const cache_args *a, int strict, kiln_cache **out)
 {
     char writable[4096];
     const char *path = a->cache;
     if (!path && kiln_cache_default_path(writable, sizeof writable) == KILN_OK)
         path = writable;
     const char *shipped[CACHE_MAX_FILES];
-    kiln_cache_options o = { .shipped = shipped, .path = a->cache, .no_writable = a->n_files > 0 };
+    kiln_cache_options o = { .shipped = shipped, .path = a->cache, .no_writable = a->n_files > 0,
+                             .strict = strict };
     for (int i = 0; i < a->n_files; i++) {
         if (path && same_file(a->files[i], path))
             o.no_writable = 0;
@@ -172,7 +182,7 @@ static kiln_status open_named(const cache_args *a, kiln_cache **out)
 
 static kiln_status open_writable(const cache_args *a, kiln_cache **out)
 {
-    kiln_cache_options o = { .path = a->cache };
+    kiln_cache_options o = { .path = a->cache, .strict = 1 };
     return kiln_cache_open(&o, out);
 }
 
@@ -209,6 +219,10 @@ static kiln_status ls_visit(void *ctx, const kiln_cache_entry *e)
     const cache_args *a = ctx;
     char key[KILN_CACHE_KEY_HEX], date[16];
     key_text(e, key);
+    if (e->status == KILN_ERR_UNSUPPORTED) {
+        printf("%-32s  record version %u, left alone\n", key, e->rec.version);
+        return KILN_OK;
+    }
     if (e->status != KILN_OK) {
         printf("%-32s  bad: %s\n", key, e->problem);
         return KILN_OK;
@@ -230,7 +244,7 @@ static kiln_status ls_visit(void *ctx, const kiln_cache_entry *e)
 static int run_ls(cache_args *a)
 {
     kiln_cache *c = NULL;
-    kiln_status st = open_named(a, &c);
+    kiln_status st = open_named(a, 1, &c);
     for (int i = 0; st == KILN_OK && i < kiln_cache_n_layers(c); i++) {
         layer_heading(c, i);
         printf("%-32s  %-7s %-7s %9s  %-10s  %s%s\n", "key", "target", "kind", "cubin",
@@ -253,7 +267,7 @@ static void print_tallies(const char *what, const kiln_cache_tally *t, int n)
 static int run_stat(cache_args *a)
 {
     kiln_cache *c = NULL;
-    kiln_status st = open_named(a, &c);
+    kiln_status st = open_named(a, 1, &c);
     for (int i = 0; st == KILN_OK && i < kiln_cache_n_layers(c); i++) {
         kiln_cache_stats s;
         if ((st = kiln_cache_stat(c, i, &s)) != KILN_OK)
@@ -263,7 +277,11 @@ static int run_stat(cache_args *a)
         time_text(s.newest, "%Y-%m-%dT%H:%M:%SZ", newest, sizeof newest);
         printf("%scache:    %s (%s)\n", i ? "\n" : "", kiln_cache_layer_path(c, i),
                layer_role(c, i));
-        printf("records:  %zu (%zu bad)\n", s.entries, s.bad);
+        if (s.other_versions)
+            printf("records:  %zu (%zu bad, %zu of other record versions)\n", s.entries, s.bad,
+                   s.other_versions);
+        else
+            printf("records:  %zu (%zu bad)\n", s.entries, s.bad);
         printf("bytes:    values %llu, cubins %llu, file %llu, map %llu\n",
                (unsigned long long)s.bytes, (unsigned long long)s.cubin_bytes,
                (unsigned long long)s.file_bytes, (unsigned long long)s.map_bytes);
@@ -290,11 +308,14 @@ static kiln_status verify_bad(void *ctx, const kiln_cache_entry *e)
 static int run_verify(cache_args *a)
 {
     kiln_cache *c = NULL;
-    size_t total = 0, total_bad = 0;
-    kiln_status st = open_named(a, &c);
+    size_t total = 0, total_bad = 0, damaged = 0;
+    kiln_status st = open_named(a, 0, &c);
     for (int i = 0; st == KILN_OK && i < kiln_cache_n_layers(c); i++) {
         size_t n, bad;
-        if ((st = kiln_cache_verify(c, i, verify_bad, NULL, &n, &bad)) == KILN_OK) {
+        if (kiln_cache_layer_damage(c, i)) {
+            printf("%s\n", kiln_cache_layer_damage(c, i));
+            damaged++;
+        } else if ((st = kiln_cache_verify(c, i, verify_bad, NULL, &n, &bad)) == KILN_OK) {
             total += n;
             total_bad += bad;
         }
@@ -302,8 +323,13 @@ static int run_verify(cache_args *a)
     kiln_cache_close(c);
     if (st != KILN_OK)
         return fail(a, st);
-    printf("%zu records, %zu bad\n", total, total_bad);
-    return total_bad ? CLI_FAIL : CLI_OK;
+    if (damaged)
+        printf("%zu records, %zu bad; %zu damaged files (kiln cache salvage copies their intact "
+               "records out)\n",
+               total, total_bad, damaged);
+    else
+        printf("%zu records, %zu bad\n", total, total_bad);
+    return total_bad || damaged ? CLI_FAIL : CLI_OK;
 }
 
 /* ------------------------------------------------------------- export */
@@ -356,7 +382,7 @@ static int run_export(cache_args *a)
         fprintf(stderr, "kiln cache export: warning: %s\n", *w);
 
     kiln_cache_options o = {
-        .shipped = a->files, .n_shipped = a->n_files, .path = a->cache,
+        .shipped = a->files, .n_shipped = a->n_files, .path = a->cache, .strict = 1,
         .on_corrupt = export_corrupt,
     };
     kiln_build_options bo = { .offline = 1, .no_cubins = 1, .quiet = 1 };
@@ -402,19 +428,19 @@ static int run_merge(cache_args *a)
     kiln_cache_merge_result m;
     kiln_status st = open_writable(a, &c);
     if (st == KILN_OK && (st = kiln_cache_merge(c, a->args[0], merge_bad, NULL, &m)) == KILN_OK)
-        printf("merged %s into %s: %zu added, %zu present, %zu replaced, %zu bad\n", a->args[0],
+        printf("merged %s into %s: %zu added, %zu present, %zu replaced, %zu bad%s\n", a->args[0],
                kiln_cache_layer_path(c, kiln_cache_writable_layer(c)), m.added, m.present,
-               m.replaced, m.bad);
+               m.replaced, m.bad, m.other ? ", and records of other versions left out" : "");
     kiln_cache_close(c);
     return st == KILN_OK ? CLI_OK : fail(a, st);
 }
 
 static int run_gc(cache_args *a)
 {
-    if (!a->compiler && !a->max_age_s && !a->corrupt)
-        return usage(a, "what to remove? give --compiler, --older-than or --corrupt");
+    if (!a->compiler && !a->max_age_s && !a->corrupt && !a->version)
+        return usage(a, "what to remove? give --compiler, --older-than, --corrupt or --version");
     kiln_cache_gc_options g = { .compiler = a->compiler, .max_age_s = a->max_age_s,
-                                .corrupt = a->corrupt };
+                                .corrupt = a->corrupt, .version = a->version };
     kiln_cache *c = NULL;
     size_t removed;
     uint64_t bytes;
@@ -451,6 +477,20 @@ static int run_rm(cache_args *a)
     return st == KILN_OK ? CLI_OK : fail(a, st);
 }
 
+static int run_salvage(cache_args *a)
+{
+    if (!a->output)
+        return usage(a, "salvage into what? give -o DST");
+    kiln_cache_salvage_result r;
+    kiln_status st = kiln_cache_salvage(a->args[0], a->output, a->force, &r);
+    if (st != KILN_OK)
+        return fail(a, st);
+    printf("salvaged %zu records of %s into %s (%zu bad and %zu of unknown record versions left "
+           "out, %zu found twice)\n",
+           r.records, a->args[0], a->output, r.bad, r.other, r.duplicates);
+    return CLI_OK;
+}
+
 /* -------------------------------------------------------- dispatch */
 
 #define TAKES_READ (TAKES(CACHE) | TAKES(SHIPPED))
@@ -462,8 +502,10 @@ static const cache_sub subs[] = {
     { "export", TAKES_READ | TAKES(MODEL) | TAKES(OUTPUT) | TAKES(FORCE), true, 0, 0, NULL,
       run_export },
     { "merge", TAKES(CACHE), false, 1, 1, "merge what? give a cache file", run_merge },
-    { "gc", TAKES(CACHE) | TAKES(COMPILER) | TAKES(OLDER) | TAKES(CORRUPT), false, 0, 0, NULL,
-      run_gc },
+    { "gc", TAKES(CACHE) | TAKES(COMPILER) | TAKES(OLDER) | TAKES(CORRUPT) | TAKES(VERSION), false,
+      0, 0, NULL, run_gc },
+    { "salvage", TAKES(OUTPUT) | TAKES(FORCE), false, 1, 1, "salvage what? give a cache file",
+      run_salvage },
     { "rm", TAKES(CACHE) | TAKES(ALL), false, 0, 1, NULL, run_rm },
 };
 
@@ -479,6 +521,7 @@ static const struct option cache_options[] = {
     { "older-than", required_argument, NULL, CACHE_OPT_BASE + CACHE_OPT_OLDER },
     { "corrupt", no_argument, NULL, CACHE_OPT_BASE + CACHE_OPT_CORRUPT },
     { "all", no_argument, NULL, CACHE_OPT_BASE + CACHE_OPT_ALL },
+    { "version", required_argument, NULL, CACHE_OPT_BASE + CACHE_OPT_VERSION },
     { 0 },
 };
 
@@ -487,6 +530,7 @@ static int take_option(cache_args *a, cache_opt o, const char *arg)
 {
     char *end;
     double days;
+    unsigned long version;
     switch (o) {
     case CACHE_OPT_CACHE: a->cache = arg; break;
     case CACHE_OPT_SHIPPED:
@@ -512,6 +556,12 @@ static int take_option(cache_args *a, cache_opt o, const char *arg)
         break;
     case CACHE_OPT_CORRUPT: a->corrupt = 1; break;
     case CACHE_OPT_ALL: a->all = 1; break;
+    case CACHE_OPT_VERSION:
+        version = strtoul(arg, &end, 10);
+        if (end == arg || *end || arg[0] == '-' || !version || version > UINT32_MAX)
+            return usage(a, "bad --version '%s' (want a record version, e.g. 1)", arg);
+        a->version = (uint32_t)version;
+        break;
     case CACHE_OPT_COUNT: assert(0);
     }
     return CLI_OK;
@@ -564,7 +614,7 @@ static int run(int argc, char **argv)
     cache_args a = { 0 };
     cli_plan_args_init(&a.plan);
     if (argc < 2)
-        return usage(&a, "which subcommand? ls, stat, verify, export, merge, gc or rm");
+        return usage(&a, "which subcommand? ls, stat, verify, export, merge, gc, rm or salvage");
     for (size_t i = 0; i < KILN_ARRAY_LEN(subs) && !a.sub; i++)
         if (!strcmp(argv[1], subs[i].name))
             a.sub = &subs[i];

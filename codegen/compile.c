@@ -87,7 +87,7 @@ kiln_status kiln_build_plan(const kiln_plan *p, kiln_cache *c, const kiln_build_
         if ((st = kiln_emit_set_key(srcs[i].text, hex)))
             break;
         kiln_cache_hit hit;
-        st = kiln_cache_lookup(c, k->key, &hit);
+        st = kiln_cache_lookup(c, k->key, p->target.name, &hit);
         if (st == KILN_OK) {
             int fits = !strcmp(hit.rec.entry, k->desc.entry) &&
                        !strcmp(hit.rec.target, p->target.name);

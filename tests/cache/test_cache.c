@@ -2,6 +2,7 @@
  * dying processes, corrupt records on disk, read-only shipped files, map
  * growth, and the maintenance operations. */
 #include "cache/cache.h"
+#include "tests/cache/fake_cubin.h"
 #include "testutil.h"
 
 #include <criterion/criterion.h>
@@ -84,6 +85,7 @@ static void make(made *m, int i, size_t cubin_size)
     for (size_t j = 0; j < cubin_size; j++)
         m->cubin[j] = (uint8_t)kt_next(&r);
     cr_assert_gt(cubin_size, 64 + sizeof m->marker);
+    kt_elf_header(m->cubin, 90);
     memcpy(m->cubin + 64, m->marker, strlen(m->marker));
     m->rec = (kiln_cache_record){
         .compiler = "nvrtc 13.0",
@@ -129,7 +131,7 @@ static void store(kiln_cache *c, const made *m, kiln_cache_put want)
 static void expect_hit(kiln_cache *c, const made *m, int layer)
 {
     kiln_cache_hit h;
-    kiln_status st = kiln_cache_lookup(c, m->key, &h);
+    kiln_status st = kiln_cache_lookup(c, m->key, "sm_90a", &h);
     cr_assert_eq(st, KILN_OK, "%s: %s", m->hex, kiln_last_error());
     cr_assert_eq(h.layer, layer, "%s: layer %d, wanted %d", m->hex, h.layer, layer);
     cr_assert_str_eq(h.rec.signature, m->sig);
@@ -145,7 +147,7 @@ static void expect_hit(kiln_cache *c, const made *m, int layer)
 static void expect_miss(kiln_cache *c, const made *m)
 {
     kiln_cache_hit h;
-    cr_assert_eq(kiln_cache_lookup(c, m->key, &h), KILN_ERR_NOT_FOUND, "%s", m->hex);
+    cr_assert_eq(kiln_cache_lookup(c, m->key, "sm_90a", &h), KILN_ERR_NOT_FOUND, "%s", m->hex);
     cr_assert(strstr(kiln_last_error(), m->hex), "%s", kiln_last_error());
 }
 
@@ -241,7 +243,7 @@ Test(cache, store_and_lookup)
     c = open_at(path, 0);
     expect_hit(c, &m, 0);
     kiln_cache_hit h;
-    cr_assert_eq(kiln_cache_lookup(c, m.key, &h), KILN_OK);
+    cr_assert_eq(kiln_cache_lookup(c, m.key, "sm_90a", &h), KILN_OK);
     cr_assert_geq(h.rec.created, (uint64_t)time(NULL) - 60);
     cr_assert_eq(h.size, h.rec.cubin_size + (size_t)(h.rec.cubin - (const uint8_t *)h.blob));
     kiln_cache_hit_release(&h);
@@ -674,7 +676,7 @@ Test(cache, map_that_cannot_grow_is_an_error)
     cr_assert_eq(kiln_cache_store(c, m.key, &m.rec, NULL), KILN_ERR_STATE);
     cr_assert(strstr(kiln_last_error(), "open the cache again"), "%s", kiln_last_error());
     kiln_cache_hit h;
-    cr_assert_eq(kiln_cache_lookup(c, m.key, &h), KILN_ERR_STATE);
+    cr_assert_eq(kiln_cache_lookup(c, m.key, "sm_90a", &h), KILN_ERR_STATE);
     unmake(&m);
     kiln_cache_close(c);
     free(path);
@@ -730,7 +732,7 @@ Test(cache, open_errors)
     write_file(empty, "", 0);
 
     const char *shipped[1];
-    kiln_cache_options o = { .shipped = shipped, .n_shipped = 1, .no_writable = 1 };
+    kiln_cache_options o = { .shipped = shipped, .n_shipped = 1, .no_writable = 1, .strict = 1 };
     shipped[0] = junk;
     expect_open_fails(&o, KILN_ERR_CACHE, junk);
     expect_open_fails(&o, KILN_ERR_CACHE, "MDB_INVALID");
@@ -843,12 +845,13 @@ Test(cache, foreach_and_stat)
     for (int i = 0; i < 6; i++) {
         make(&m[i], i, 1000 + 100 * (size_t)i);
         m[i].rec.target = i < 4 ? "sm_90a" : "sm_89";
+        kt_elf_header(m[i].cubin, i < 4 ? 90 : 89);
         m[i].rec.kind = i % 2 ? "wgmma" : "simt";
         m[i].rec.created = 1000 + (uint64_t)i;
         store(c, &m[i], KILN_CACHE_ADDED);
         uint8_t *enc;
         size_t size;
-        cr_assert_eq(kiln_cache_record_encode(&m[i].rec, &enc, &size), KILN_OK);
+        cr_assert_eq(kiln_cache_record_encode(&m[i].rec, m[i].key, &enc, &size), KILN_OK);
         value_bytes += size;
         free(enc);
     }
@@ -926,7 +929,7 @@ Test(cache, foreign_entries)
     /* The record's own key is looked up; the stranger of 16 bytes is corrupt. */
     expect_hit(c, &m, 0);
     kiln_cache_hit h;
-    cr_assert_eq(kiln_cache_lookup(c, key16, &h), KILN_ERR_NOT_FOUND);
+    cr_assert_eq(kiln_cache_lookup(c, key16, "sm_90a", &h), KILN_ERR_NOT_FOUND);
     cr_assert(strstr(kiln_last_error(), "shorter than its header"), "%s", kiln_last_error());
 
     size_t removed;

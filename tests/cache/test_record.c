@@ -1,6 +1,9 @@
-/* cache/record.c: a record decodes to what was encoded, and no changed,
- * cut or extended record ever decodes. */
+/* cache/record.c: a record decodes to what was encoded, under its own key
+ * only, and no changed, cut or extended record ever decodes; records of
+ * another version are told apart from damaged ones; a cubin must be an ELF
+ * for the record's target. */
 #include "cache/cache.h"
+#include "tests/cache/fake_cubin.h"
 #include "testutil.h"
 
 #include <criterion/criterion.h>
@@ -11,12 +14,15 @@
 enum { CUBIN = 96 };
 
 static uint8_t cubin[CUBIN];
+static const uint8_t key[KILN_CACHE_KEY_BYTES] = { 0x78, 0x1a, 0xae, 0x9e, 0xc8, 0x84, 0x29, 0xc8,
+                                                   0x52, 0x50, 0x30, 0x1c, 0x01, 0xf8, 0xfc, 0x36 };
 
 static kiln_cache_record sample(void)
 {
     kt_rng r = kt_rng_new(7);
     for (int i = 0; i < CUBIN; i++)
         cubin[i] = (uint8_t)kt_next(&r);
+    kt_elf_header(cubin, 90);
     return (kiln_cache_record){
         .compiler = "nvrtc 13.0",
         .entry = "kiln_linear_simt",
@@ -34,7 +40,7 @@ static kiln_cache_record sample(void)
 static uint8_t *encode(const kiln_cache_record *r, size_t *size)
 {
     uint8_t *buf;
-    kiln_status st = kiln_cache_record_encode(r, &buf, size);
+    kiln_status st = kiln_cache_record_encode(r, key, &buf, size);
     cr_assert_eq(st, KILN_OK, "%s", kiln_last_error());
     return buf;
 }
@@ -42,12 +48,12 @@ static uint8_t *encode(const kiln_cache_record *r, size_t *size)
 static void expect_corrupt(const uint8_t *buf, size_t size, const char *what)
 {
     kiln_cache_record out;
-    cr_assert_eq(kiln_cache_record_decode(buf, size, &out), KILN_ERR_CACHE);
+    cr_assert_eq(kiln_cache_record_decode(buf, size, key, &out), KILN_ERR_CACHE);
     cr_assert(strstr(kiln_last_error(), what), "wanted \"%s\" in: %s", what, kiln_last_error());
 }
 
 /* Offsets from the layout in cache.h. */
-enum { OFF_VERSION = 4, OFF_HEADER = 8, OFF_THREADS = 12, OFF_STRINGS = 44 };
+enum { OFF_VERSION = 4, OFF_HEADER = 8, OFF_THREADS = 12, OFF_CUBIN_HASH = 36, OFF_STRINGS = 44 };
 
 static void put_u32(uint8_t *p, uint32_t v)
 {
@@ -60,12 +66,20 @@ static uint32_t get_u32(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* Recompute the header checksum after a deliberate edit, so that the
- * check behind it is reached. */
-static void reseal(uint8_t *buf)
+/* Recompute the checksums after a deliberate edit, so that the check
+ * behind them is reached: the cubin's, then the header's over the key and
+ * the header. */
+static void reseal(uint8_t *buf, size_t size)
 {
-    size_t end = get_u32(buf + OFF_HEADER) - 8;
-    uint64_t h = XXH3_64bits(buf, end);
+    size_t header = get_u32(buf + OFF_HEADER), end = header - 8;
+    uint64_t h = XXH3_64bits(buf + header, size - header);
+    for (int i = 0; i < 8; i++)
+        buf[OFF_CUBIN_HASH + i] = (uint8_t)(h >> (8 * i));
+    uint8_t *keyed = malloc(KILN_CACHE_KEY_BYTES + end);
+    memcpy(keyed, key, KILN_CACHE_KEY_BYTES);
+    memcpy(keyed + KILN_CACHE_KEY_BYTES, buf, end);
+    h = XXH3_64bits(keyed, KILN_CACHE_KEY_BYTES + end);
+    free(keyed);
     for (int i = 0; i < 8; i++)
         buf[end + i] = (uint8_t)(h >> (8 * i));
 }
@@ -75,7 +89,7 @@ Test(record, round_trip)
     kiln_cache_record in = sample(), out;
     size_t size;
     uint8_t *buf = encode(&in, &size);
-    cr_assert_eq(kiln_cache_record_decode(buf, size, &out), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_cache_record_decode(buf, size, key, &out), KILN_OK, "%s", kiln_last_error());
     cr_assert_str_eq(out.compiler, in.compiler);
     cr_assert_str_eq(out.entry, in.entry);
     cr_assert_str_eq(out.target, in.target);
@@ -87,6 +101,8 @@ Test(record, round_trip)
     cr_assert_eq(out.cubin_size, CUBIN);
     cr_assert_arr_eq(out.cubin, cubin, CUBIN);
     cr_assert_eq(out.cubin_hash, XXH3_64bits(cubin, CUBIN));
+    cr_assert_eq(out.version, KILN_CACHE_RECORD_VERSION);
+    cr_assert_str_eq(out.schema, KILN_CACHE_SCHEMA);
     cr_assert_eq(get_u32(buf + OFF_HEADER) + CUBIN, size);
     free(buf);
 }
@@ -101,11 +117,11 @@ Test(record, every_bit_flip_is_caught)
     for (size_t i = 0; i < size; i++)
         for (int bit = 0; bit < 8; bit++) {
             buf[i] ^= (uint8_t)(1u << bit);
-            kiln_status st = kiln_cache_record_decode(buf, size, &out);
+            kiln_status st = kiln_cache_record_decode(buf, size, key, &out);
             cr_assert_eq(st, KILN_ERR_CACHE, "flip of byte %zu bit %d decoded", i, bit);
             buf[i] ^= (uint8_t)(1u << bit);
         }
-    cr_assert_eq(kiln_cache_record_decode(buf, size, &out), KILN_OK);
+    cr_assert_eq(kiln_cache_record_decode(buf, size, key, &out), KILN_OK);
     free(buf);
 }
 
@@ -119,7 +135,7 @@ Test(record, random_byte_changes_are_caught)
         size_t at = kt_next(&r) % size;
         uint8_t was = buf[at], now = (uint8_t)(was ^ (1 + kt_next(&r) % 255));
         buf[at] = now;
-        cr_assert_eq(kiln_cache_record_decode(buf, size, &out), KILN_ERR_CACHE,
+        cr_assert_eq(kiln_cache_record_decode(buf, size, key, &out), KILN_ERR_CACHE,
                      "byte %zu %02x -> %02x decoded", at, was, now);
         buf[at] = was;
     }
@@ -132,7 +148,7 @@ Test(record, cut_or_extended_records_are_caught)
     size_t size;
     uint8_t *buf = encode(&in, &size);
     for (size_t n = 0; n < size; n++)
-        cr_assert_eq(kiln_cache_record_decode(buf, n, &out), KILN_ERR_CACHE, "%zu bytes", n);
+        cr_assert_eq(kiln_cache_record_decode(buf, n, key, &out), KILN_ERR_CACHE, "%zu bytes", n);
     uint8_t *longer = malloc(size + 1);
     memcpy(longer, buf, size);
     longer[size] = 0;
@@ -155,8 +171,8 @@ Test(record, messages_say_what_is_wrong)
     expect_corrupt(b, size, "no KLNR magic");
 
     memcpy(b, buf, size);
-    put_u32(b + OFF_VERSION, 2);
-    expect_corrupt(b, size, "record version 2, this kiln reads version 1");
+    put_u32(b + OFF_VERSION, 3);
+    expect_corrupt(b, size, "version field 3, but the record is an intact version 2 record");
 
     memcpy(b, buf, size);
     put_u32(b + OFF_HEADER, (uint32_t)size + 1);
@@ -164,16 +180,16 @@ Test(record, messages_say_what_is_wrong)
 
     memcpy(b, buf, size);
     put_u32(b + OFF_HEADER, 60);
-    expect_corrupt(b, size, "the compiler's length 10 does not fit the header");
+    expect_corrupt(b, size, "the schema's length 12 does not fit the header");
 
     memcpy(b, buf, size);
     put_u32(b + OFF_STRINGS, 1000);
-    expect_corrupt(b, size, "the compiler's length 1000 does not fit");
+    expect_corrupt(b, size, "the schema's length 1000 does not fit");
 
     /* A string that holds a NUL of its own. */
     memcpy(b, buf, size);
     b[OFF_STRINGS + 4 + 2] = '\0';
-    expect_corrupt(b, size, "the compiler holds a NUL byte");
+    expect_corrupt(b, size, "the schema holds a NUL byte");
 
     /* Header size past the strings. */
     memcpy(b, buf, size);
@@ -199,7 +215,7 @@ Test(record, messages_say_what_is_wrong)
     /* Intact checksums over fields no encoder writes. */
     memcpy(b, buf, size);
     put_u32(b + OFF_THREADS, 0);
-    reseal(b);
+    reseal(b, size);
     expect_corrupt(b, size, "no entry name, threads or cubin");
 
     free(b);
@@ -212,25 +228,184 @@ Test(record, encode_refuses_incomplete_records)
     size_t size;
     kiln_cache_record r = sample();
     r.kind = NULL;
-    cr_assert_eq(kiln_cache_record_encode(&r, &buf, &size), KILN_ERR_INVALID_ARG);
+    cr_assert_eq(kiln_cache_record_encode(&r, key, &buf, &size), KILN_ERR_INVALID_ARG);
     cr_assert(strstr(kiln_last_error(), "the kind is NULL"), "%s", kiln_last_error());
     r = sample();
     r.entry = "";
-    cr_assert_eq(kiln_cache_record_encode(&r, &buf, &size), KILN_ERR_INVALID_ARG);
+    cr_assert_eq(kiln_cache_record_encode(&r, key, &buf, &size), KILN_ERR_INVALID_ARG);
     r = sample();
     r.threads = 0;
-    cr_assert_eq(kiln_cache_record_encode(&r, &buf, &size), KILN_ERR_INVALID_ARG);
+    cr_assert_eq(kiln_cache_record_encode(&r, key, &buf, &size), KILN_ERR_INVALID_ARG);
     r = sample();
     r.cubin = NULL;
-    cr_assert_eq(kiln_cache_record_encode(&r, &buf, &size), KILN_ERR_INVALID_ARG);
+    cr_assert_eq(kiln_cache_record_encode(&r, key, &buf, &size), KILN_ERR_INVALID_ARG);
     r = sample();
     r.cubin_size = 0;
-    cr_assert_eq(kiln_cache_record_encode(&r, &buf, &size), KILN_ERR_INVALID_ARG);
+    cr_assert_eq(kiln_cache_record_encode(&r, key, &buf, &size), KILN_ERR_INVALID_ARG);
     cr_assert(strstr(kiln_last_error(), "needs an entry name, threads and a cubin"), "%s",
               kiln_last_error());
     /* Refused from the size alone: the cubin is never read. */
     r = sample();
     r.cubin_size = UINT32_MAX;
-    cr_assert_eq(kiln_cache_record_encode(&r, &buf, &size), KILN_ERR_INVALID_ARG);
+    cr_assert_eq(kiln_cache_record_encode(&r, key, &buf, &size), KILN_ERR_INVALID_ARG);
     cr_assert(strstr(kiln_last_error(), "exceed what a record can hold"), "%s", kiln_last_error());
+}
+
+/* The header checksum covers the key: a record read under any other key,
+ * one bit off included, is corrupt. */
+Test(record, a_record_is_bound_to_its_key)
+{
+    kiln_cache_record in = sample(), out;
+    size_t size;
+    uint8_t *buf = encode(&in, &size);
+    uint8_t other[KILN_CACHE_KEY_BYTES];
+    for (size_t i = 0; i < sizeof other; i++)
+        for (int bit = 0; bit < 8; bit++) {
+            memcpy(other, key, sizeof other);
+            other[i] ^= (uint8_t)(1u << bit);
+            cr_assert_eq(kiln_cache_record_decode(buf, size, other, &out), KILN_ERR_CACHE,
+                         "decoded under a key with byte %zu bit %d flipped", i, bit);
+            cr_assert(strstr(kiln_last_error(), "the header and its key hashes to"), "%s",
+                      kiln_last_error());
+        }
+    free(buf);
+}
+
+/* Version 1's layout (cache.h): no schema string, the header checksum over
+ * the header alone. */
+static uint8_t *encode_v1(const kiln_cache_record *r, size_t *size)
+{
+    const char *strs[] = { r->compiler, r->entry, r->target, r->kind, r->signature };
+    size_t header = 44 + 8;
+    for (int i = 0; i < 5; i++)
+        header += 4 + strlen(strs[i]) + 1;
+    *size = header + r->cubin_size;
+    uint8_t *p = calloc(1, *size);
+    memcpy(p, "KLNR", 4);
+    put_u32(p + 4, 1);
+    put_u32(p + 8, (uint32_t)header);
+    put_u32(p + 12, r->threads);
+    put_u32(p + 16, r->smem);
+    for (int i = 0; i < 8; i++) {
+        p[20 + i] = (uint8_t)(r->created >> (8 * i));
+        p[28 + i] = (uint8_t)(r->cubin_size >> (8 * i));
+        p[36 + i] = (uint8_t)(XXH3_64bits(r->cubin, r->cubin_size) >> (8 * i));
+    }
+    size_t off = 44;
+    for (int i = 0; i < 5; i++) {
+        put_u32(p + off, (uint32_t)strlen(strs[i]));
+        memcpy(p + off + 4, strs[i], strlen(strs[i]) + 1);
+        off += 4 + strlen(strs[i]) + 1;
+    }
+    uint64_t h = XXH3_64bits(p, off);
+    for (int i = 0; i < 8; i++)
+        p[off + i] = (uint8_t)(h >> (8 * i));
+    memcpy(p + header, r->cubin, r->cubin_size);
+    return p;
+}
+
+/* Records of another version are left alone, not corrupt: a version 1
+ * record is read for what it says; one of a version kiln does not know is
+ * only named. Either, once damaged, is corrupt. */
+Test(record, other_versions_are_not_corrupt)
+{
+    kiln_cache_record in = sample(), out;
+    size_t size;
+    uint8_t *v1 = encode_v1(&in, &size);
+    cr_assert_eq(kiln_cache_record_decode(v1, size, key, &out), KILN_ERR_UNSUPPORTED, "%s",
+                 kiln_last_error());
+    cr_assert(strstr(kiln_last_error(), "a record of version 1, which this kiln (version 2) leaves "
+                                        "alone"),
+              "%s", kiln_last_error());
+    cr_assert_eq(out.version, 1);
+    cr_assert_str_eq(out.signature, in.signature);
+    cr_assert_str_eq(out.compiler, in.compiler);
+    cr_assert_eq(out.cubin_size, CUBIN);
+    for (size_t i = 0; i < size; i += 7) {
+        v1[i] ^= 0x10;
+        cr_assert_eq(kiln_cache_record_decode(v1, size, key, &out), KILN_ERR_CACHE,
+                     "a version 1 record with byte %zu changed", i);
+        v1[i] ^= 0x10;
+    }
+    free(v1);
+
+    uint8_t *buf = encode(&in, &size);
+    put_u32(buf + OFF_VERSION, 9);
+    buf[OFF_STRINGS + 4] = 'K'; /* "Kiln-cache-2": no longer this version's record */
+    cr_assert_eq(kiln_cache_record_decode(buf, size, key, &out), KILN_ERR_UNSUPPORTED);
+    cr_assert(strstr(kiln_last_error(), "a record of version 9"), "%s", kiln_last_error());
+    cr_assert_eq(out.version, 9);
+    free(buf);
+}
+
+Test(record, schema_and_cubin_are_checked)
+{
+    kiln_cache_record in = sample();
+    size_t size;
+    uint8_t *buf = encode(&in, &size), *b = malloc(size);
+    size_t cubin_at = get_u32(buf + OFF_HEADER);
+
+    memcpy(b, buf, size);
+    b[OFF_STRINGS + 4 + 11] = '9'; /* "kiln-cache-9" */
+    reseal(b, size);
+    expect_corrupt(b, size, "schema \"kiln-cache-9\", this kiln's is \"kiln-cache-2\"");
+    expect_corrupt(b, size, in.signature);
+
+    static const struct {
+        size_t at;
+        uint8_t to;
+        const char *why;
+    } edits[] = {
+        { 0, 0x7e, "not a 64-bit little-endian ELF" },
+        { 4, 1, "not a 64-bit little-endian ELF" },
+        { 5, 2, "not a 64-bit little-endian ELF" },
+        { 18, 62, "an ELF for machine 62, not CUDA's 190" },
+        { 8, 9, "CUDA ELF ABI is version 9; kiln reads 7 and 8" },
+        { 49, 80, "the cubin is for sm_80, the record's target is sm_90a" },
+        { 41, 1, "section table runs past its 96 bytes" },
+        { 56, 2, "program header table runs past its 96 bytes" },
+    };
+    for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
+        memcpy(b, buf, size);
+        b[cubin_at + edits[i].at] = edits[i].to;
+        if (edits[i].at == 56)
+            b[cubin_at + 54] = 56;
+        reseal(b, size);
+        expect_corrupt(b, size, edits[i].why);
+    }
+    free(b);
+    free(buf);
+
+    /* What is refused on the way out is refused on the way in. */
+    uint8_t *out;
+    kiln_cache_record r = sample();
+    r.target = "sm_80";
+    cr_assert_eq(kiln_cache_record_encode(&r, key, &out, &size), KILN_ERR_INVALID_ARG);
+    cr_assert(strstr(kiln_last_error(), "the cubin is for sm_90, the record's target is sm_80"), "%s",
+              kiln_last_error());
+    r = sample();
+    r.target = "hopper";
+    cr_assert_eq(kiln_cache_record_encode(&r, key, &out, &size), KILN_ERR_INVALID_ARG);
+    cr_assert(strstr(kiln_last_error(), "target \"hopper\" is not an sm_ name"), "%s",
+              kiln_last_error());
+}
+
+/* The sm sits where each CUDA ELF ABI puts it: ABI 8 (NVRTC 13) in bits
+ * 8..15 (nvcc 13.0 wrote 0x6005a04 for sm_90 and sm_90a, 0x6007802 for
+ * sm_120), ABI 7 in the low byte. */
+Test(record, the_sm_of_each_elf_abi)
+{
+    uint8_t c[KT_ELF_HEADER];
+    kt_elf_header(c, 90);
+    cr_assert_eq(kiln_cache_cubin_check(c, sizeof c, "sm_90a"), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_cache_cubin_check(c, sizeof c, "sm_90"), KILN_OK);
+    cr_assert_eq(kiln_cache_cubin_check(c, sizeof c, "sm_89"), KILN_ERR_CACHE);
+    put_u32(c + 48, 0x6007802);
+    cr_assert_eq(kiln_cache_cubin_check(c, sizeof c, "sm_120"), KILN_OK, "%s", kiln_last_error());
+    c[8] = 7;
+    put_u32(c + 48, 0x5a055a);
+    cr_assert_eq(kiln_cache_cubin_check(c, sizeof c, "sm_90a"), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_cache_cubin_check(c, sizeof c, "sm_80"), KILN_ERR_CACHE);
+    cr_assert_eq(kiln_cache_cubin_check(c, sizeof c - 1, "sm_90a"), KILN_ERR_CACHE);
+    cr_assert_eq(kiln_cache_cubin_check(c, sizeof c, "sm_90ab"), KILN_ERR_CACHE);
 }

@@ -5,6 +5,7 @@
  * and HOME into it. */
 #include "cache/cache.h"
 #include "clirun.h"
+#include "tests/cache/fake_cubin.h"
 #include "testutil.h"
 
 #include <criterion/criterion.h>
@@ -106,6 +107,7 @@ static void make(made *m, int i, const char *compiler, uint64_t created)
     m->cubin = malloc(cubin_size);
     for (size_t j = 0; j < cubin_size; j++)
         m->cubin[j] = (uint8_t)kt_next(&r);
+    kt_elf_header(m->cubin, i % 2 ? 90 : 80);
     memcpy(m->cubin + 100, m->marker, strlen(m->marker));
     m->rec = (kiln_cache_record){
         .compiler = compiler,
@@ -432,7 +434,7 @@ Test(cache_cli, stat_counts_by_target_and_kind)
     for (int i = 0; i < N_LS; i++) {
         uint8_t *buf;
         size_t size;
-        cr_assert_eq(kiln_cache_record_encode(&m[i].rec, &buf, &size), KILN_OK);
+        cr_assert_eq(kiln_cache_record_encode(&m[i].rec, m[i].key, &buf, &size), KILN_OK);
         free(buf);
         cubins += m[i].rec.cubin_size;
         by_target[i % 2] += size;
@@ -603,7 +605,7 @@ Test(cache_cli, gc_removes_what_it_is_asked_to)
     for (int i = 0; i < N; i += 3) {
         uint8_t *buf;
         size_t size;
-        cr_assert_eq(kiln_cache_record_encode(&m[i].rec, &buf, &size), KILN_OK);
+        cr_assert_eq(kiln_cache_record_encode(&m[i].rec, m[i].key, &buf, &size), KILN_OK);
         free(buf);
         bytes += size;
     }
