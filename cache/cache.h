@@ -72,6 +72,13 @@ enum {
 kiln_status kiln_cache_key(const char *target, const char *options, const char *source,
                            size_t source_len, uint8_t key[KILN_CACHE_KEY_BYTES]);
 
+/* One field of an XXH3-128 digest, as the key's fields are hashed: its u64
+ * little-endian length, then its n bytes. Every digest a key depends on
+ * (the key itself, the templates' digest of codegen/templates.c) hashes
+ * its fields through this one function. */
+struct XXH3_state_s;
+void kiln_cache_key_field(struct XXH3_state_s *s, const void *p, size_t n);
+
 /* Lowercase hex of a key, NUL-terminated. */
 void kiln_cache_key_hex(const uint8_t key[KILN_CACHE_KEY_BYTES], char out[KILN_CACHE_KEY_HEX]);
 

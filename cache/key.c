@@ -4,10 +4,9 @@
 #include <string.h>
 #include <xxhash.h>
 
-/* A field is its u64 little-endian length, then its bytes: without the
- * length, moving bytes from one field to the next would keep the key.
- * (XXH3's update fails only on a NULL state.) */
-static void key_field(XXH3_state_t *s, const void *p, size_t n)
+/* Without the length, moving bytes from one field to the next would keep
+ * the key. (XXH3's update fails only on a NULL state.) */
+void kiln_cache_key_field(XXH3_state_t *s, const void *p, size_t n)
 {
     uint8_t len[8];
     for (int i = 0; i < 8; i++)
@@ -26,10 +25,10 @@ kiln_status kiln_cache_key(const char *target, const char *options, const char *
     if (!s)
         return kiln_fail(KILN_ERR_NOMEM, "cache key: hash state");
     XXH3_128bits_reset(s);
-    key_field(s, KILN_CACHE_SCHEMA, strlen(KILN_CACHE_SCHEMA));
-    key_field(s, target, strlen(target));
-    key_field(s, options, strlen(options));
-    key_field(s, source, source_len);
+    kiln_cache_key_field(s, KILN_CACHE_SCHEMA, strlen(KILN_CACHE_SCHEMA));
+    kiln_cache_key_field(s, target, strlen(target));
+    kiln_cache_key_field(s, options, strlen(options));
+    kiln_cache_key_field(s, source, source_len);
     XXH128_canonical_t canon;
     XXH128_canonicalFromHash(&canon, XXH3_128bits_digest(s));
     XXH3_freeState(s);

@@ -342,8 +342,8 @@ static kiln_status emit_linear(const kiln_kernel_desc *d, char *buf, size_t size
     return KILN_OK;
 }
 
-/* XXH3-128 over every embedded template, name and text, each
- * length-prefixed as the cache key's fields are. */
+/* XXH3-128 over every embedded template, name and text, each a field as
+ * the cache key's are. */
 static char templates_digest[KILN_CACHE_KEY_HEX];
 static pthread_once_t templates_once = PTHREAD_ONCE_INIT;
 
@@ -353,15 +353,9 @@ static void templates_digest_once(void)
     XXH3_INITSTATE(&s);
     XXH3_128bits_reset(&s);
     for (size_t i = 0; i < kiln_embedded_headers_count; i++) {
-        const char *parts[2] = { kiln_embedded_headers[i].name, kiln_embedded_headers[i].text };
-        for (int j = 0; j < 2; j++) {
-            uint8_t len[8];
-            const size_t n = strlen(parts[j]);
-            for (int b = 0; b < 8; b++)
-                len[b] = (uint8_t)((uint64_t)n >> (8 * b));
-            XXH3_128bits_update(&s, len, sizeof len);
-            XXH3_128bits_update(&s, parts[j], n);
-        }
+        const kiln_embedded_file *f = &kiln_embedded_headers[i];
+        kiln_cache_key_field(&s, f->name, strlen(f->name));
+        kiln_cache_key_field(&s, f->text, strlen(f->text));
     }
     XXH128_canonical_t canon;
     XXH128_canonicalFromHash(&canon, XXH3_128bits_digest(&s));

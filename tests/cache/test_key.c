@@ -58,6 +58,24 @@ Test(key, is_the_documented_hash)
     cr_assert_arr_eq(key, want, sizeof key);
 }
 
+/* The field helper the templates' digest shares: the key is its four
+ * fields hashed through it. */
+Test(key, is_its_fields_through_the_shared_helper)
+{
+    const char *fields[] = { KILN_CACHE_SCHEMA, "sm_90a", "-arch=sm_90a -std=c++17", src };
+    XXH3_state_t *s = XXH3_createState();
+    cr_assert_not_null(s);
+    XXH3_128bits_reset(s);
+    for (size_t f = 0; f < 4; f++)
+        kiln_cache_key_field(s, fields[f], strlen(fields[f]));
+    XXH128_canonical_t want;
+    XXH128_canonicalFromHash(&want, XXH3_128bits_digest(s));
+    XXH3_freeState(s);
+    uint8_t key[KILN_CACHE_KEY_BYTES];
+    key_of("sm_90a", "-arch=sm_90a -std=c++17", src, strlen(src), key);
+    cr_assert_arr_eq(key, want.digest, sizeof key);
+}
+
 Test(key, same_inputs_same_key)
 {
     uint8_t a[KILN_CACHE_KEY_BYTES], b[KILN_CACHE_KEY_BYTES];

@@ -10,7 +10,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
+#include "cache/cache.h"
 #include "codegen/emit.h"
 #include "kernels/common/kiln_args.h"
 #include "testutil.h"
@@ -780,4 +782,34 @@ Test(emit, sources_name_the_templates_digest)
     cr_assert(strstr(b.text, line), "%s", b.text);
     kiln_kernel_source_free(&a);
     kiln_kernel_source_free(&b);
+}
+
+/* The digest is the documented hash: XXH3-128 over every embedded file's
+ * name and text, each a u64 little-endian length and its bytes (the cache
+ * key's fields), in hex of the canonical (big-endian) form; computed once. */
+Test(emit, templates_digest_is_the_documented_hash)
+{
+    size_t size = 0;
+    for (size_t i = 0; i < kiln_embedded_headers_count; i++)
+        size += 16 + strlen(kiln_embedded_headers[i].name) + kiln_embedded_headers[i].length;
+    unsigned char *buf = malloc(size), *at = buf;
+    cr_assert_not_null(buf);
+    for (size_t i = 0; i < kiln_embedded_headers_count; i++) {
+        const char *fields[2] = { kiln_embedded_headers[i].name, kiln_embedded_headers[i].text };
+        for (int f = 0; f < 2; f++) {
+            const uint64_t len = strlen(fields[f]);
+            for (int b = 0; b < 8; b++)
+                *at++ = (unsigned char)(len >> (8 * b));
+            memcpy(at, fields[f], len);
+            at += len;
+        }
+    }
+    XXH128_hash_t h = XXH3_128bits(buf, size);
+    free(buf);
+    char want[KILN_CACHE_KEY_HEX];
+    snprintf(want, sizeof want, "%016llx%016llx", (unsigned long long)h.high64,
+             (unsigned long long)h.low64);
+    const char *d = kiln_emit_templates_digest();
+    cr_assert_str_eq(d, want);
+    cr_assert_eq(d, kiln_emit_templates_digest(), "computed once");
 }
