@@ -76,10 +76,10 @@ kiln_status kiln_build_plan(const kiln_plan *p, kiln_cache *c, const kiln_build_
      * compiled source names the key it is filed under. */
     for (int i = 0; i < b.n && st == KILN_OK; i++) {
         kiln_kernel *k = &b.kernels[i];
-        k->signature = kiln_plan_signature(p, i);
-        if ((st = kiln_emit(p->registry, k->signature, &srcs[i])))
+        k->signature = p->signatures[i].text;
+        k->desc = p->signatures[i].desc;
+        if ((st = kiln_emit(&k->desc, k->signature, &srcs[i])))
             break;
-        k->desc = srcs[i].desc;
         if ((st = kiln_cache_key(p->target.name, options, srcs[i].text, srcs[i].length, k->key)))
             break;
         char hex[KILN_CACHE_KEY_HEX];

@@ -6,6 +6,7 @@
 
 #include "cache/cache.h"
 #include "codegen/emit.h"
+#include "codegen/plan.h"
 
 typedef struct kiln_kernel {
     kiln_kernel_desc desc;

@@ -1,4 +1,4 @@
-/* Signatures become sources. A linear's source comes from its backend's
+/* Descriptors become sources. A linear's source comes from its backend's
  * emit hook; the aux kernels (elementwise ops, rms_norm, activation
  * quantizers) are printed here from one table row per op and per scheme,
  * each naming the template of kernels/common/elementwise.cuh it
@@ -20,202 +20,6 @@
 #include <sys/stat.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack: hashing cannot fail */
 #include <xxhash.h>
-
-/* ------------------------------------------------------------ parsing */
-
-enum { SIG_MAX_TEXT = 512, SIG_MAX_FIELDS = 12 };
-
-/* A signature split into its kind, an optional bare word (the op) and
- * key=value fields, pointing into buf. */
-typedef struct sig_fields {
-    char buf[SIG_MAX_TEXT];
-    const char *kind, *word;
-    const char *key[SIG_MAX_FIELDS], *value[SIG_MAX_FIELDS];
-    int n;
-} sig_fields;
-
-static const char *const linear_keys[] = { "backend", "variant", "format", "scales", "act",
-                                           "n", "k", "epilogue", "out", "target", NULL };
-static const char *const op_keys[] = { "width", "target", NULL };
-static const char *const quant_keys[] = { "act", "k", "target", NULL };
-
-/* The forms, by step kind: the leading word, whether a bare word follows
- * it, and the keys that must each appear once. */
-static const struct {
-    const char *kind;
-    int has_word;
-    const char *const *keys;
-} sig_forms[] = {
-    [KILN_STEP_OP] = { "op", 1, op_keys },
-    [KILN_STEP_LINEAR] = { "linear", 0, linear_keys },
-    [KILN_STEP_QUANT] = { "quant", 0, quant_keys },
-};
-
-static kiln_status malformed(const char *sig, const char *why)
-{
-    return kiln_fail(KILN_ERR_MALFORMED, "kernel signature \"%s\": %s", sig, why);
-}
-
-static const char *sig_get(const sig_fields *f, const char *key)
-{
-    for (int i = 0; i < f->n; i++)
-        if (!strcmp(f->key[i], key))
-            return f->value[i];
-    return NULL;
-}
-
-static kiln_status sig_split(const char *sig, sig_fields *f, kiln_step_kind *kind)
-{
-    if (strlen(sig) >= sizeof f->buf)
-        return malformed(sig, "too long");
-    memcpy(f->buf, sig, strlen(sig) + 1);
-    f->n = 0;
-    f->word = NULL;
-    char *save = NULL;
-    f->kind = strtok_r(f->buf, " ", &save);
-    size_t form = 0;
-    while (form < KILN_ARRAY_LEN(sig_forms) && (!f->kind || strcmp(f->kind, sig_forms[form].kind)))
-        form++;
-    if (form == KILN_ARRAY_LEN(sig_forms))
-        return malformed(sig, "does not start with linear, op or quant");
-    if (sig_forms[form].has_word && !(f->word = strtok_r(NULL, " ", &save)))
-        return malformed(sig, "no op name");
-    for (char *tok; (tok = strtok_r(NULL, " ", &save));) {
-        char *eq = strchr(tok, '=');
-        if (!eq || eq == tok || f->n == SIG_MAX_FIELDS)
-            return malformed(sig, "a field is not key=value");
-        *eq = '\0';
-        int known = 0;
-        for (const char *const *k = sig_forms[form].keys; *k; k++)
-            known |= !strcmp(*k, tok);
-        if (!known || sig_get(f, tok))
-            return malformed(sig, "unknown or repeated field");
-        f->key[f->n] = tok;
-        f->value[f->n++] = eq + 1;
-    }
-    for (const char *const *k = sig_forms[form].keys; *k; k++)
-        if (!sig_get(f, *k))
-            return malformed(sig, "a field is missing");
-    *kind = (kiln_step_kind)form;
-    return KILN_OK;
-}
-
-static kiln_status parse_count(const char *sig, const char *text, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(text, &end, 10);
-    if (errno || end == text || *end || v < 1)
-        return malformed(sig, "a size is not a positive integer");
-    *out = v;
-    return KILN_OK;
-}
-
-static kiln_status parse_act(const char *sig, const char *text, kiln_act *out)
-{
-    for (int a = 0; a < KILN_ACT_COUNT; a++)
-        if (!strcmp(kiln_act_name((kiln_act)a), text)) {
-            *out = (kiln_act)a;
-            return KILN_OK;
-        }
-    return kiln_fail(KILN_ERR_NOT_FOUND, "kernel signature \"%s\": no activation scheme \"%s\"",
-                     sig, text);
-}
-
-/* "none" or names joined by '+', as kiln_epilogue_name writes them. */
-static kiln_status parse_epilogue(const char *sig, const char *text, unsigned *out)
-{
-    unsigned epi = 0;
-    if (!strcmp(text, "none")) {
-        *out = 0;
-        return KILN_OK;
-    }
-    for (const char *p = text;; p++) {
-        size_t len = strcspn(p, "+");
-        unsigned bit = 0;
-        for (unsigned b = 1; b <= KILN_EPI_SILU_MUL; b <<= 1) {
-            char name[32];
-            kiln_epilogue_name(b, name, sizeof name);
-            if (strlen(name) == len && !strncmp(name, p, len))
-                bit = b;
-        }
-        if (!bit || (epi & bit))
-            return malformed(sig, "unknown epilogue");
-        epi |= bit;
-        p += len;
-        if (!*p)
-            break;
-    }
-    *out = epi;
-    return KILN_OK;
-}
-
-static kiln_status parse_linear(const kiln_registry *r, const char *sig, const sig_fields *f,
-                                kiln_kernel_desc *d)
-{
-    kiln_status st;
-    const char *backend = sig_get(f, "backend"), *variant = sig_get(f, "variant");
-    if (!(d->backend = kiln_registry_find(r, backend)))
-        return kiln_fail(KILN_ERR_NOT_FOUND,
-                         "kernel signature \"%s\": backend %s is not registered", sig, backend);
-    if (strlen(variant) >= sizeof d->linear.variant)
-        return malformed(sig, "variant too long");
-    memcpy(d->linear.variant, variant, strlen(variant) + 1);
-    if ((st = kiln_format_from_name(sig_get(f, "format"), &d->linear.cfg.format)))
-        return kiln_fail_prefix(st, "kernel signature \"%s\"", sig);
-    if (strcmp(sig_get(f, "out"), "bf16"))
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "kernel signature \"%s\": output must be bf16", sig);
-    if ((st = parse_act(sig, sig_get(f, "act"), &d->linear.act)) ||
-        (st = parse_count(sig, sig_get(f, "n"), &d->linear.cfg.n)) ||
-        (st = parse_count(sig, sig_get(f, "k"), &d->linear.cfg.k)))
-        return st;
-    return parse_epilogue(sig, sig_get(f, "epilogue"), &d->linear.cfg.epilogue);
-}
-
-kiln_status kiln_kernel_parse(const kiln_registry *r, const char *signature, kiln_kernel_desc *out)
-{
-    if (!r || !signature || !out)
-        return kiln_fail(KILN_ERR_INVALID_ARG,
-                         "kiln_kernel_parse: registry, signature and out are required");
-    sig_fields f;
-    kiln_kernel_desc d = { .op = KILN_OP_COUNT };
-    kiln_status st = sig_split(signature, &f, &d.kind);
-    if (st != KILN_OK)
-        return st;
-    if ((st = kiln_target_from_name(sig_get(&f, "target"), &d.target)))
-        return kiln_fail_prefix(st, "kernel signature \"%s\"", signature);
-    const char *tag = "quant";
-    switch (d.kind) {
-    case KILN_STEP_LINEAR:
-        if ((st = parse_linear(r, signature, &f, &d)) == KILN_OK)
-            tag = d.backend->name;
-        break;
-    case KILN_STEP_OP:
-        for (int op = 0; op < KILN_OP_COUNT; op++)
-            if (!strcmp(kiln_op_name((kiln_op)op), f.word))
-                d.op = (kiln_op)op;
-        if (d.op == KILN_OP_COUNT)
-            return kiln_fail(KILN_ERR_NOT_FOUND, "kernel signature \"%s\": no op \"%s\"",
-                             signature, f.word);
-        st = parse_count(signature, sig_get(&f, "width"), &d.width);
-        tag = f.word;
-        break;
-    case KILN_STEP_QUANT:
-        if ((st = parse_act(signature, sig_get(&f, "act"), &d.act)) == KILN_OK)
-            st = parse_count(signature, sig_get(&f, "k"), &d.width);
-        break;
-    }
-    if (st != KILN_OK)
-        return st;
-    if (snprintf(d.entry, sizeof d.entry, "kiln_%s_%016llx", tag,
-                 (unsigned long long)XXH3_64bits(signature, strlen(signature))) >=
-        (int)sizeof d.entry)
-        return kiln_fail(KILN_ERR_INVALID_ARG,
-                         "kernel signature \"%s\": backend name %s is too long for an entry name",
-                         signature, tag);
-    *out = d;
-    return KILN_OK;
-}
 
 /* ------------------------------------------------------------ emitting */
 
@@ -370,19 +174,16 @@ const char *kiln_emit_templates_digest(void)
     return templates_digest;
 }
 
-kiln_status kiln_emit(const kiln_registry *r, const char *signature, kiln_kernel_source *out)
+kiln_status kiln_emit(const kiln_kernel_desc *d, const char *signature, kiln_kernel_source *out)
 {
-    if (!out)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_emit: out is required");
-    kiln_kernel_desc d;
-    kiln_status st = kiln_kernel_parse(r, signature, &d);
-    if (st != KILN_OK)
-        return st;
+    if (!d || !signature || !out)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_emit: desc, signature and out are required");
+    kiln_status st = KILN_OK;
     char body[BODY_MAX];
-    switch (d.kind) {
-    case KILN_STEP_LINEAR: st = emit_linear(&d, body, sizeof body); break;
-    case KILN_STEP_OP: st = emit_op(&d, body, sizeof body); break;
-    case KILN_STEP_QUANT: st = emit_quant(&d, body, sizeof body); break;
+    switch (d->kind) {
+    case KILN_STEP_LINEAR: st = emit_linear(d, body, sizeof body); break;
+    case KILN_STEP_OP: st = emit_op(d, body, sizeof body); break;
+    case KILN_STEP_QUANT: st = emit_quant(d, body, sizeof body); break;
     }
     if (st != KILN_OK)
         return st;
@@ -396,10 +197,20 @@ kiln_status kiln_emit(const kiln_registry *r, const char *signature, kiln_kernel
     int len = snprintf(NULL, 0, header, signature, templates, body);
     char *text = malloc((size_t)len + 1);
     if (!text)
-        return kiln_fail(KILN_ERR_NOMEM, "%s: source text", d.entry);
+        return kiln_fail(KILN_ERR_NOMEM, "%s: source text", d->entry);
     snprintf(text, (size_t)len + 1, header, signature, templates, body);
-    *out = (kiln_kernel_source){ .desc = d, .text = text, .length = (size_t)len };
+    *out = (kiln_kernel_source){ .desc = *d, .text = text, .length = (size_t)len };
     return KILN_OK;
+}
+
+kiln_status kiln_emit_text(const kiln_registry *r, const char *signature,
+                           kiln_kernel_source *out)
+{
+    if (!out)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_emit_text: out is required");
+    kiln_kernel_desc d;
+    kiln_status st = kiln_sig_parse(r, signature, &d);
+    return st == KILN_OK ? kiln_emit(&d, signature, out) : st;
 }
 
 void kiln_kernel_source_free(kiln_kernel_source *s)

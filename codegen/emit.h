@@ -1,13 +1,13 @@
-/* The source emitter: a kernel signature of the plan becomes a short CUDA
- * source that includes a template of kernels/ and instantiates it with the
- * signature's parameters (DeepGEMM's JIT layout). The templates hold the
+/* The source emitter: a kernel of the plan, as its descriptor
+ * (codegen/sig.h), becomes a short CUDA source that includes a template of
+ * kernels/ and instantiates it with the signature's parameters (DeepGEMM's JIT layout). The templates hold the
  * logic; a generated source is a header comment, an include and an
  * extern "C" __global__ wrapper. Kernel arguments are the structs of
  * kernels/common/kiln_args.h. */
 #ifndef KILN_EMIT_H
 #define KILN_EMIT_H
 
-#include "codegen/plan.h"
+#include "codegen/sig.h"
 
 /* The device templates (every .cuh and .h under kernels/), embedded at build time
  * by cmake/embed.cmake; NVRTC gets every one as an in-memory header named
@@ -22,34 +22,7 @@ typedef struct kiln_embedded_file {
 extern const kiln_embedded_file kiln_embedded_headers[];
 extern const size_t kiln_embedded_headers_count;
 
-enum {
-    KILN_ENTRY_MAX = 64,    /* an entry name, NUL included */
-    KILN_MAX_LAUNCHES = 2,  /* kernels one step launches, in order */
-};
-
-/* A signature, parsed. Its entry name is "kiln_<backend | op | quant>_"
- * followed by 16 hex digits of the XXH3-64 of the signature text: the
- * same signature gives the same name on every machine and run. */
-typedef struct kiln_kernel_desc {
-    kiln_step_kind kind;
-    kiln_target target;
-    char entry[KILN_ENTRY_MAX];
-    const kiln_backend *backend; /* KILN_STEP_LINEAR */
-    kiln_linear_kernel linear;   /* KILN_STEP_LINEAR */
-    kiln_op op;                  /* KILN_STEP_OP */
-    kiln_act act;                /* KILN_STEP_QUANT */
-    int64_t width;               /* KILN_STEP_OP: row width; KILN_STEP_QUANT: k */
-} kiln_kernel_desc;
-
-/* Parse one of the plan's signature forms (codegen/lower.c):
- *   linear backend=B variant=V format=F scales=S act=A n=N k=K epilogue=E out=bf16 target=T
- *   op OP width=W target=T
- *   quant act=A k=K target=T
- * Linear backends are looked up in r. KILN_ERR_MALFORMED for text that is
- * none of these; KILN_ERR_NOT_FOUND for an unknown backend, format,
- * activation scheme, op or target; KILN_ERR_UNSUPPORTED for an output
- * other than bf16. */
-kiln_status kiln_kernel_parse(const kiln_registry *r, const char *signature, kiln_kernel_desc *out);
+enum { KILN_MAX_LAUNCHES = 2 }; /* kernels one step launches, in order */
 
 /* One generated source. */
 typedef struct kiln_kernel_source {
@@ -67,11 +40,18 @@ typedef struct kiln_kernel_source {
  * templates it includes, not only with its own text. */
 const char *kiln_emit_templates_digest(void);
 
-/* Emit the source of signature. Besides kiln_kernel_parse's errors:
+/* Emit the source of kernel d, named after signature (the text d was
+ * printed as or parsed from, which the source's header quotes).
  * KILN_ERR_UNSUPPORTED when the backend has no code hooks or refuses the
  * kernel, or for an op or scheme that has no kernel (bf16 needs none).
  * *out is untouched on failure; release it with kiln_kernel_source_free. */
-kiln_status kiln_emit(const kiln_registry *r, const char *signature, kiln_kernel_source *out);
+kiln_status kiln_emit(const kiln_kernel_desc *d, const char *signature, kiln_kernel_source *out);
+
+/* kiln_emit of signature text from outside the process (a cache record,
+ * the command line, a test), parsed by kiln_sig_parse with r's backends;
+ * its errors besides kiln_emit's. */
+kiln_status kiln_emit_text(const kiln_registry *r, const char *signature,
+                           kiln_kernel_source *out);
 void kiln_kernel_source_free(kiln_kernel_source *s);
 
 /* Write key_hex (32 hex digits) over the placeholder in text, in place.

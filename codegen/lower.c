@@ -72,69 +72,51 @@ int kiln_plan_bucket_for(const kiln_plan *p, int64_t m)
 
 /* --------------------------------------------------------- signatures */
 
-static kiln_status plan_signature(kiln_plan *p, const char *text, int is_linear, int *out)
+/* The plan's kernel d, printed as its signature: an index into the
+ * signatures, a new one unless its text is there already. */
+static kiln_status plan_signature(kiln_plan *p, kiln_kernel_desc *d, int *out)
 {
+    char text[KILN_SIG_MAX];
+    kiln_status st = kiln_sig_print(d, text, sizeof text);
+    if (st != KILN_OK)
+        return st;
     for (int i = 0; i < p->n_signatures; i++)
-        if (!strcmp(p->signatures[i], text)) {
+        if (!strcmp(p->signatures[i].text, text)) {
             *out = i;
             return KILN_OK;
         }
+    if ((st = kiln_sig_name(d, text)))
+        return st;
     if (p->n_signatures == p->cap_signatures) {
         int cap = p->cap_signatures ? 2 * p->cap_signatures : 32;
-        char **s = realloc(p->signatures, (size_t)cap * sizeof *s);
-        if (s)
-            p->signatures = s;
-        int *l = realloc(p->signature_is_linear, (size_t)cap * sizeof *l);
-        if (l)
-            p->signature_is_linear = l;
-        if (!s || !l)
+        kiln_plan_sig *s = realloc(p->signatures, (size_t)cap * sizeof *s);
+        if (!s)
             return kiln_fail(KILN_ERR_NOMEM, "plan: signatures");
+        p->signatures = s;
         p->cap_signatures = cap;
     }
     char *copy = strdup(text);
     if (!copy)
         return kiln_fail(KILN_ERR_NOMEM, "plan: signatures");
-    p->signatures[p->n_signatures] = copy;
-    p->signature_is_linear[p->n_signatures] = is_linear;
+    p->signatures[p->n_signatures] = (kiln_plan_sig){ .text = copy, .desc = *d };
     *out = p->n_signatures++;
     return KILN_OK;
 }
 
-/* The scale granularity as the signature spells it: "f32:128x128". */
-static void scale_text(kiln_format f, char *buf, size_t size)
-{
-    static const char *const types[] = { "none", "f32", "e8m0", "ue4m3" };
-    const kiln_format_info *fi = kiln_format_get(f);
-    if (fi->scale_type == KILN_SCALE_NONE) {
-        snprintf(buf, size, "%s", fi->block > 1 ? "inline" : "none");
-        return;
-    }
-    char rows[12], cols[12];
-    snprintf(rows, sizeof rows, "%d", fi->scale_rows);
-    snprintf(cols, sizeof cols, "%d", fi->scale_cols);
-    snprintf(buf, size, "%s:%sx%s%s", types[fi->scale_type], fi->scale_rows ? rows : "N",
-             fi->scale_cols ? cols : "K", fi->has_global_scale ? "+f32" : "");
-}
-
-/* The canonical text of a linear kernel: everything that determines the
- * compiled code, in a fixed order. M is absent: buckets share a kernel
- * unless the backend's variant depends on them. */
+/* A linear kernel: everything that determines the compiled code. M is
+ * absent: buckets share a kernel unless the backend's variant depends on
+ * them. */
 static kiln_status linear_signature(kiln_plan *p, const kiln_plan_lin *l,
                                     const kiln_plan_choice *c, int64_t bucket, int *out)
 {
-    char variant[64] = "default", scales[64], epi[48], text[512];
-    kiln_linear_cfg cfg = l->cfg;
-    cfg.epilogue = c->epilogue;
+    kiln_kernel_desc d = { .kind = KILN_STEP_LINEAR, .target = p->kernel_target,
+                           .backend = c->backend,
+                           .linear = { .cfg = l->cfg, .act = c->act, .variant = "default" } };
+    d.linear.cfg.epilogue = c->epilogue;
     if (c->backend->variant)
-        c->backend->variant(&p->target, &cfg, bucket, variant, sizeof variant);
-    scale_text(cfg.format, scales, sizeof scales);
-    snprintf(text, sizeof text,
-             "linear backend=%s variant=%s format=%s scales=%s act=%s n=%lld k=%lld "
-             "epilogue=%s out=bf16 target=%s",
-             c->backend->name, variant, kiln_format_get(cfg.format)->name, scales,
-             kiln_act_name(c->act), (long long)cfg.n, (long long)cfg.k,
-             kiln_epilogue_name(c->epilogue, epi, sizeof epi), p->target.name);
-    return plan_signature(p, text, 1, out);
+        c->backend->variant(&p->target, &d.linear.cfg, bucket, d.linear.variant,
+                            sizeof d.linear.variant);
+    return plan_signature(p, &d, out);
 }
 
 /* ------------------------------------------------------------- fusion */
@@ -296,15 +278,13 @@ static kiln_status add_step(builder *b, kiln_step s)
 
 static kiln_status aux_signature(builder *b, kiln_step *s)
 {
-    char text[256];
-    const kiln_value *v = &b->bk->values[s->dst];
+    kiln_kernel_desc d = { .kind = s->kind, .target = b->p->kernel_target,
+                           .width = b->bk->values[s->dst].width };
     if (s->kind == KILN_STEP_QUANT)
-        snprintf(text, sizeof text, "quant act=%s k=%lld target=%s", kiln_act_name(s->act),
-                 (long long)v->width, b->p->target.name);
+        d.act = s->act;
     else
-        snprintf(text, sizeof text, "op %s width=%lld target=%s", kiln_op_name(s->node->op),
-                 (long long)v->width, b->p->target.name);
-    return plan_signature(b->p, text, 0, &s->signature);
+        d.op = s->node->op;
+    return plan_signature(b->p, &d, &s->signature);
 }
 
 /* The value holding x quantized to act, made by one QUANT step shared by
@@ -448,9 +428,8 @@ void kiln_plan_destroy(kiln_plan *p)
     }
     free(p->programs);
     for (int i = 0; i < p->n_signatures; i++)
-        free(p->signatures[i]);
+        free(p->signatures[i].text);
     free(p->signatures);
-    free(p->signature_is_linear);
     for (int i = 0; i < p->n_warnings; i++)
         free(p->warnings[i]);
     free(p->warnings);
@@ -486,6 +465,10 @@ kiln_status kiln_plan_create_with(const kiln_registry *r, kiln_graph *g, const k
     p->graph = g;
     p->target = *t;
     p->registry = r;
+    if ((st = kiln_target_from_name(t->name, &p->kernel_target))) {
+        st = kiln_fail_prefix(st, "plan: kernels for target %s", t->name);
+        goto fail;
+    }
     if ((st = plan_buckets(p, o)))
         goto fail;
     for (int i = 0; i < n; i++)
@@ -576,7 +559,7 @@ int kiln_plan_n_signatures(const kiln_plan *p) { return p->n_signatures; }
 
 const char *kiln_plan_signature(const kiln_plan *p, int i)
 {
-    return i >= 0 && i < p->n_signatures ? p->signatures[i] : NULL;
+    return i >= 0 && i < p->n_signatures ? p->signatures[i].text : NULL;
 }
 
 const char *const *kiln_plan_warnings(const kiln_plan *p)

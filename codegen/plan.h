@@ -2,18 +2,12 @@
 #ifndef KILN_PLAN_H
 #define KILN_PLAN_H
 
-#include "kernels/registry/backend.h"
+#include "codegen/sig.h"
 #include "graph/graph_impl.h"
-
-/* A step of one bucket's program. */
-typedef enum kiln_step_kind {
-    KILN_STEP_OP = 0,  /* an elementwise graph op (add, mul, silu, gelu, rms_norm) */
-    KILN_STEP_LINEAR,  /* a linear with its fused epilogue */
-    KILN_STEP_QUANT,   /* quantize an activation for a linear (inserted) */
-} kiln_step_kind;
 
 enum { KILN_STEP_MAX_SRC = 3 };
 
+/* A step of one bucket's program. */
 typedef struct kiln_step {
     kiln_step_kind kind;
     kiln_tensor *node;   /* the graph node it computes (the last absorbed one if fused) */
@@ -63,6 +57,13 @@ typedef struct kiln_plan_lin {
     kiln_plan_choice *choice; /* [n_buckets] */
 } kiln_plan_lin;
 
+/* A kernel of the plan: its signature's text and the descriptor printed
+ * as it, named after the text. */
+typedef struct kiln_plan_sig {
+    char *text;
+    kiln_kernel_desc desc;
+} kiln_plan_sig;
+
 struct kiln_plan {
     kiln_graph *graph;
     kiln_target target;
@@ -72,8 +73,10 @@ struct kiln_plan {
     kiln_program *programs; /* [n_buckets] */
     kiln_plan_lin *linears;
     int n_linears;
-    char **signatures;
-    int *signature_is_linear;
+    /* Kernels are built for the target as signatures name it, its
+     * architecture's row of the target table (kiln_kernel_desc). */
+    kiln_target kernel_target;
+    kiln_plan_sig *signatures;  /* de-duplicated by text */
     int n_signatures, cap_signatures;
     char **warnings;            /* NULL-terminated */
     int n_warnings;

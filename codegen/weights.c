@@ -1,6 +1,5 @@
 /* The weight memory a plan puts on a device: every weight once in each
  * layout its kernels read (runtime/session.c keeps exactly these copies). */
-#include "codegen/emit.h"
 #include "codegen/plan.h"
 
 /* The layouts weight w is read in: *storage set when some kernel reads
@@ -21,22 +20,20 @@ static kiln_status layouts_of(const kiln_plan *p, const kiln_tensor *w, weight_l
         if (l->node->src[1] != w)
             continue;
         for (int b = 0; b < p->n_buckets; b++) {
-            kiln_kernel_desc d;
-            kiln_status st = kiln_kernel_parse(p->registry, p->signatures[l->choice[b].signature], &d);
-            if (st != KILN_OK)
-                return st;
+            const kiln_kernel_desc *d = &p->signatures[l->choice[b].signature].desc;
             kiln_weight_layout lay = { 0 };
-            if (d.backend->layout && (st = d.backend->layout(&p->target, &d.linear, &lay)))
+            kiln_status st;
+            if (d->backend->layout && (st = d->backend->layout(&p->target, &d->linear, &lay)))
                 return kiln_fail_prefix(st, "weight %s", w->name);
             if (!lay.packed) {
                 out->storage = 1;
                 continue;
             }
             int k = 0;
-            while (k < out->n && out->packer[k] != d.backend)
+            while (k < out->n && out->packer[k] != d->backend)
                 k++;
             if (k == out->n && out->n < KILN_MAX_BACKENDS) {
-                out->packer[k] = d.backend;
+                out->packer[k] = d->backend;
                 if (!kiln_add_size(lay.data_bytes, lay.scale_bytes, &out->bytes[k]))
                     return kiln_fail(KILN_ERR_SHAPE, "weight %s: packed size overflows", w->name);
                 out->n++;

@@ -414,7 +414,8 @@ static long long tc_ring_bytes(kiln_format f, long long max_m, long long row_til
 static void tc_emit_worked(const char *sig, kiln_format f, int warps, int stages, unsigned smem,
                            kiln_kernel_source *src)
 {
-    cr_assert_eq(kiln_emit(kiln_registry_default(), sig, src), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_emit_text(kiln_registry_default(), sig, src), KILN_OK, "%s",
+                 kiln_last_error());
     cr_assert_eq(source_param(src->text, "warps"), warps, "%s", sig);
     if (stages)
         cr_assert_eq(source_param(src->text, "stages"), stages, "%s", sig);
@@ -588,7 +589,8 @@ static void check_decode_plan(kiln_graph *g, const decode_plan *want)
     for (int i = 0; i < kiln_plan_n_signatures(p); i++) {
         const char *sig = kiln_plan_signature(p, i);
         kiln_kernel_source s;
-        cr_assert_eq(kiln_emit(p->registry, sig, &s), KILN_OK, "%s: %s", sig, kiln_last_error());
+        cr_assert_eq(kiln_emit_text(p->registry, sig, &s), KILN_OK, "%s: %s", sig,
+                     kiln_last_error());
         if (s.desc.kind == KILN_STEP_LINEAR && s.desc.backend == gemv) {
             kernels++;
             tc += is_tc(s.desc.linear.variant);
@@ -676,7 +678,8 @@ Test(gemv, emit_instantiates_the_template)
     const char *sig = "linear backend=gemv variant=m1 format=q4_k scales=inline act=bf16 n=4096 "
                       "k=14336 epilogue=bias+residual out=bf16 target=sm_90a";
     kiln_kernel_source s;
-    cr_assert_eq(kiln_emit(kiln_registry_default(), sig, &s), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_emit_text(kiln_registry_default(), sig, &s), KILN_OK, "%s",
+                 kiln_last_error());
     char want[4096];
     snprintf(want, sizeof want, golden, kiln_emit_templates_digest(), s.desc.entry);
     cr_assert_str_eq(s.text, want);
@@ -727,7 +730,8 @@ Test(gemv, emit_instantiates_the_tc_template)
     const char *sig = "linear backend=gemv variant=tc16 format=q6_k scales=inline act=bf16 n=4096 "
                       "k=14336 epilogue=bias+residual out=bf16 target=sm_90a";
     kiln_kernel_source s;
-    cr_assert_eq(kiln_emit(kiln_registry_default(), sig, &s), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_emit_text(kiln_registry_default(), sig, &s), KILN_OK, "%s",
+                 kiln_last_error());
     char want[4096];
     snprintf(want, sizeof want, golden, kiln_emit_templates_digest(), s.desc.entry);
     cr_assert_str_eq(s.text, want);
@@ -811,16 +815,16 @@ Test(gemv, tc_emit_refuses_what_it_does_not_serve)
         }
     /* Through the registry, from a signature. */
     kiln_kernel_source s;
-    cr_assert_eq(kiln_emit(kiln_registry_default(),
-                           "linear backend=gemv variant=tc8 format=f32 scales=none act=bf16 "
-                           "n=4096 k=4096 epilogue=none out=bf16 target=sm_90a",
-                           &s),
+    cr_assert_eq(kiln_emit_text(kiln_registry_default(),
+                                "linear backend=gemv variant=tc8 format=f32 scales=none act=bf16 "
+                                "n=4096 k=4096 epilogue=none out=bf16 target=sm_90a",
+                                &s),
                  KILN_ERR_UNSUPPORTED);
     cr_assert(strstr(kiln_last_error(), "sm_80"), "%s", kiln_last_error());
-    cr_assert_eq(kiln_emit(kiln_registry_default(),
-                           "linear backend=gemv variant=tc16 format=bf16 scales=none act=bf16 "
-                           "n=4096 k=4096 epilogue=none out=bf16 target=sm_75",
-                           &s),
+    cr_assert_eq(kiln_emit_text(kiln_registry_default(),
+                                "linear backend=gemv variant=tc16 format=bf16 scales=none act=bf16 "
+                                "n=4096 k=4096 epilogue=none out=bf16 target=sm_75",
+                                &s),
                  KILN_ERR_UNSUPPORTED);
     cr_assert(strstr(kiln_last_error(), "sm_80"), "%s", kiln_last_error());
 
@@ -1022,8 +1026,8 @@ Test(gemv, launches_cover_every_row)
                     gemv_sig(sig, sizeof sig, variants[v], (kiln_format)f, 0, c.n, c.k,
                              arches[a]);
                     kiln_kernel_source src;
-                    cr_assert_eq(kiln_emit(kiln_registry_default(), sig, &src), KILN_OK, "%s: %s",
-                                 sig, kiln_last_error());
+                    cr_assert_eq(kiln_emit_text(kiln_registry_default(), sig, &src), KILN_OK,
+                                 "%s: %s", sig, kiln_last_error());
                     const long long rows = source_param(src.text, "rows"),
                                     warps = source_param(src.text, "warps"),
                                     split = source_param(src.text, "k_split"),
@@ -1092,8 +1096,8 @@ Test(gemv, tc_launches_cover_every_row)
                     char sig[512];
                     gemv_sig(sig, sizeof sig, name, (kiln_format)f, 0, n, k, arches[a]);
                     kiln_kernel_source src;
-                    cr_assert_eq(kiln_emit(kiln_registry_default(), sig, &src), KILN_OK, "%s: %s",
-                                 sig, kiln_last_error());
+                    cr_assert_eq(kiln_emit_text(kiln_registry_default(), sig, &src), KILN_OK,
+                                 "%s: %s", sig, kiln_last_error());
                     const long long max_m = source_param(src.text, "max_m"),
                                     row_tiles = source_param(src.text, "row_tiles"),
                                     warps = source_param(src.text, "warps"),
@@ -1169,7 +1173,7 @@ Test(gemv, decode_shapes_fill_an_h200)
             char sig[512];
             gemv_sig(sig, sizeof sig, "m1", fs[f], 0, shapes[s][0], shapes[s][1], "h200");
             kiln_kernel_source src;
-            cr_assert_eq(kiln_emit(kiln_registry_default(), sig, &src), KILN_OK, "%s",
+            cr_assert_eq(kiln_emit_text(kiln_registry_default(), sig, &src), KILN_OK, "%s",
                          kiln_last_error());
             kiln_launch l;
             cr_assert_eq(gemv->launch(&t, &src.desc.linear, 1, &l), KILN_OK);
@@ -1183,7 +1187,8 @@ Test(gemv, decode_shapes_fill_an_h200)
     cr_assert_str_eq(variant_of("h200", KILN_FMT_F32, 8192, 1, v, sizeof v), "m1");
     gemv_sig(sig, sizeof sig, "m1", KILN_FMT_F32, 0, 1024, 8192, "h200");
     kiln_kernel_source src;
-    cr_assert_eq(kiln_emit(kiln_registry_default(), sig, &src), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_emit_text(kiln_registry_default(), sig, &src), KILN_OK, "%s",
+                 kiln_last_error());
     cr_assert_eq(source_param(src.text, "k_split"), 2, "%s", src.text);
     kiln_launch l;
     cr_assert_eq(gemv->launch(&t, &src.desc.linear, 1, &l), KILN_OK);
@@ -1201,7 +1206,7 @@ static void h200_tc(kiln_format f, const char *variant, int64_t n, int64_t k, in
     char v[64];
     cr_assert_str_eq(variant_of("h200", f, k, m, v, sizeof v), variant);
     gemv_sig(*sig, sizeof *sig, variant, f, 0, n, k, "h200");
-    cr_assert_eq(kiln_emit(kiln_registry_default(), *sig, src), KILN_OK, "%s",
+    cr_assert_eq(kiln_emit_text(kiln_registry_default(), *sig, src), KILN_OK, "%s",
                  kiln_last_error());
     cr_assert_eq(gemv->launch(&t, &src->desc.linear, m, l), KILN_OK, "%s", *sig);
 }
@@ -1455,8 +1460,8 @@ static void batch_add(batch *b, const char *signature)
         b->sig = realloc(b->sig, (size_t)b->cap * sizeof *b->sig);
         cr_assert(b->src && b->jobs && b->sig);
     }
-    cr_assert_eq(kiln_emit(kiln_registry_default(), signature, &b->src[b->n]), KILN_OK, "%s: %s",
-                 signature, kiln_last_error());
+    cr_assert_eq(kiln_emit_text(kiln_registry_default(), signature, &b->src[b->n]), KILN_OK,
+                 "%s: %s", signature, kiln_last_error());
     cr_assert_not_null(b->sig[b->n] = strdup(signature));
     b->n++;
 }

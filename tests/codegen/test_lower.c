@@ -589,6 +589,33 @@ Test(lower, graph_without_outputs_is_refused)
     kiln_graph_destroy(g);
 }
 
+/* Kernels are named for a target the signature can name: a device newer
+ * than the target table is refused when planned, not when built. */
+Test(lower, a_target_signatures_cannot_name_is_refused)
+{
+    kiln_graph *g = ffn(KILN_FMT_BF16, 1, 256, 512);
+    kiln_target t;
+    cr_assert_eq(kiln_target_from_cc(12, 0, 84, 101376, &t), KILN_OK, "%s", kiln_last_error());
+    kiln_plan *p = NULL;
+    cr_assert_eq(kiln_plan_create_with(&reg, g, &t, NULL, &p), KILN_ERR_NOT_FOUND);
+    cr_assert(strstr(kiln_last_error(), "plan: kernels for target sm_120"), "%s",
+              kiln_last_error());
+    cr_assert_null(p);
+    /* a live device of a known architecture plans for its row of the table */
+    cr_assert_eq(kiln_target_from_cc(9, 0, 132, 200000, &t), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_plan_create_with(&reg, g, &t, NULL, &p), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(p->kernel_target.sm_count, 0);
+    cr_assert_eq(p->kernel_target.smem_optin, target("sm_90a").smem_optin);
+    for (int i = 0; i < kiln_plan_n_signatures(p); i++) {
+        const kiln_target *k = &p->signatures[i].desc.target;
+        cr_assert_str_eq(k->name, "sm_90a");
+        cr_assert_eq(k->sm_count, 0);
+        cr_assert_eq(k->smem_optin, p->kernel_target.smem_optin);
+    }
+    kiln_plan_destroy(p);
+    kiln_graph_destroy(g);
+}
+
 Test(lower, null_arguments_are_named)
 {
     kiln_graph *g = ffn(KILN_FMT_BF16, 1, 256, 512);

@@ -54,7 +54,7 @@ static void batch_add(batch *b, const char *signature)
         cr_assert(b->sig && b->src && b->jobs && b->targets);
     }
     kiln_kernel_source *s = &b->src[b->n];
-    cr_assert_eq(kiln_emit(kiln_registry_default(), signature, s), KILN_OK, "%s",
+    cr_assert_eq(kiln_emit_text(kiln_registry_default(), signature, s), KILN_OK, "%s",
                  kiln_last_error());
     b->targets[b->n] = s->desc.target;
     cr_assert_not_null(b->sig[b->n] = strdup(signature));

@@ -131,7 +131,8 @@ Test(wgmma, source_is_stable)
                               "act=bf16 n=4096 k=14336 epilogue=bias+residual out=bf16 "
                               "target=sm_90a";
     kiln_kernel_source s;
-    cr_assert_eq(kiln_emit(kiln_registry_default(), sig, &s), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_emit_text(kiln_registry_default(), sig, &s), KILN_OK, "%s",
+                 kiln_last_error());
     char golden[2048];
     snprintf(golden, sizeof golden,
              "// kiln kernel, generated from its signature: the logic is in the included "
@@ -175,7 +176,7 @@ Test(wgmma, launches_cover_the_output)
         wgmma_sig(sig, sizeof sig, cases[i].variant, KILN_FMT_Q8_0, "bf16", 200, 4096, 0,
                   "sm_90a");
         kiln_kernel_desc d;
-        cr_assert_eq(kiln_kernel_parse(kiln_registry_default(), sig, &d), KILN_OK, "%s",
+        cr_assert_eq(kiln_sig_parse(kiln_registry_default(), sig, &d), KILN_OK, "%s",
                      kiln_last_error());
         kiln_kernel_launch l[KILN_MAX_LAUNCHES];
         int n = 0;
@@ -200,7 +201,7 @@ Test(wgmma, launch_refuses_impossible_token_counts)
     kiln_kernel_launch l[KILN_MAX_LAUNCHES];
     int n;
     wgmma_sig(sig, sizeof sig, "bm64bn64", KILN_FMT_BF16, "bf16", 64, 64, 0, "sm_90a");
-    cr_assert_eq(kiln_kernel_parse(kiln_registry_default(), sig, &d), KILN_OK);
+    cr_assert_eq(kiln_sig_parse(kiln_registry_default(), sig, &d), KILN_OK);
     cr_assert_eq(kiln_kernel_launches(&d, 64 * 65535, l, &n), KILN_OK, "%s", kiln_last_error());
     cr_assert_eq(kiln_kernel_launches(&d, 64 * 65535 + 1, l, &n), KILN_ERR_SHAPE);
     cr_assert(strstr(kiln_last_error(), "wgmma bm64bn64: cannot launch for M = 4194241"), "%s",
@@ -237,7 +238,7 @@ Test(wgmma, emit_refuses_kernels_it_does_not_build)
               "sm_90a");
     for (size_t i = 0; i < KILN_ARRAY_LEN(sigs); i++) {
         kiln_kernel_source s = { .text = NULL };
-        cr_assert_eq(kiln_emit(kiln_registry_default(), sigs[i], &s), KILN_ERR_UNSUPPORTED,
+        cr_assert_eq(kiln_emit_text(kiln_registry_default(), sigs[i], &s), KILN_ERR_UNSUPPORTED,
                      "%s: %s", sigs[i], kiln_last_error());
         cr_assert(strstr(kiln_last_error(), reasons[i]), "%s: %s", sigs[i], kiln_last_error());
         cr_assert_null(s.text);
@@ -361,8 +362,8 @@ Test(wgmma, default_plan_for_sm_90a_takes_wgmma)
     cr_assert_geq(wgmma, 3 * 5, "three linears in the five buckets past 16 at least");
     for (int i = 0; i < kiln_plan_n_signatures(p); i++) {
         kiln_kernel_source s;
-        cr_assert_eq(kiln_emit(kiln_registry_default(), kiln_plan_signature(p, i), &s), KILN_OK,
-                     "%s: %s", kiln_plan_signature(p, i), kiln_last_error());
+        cr_assert_eq(kiln_emit_text(kiln_registry_default(), kiln_plan_signature(p, i), &s),
+                     KILN_OK, "%s: %s", kiln_plan_signature(p, i), kiln_last_error());
         kiln_kernel_source_free(&s);
     }
     kiln_plan_destroy(p);
@@ -488,7 +489,7 @@ Test(wgmma, every_format_variant_and_epilogue_compiles_for_sm_90a, .timeout = 12
         for (int v = 0; v < NV; v++)
             for (int e = 0; e < NE; e++, n++) {
                 sig_for(sigs[n], sizeof sigs[n], f, v, e);
-                cr_assert_eq(kiln_emit(kiln_registry_default(), sigs[n], &src[n]), KILN_OK,
+                cr_assert_eq(kiln_emit_text(kiln_registry_default(), sigs[n], &src[n]), KILN_OK,
                              "%s: %s", sigs[n], kiln_last_error());
                 jobs[n] = (kiln_compile_job){ .name = sigs[n], .entry = src[n].desc.entry,
                                               .source = src[n].text,
@@ -571,7 +572,7 @@ Test(wgmma, sass_runs_the_main_loop_on_hgmma, .timeout = 300)
         wgmma_sig(sig, sizeof sig, cases[i].variant, cases[i].f, "bf16", 4096, 4096,
                   KILN_EPI_BIAS | KILN_EPI_SILU_MUL, "sm_90a");
         kiln_kernel_source s;
-        cr_assert_eq(kiln_emit(kiln_registry_default(), sig, &s), KILN_OK, "%s",
+        cr_assert_eq(kiln_emit_text(kiln_registry_default(), sig, &s), KILN_OK, "%s",
                      kiln_last_error());
         kiln_compile_job job = { .name = sig, .entry = s.desc.entry, .source = s.text,
                                  .target = &s.desc.target };
