@@ -1,13 +1,17 @@
 /* The source emitter: a kernel of the plan, as its descriptor
  * (codegen/sig.h), becomes a short CUDA source that includes a template of
- * kernels/ and instantiates it with the signature's parameters (DeepGEMM's JIT layout). The templates hold the
- * logic; a generated source is a header comment, an include and an
- * extern "C" __global__ wrapper. Kernel arguments are the structs of
- * kernels/common/kiln_args.h. */
+ * kernels/ and instantiates it with the signature's parameters (DeepGEMM's
+ * JIT layout). The templates hold the logic; a generated source is a header
+ * comment, an include and an extern "C" __global__ wrapper. Kernel
+ * arguments are the structs of kernels/common/kiln_args.h. One file per
+ * concept: emit.c the sources, templates.c the embedded templates' digest,
+ * launch.c the launches of a kernel, keep.c kept sources. */
 #ifndef KILN_EMIT_H
 #define KILN_EMIT_H
 
 #include "codegen/sig.h"
+
+/* ---------------------------------------------------------- templates.c */
 
 /* The device templates (every .cuh and .h under kernels/), embedded at build time
  * by cmake/embed.cmake; NVRTC gets every one as an in-memory header named
@@ -22,7 +26,12 @@ typedef struct kiln_embedded_file {
 extern const kiln_embedded_file kiln_embedded_headers[];
 extern const size_t kiln_embedded_headers_count;
 
-enum { KILN_MAX_LAUNCHES = 2 }; /* kernels one step launches, in order */
+/* 32 hex digits of XXH3-128 over every embedded template. Each generated
+ * source names it in its header, so a kernel's cache key changes with the
+ * templates it includes, not only with its own text. */
+const char *kiln_emit_templates_digest(void);
+
+/* ---------------------------------------------------------------- emit.c */
 
 /* One generated source. */
 typedef struct kiln_kernel_source {
@@ -34,11 +43,6 @@ typedef struct kiln_kernel_source {
 /* The cache-key line of every generated source carries this placeholder
  * until kiln_emit_set_key fills it. A key is XXH3-128 in 32 hex digits. */
 #define KILN_EMIT_KEY_PLACEHOLDER "________________________________"
-
-/* 32 hex digits of XXH3-128 over every embedded template. Each generated
- * source names it in its header, so a kernel's cache key changes with the
- * templates it includes, not only with its own text. */
-const char *kiln_emit_templates_digest(void);
 
 /* Emit the source of kernel d, named after signature (the text d was
  * printed as or parsed from, which the source's header quotes).
@@ -59,6 +63,17 @@ void kiln_kernel_source_free(kiln_kernel_source *s);
  * placeholder left. */
 kiln_status kiln_emit_set_key(char *text, const char *key_hex);
 
+/* An fp8-tensor quantizer's source holds a kernel named its entry followed
+ * by this suffix, which finds the tensor's amax before the entry runs. */
+#define KILN_EMIT_AMAX_SUFFIX "_amax"
+
+/* 1 when the quantizer of scheme a holds a KILN_EMIT_AMAX_SUFFIX kernel. */
+int kiln_emit_quant_has_amax(kiln_act a);
+
+/* -------------------------------------------------------------- launch.c */
+
+enum { KILN_MAX_LAUNCHES = 2 }; /* kernels one step launches, in order */
+
 /* One kernel launch of a step. */
 typedef struct kiln_kernel_launch {
     char entry[KILN_ENTRY_MAX];
@@ -71,6 +86,8 @@ typedef struct kiln_kernel_launch {
  * cannot be launched. */
 kiln_status kiln_kernel_launches(const kiln_kernel_desc *d, int64_t m,
                                  kiln_kernel_launch out[KILN_MAX_LAUNCHES], int *n);
+
+/* ---------------------------------------------------------------- keep.c */
 
 /* Where kernel sources are kept (--keep-source DIR): keep when set, else
  * $KILN_DUMP_SOURCE when set and not empty, else NULL. */
