@@ -259,11 +259,12 @@ kiln_status kiln_cache_file_put(kiln_cache_file *f, MDB_txn *txn, const uint8_t 
 
 kiln_status kiln_cache_default_path(char *buf, size_t size)
 {
-    const char *env = getenv("KILN_CACHE"), *xdg = getenv("XDG_CACHE_HOME"),
-               *home = getenv("HOME");
+    kiln_env env;
+    kiln_env_read(&env);
+    const char *xdg = env.xdg_cache_home, *home = env.home;
     int n;
-    if (env && *env)
-        n = snprintf(buf, size, "%s", env);
+    if (env.cache)
+        n = snprintf(buf, size, "%s", env.cache);
     else if (xdg && xdg[0] == '/')
         n = snprintf(buf, size, "%s/kiln/kernels.kiln", xdg);
     else if (home && home[0] == '/')

@@ -13,8 +13,9 @@ const char *kiln_emit_keep_dir(const char *keep)
 {
     if (keep)
         return keep;
-    const char *env = getenv("KILN_DUMP_SOURCE");
-    return env && *env ? env : NULL;
+    kiln_env env;
+    kiln_env_read(&env);
+    return env.dump_source;
 }
 
 /* A path past PATH_MAX does not fit the 1 KiB error text either: it is

@@ -37,7 +37,7 @@ static kiln_status plan_buckets(kiln_plan *p, const kiln_plan_options *o)
     if (max < 1)
         return kiln_fail(KILN_ERR_INVALID_ARG, "plan: max tokens %lld is not a token count",
                          (long long)max);
-    p->buckets = malloc((size_t)(n_cap + 2) * sizeof *p->buckets);
+    p->buckets = kiln_malloc((size_t)(n_cap + 2) * sizeof *p->buckets);
     if (!p->buckets)
         return kiln_fail(KILN_ERR_NOMEM, "plan: buckets");
     int n = 0;
@@ -89,13 +89,13 @@ static kiln_status plan_signature(kiln_plan *p, kiln_kernel_desc *d, int *out)
         return st;
     if (p->n_signatures == p->cap_signatures) {
         int cap = p->cap_signatures ? 2 * p->cap_signatures : 32;
-        kiln_plan_sig *s = realloc(p->signatures, (size_t)cap * sizeof *s);
+        kiln_plan_sig *s = kiln_realloc(p->signatures, (size_t)cap * sizeof *s);
         if (!s)
             return kiln_fail(KILN_ERR_NOMEM, "plan: signatures");
         p->signatures = s;
         p->cap_signatures = cap;
     }
-    char *copy = strdup(text);
+    char *copy = kiln_strdup(text);
     if (!copy)
         return kiln_fail(KILN_ERR_NOMEM, "plan: signatures");
     p->signatures[p->n_signatures] = (kiln_plan_sig){ .text = copy, .desc = *d };
@@ -169,11 +169,11 @@ static kiln_status plan_warn(kiln_plan *p, const char *text)
     for (int i = 0; i < p->n_warnings; i++)
         if (!strcmp(p->warnings[i], text))
             return KILN_OK;
-    char **w = realloc(p->warnings, (size_t)(p->n_warnings + 2) * sizeof *w);
+    char **w = kiln_realloc(p->warnings, (size_t)(p->n_warnings + 2) * sizeof *w);
     if (!w)
         return kiln_fail(KILN_ERR_NOMEM, "plan: warnings");
     p->warnings = w;
-    if (!(w[p->n_warnings] = strdup(text)))
+    if (!(w[p->n_warnings] = kiln_strdup(text)))
         return kiln_fail(KILN_ERR_NOMEM, "plan: warnings");
     w[++p->n_warnings] = NULL;
     return KILN_OK;
@@ -214,7 +214,7 @@ static kiln_status plan_select(kiln_plan *p, const kiln_plan_options *o, const k
             c->act = c->backend->act ? c->backend->act(&p->target, &l->cfg, p->buckets[b])
                                      : KILN_ACT_BF16;
             c->epilogue = l->cfg.epilogue | (l->candidate & c->backend->epilogues);
-            if (!(c->refused = strdup(ch.refused)))
+            if (!(c->refused = kiln_strdup(ch.refused)))
                 return kiln_fail(KILN_ERR_NOMEM, "plan: refusals");
             if ((st = linear_signature(p, l, c, p->buckets[b], &c->signature)))
                 return st;
@@ -238,7 +238,7 @@ static kiln_status add_value(builder *b, kiln_tensor *t, int64_t width, kiln_act
     kiln_program *bk = b->bk;
     if (bk->n_values == bk->cap_values) {
         int cap = bk->cap_values ? 2 * bk->cap_values : 64;
-        kiln_value *v = realloc(bk->values, (size_t)cap * sizeof *v);
+        kiln_value *v = kiln_realloc(bk->values, (size_t)cap * sizeof *v);
         if (!v)
             return kiln_fail(KILN_ERR_NOMEM, "plan: values");
         bk->values = v;
@@ -261,7 +261,7 @@ static kiln_status add_step(builder *b, kiln_step s)
     kiln_program *bk = b->bk;
     if (bk->n_steps == b->cap_steps) {
         int cap = b->cap_steps ? 2 * b->cap_steps : 64;
-        kiln_step *v = realloc(bk->steps, (size_t)cap * sizeof *v);
+        kiln_step *v = kiln_realloc(bk->steps, (size_t)cap * sizeof *v);
         if (!v)
             return kiln_fail(KILN_ERR_NOMEM, "plan: steps");
         bk->steps = v;
@@ -459,7 +459,7 @@ kiln_status kiln_plan_create_with(const kiln_registry *r, kiln_graph *g, const k
     kiln_status st = kiln_graph_topo(g, &topo, &n);
     if (st != KILN_OK)
         return st;
-    kiln_plan *p = calloc(1, sizeof *p);
+    kiln_plan *p = kiln_calloc(1, sizeof *p);
     if (!p)
         return kiln_fail(KILN_ERR_NOMEM, "plan");
     p->graph = g;
@@ -473,8 +473,8 @@ kiln_status kiln_plan_create_with(const kiln_registry *r, kiln_graph *g, const k
         goto fail;
     for (int i = 0; i < n; i++)
         p->n_linears += topo[i]->op == KILN_OP_LINEAR;
-    p->linears = calloc((size_t)p->n_linears + 1, sizeof *p->linears);
-    p->programs = calloc((size_t)p->n_buckets, sizeof *p->programs);
+    p->linears = kiln_calloc((size_t)p->n_linears + 1, sizeof *p->linears);
+    p->programs = kiln_calloc((size_t)p->n_buckets, sizeof *p->programs);
     if (!p->linears || !p->programs) {
         st = kiln_fail(KILN_ERR_NOMEM, "plan");
         goto fail;
@@ -488,7 +488,7 @@ kiln_status kiln_plan_create_with(const kiln_registry *r, kiln_graph *g, const k
         l->cfg = (kiln_linear_cfg){ .format = lin->src[1]->weight.format,
                                     .n = lin->src[1]->weight.n, .k = lin->src[1]->weight.k,
                                     .epilogue = lin->src[2] ? KILN_EPI_BIAS : 0 };
-        if (!(l->choice = calloc((size_t)p->n_buckets, sizeof *l->choice))) {
+        if (!(l->choice = kiln_calloc((size_t)p->n_buckets, sizeof *l->choice))) {
             st = kiln_fail(KILN_ERR_NOMEM, "plan");
             goto fail;
         }
@@ -498,7 +498,7 @@ kiln_status kiln_plan_create_with(const kiln_registry *r, kiln_graph *g, const k
     if ((st = plan_select(p, o, forced)))
         goto fail;
     builder b = { .p = p };
-    b.value_of = malloc((size_t)g->tensors.n * sizeof *b.value_of);
+    b.value_of = kiln_malloc((size_t)g->tensors.n * sizeof *b.value_of);
     if (!b.value_of) {
         st = kiln_fail(KILN_ERR_NOMEM, "plan");
         goto fail;
@@ -537,7 +537,6 @@ kiln_status kiln_plan_linear_at(const kiln_plan *p, int linear, int bucket, kiln
     if (linear < 0 || linear >= p->n_linears || bucket < 0 || bucket >= p->n_buckets)
         return kiln_fail(KILN_ERR_INVALID_ARG, "plan: linear %d of %d, bucket %d of %d", linear,
                          p->n_linears, bucket, p->n_buckets);
-    static _Thread_local char epi[64];
     const kiln_plan_lin *l = &p->linears[linear];
     const kiln_plan_choice *c = &l->choice[bucket];
     *out = (kiln_plan_linear){
@@ -547,7 +546,7 @@ kiln_status kiln_plan_linear_at(const kiln_plan *p, int linear, int bucket, kiln
         .k = l->cfg.k,
         .backend = c->backend->name,
         .act = kiln_act_name(c->act),
-        .epilogue = kiln_epilogue_name(c->epilogue, epi, sizeof epi),
+        .epilogue = kiln_epilogue_str(c->epilogue),
         .signature = c->signature,
         .refused = c->refused,
         .fell_back = c->fell_back,

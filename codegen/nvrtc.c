@@ -95,12 +95,12 @@ kiln_status kiln_nvrtc_open(kiln_nvrtc **out)
 {
     if (!out)
         return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_nvrtc_open: out is required");
-    kiln_nvrtc *nv = calloc(1, sizeof *nv);
+    kiln_nvrtc *nv = kiln_calloc(1, sizeof *nv);
     if (!nv)
         return kiln_fail(KILN_ERR_NOMEM, "kiln_nvrtc_open");
-    const char *env = getenv("KILN_NVRTC");
-    if (env && !*env)
-        env = NULL;
+    kiln_env e;
+    kiln_env_read(&e);
+    const char *env = e.nvrtc;
     if (!(nv->lib = load_library(env, nv->library, sizeof nv->library))) {
         const char *err = dlerror();
         kiln_nvrtc_close(nv);
@@ -129,8 +129,8 @@ kiln_status kiln_nvrtc_open(kiln_nvrtc **out)
     nv->version(&major, &minor);
     snprintf(nv->version_text, sizeof nv->version_text, "nvrtc %d.%d", major, minor);
     nv->n_headers = (int)kiln_embedded_headers_count;
-    nv->header_text = calloc(kiln_embedded_headers_count, sizeof *nv->header_text);
-    nv->header_name = calloc(kiln_embedded_headers_count, sizeof *nv->header_name);
+    nv->header_text = kiln_calloc(kiln_embedded_headers_count, sizeof *nv->header_text);
+    nv->header_name = kiln_calloc(kiln_embedded_headers_count, sizeof *nv->header_name);
     if (!nv->header_text || !nv->header_name) {
         kiln_nvrtc_close(nv);
         return kiln_fail(KILN_ERR_NOMEM, "kiln_nvrtc_open");
@@ -191,7 +191,7 @@ static kiln_status program_output(kiln_nvrtc *nv, nvrtcProgram prog, nvrtc_size_
 {
     size_t n = 0;
     nvrtcResult r = size_fn(prog, &n);
-    char *buf = r == NVRTC_SUCCESS ? malloc(n ? n : 1) : NULL;
+    char *buf = r == NVRTC_SUCCESS ? kiln_malloc(n ? n : 1) : NULL;
     if (r == NVRTC_SUCCESS && !buf)
         return kiln_fail(KILN_ERR_NOMEM, "NVRTC: %s of %s", what, job->name);
     if (r == NVRTC_SUCCESS && n)
@@ -280,7 +280,7 @@ kiln_status kiln_nvrtc_compile(kiln_nvrtc *nv, kiln_compile_job *job, const char
         free(job->cubin);
         job->cubin = NULL;
         job->cubin_size = 0;
-        job->message = strdup(kiln_last_error());
+        job->message = kiln_strdup(kiln_last_error());
     }
     return st;
 }
@@ -351,7 +351,7 @@ kiln_status kiln_nvrtc_compile_all(kiln_nvrtc *nv, kiln_compile_job *jobs, int n
         threads = n;
     /* The caller is one of the workers; a thread that cannot be started
      * only makes the pool smaller. */
-    pthread_t *tids = threads > 1 ? malloc((size_t)(threads - 1) * sizeof *tids) : NULL;
+    pthread_t *tids = threads > 1 ? kiln_malloc((size_t)(threads - 1) * sizeof *tids) : NULL;
     int started = 0;
     for (int i = 0; tids && i < threads - 1; i++)
         if (pthread_create(&tids[started], NULL, compile_worker, &p) == 0)

@@ -46,4 +46,19 @@ double kiln_now(void);
 /* Number of online CPU cores (at least 1). */
 int kiln_cpu_count(void);
 
+/* kiln's environment, read in this one place. A text is the variable's
+ * value, NULL when it is unset or empty; it stays valid until the process
+ * changes its environment. A flag is 1 when its variable is "1". */
+typedef struct kiln_env {
+    const char *cache;          /* KILN_CACHE: the writable kernel cache */
+    const char *xdg_cache_home; /* XDG_CACHE_HOME, then HOME: where the default cache goes */
+    const char *home;
+    const char *dump_source;    /* KILN_DUMP_SOURCE: keep every generated source here */
+    const char *nvrtc;          /* KILN_NVRTC: the NVRTC library to load */
+    const char *libcuda;        /* KILN_LIBCUDA: the CUDA driver library to load */
+    int offline;                /* KILN_OFFLINE: a kernel missing from every cache is an error */
+    int serial;                 /* KILN_SERIAL: every kernel starts after the one before ends */
+} kiln_env;
+void kiln_env_read(kiln_env *out);
+
 #endif

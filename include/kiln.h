@@ -324,7 +324,9 @@ KILN_API int kiln_plan_n_buckets(const kiln_plan *p);
 KILN_API int64_t kiln_plan_bucket(const kiln_plan *p, int i);
 KILN_API int kiln_plan_bucket_for(const kiln_plan *p, int64_t m);
 
-/* One linear node in one bucket. */
+/* One linear node in one bucket. Its strings belong to the plan (node and
+ * refused) or are static (backend, act, epilogue): valid until
+ * kiln_plan_destroy, whatever is called in between. */
 typedef struct kiln_plan_linear {
     const char *node;       /* the linear's name */
     kiln_format format;
@@ -333,7 +335,7 @@ typedef struct kiln_plan_linear {
     const char *act;        /* activation scheme it consumes: "bf16", "fp8-1x128", ... */
     const char *epilogue;   /* fused epilogue: "none", "bias", "bias+residual", ... */
     int signature;          /* index into the plan's signatures */
-    const char *refused;    /* "wgmma: needs sm_90a; mma: ..." for backends tried first, or "" */
+    const char *refused;    /* "wgmma: needs sm_90a; simt: ..." for backends tried first, or "" */
     int fell_back;          /* --backend was asked for and could not take this node */
 } kiln_plan_linear;
 
@@ -341,7 +343,8 @@ KILN_API int kiln_plan_n_linears(const kiln_plan *p);
 KILN_API kiln_status kiln_plan_linear_at(const kiln_plan *p, int linear, int bucket,
                                          kiln_plan_linear *out);
 
-/* The distinct kernel signatures of the whole plan (all nodes, all buckets). */
+/* The distinct kernel signatures of the whole plan (all nodes, all buckets),
+ * owned by the plan; NULL for an i out of range. */
 KILN_API int kiln_plan_n_signatures(const kiln_plan *p);
 KILN_API const char *kiln_plan_signature(const kiln_plan *p, int i);
 

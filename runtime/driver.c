@@ -39,8 +39,9 @@ typedef CUresult (*get_proc_fn)(const char *, void **, int, cuuint64_t,
 
 static kiln_status load(void)
 {
-    const char *env = getenv("KILN_LIBCUDA");
-    const char *names[] = { env, "libcuda.so.1", "libcuda.so" };
+    kiln_env env;
+    kiln_env_read(&env);
+    const char *names[] = { env.libcuda, "libcuda.so.1", "libcuda.so" };
     void *lib = NULL;
     for (size_t i = 0; i < KILN_ARRAY_LEN(names) && !lib; i++)
         if (names[i] && names[i][0])

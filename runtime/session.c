@@ -93,7 +93,7 @@ static kiln_status weight_host(const kiln_session *s, const dev_weight *w, const
     if (!w->packer)
         return KILN_OK;
     const char *name = w->tensor->name;
-    char *packed = malloc(w->data_bytes + w->scale_bytes + 1);
+    char *packed = kiln_malloc(w->data_bytes + w->scale_bytes + 1);
     if (!packed)
         return kiln_fail(KILN_ERR_NOMEM, "weight %s: %zu bytes to pack it", name,
                          w->data_bytes + w->scale_bytes);
@@ -191,8 +191,8 @@ static kiln_status weight_for(kiln_session *s, const kiln_plan_lin *l, int b, de
 static kiln_status weights_create(kiln_session *s)
 {
     const kiln_plan *p = s->plan;
-    s->weights = calloc((size_t)p->n_linears * (size_t)p->n_buckets + 1, sizeof *s->weights);
-    s->params = calloc((size_t)s->graph->tensors.n + 1, sizeof *s->params);
+    s->weights = kiln_calloc((size_t)p->n_linears * (size_t)p->n_buckets + 1, sizeof *s->weights);
+    s->params = kiln_calloc((size_t)s->graph->tensors.n + 1, sizeof *s->params);
     if (!s->weights || !s->params)
         return kiln_fail(KILN_ERR_NOMEM, "session: weights");
     for (int i = 0; i < p->n_linears; i++) {
@@ -244,7 +244,7 @@ kiln_status kiln_session_set_weight(kiln_session *s, const char *name, const kil
         dev_weight *w;
         const void *data, *scale;
         void *owned;
-    } *h = calloc((size_t)copies, sizeof *h);
+    } *h = kiln_calloc((size_t)copies, sizeof *h);
     if (!h)
         return kiln_fail(KILN_ERR_NOMEM, "set_weight %s: %d copies", name, copies);
     kiln_status st = KILN_OK;
@@ -292,7 +292,7 @@ static kiln_status launches_of(const kiln_session *s, const kiln_kernel *k, int6
 
 static kiln_status kernels_load(kiln_session *s)
 {
-    s->kernels = calloc((size_t)s->build.n + 1, sizeof *s->kernels);
+    s->kernels = kiln_calloc((size_t)s->build.n + 1, sizeof *s->kernels);
     if (!s->kernels)
         return kiln_fail(KILN_ERR_NOMEM, "session: kernels");
     for (int i = 0; i < s->build.n; i++) {
@@ -438,7 +438,7 @@ static kiln_status launch_program(kiln_session *s, int b)
 static kiln_status graphs_create(kiln_session *s)
 {
     int nb = s->plan->n_buckets;
-    s->execs = calloc((size_t)nb, sizeof *s->execs);
+    s->execs = kiln_calloc((size_t)nb, sizeof *s->execs);
     if (!s->execs)
         return kiln_fail(KILN_ERR_NOMEM, "session: graphs");
     for (int b = 0; b < nb; b++) {
@@ -513,8 +513,9 @@ static kiln_status session_init(kiln_session *s, const kiln_session_options *o)
     if (st != KILN_OK)
         return st;
     snprintf(s->stats.target, sizeof s->stats.target, "%s", t.name);
-    const char *serial = getenv("KILN_SERIAL");
-    s->sm_count = (serial && !strcmp(serial, "1")) || s->cu->version < 12030 ? 0 : t.sm_count;
+    kiln_env env;
+    kiln_env_read(&env);
+    s->sm_count = env.serial || s->cu->version < 12030 ? 0 : t.sm_count;
     if (o->target)
         t = *o->target;
     CU(s->cu->DeviceGet(&s->dev, o->device), "cuDeviceGet");
@@ -532,8 +533,7 @@ static kiln_status session_init(kiln_session *s, const kiln_session_options *o)
     kiln_cache_options co = { .shipped = o->shipped, .n_shipped = o->n_shipped,
                               .path = o->cache, .no_writable = o->no_writable,
                               .on_corrupt = on_corrupt };
-    const char *env = getenv("KILN_OFFLINE");
-    kiln_build_options bo = { .offline = o->offline || (env && !strcmp(env, "1")),
+    kiln_build_options bo = { .offline = o->offline || env.offline,
                               .quiet = o->quiet };
     if ((st = kiln_cache_open(&co, &cache)))
         return st;
@@ -575,7 +575,7 @@ static kiln_status session_init(kiln_session *s, const kiln_session_options *o)
     CU(s->cu->StreamSynchronize(s->stream), "weight upload");
     size_t scratch = (size_t)(max_steps + 1) * (1 + KILN_QUANT_AMAX_PARTS) * 4;
     CU(s->cu->MemAlloc(&s->quant_scratch, scratch), "quantization scratch");
-    if (!(s->staging = malloc((staging ? staging : 1) * sizeof *s->staging)))
+    if (!(s->staging = kiln_malloc((staging ? staging : 1) * sizeof *s->staging)))
         return kiln_fail(KILN_ERR_NOMEM, "session: staging");
     s->staging_elems = staging;
     CU(s->cu->CtxSynchronize(), "weight upload");
@@ -599,7 +599,7 @@ kiln_status kiln_session_create(kiln_graph *g, const kiln_session_options *opts,
     kiln_status st = kiln_cu_get(&cu);
     if (st != KILN_OK)
         return st;
-    kiln_session *s = calloc(1, sizeof *s);
+    kiln_session *s = kiln_calloc(1, sizeof *s);
     if (!s)
         return kiln_fail(KILN_ERR_NOMEM, "session");
     s->cu = cu;

@@ -29,17 +29,21 @@ size_t kiln_act_row_bytes(kiln_act a, int64_t k)
     return (size_t)k + scales * (size_t)act_table[a].scale_bytes;
 }
 
+/* Every combination of the KILN_EPI_* bits, by value. */
+static const char *const epilogue_names[] = {
+    "none",     "bias",          "residual",          "bias+residual",
+    "silu_mul", "bias+silu_mul", "residual+silu_mul", "bias+residual+silu_mul",
+};
+_Static_assert(KILN_ARRAY_LEN(epilogue_names) == 2 * KILN_EPI_SILU_MUL, "every combination");
+
+const char *kiln_epilogue_str(unsigned epi)
+{
+    return epi < KILN_ARRAY_LEN(epilogue_names) ? epilogue_names[epi] : "?";
+}
+
 const char *kiln_epilogue_name(unsigned epi, char *buf, size_t size)
 {
-    static const char *const names[] = { "bias", "residual", "silu_mul" };
-    size_t used = 0;
-    buf[0] = '\0';
-    for (unsigned i = 0; i < KILN_ARRAY_LEN(names); i++)
-        if (epi & (1u << i))
-            used += (size_t)snprintf(buf + used, used < size ? size - used : 0, "%s%s",
-                                     used ? "+" : "", names[i]);
-    if (!used)
-        snprintf(buf, size, "none");
+    snprintf(buf, size, "%s", kiln_epilogue_str(epi));
     return buf;
 }
 

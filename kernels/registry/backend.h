@@ -28,8 +28,11 @@ enum {
     KILN_EPI_RESIDUAL = 1 << 1, /* + r[M,N] */
     KILN_EPI_SILU_MUL = 1 << 2, /* · silu(g[M,N]): the up projection of a gated FFN */
 };
-/* "none", "bias", "bias+residual", ... into buf. */
+/* "none", "bias", "bias+residual", ... into buf; kiln_epilogue_str gives
+ * the same text as a string with static storage ("?" for bits that are no
+ * epilogue). */
 const char *kiln_epilogue_name(unsigned epi, char *buf, size_t size);
+const char *kiln_epilogue_str(unsigned epi);
 /* The arguments of kernels/common/epilogue.cuh's kiln::epilogue for epi,
  * as a generated source spells them, each value after a comment naming
  * it: bias, residual, silu_mul. */

@@ -2,6 +2,7 @@
  * backend that claims the format, every format has a list, and every
  * registered backend is in some list. */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "kernels/registry/backend.h"
@@ -37,4 +38,23 @@ Test(registry, find_takes_exact_names_only)
     cr_assert_null(kiln_registry_find(r, "gem"));
     cr_assert_null(kiln_registry_find(r, "mma"));
     cr_assert_null(kiln_registry_find(r, ""));
+}
+
+/* The static epilogue names join the bits' names with '+' in bit order,
+ * and name nothing else. */
+Test(registry, epilogue_names_cover_every_combination)
+{
+    static const char *const bits[] = { "bias", "residual", "silu_mul" };
+    for (unsigned epi = 0; epi < 8; epi++) {
+        char want[64] = "", buf[64];
+        for (unsigned b = 0; b < 3; b++)
+            if (epi & (1u << b))
+                snprintf(want + strlen(want), sizeof want - strlen(want), "%s%s",
+                         want[0] ? "+" : "", bits[b]);
+        if (!want[0])
+            snprintf(want, sizeof want, "none");
+        cr_assert_str_eq(kiln_epilogue_str(epi), want);
+        cr_assert_str_eq(kiln_epilogue_name(epi, buf, sizeof buf), want);
+    }
+    cr_assert_str_eq(kiln_epilogue_str(8), "?");
 }

@@ -1,0 +1,30 @@
+#include "core.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *text(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
+static int flag(const char *name)
+{
+    const char *v = getenv(name);
+    return v && !strcmp(v, "1");
+}
+
+void kiln_env_read(kiln_env *out)
+{
+    *out = (kiln_env){
+        .cache = text("KILN_CACHE"),
+        .xdg_cache_home = text("XDG_CACHE_HOME"),
+        .home = text("HOME"),
+        .dump_source = text("KILN_DUMP_SOURCE"),
+        .nvrtc = text("KILN_NVRTC"),
+        .libcuda = text("KILN_LIBCUDA"),
+        .offline = flag("KILN_OFFLINE"),
+        .serial = flag("KILN_SERIAL"),
+    };
+}
