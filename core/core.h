@@ -28,6 +28,37 @@ kiln_status kiln_fail_prefix(kiln_status status, const char *fmt, ...) KILN_PRIN
 /* Forget the detail message (kiln_last_error() returns ""). */
 void kiln_clear_error(void);
 
+/* Allocation. The library allocates through these and never calls malloc,
+ * calloc, realloc, strdup, strndup or aligned_alloc itself, so that a test
+ * can fail any one allocation (kiln_alloc_set_hook) and prove the error
+ * path behind it. They behave as the C functions they are named after (NULL
+ * and errno ENOMEM on failure; realloc leaves the block alone); what they
+ * return is released with free(). Each call site passes its "file:line",
+ * the name a hook sees. Memory that LMDB, jansson, NVRTC or libc allocate
+ * for themselves does not pass through here. */
+#define KILN_SITE_STR2(x) #x
+#define KILN_SITE_STR(x) KILN_SITE_STR2(x)
+#define KILN_SITE __FILE__ ":" KILN_SITE_STR(__LINE__)
+#define kiln_malloc(size) kiln_malloc_at((size), KILN_SITE)
+#define kiln_calloc(n, size) kiln_calloc_at((n), (size), KILN_SITE)
+#define kiln_realloc(p, size) kiln_realloc_at((p), (size), KILN_SITE)
+#define kiln_strdup(s) kiln_strdup_at((s), KILN_SITE)
+#define kiln_strndup(s, n) kiln_strndup_at((s), (n), KILN_SITE)
+#define kiln_aligned_alloc(align, size) kiln_aligned_alloc_at((align), (size), KILN_SITE)
+void *kiln_malloc_at(size_t size, const char *site);
+void *kiln_calloc_at(size_t n, size_t size, const char *site);
+void *kiln_realloc_at(void *p, size_t size, const char *site);
+char *kiln_strdup_at(const char *s, const char *site);
+char *kiln_strndup_at(const char *s, size_t n, const char *site);
+void *kiln_aligned_alloc_at(size_t align, size_t size, const char *site);
+
+/* For tests: hook(ctx, site) runs before every allocation above, on the
+ * thread that allocates, and a nonzero return fails that allocation. NULL
+ * removes it. Set it while no other thread is inside kiln; the hook itself
+ * must not allocate through kiln. */
+typedef int (*kiln_alloc_hook)(void *ctx, const char *site);
+void kiln_alloc_set_hook(kiln_alloc_hook hook, void *ctx);
+
 /* Overflow-checked size arithmetic: false when the result does not fit. */
 static inline bool kiln_mul_size(size_t a, size_t b, size_t *out)
 {
