@@ -223,6 +223,15 @@ static kiln_status meta_read(lf_file *f, int i, lf_meta *m)
     return KILN_OK;
 }
 
+/* Whether LMDB itself refuses the file before it maps it: page 0 too short
+ * for a meta page, or not one of its version (mdb_env_read_header). */
+static int lmdb_refuses(const lf_file *f)
+{
+    uint8_t h[META_END];
+    return f->size < META_END || lf_read(f, 0, h, sizeof h) || !(le(h + PG_FLAGS, 2) & P_META) ||
+           le(h + META_MAGIC, 4) != MDB_MAGIC || le(h + META_VERSION, 4) != MDB_DATA_VERSION;
+}
+
 /* Whether a meta page's header is anywhere LMDB could have put page 1:
  * page 0's damage then is damage, not a file that never was LMDB's. */
 static int meta_anywhere(const lf_file *f)
@@ -527,7 +536,9 @@ kiln_status kiln_cache_file_check(const char *path, kiln_cache_check *out)
     }
     for (int i = 0; i < NUM_METAS && !st; i++)
         st = meta_read(&f, i, &m[i]);
-    if (st == KILN_ERR_CACHE && !f.psize && !meta_anywhere(&f)) {
+    /* A file with no meta page at all is not a damaged cache: LMDB says
+     * what it is, and it says so before it maps anything. */
+    if (st == KILN_ERR_CACHE && !f.psize && lmdb_refuses(&f) && !meta_anywhere(&f)) {
         out->not_lmdb = 1;
         st = kiln_fail(KILN_ERR_CACHE, "%s: not an LMDB file", path);
     }

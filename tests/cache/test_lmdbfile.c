@@ -99,6 +99,9 @@ typedef struct made {
 
 enum { N_SMALL = 9, N_LARGE = 5, N_MADE = N_SMALL + N_LARGE + 3 };
 
+/* The page size of the files this suite writes (LMDB takes the system's). */
+#define L_PSIZE ((size_t)sysconf(_SC_PAGESIZE))
+
 static void make(made *m, int i, size_t cubin_size)
 {
     kt_rng r = kt_rng_new(5000 + (uint64_t)i);
@@ -761,4 +764,52 @@ Test(lmdbfile, every_commit_of_a_churned_file_passes)
     }
     mdb_env_close(env);
     free(path);
+}
+
+/* Meta pages LMDB accepts (the flag, the magic and the version are right)
+ * but cannot use: each is damage, left out, never handed to LMDB (a page
+ * size of 0 was a division by zero inside mdb_env_open). */
+Test(lmdbfile, a_meta_page_lmdb_would_accept_but_not_survive_is_damage)
+{
+    char *path = path_in("intact.kiln"), *work = path_in("meta.kiln");
+    build(path);
+    size_t size;
+    uint8_t *intact = slurp(path, &size);
+    static const struct {
+        unsigned at, bytes;
+        uint64_t value;
+        const char *says;
+    } edits[] = {
+        { 40, 4, 0, "page size 0" },
+        { 40, 4, 1, "page size 1" },
+        { 40, 4, 0x80000000u, "page size 2147483648" },
+        { 136, 8, UINT64_MAX, "the meta page says pages 0.." },
+        { 46, 2, 40, "is 40 deep" },
+        { 94, 2, 40, "is 40 deep" },
+        { 128, 8, 1, "page 1 (+1) lies outside pages 2.." },
+        { 144, 8, 1u << 20, "txnid" },
+        { 92, 2, 0x04, "database flags" },
+        { 44, 2, 0x01 | 0x08, "database flags" },
+    };
+    for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
+        uint8_t *b = malloc(size);
+        memcpy(b, intact, size);
+        /* On the meta page LMDB uses, whichever of the two that is. */
+        size_t m = kt_le(b + 144, 8) < kt_le(b + L_PSIZE + 144, 8) ? L_PSIZE : 0;
+        for (unsigned j = 0; j < edits[i].bytes; j++)
+            b[m + edits[i].at + j] = (uint8_t)(edits[i].value >> (8 * j));
+        spill(work, b, size);
+        free(b);
+        const char *shipped = work;
+        kiln_cache_options o = { .shipped = &shipped, .n_shipped = 1, .no_writable = 1 };
+        kiln_cache *c;
+        cr_assert_eq(kiln_cache_open(&o, &c), KILN_OK, "%s: %s", edits[i].says, kiln_last_error());
+        const char *damage = kiln_cache_layer_damage(c, 0);
+        cr_assert(damage && strstr(damage, work) && strstr(damage, edits[i].says), "%s: %s",
+                  edits[i].says, damage ? damage : "(passed)");
+        kiln_cache_close(c);
+    }
+    free(intact);
+    free(path);
+    free(work);
 }

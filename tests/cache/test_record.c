@@ -7,6 +7,8 @@
 #include "testutil.h"
 
 #include <criterion/criterion.h>
+#include <lmdb.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -408,4 +410,168 @@ Test(record, the_sm_of_each_elf_abi)
     cr_assert_eq(kiln_cache_cubin_check(c, sizeof c, "sm_80"), KILN_ERR_CACHE);
     cr_assert_eq(kiln_cache_cubin_check(c, sizeof c - 1, "sm_90a"), KILN_ERR_CACHE);
     cr_assert_eq(kiln_cache_cubin_check(c, sizeof c, "sm_90ab"), KILN_ERR_CACHE);
+}
+
+/* ------------------------------------------------- records in a cache */
+
+static char *cache_dir(void)
+{
+    char *d = strdup("/tmp/kiln-record-XXXXXX");
+    cr_assert_not_null(mkdtemp(d));
+    return d;
+}
+
+static void cache_dir_remove(char *d)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
+    cr_assert_eq(system(cmd), 0);
+    free(d);
+}
+
+/* Put raw values into the cache file at path, as another program would. */
+static void raw_put(const char *path, const uint8_t (*keys)[KILN_CACHE_KEY_BYTES], uint8_t **vals,
+                    const size_t *sizes, int n)
+{
+    MDB_env *env;
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    cr_assert_eq(mdb_env_create(&env), 0);
+    cr_assert_eq(mdb_env_open(env, path, MDB_NOSUBDIR, 0644), 0);
+    cr_assert_eq(mdb_txn_begin(env, NULL, 0, &txn), 0);
+    cr_assert_eq(mdb_dbi_open(txn, NULL, 0, &dbi), 0);
+    for (int i = 0; i < n; i++) {
+        MDB_val k = { KILN_CACHE_KEY_BYTES, (void *)keys[i] }, v = { sizes[i], vals[i] };
+        cr_assert_eq(mdb_put(txn, dbi, &k, &v, 0), 0);
+    }
+    cr_assert_eq(mdb_txn_commit(txn), 0);
+    mdb_env_close(env);
+}
+
+typedef struct seen_msgs {
+    int n;
+    char last[1024];
+} seen_msgs;
+
+static void note(void *ctx, const char *message)
+{
+    seen_msgs *s = ctx;
+    s->n++;
+    snprintf(s->last, sizeof s->last, "%s", message);
+}
+
+/* Two kiln versions share one cache: this one's records and another's
+ * (version 1, and a version this kiln does not know) are counted apart,
+ * never served, never called corrupt, kept by gc --corrupt, left out by
+ * merge, never overwritten by a store, and removed by gc --version alone. */
+Test(record, records_of_other_versions_are_left_alone_in_a_cache)
+{
+    char *d = cache_dir(), *path, *dst;
+    cr_assert_gt(asprintf(&path, "%s/k.kiln", d), 0);
+    cr_assert_gt(asprintf(&dst, "%s/dst.kiln", d), 0);
+    kiln_cache_record in = sample();
+    uint8_t keys[3][KILN_CACHE_KEY_BYTES];
+    for (int i = 0; i < 3; i++) {
+        memcpy(keys[i], key, sizeof key);
+        keys[i][15] = (uint8_t)(0xa0 + i);
+    }
+    seen_msgs seen = { 0 };
+    kiln_cache_options o = { .path = path, .on_corrupt = note, .ctx = &seen };
+    kiln_cache *c;
+    cr_assert_eq(kiln_cache_open(&o, &c), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_cache_store(c, keys[0], &in, NULL), KILN_OK, "%s", kiln_last_error());
+    kiln_cache_close(c);
+    uint8_t *vals[2];
+    size_t sizes[2];
+    vals[0] = encode_v1(&in, &sizes[0]);
+    vals[1] = encode(&in, &sizes[1]);
+    put_u32(vals[1] + OFF_VERSION, 7);
+    vals[1][OFF_STRINGS + 4] = 'K'; /* no longer a version 2 record with its field changed */
+    raw_put(path, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])keys + 1, vals, sizes, 2);
+
+    cr_assert_eq(kiln_cache_open(&o, &c), KILN_OK, "%s", kiln_last_error());
+    size_t n, bad;
+    cr_assert_eq(kiln_cache_verify(c, 0, NULL, NULL, &n, &bad), KILN_OK);
+    cr_assert_eq(n, 3);
+    cr_assert_eq(bad, 0);
+    kiln_cache_stats st;
+    cr_assert_eq(kiln_cache_stat(c, 0, &st), KILN_OK);
+    cr_assert_eq(st.entries, 3);
+    cr_assert_eq(st.bad, 0);
+    cr_assert_eq(st.other_versions, 2);
+    kiln_cache_stats_free(&st);
+    kiln_cache_hit h;
+    cr_assert_eq(kiln_cache_lookup(c, keys[1], "sm_90a", &h), KILN_ERR_NOT_FOUND);
+    cr_assert(strstr(seen.last, "a record of version 1"), "%s", seen.last);
+    cr_assert_eq(kiln_cache_corrupt_seen(c), 0);
+    cr_assert_eq(kiln_cache_store(c, keys[2], &in, NULL), KILN_ERR_CACHE);
+    cr_assert(strstr(kiln_last_error(), "holds a record of version 7"), "%s", kiln_last_error());
+    kiln_cache_gc_options g = { .corrupt = 1 };
+    size_t removed;
+    cr_assert_eq(kiln_cache_gc(c, &g, &removed, NULL), KILN_OK);
+    cr_assert_eq(removed, 0);
+
+    kiln_cache_options od = { .path = dst };
+    kiln_cache *t;
+    kiln_cache_merge_result mr;
+    cr_assert_eq(kiln_cache_open(&od, &t), KILN_OK, "%s", kiln_last_error());
+    kiln_cache_close(c);
+    cr_assert_eq(kiln_cache_merge(t, path, NULL, NULL, &mr), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(mr.added, 1);
+    cr_assert_eq(mr.other, 2);
+    cr_assert_eq(mr.bad, 0);
+    kiln_cache_close(t);
+
+    cr_assert_eq(kiln_cache_open(&o, &c), KILN_OK, "%s", kiln_last_error());
+    g = (kiln_cache_gc_options){ .version = 1 };
+    cr_assert_eq(kiln_cache_gc(c, &g, &removed, NULL), KILN_OK);
+    cr_assert_eq(removed, 1);
+    cr_assert_eq(kiln_cache_stat(c, 0, &st), KILN_OK);
+    cr_assert_eq(st.entries, 2);
+    cr_assert_eq(st.other_versions, 1);
+    kiln_cache_stats_free(&st);
+    kiln_cache_close(c);
+    free(vals[0]);
+    free(vals[1]);
+    free(path);
+    free(dst);
+    cache_dir_remove(d);
+}
+
+/* A record of another target under a key asked for one: a miss, reported,
+ * and replaced by the next store; an intact record of the same kernel
+ * stays (another process won the race). */
+Test(record, a_record_of_another_target_is_a_miss_and_is_replaced)
+{
+    char *d = cache_dir(), *path;
+    cr_assert_gt(asprintf(&path, "%s/k.kiln", d), 0);
+    seen_msgs seen = { 0 };
+    kiln_cache_options o = { .path = path, .on_corrupt = note, .ctx = &seen };
+    kiln_cache *c;
+    cr_assert_eq(kiln_cache_open(&o, &c), KILN_OK, "%s", kiln_last_error());
+    kiln_cache_record wrong = sample();
+    static uint8_t cubin80[CUBIN];
+    memcpy(cubin80, cubin, CUBIN);
+    kt_elf_header(cubin80, 80);
+    wrong.target = "sm_80";
+    wrong.cubin = cubin80;
+    kiln_cache_put put;
+    cr_assert_eq(kiln_cache_store(c, key, &wrong, &put), KILN_OK, "%s", kiln_last_error());
+    kiln_cache_hit h;
+    cr_assert_eq(kiln_cache_lookup(c, key, "sm_90a", &h), KILN_ERR_NOT_FOUND);
+    cr_assert(strstr(seen.last, "for sm_80, asked for sm_90a") && strstr(seen.last, path), "%s",
+              seen.last);
+    cr_assert_eq(kiln_cache_corrupt_seen(c), 1);
+    kiln_cache_record right = sample();
+    cr_assert_eq(kiln_cache_store(c, key, &right, &put), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(put, KILN_CACHE_REPLACED);
+    cr_assert_eq(kiln_cache_lookup(c, key, "sm_90a", &h), KILN_OK, "%s", kiln_last_error());
+    cr_assert_str_eq(h.rec.target, "sm_90a");
+    kiln_cache_hit_release(&h);
+    right.compiler = "nvrtc 13.1";
+    cr_assert_eq(kiln_cache_store(c, key, &right, &put), KILN_OK);
+    cr_assert_eq(put, KILN_CACHE_PRESENT);
+    kiln_cache_close(c);
+    free(path);
+    cache_dir_remove(d);
 }

@@ -220,6 +220,7 @@ Test(cache_cli, help_describes_every_subcommand_and_option)
         "ls [FILE]", "stat [FILE]", "verify [FILE]", "export --model", "merge SRC",
         "gc [--compiler", "rm KEYPREFIX | --all", "--wide", "--older-than", "--corrupt",
         "--cache FILE", "--shipped FILE", "--force", "--tokens", "--target", "kiln compile",
+        "--version N", "salvage SRC -o DST",
     };
     static const char *const asks[] = { "cache --help", "cache ls --help", "cache export -h" };
     for (size_t a = 0; a < sizeof asks / sizeof asks[0]; a++) {
@@ -260,6 +261,14 @@ Test(cache_cli, usage_errors)
         { "cache gc --older-than -3", "gc: bad --older-than '-3'" },
         { "cache gc --older-than 5d", "gc: bad --older-than '5d'" },
         { "cache gc --compiler ''", "gc: --compiler needs a version" },
+        { "cache gc --version 0", "gc: bad --version '0'" },
+        { "cache gc --version -1", "gc: bad --version '-1'" },
+        { "cache gc --version 2x", "gc: bad --version '2x'" },
+        { "cache gc --version 4294967296", "gc: bad --version '4294967296'" },
+        { "cache salvage", "salvage: salvage what?" },
+        { "cache salvage a", "salvage: salvage into what? give -o DST" },
+        { "cache salvage a b -o c", "salvage: unexpected argument 'b'" },
+        { "cache salvage a -o c --cache d", "salvage: takes no --cache" },
         { "cache rm", "rm: remove what?" },
         { "cache rm abc --all", "rm: give a KEYPREFIX or --all, not both" },
         { "cache rm xyz", "rm: bad KEYPREFIX 'xyz'" },
@@ -823,4 +832,46 @@ Test(cache_cli, export_from_an_empty_cache_fails)
     kt_cli_free(&r);
     free(s);
     free(c);
+}
+
+/* -------------------------------------------------------- salvage */
+
+/* A truncated cache is damaged: verify says so and exits 1; salvage copies
+ * the records whose bytes survived into a new file that verifies, and
+ * refuses to replace its source or an existing file unasked. */
+Test(cache_cli, salvage_copies_what_a_cut_file_still_holds)
+{
+    char *c = path_in("c.kiln"), *out = path_in("out.kiln");
+    made m[N_LS];
+    make_all(m, N_LS, 1700000000);
+    fill(c, m, 0, N_LS - 1);
+    off_t size = file_size(c);
+    cr_assert_eq(truncate(c, size - 4096), 0);
+    kt_cli r = run("cache verify %s", c);
+    cr_assert_eq(r.status, 1, "%s%s", r.out, r.err);
+    cr_assert(strstr(r.out, c) && strstr(r.out, "damaged"), "%s", r.out);
+    kt_cli_free(&r);
+    r = run("cache salvage %s -o %s", c, out);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    int n = 0;
+    cr_assert_eq(sscanf(r.out, "salvaged %d records of", &n), 1, "%s", r.out);
+    cr_assert_gt(n, 0, "%s", r.out);
+    kt_cli_free(&r);
+    r = run("cache verify %s", out);
+    cr_assert_eq(r.status, 0, "%s%s", r.out, r.err);
+    char want[64];
+    snprintf(want, sizeof want, "%d records, 0 bad\n", n);
+    cr_assert_str_eq(r.out, want);
+    kt_cli_free(&r);
+    r = run("cache salvage %s -o %s", c, out);
+    cr_assert_eq(r.status, 1);
+    cr_assert(strstr(r.err, "exists"), "%s", r.err);
+    kt_cli_free(&r);
+    r = run("cache salvage %s -o %s --force", c, c);
+    cr_assert_eq(r.status, 1);
+    cr_assert(strstr(r.err, "the output is the file itself"), "%s", r.err);
+    kt_cli_free(&r);
+    unmake_all(m, N_LS);
+    free(c);
+    free(out);
 }
