@@ -125,7 +125,7 @@ kiln_status kiln_cache_file_open(kiln_cache_file *f, const char *path, unsigned 
 {
     struct stat st;
     kiln_cache_check chk = { 0 };
-    f->path = strdup(path);
+    f->path = kiln_strdup(path);
     if (!f->path)
         return kiln_fail(KILN_ERR_NOMEM, "%s: path", path);
     if (flags & MDB_RDONLY) {
@@ -281,7 +281,7 @@ kiln_status kiln_cache_default_path(char *buf, size_t size)
 /* mkdir -p of the directories above path; the user's cache is private. */
 static kiln_status make_parents(const char *path)
 {
-    char *dir = strdup(path);
+    char *dir = kiln_strdup(path);
     if (!dir)
         return kiln_fail(KILN_ERR_NOMEM, "%s: path", path);
     kiln_status st = KILN_OK;
@@ -304,7 +304,7 @@ static kiln_status layer_damaged(kiln_cache *c, kiln_cache_file *f, kiln_status 
 {
     if (st != KILN_ERR_CACHE || !strstr(kiln_last_error(), ": damaged: "))
         return st;
-    char *what = strdup(kiln_last_error());
+    char *what = kiln_strdup(kiln_last_error());
     if (!what)
         return kiln_fail(KILN_ERR_NOMEM, "cache open");
     f->damage = what;
@@ -322,9 +322,9 @@ kiln_status kiln_cache_open(const kiln_cache_options *opts, kiln_cache **out)
     kiln_cache_options o = opts ? *opts : (kiln_cache_options){ 0 };
     if (!out || o.n_shipped < 0 || (o.n_shipped && !o.shipped))
         return kiln_fail(KILN_ERR_INVALID_ARG, "cache open: bad options");
-    kiln_cache *c = calloc(1, sizeof *c);
+    kiln_cache *c = kiln_calloc(1, sizeof *c);
     if (c)
-        c->files = calloc((size_t)o.n_shipped + 1, sizeof *c->files);
+        c->files = kiln_calloc((size_t)o.n_shipped + 1, sizeof *c->files);
     if (!c || !c->files) {
         free(c);
         return kiln_fail(KILN_ERR_NOMEM, "cache open");
@@ -420,7 +420,7 @@ static kiln_status file_get(kiln_cache_file *f, const uint8_t *key, void **blob,
     int rc = mdb_get(txn, f->dbi, &k, &v);
     *blob = NULL;
     if (!rc) {
-        *blob = malloc(v.mv_size ? v.mv_size : 1);
+        *blob = kiln_malloc(v.mv_size ? v.mv_size : 1);
         if (*blob) {
             memcpy(*blob, v.mv_data, v.mv_size);
             *size = v.mv_size;

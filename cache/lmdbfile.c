@@ -310,7 +310,7 @@ static kiln_status leaf_value(lf_walk *w, uint64_t pgno, const uint8_t *node, si
     const uint8_t *data = node + NODESIZE + ksize;
     *out = NULL;
     if (!(le(node + NODE_FLAGS, 2) & F_BIGDATA)) {
-        if (w->dbi == FREE_DBI && !(*out = malloc(dsize ? dsize : 1)))
+        if (w->dbi == FREE_DBI && !(*out = kiln_malloc(dsize ? dsize : 1)))
             return kiln_fail(KILN_ERR_NOMEM, "%s: check", w->f->path);
         if (*out)
             memcpy(*out, data, dsize);
@@ -338,7 +338,7 @@ static kiln_status leaf_value(lf_walk *w, uint64_t pgno, const uint8_t *node, si
     w->overflow += pages;
     if (w->dbi != FREE_DBI)
         return KILN_OK;
-    if (!(*out = malloc(dsize ? dsize : 1)))
+    if (!(*out = kiln_malloc(dsize ? dsize : 1)))
         return kiln_fail(KILN_ERR_NOMEM, "%s: check", w->f->path);
     return lf_read(w->f, ov * psize + PAGEHDRSZ, *out, dsize);
 }
@@ -356,7 +356,7 @@ static kiln_status free_record(lf_walk *w, uint64_t pgno, const uint8_t *v, uint
         size_t cap = w->cap_free ? w->cap_free : 256;
         while (cap < w->n_free + n)
             cap *= 2;
-        uint64_t *ids = realloc(w->free_ids, cap * sizeof *ids);
+        uint64_t *ids = kiln_realloc(w->free_ids, cap * sizeof *ids);
         if (!ids)
             return kiln_fail(KILN_ERR_NOMEM, "%s: check", w->f->path);
         w->free_ids = ids;
@@ -562,9 +562,9 @@ kiln_status kiln_cache_file_check(const char *path, kiln_cache_check *out)
         f.pages = f.size / f.psize;
         w.f = &f;
         w.last_pg = use->last_pg;
-        w.seen = calloc((size_t)(use->last_pg / 8 + 1), 1);
-        f.page = malloc((size_t)(CURSOR_STACK + 1) * f.psize);
-        w.nodes = malloc(f.psize / 2 * sizeof *w.nodes);
+        w.seen = kiln_calloc((size_t)(use->last_pg / 8 + 1), 1);
+        f.page = kiln_malloc((size_t)(CURSOR_STACK + 1) * f.psize);
+        w.nodes = kiln_malloc(f.psize / 2 * sizeof *w.nodes);
         if (!w.seen || !f.page || !w.nodes)
             st = kiln_fail(KILN_ERR_NOMEM, "%s: check", path);
         else
@@ -620,7 +620,7 @@ static kiln_status scan_node(lf_file *f, const uint8_t *page, unsigned off, kiln
         at + PAGEHDRSZ > f->size || dsize > f->size - at - PAGEHDRSZ ||
         lf_read(f, at + PAGEHDRSZ, magic, 4) || memcmp(magic, "KLNR", 4))
         return KILN_OK;
-    uint8_t *v = malloc(dsize);
+    uint8_t *v = kiln_malloc(dsize);
     if (!v)
         return kiln_fail(KILN_ERR_NOMEM, "%s: salvage: %" PRIu64 " bytes", f->path, dsize);
     kiln_status st = lf_read(f, at + PAGEHDRSZ, v, dsize);
@@ -641,7 +641,7 @@ kiln_status kiln_cache_file_scan(const char *path, kiln_cache_scan_fn fn, void *
     f.psize = 4096;
     (void)meta_read(&f, 0, &m);
     f.pages = f.size / f.psize;
-    uint8_t *p = malloc(f.psize);
+    uint8_t *p = kiln_malloc(f.psize);
     if (!p) {
         lf_close(&f);
         return kiln_fail(KILN_ERR_NOMEM, "%s: salvage", path);

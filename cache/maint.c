@@ -110,11 +110,11 @@ static kiln_status tally_add(kiln_cache_tally **t, int *n, const char *name, uin
     while (i < *n && strcmp((*t)[i].name, name))
         i++;
     if (i == *n) {
-        kiln_cache_tally *grown = realloc(*t, (size_t)(*n + 1) * sizeof *grown);
+        kiln_cache_tally *grown = kiln_realloc(*t, (size_t)(*n + 1) * sizeof *grown);
         if (!grown)
             return kiln_fail(KILN_ERR_NOMEM, "cache stat");
         *t = grown;
-        grown[i] = (kiln_cache_tally){ .name = strdup(name) };
+        grown[i] = (kiln_cache_tally){ .name = kiln_strdup(name) };
         if (!grown[i].name)
             return kiln_fail(KILN_ERR_NOMEM, "cache stat");
         (*n)++;
@@ -418,7 +418,7 @@ static kiln_status new_file_write(const char *path, int overwrite, size_t map, c
         return kiln_fail(KILN_ERR_IO, "%s exists; %s replaces a file only when asked to", path,
                          what);
     size_t len = strlen(path);
-    char *tmp = malloc(len + sizeof ".XXXXXX");
+    char *tmp = kiln_malloc(len + sizeof ".XXXXXX");
     if (!tmp)
         return kiln_fail(KILN_ERR_NOMEM, "%s to %s", what, path);
     memcpy(tmp, path, len);

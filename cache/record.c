@@ -191,7 +191,7 @@ kiln_status kiln_cache_record_encode(const kiln_cache_record *r,
     if (kiln_cache_cubin_check(r->cubin, r->cubin_size, r->target))
         return kiln_fail_prefix(KILN_ERR_INVALID_ARG, "cache record \"%s\"", r->signature);
     size_t total = header + (size_t)r->cubin_size;
-    uint8_t *p = malloc(total);
+    uint8_t *p = kiln_malloc(total);
     if (!p)
         return kiln_fail(KILN_ERR_NOMEM, "cache record \"%s\": %zu bytes", r->signature, total);
     memcpy(p, "KLNR", 4);

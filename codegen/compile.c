@@ -63,10 +63,10 @@ kiln_status kiln_build_plan(const kiln_plan *p, kiln_cache *c, const kiln_build_
     kiln_status st = KILN_OK;
     kiln_nvrtc_options(&p->target, options, sizeof options);
 
-    b.kernels = calloc((size_t)b.n + 1, sizeof *b.kernels);
-    srcs = calloc((size_t)b.n + 1, sizeof *srcs);
-    jobs = calloc((size_t)b.n + 1, sizeof *jobs);
-    job_of = calloc((size_t)b.n + 1, sizeof *job_of);
+    b.kernels = kiln_calloc((size_t)b.n + 1, sizeof *b.kernels);
+    srcs = kiln_calloc((size_t)b.n + 1, sizeof *srcs);
+    jobs = kiln_calloc((size_t)b.n + 1, sizeof *jobs);
+    job_of = kiln_calloc((size_t)b.n + 1, sizeof *job_of);
     if (!b.kernels || !srcs || !jobs || !job_of) {
         st = kiln_fail(KILN_ERR_NOMEM, "build: %d kernels", b.n);
         goto done;
@@ -95,7 +95,7 @@ kiln_status kiln_build_plan(const kiln_plan *p, kiln_cache *c, const kiln_build_
                 k->cached = 1;
                 k->layer = hit.layer;
                 b.cached++;
-                if (!o->no_cubins && (k->cubin = malloc(hit.rec.cubin_size ? hit.rec.cubin_size
+                if (!o->no_cubins && (k->cubin = kiln_malloc(hit.rec.cubin_size ? hit.rec.cubin_size
                                                                            : 1)))
                     memcpy(k->cubin, hit.rec.cubin, hit.rec.cubin_size);
                 k->cubin_size = hit.rec.cubin_size;

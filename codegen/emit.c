@@ -162,7 +162,7 @@ kiln_status kiln_emit(const kiln_kernel_desc *d, const char *signature, kiln_ker
         "%s";
     const char *templates = kiln_emit_templates_digest();
     int len = snprintf(NULL, 0, header, signature, templates, body);
-    char *text = malloc((size_t)len + 1);
+    char *text = kiln_malloc((size_t)len + 1);
     if (!text)
         return kiln_fail(KILN_ERR_NOMEM, "%s: source text", d->entry);
     snprintf(text, (size_t)len + 1, header, signature, templates, body);

@@ -28,7 +28,7 @@ void *kiln_arena_alloc(struct kiln_arena_chunk **arena, size_t size)
         size_t bytes;
         if (!kiln_add_size(sizeof *c, cap, &bytes))
             return NULL;
-        c = malloc(bytes);
+        c = kiln_malloc(bytes);
         if (!c)
             return NULL;
         c->next = *arena;

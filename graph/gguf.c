@@ -279,7 +279,7 @@ static kiln_status gguf_read_tensor(kiln_gguf_parser *p, size_t alignment, size_
     if (memchr(name, '\0', len))
         return kiln_gguf_fail(p, KILN_ERR_MALFORMED, at, "tensor name contains a NUL byte");
     kiln_gguf_where(p, "tensor", name, len);
-    if (!(t->name = malloc(len + 1)))
+    if (!(t->name = kiln_malloc(len + 1)))
         return kiln_gguf_nomem(p);
     memcpy(t->name, name, len);
     t->name[len] = '\0';
@@ -330,7 +330,7 @@ static kiln_status gguf_read_tensor(kiln_gguf_parser *p, size_t alignment, size_
         if (!kiln_mul_size(bytes, (size_t)t->ne[d], &bytes))
             return kiln_gguf_fail(p, KILN_ERR_MALFORMED, at, "the size in bytes overflows");
     t->bytes = bytes;
-    if (!(t->type_name = strdup(tt->name)))
+    if (!(t->type_name = kiln_strdup(tt->name)))
         return kiln_gguf_nomem(p);
 
     at = p->pos;
@@ -356,7 +356,7 @@ static kiln_status gguf_read_tensor(kiln_gguf_parser *p, size_t alignment, size_
         char why[256];
         gguf_why_unsupported(id, why, sizeof why);
         t->qt.format = KILN_FMT_COUNT;
-        if (!(t->why = strdup(why)))
+        if (!(t->why = kiln_strdup(why)))
             return kiln_gguf_nomem(p);
     }
     p->where[0] = '\0';
@@ -546,7 +546,7 @@ static kiln_status gguf_parse(kiln_gguf_parser *p, kiln_model *m, kiln_gguf_impl
         return st;
     char container[16];
     snprintf(container, sizeof container, "gguf v%u", version);
-    if (!(m->container = strdup(container)))
+    if (!(m->container = kiln_strdup(container)))
         return kiln_gguf_nomem(p);
     if ((st = kiln_gguf_read_kvs(p, impl, n_kv)) != KILN_OK)
         return st;
@@ -558,8 +558,8 @@ static kiln_status gguf_parse(kiln_gguf_parser *p, kiln_model *m, kiln_gguf_impl
     if (n_tensors == 0)
         return KILN_OK;
 
-    m->tensors = calloc((size_t)n_tensors, sizeof *m->tensors);
-    gguf_tensor_rec *recs = calloc((size_t)n_tensors, sizeof *recs);
+    m->tensors = kiln_calloc((size_t)n_tensors, sizeof *m->tensors);
+    gguf_tensor_rec *recs = kiln_calloc((size_t)n_tensors, sizeof *recs);
     if (!m->tensors || !recs) {
         free(recs);
         return kiln_gguf_nomem(p);
@@ -608,9 +608,9 @@ kiln_status kiln_gguf_open(const char *path, kiln_model **out)
 {
     if (!path || !out)
         return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_gguf_open: path and out must not be NULL");
-    kiln_model *m = calloc(1, sizeof *m);
-    kiln_gguf_impl *impl = calloc(1, sizeof *impl);
-    if (!m || !impl || !(m->path = strdup(path))) {
+    kiln_model *m = kiln_calloc(1, sizeof *m);
+    kiln_gguf_impl *impl = kiln_calloc(1, sizeof *impl);
+    if (!m || !impl || !(m->path = kiln_strdup(path))) {
         free(m ? m->path : NULL);
         free(m);
         free(impl);

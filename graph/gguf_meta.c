@@ -176,7 +176,7 @@ static kiln_status gguf_read_array(kiln_gguf_parser *p, int depth, kiln_gguf_val
     }
     if (n == 0)
         return KILN_OK;
-    kiln_gguf_value *items = calloc((size_t)n, sizeof *items);
+    kiln_gguf_value *items = kiln_calloc((size_t)n, sizeof *items);
     if (!items)
         return kiln_gguf_nomem(p);
     out->arr.items = items;
@@ -213,8 +213,8 @@ kiln_status kiln_gguf_read_kvs(kiln_gguf_parser *p, kiln_gguf_impl *impl, uint64
     kiln_status st;
     if (n_kv == 0)
         return KILN_OK;
-    impl->kv = calloc((size_t)n_kv, sizeof *impl->kv);
-    impl->by_key = calloc((size_t)n_kv, sizeof *impl->by_key);
+    impl->kv = kiln_calloc((size_t)n_kv, sizeof *impl->kv);
+    impl->by_key = kiln_calloc((size_t)n_kv, sizeof *impl->by_key);
     if (!impl->kv || !impl->by_key)
         return kiln_gguf_nomem(p);
     for (size_t i = 0; i < n_kv; i++) {
@@ -233,7 +233,7 @@ kiln_status kiln_gguf_read_kvs(kiln_gguf_parser *p, kiln_gguf_impl *impl, uint64
         if (memchr(key, '\0', len))
             return kiln_gguf_fail(p, KILN_ERR_MALFORMED, at, "key contains a NUL byte");
         kiln_gguf_where(p, "key", key, len);
-        if (!(kv->key = malloc(len + 1)))
+        if (!(kv->key = kiln_malloc(len + 1)))
             return kiln_gguf_nomem(p);
         memcpy(kv->key, key, len);
         kv->key[len] = '\0';

@@ -65,7 +65,7 @@ static kiln_status list_reserve(kiln_tensor_list *l, int extra)
                              cap);
         cap *= 2;
     }
-    kiln_tensor **v = realloc(l->v, (size_t)cap * sizeof *v);
+    kiln_tensor **v = kiln_realloc(l->v, (size_t)cap * sizeof *v);
     if (!v)
         return kiln_fail(KILN_ERR_NOMEM, "graph: out of memory growing a tensor list to %d entries",
                          cap);
@@ -106,7 +106,7 @@ static kiln_status name_index_reserve(kiln_graph *g)
                              cap);
         cap *= 2;
     }
-    int *slots = calloc((size_t)cap, sizeof *slots);
+    int *slots = kiln_calloc((size_t)cap, sizeof *slots);
     if (!slots)
         return kiln_fail(KILN_ERR_NOMEM, "graph: out of memory growing the name index to %d slots",
                          cap);
@@ -215,7 +215,7 @@ kiln_status kiln_graph_create(kiln_graph **out)
 {
     if (!out)
         return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_graph_create: out is NULL");
-    kiln_graph *g = calloc(1, sizeof *g);
+    kiln_graph *g = kiln_calloc(1, sizeof *g);
     if (!g)
         return kiln_fail(KILN_ERR_NOMEM, "kiln_graph_create: out of memory");
     *out = g;
@@ -554,8 +554,8 @@ static kiln_status topo_build(kiln_graph *g)
     struct frame {
         kiln_tensor *t;
         int next_src;
-    } *stack = malloc((size_t)nt * sizeof *stack);
-    unsigned char *seen = calloc((size_t)nt, 1);
+    } *stack = kiln_malloc((size_t)nt * sizeof *stack);
+    unsigned char *seen = kiln_calloc((size_t)nt, 1);
     kiln_status st = stack && seen ? list_reserve(&g->topo, nt)
                                    : kiln_fail(KILN_ERR_NOMEM, "graph topo: out of memory");
     if (st == KILN_OK) {

@@ -187,7 +187,7 @@ static kiln_status model_keep(kiln_model *m, void *p)
 {
     if (m->n_owned == m->cap_owned) {
         int cap = m->cap_owned ? 2 * m->cap_owned : 16;
-        void **v = realloc(m->owned, (size_t)cap * sizeof *v);
+        void **v = kiln_realloc(m->owned, (size_t)cap * sizeof *v);
         if (!v)
             return kiln_fail(KILN_ERR_NOMEM, "%s: parameter copies", m->path);
         m->owned = v;
@@ -215,7 +215,7 @@ static kiln_status model_param(kiln_model *m, kiln_graph *g, int role, int l, in
                          (long long)t->ne[0]);
     const float *data = t->qt.data;
     if (t->qt.format != KILN_FMT_F32 || ((uintptr_t)data & 3)) {
-        float *copy = malloc((size_t)expect * sizeof *copy);
+        float *copy = kiln_malloc((size_t)expect * sizeof *copy);
         if (!copy)
             return kiln_fail(KILN_ERR_NOMEM, "%s: tensor %s", m->path, t->name);
         kiln_qtensor q = t->qt;

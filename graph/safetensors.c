@@ -75,7 +75,7 @@ int kiln_st_grow(void **v, int *cap, int need, size_t elem)
     size_t bytes;
     if (!kiln_mul_size((size_t)c, elem, &bytes))
         return 0;
-    void *p = realloc(*v, bytes);
+    void *p = kiln_realloc(*v, bytes);
     if (!p)
         return 0;
     *v = p;
@@ -89,7 +89,7 @@ char *kiln_st_vstrdupf(const char *fmt, va_list ap)
     va_copy(ap2, ap);
     int len = vsnprintf(NULL, 0, fmt, ap2);
     va_end(ap2);
-    char *s = len < 0 ? NULL : malloc((size_t)len + 1);
+    char *s = len < 0 ? NULL : kiln_malloc((size_t)len + 1);
     if (s)
         vsnprintf(s, (size_t)len + 1, fmt, ap);
     return s;
@@ -177,7 +177,7 @@ static kiln_status st_map_file(kiln_st_impl *impl, const char *path, const kiln_
     close(fd);
     if (base == MAP_FAILED)
         return kiln_fail(KILN_ERR_IO, "%s: cannot map: %s", path, strerror(e));
-    char *copy = strdup(path);
+    char *copy = kiln_strdup(path);
     if (!copy ||
         !kiln_st_grow((void **)&impl->maps, &impl->cap_maps, impl->n_maps + 1, sizeof *impl->maps)) {
         free(copy);
@@ -208,7 +208,7 @@ static kiln_status st_load_json(const char *path, int optional, json_t **out, in
         close(fd);
         return kiln_fail(KILN_ERR_MALFORMED, "%s: %zu bytes, more than a JSON file kiln reads", path, size);
     }
-    char *buf = malloc(size ? size : 1);
+    char *buf = kiln_malloc(size ? size : 1);
     if (!buf) {
         close(fd);
         return kiln_st_nomem();
@@ -367,8 +367,8 @@ static kiln_status st_parse_entry(kiln_st_loader *L, const kiln_st_map *map, siz
 
     if (!kiln_st_grow((void **)&L->v, &L->cap, L->n + 1, sizeof *L->v))
         return kiln_st_nomem();
-    s.t.name = strdup(name);
-    s.t.type_name = strdup(dname);
+    s.t.name = kiln_strdup(name);
+    s.t.type_name = kiln_strdup(dname);
     json_t *ix = json_integer(L->n);
     if (!s.t.name || !s.t.type_name || !ix || json_object_set_new(L->names, name, ix)) {
         kiln_st_tensor_free(&s.t);
@@ -606,11 +606,11 @@ static kiln_status st_load_config(kiln_st_loader *L)
 
 static kiln_status st_finish(kiln_st_loader *L, const char *path, kiln_model **out)
 {
-    kiln_model *m = calloc(1, sizeof *m);
-    kiln_model_tensor *t = calloc(L->n ? (size_t)L->n : 1, sizeof *t);
-    char *p = strdup(path);
+    kiln_model *m = kiln_calloc(1, sizeof *m);
+    kiln_model_tensor *t = kiln_calloc(L->n ? (size_t)L->n : 1, sizeof *t);
+    char *p = kiln_strdup(path);
     char *container =
-        L->n_shards > 1 ? kiln_st_strdupf("safetensors (%d shards)", L->n_shards) : strdup("safetensors");
+        L->n_shards > 1 ? kiln_st_strdupf("safetensors (%d shards)", L->n_shards) : kiln_strdup("safetensors");
     if (!m || !t || !p || !container) {
         free(m);
         free(t);
@@ -654,7 +654,7 @@ kiln_status kiln_safetensors_open(const char *path, struct kiln_model **out)
 {
     if (!path || !out)
         return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_safetensors_open: path and out must not be NULL");
-    kiln_st_loader L = { .impl = calloc(1, sizeof(kiln_st_impl)), .names = json_object() };
+    kiln_st_loader L = { .impl = kiln_calloc(1, sizeof(kiln_st_impl)), .names = json_object() };
     char *file = NULL;
     int sharded = 0;
     kiln_status st = KILN_OK;
@@ -668,7 +668,7 @@ kiln_status kiln_safetensors_open(const char *path, struct kiln_model **out)
         goto done;
     }
     if (S_ISDIR(sb.st_mode)) {
-        L.dir = strdup(path);
+        L.dir = kiln_strdup(path);
         file = st_join_path(path, "model.safetensors");
         if (!L.dir || !file) {
             st = kiln_st_nomem();
@@ -689,8 +689,8 @@ kiln_status kiln_safetensors_open(const char *path, struct kiln_model **out)
         }
     } else {
         const char *slash = strrchr(path, '/');
-        L.dir = slash ? strndup(path, (size_t)(slash - path + (slash == path))) : strdup(".");
-        file = strdup(path);
+        L.dir = slash ? kiln_strndup(path, (size_t)(slash - path + (slash == path))) : kiln_strdup(".");
+        file = kiln_strdup(path);
         if (!L.dir || !file) {
             st = kiln_st_nomem();
             goto done;

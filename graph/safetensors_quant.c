@@ -116,7 +116,7 @@ static kiln_status st_aligned(kiln_st_loader *L, const kiln_st_slot *s, size_t a
         return KILN_OK;
     }
     kiln_st_impl *impl = L->impl;
-    void *copy = malloc(s->t.bytes);
+    void *copy = kiln_malloc(s->t.bytes);
     if (!copy ||
         !kiln_st_grow((void **)&impl->owned, &impl->cap_owned, impl->n_owned + 1, sizeof *impl->owned)) {
         free(copy);
@@ -290,8 +290,8 @@ static kiln_status st_join_mxfp4(kiln_st_loader *L, int bi, const char *base, co
     kiln_st_slot x = {
         .dtype = KILN_ST_U8, .rank = e != 1 ? 3 : 2, .data = b->data, .file = b->file, .insert_before = bi
     };
-    x.t.name = strdup(base);
-    x.t.type_name = strdup(b->t.type_name);
+    x.t.name = kiln_strdup(base);
+    x.t.type_name = kiln_strdup(b->t.type_name);
     json_t *ix = json_integer(L->n);
     if (!x.t.name || !x.t.type_name || !ix || json_object_set_new(L->names, base, ix)) {
         kiln_st_tensor_free(&x.t);
@@ -356,14 +356,14 @@ kiln_status kiln_st_join_all(kiln_st_loader *L)
         char *base = NULL;
         if (kiln_st_ends_with(name, ".weight") &&
             (L->v[i].dtype == KILN_ST_F8_E4M3 || L->v[i].dtype == KILN_ST_U8)) {
-            if (!(base = strndup(name, len - strlen(".weight"))))
+            if (!(base = kiln_strndup(name, len - strlen(".weight"))))
                 return kiln_st_nomem();
             st = L->v[i].dtype == KILN_ST_F8_E4M3 ? st_join_fp8(L, i, base) : st_join_nvfp4(L, i, base);
         }
         for (size_t j = 0; j < KILN_ARRAY_LEN(st_mx_suffixes) && !base; j++) {
             if (!kiln_st_ends_with(name, st_mx_suffixes[j].blocks))
                 continue;
-            if (!(base = strndup(name, len - strlen(st_mx_suffixes[j].blocks))))
+            if (!(base = kiln_strndup(name, len - strlen(st_mx_suffixes[j].blocks))))
                 return kiln_st_nomem();
             st = st_join_mxfp4(L, i, base, st_mx_suffixes[j].scales);
         }

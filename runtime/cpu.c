@@ -101,11 +101,11 @@ static void pool_spawn(kiln_cpu_pool *pool, int n_threads)
 {
     if (n_threads <= 1)
         return;
-    pool->workers = calloc((size_t)n_threads - 1, sizeof *pool->workers);
+    pool->workers = kiln_calloc((size_t)n_threads - 1, sizeof *pool->workers);
     if (!pool->workers)
         return;
     for (int i = 1; i < n_threads; i++) {
-        kiln_cpu_worker_arg *arg = malloc(sizeof *arg);
+        kiln_cpu_worker_arg *arg = kiln_malloc(sizeof *arg);
         if (!arg)
             break;
         *arg = (kiln_cpu_worker_arg){ pool, i };
@@ -384,8 +384,8 @@ static kiln_status pack_weight(const kiln_tensor *w, float **out)
         !kiln_mul_size(panel_floats, sizeof(float), &panel_bytes))
         return kiln_fail(KILN_ERR_SHAPE, "kiln_cpu_create: weight \"%s\" [%" PRId64 ", %" PRId64
                          "] is too large to dequantize", w->name, q->n, q->k);
-    float *tmp = malloc(tmp_bytes);
-    float *panels = malloc(panel_bytes);
+    float *tmp = kiln_malloc(tmp_bytes);
+    float *panels = kiln_malloc(panel_bytes);
     kiln_status st;
     if (!tmp || !panels)
         st = kiln_fail(KILN_ERR_NOMEM, "kiln_cpu_create: out of memory dequantizing weight \"%s\" "
@@ -425,9 +425,9 @@ static kiln_status plan_memory(kiln_cpu *cpu)
 {
     int n = cpu->n_nodes;
     size_t rows = (size_t)(n ? n : 1);
-    int *last_use = malloc(rows * sizeof *last_use);
-    int *live = malloc(rows * sizeof *live); /* live node indices, by offset */
-    int *node_at = malloc((size_t)cpu->n_tensors * sizeof *node_at);
+    int *last_use = kiln_malloc(rows * sizeof *last_use);
+    int *live = kiln_malloc(rows * sizeof *live); /* live node indices, by offset */
+    int *node_at = kiln_malloc((size_t)cpu->n_tensors * sizeof *node_at);
     if (!last_use || !live || !node_at) {
         free(last_use);
         free(live);
@@ -508,13 +508,13 @@ static kiln_status cpu_prepare(kiln_cpu *cpu, kiln_graph *g)
     cpu->n_nodes = n;
     cpu->n_inputs = g->inputs.n;
     cpu->n_outputs = g->outputs.n;
-    cpu->nodes = calloc((size_t)(n ? n : 1), sizeof *cpu->nodes);
-    cpu->inputs = calloc((size_t)(cpu->n_inputs ? cpu->n_inputs : 1), sizeof *cpu->inputs);
-    cpu->outputs = calloc((size_t)cpu->n_outputs, sizeof *cpu->outputs);
-    cpu->input_used = calloc((size_t)(cpu->n_inputs ? cpu->n_inputs : 1), sizeof *cpu->input_used);
-    cpu->packed = calloc((size_t)(n ? n : 1), sizeof *cpu->packed);
-    cpu->buf = calloc((size_t)nt, sizeof *cpu->buf);
-    float **packed_of = calloc((size_t)nt, sizeof *packed_of); /* by weight id */
+    cpu->nodes = kiln_calloc((size_t)(n ? n : 1), sizeof *cpu->nodes);
+    cpu->inputs = kiln_calloc((size_t)(cpu->n_inputs ? cpu->n_inputs : 1), sizeof *cpu->inputs);
+    cpu->outputs = kiln_calloc((size_t)cpu->n_outputs, sizeof *cpu->outputs);
+    cpu->input_used = kiln_calloc((size_t)(cpu->n_inputs ? cpu->n_inputs : 1), sizeof *cpu->input_used);
+    cpu->packed = kiln_calloc((size_t)(n ? n : 1), sizeof *cpu->packed);
+    cpu->buf = kiln_calloc((size_t)nt, sizeof *cpu->buf);
+    float **packed_of = kiln_calloc((size_t)nt, sizeof *packed_of); /* by weight id */
     if (!cpu->nodes || !cpu->inputs || !cpu->outputs || !cpu->input_used || !cpu->packed ||
         !cpu->buf || !packed_of) {
         free(packed_of);
@@ -570,7 +570,7 @@ kiln_status kiln_cpu_create(kiln_graph *g, const kiln_cpu_options *opts, kiln_cp
         threads = kiln_cpu_count();
     if (threads > KILN_CPU_MAX_THREADS)
         threads = KILN_CPU_MAX_THREADS;
-    kiln_cpu *cpu = calloc(1, sizeof *cpu);
+    kiln_cpu *cpu = kiln_calloc(1, sizeof *cpu);
     if (!cpu)
         return kiln_fail(KILN_ERR_NOMEM, "kiln_cpu_create: out of memory");
     pool_init(&cpu->pool);
@@ -613,7 +613,7 @@ kiln_status kiln_cpu_run(kiln_cpu *cpu, int64_t m, const float *const *inputs,
     /* per_token is a multiple of the alignment, as aligned_alloc wants. */
     size_t need = (size_t)m * (size_t)cpu->per_token;
     if (need > cpu->scratch_floats) {
-        float *s = aligned_alloc(KILN_CPU_ALIGN_FLOATS * sizeof(float), need * sizeof(float));
+        float *s = kiln_aligned_alloc(KILN_CPU_ALIGN_FLOATS * sizeof(float), need * sizeof(float));
         if (!s)
             return kiln_fail(KILN_ERR_NOMEM,
                              "kiln_cpu_run: out of memory for %zu bytes of activations "
