@@ -127,7 +127,7 @@ kiln_status kiln_cache_file_open(kiln_cache_file *f, const char *path, unsigned 
     kiln_cache_check chk = { 0 };
     f->path = kiln_strdup(path);
     if (!f->path)
-        return kiln_fail(KILN_ERR_NOMEM, "%s: path", path);
+        return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory for the path", path);
     if (flags & MDB_RDONLY) {
         if (stat(path, &st))
             return kiln_fail(KILN_ERR_IO, "%s: %s", path, strerror(errno));
@@ -283,7 +283,7 @@ static kiln_status make_parents(const char *path)
 {
     char *dir = kiln_strdup(path);
     if (!dir)
-        return kiln_fail(KILN_ERR_NOMEM, "%s: path", path);
+        return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory for the path", path);
     kiln_status st = KILN_OK;
     for (char *s = dir + 1; *s && !st; s++) {
         if (*s != '/')
@@ -306,7 +306,7 @@ static kiln_status layer_damaged(kiln_cache *c, kiln_cache_file *f, kiln_status 
         return st;
     char *what = kiln_strdup(kiln_last_error());
     if (!what)
-        return kiln_fail(KILN_ERR_NOMEM, "cache open");
+        return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory for its damage report", f->path);
     f->damage = what;
     c->n_damaged++;
     if (c->on_corrupt) {
@@ -327,7 +327,7 @@ kiln_status kiln_cache_open(const kiln_cache_options *opts, kiln_cache **out)
         c->files = kiln_calloc((size_t)o.n_shipped + 1, sizeof *c->files);
     if (!c || !c->files) {
         free(c);
-        return kiln_fail(KILN_ERR_NOMEM, "cache open");
+        return kiln_fail(KILN_ERR_NOMEM, "cache open: out of memory");
     }
     c->writable = -1;
     c->on_corrupt = o.on_corrupt;
@@ -425,7 +425,8 @@ static kiln_status file_get(kiln_cache_file *f, const uint8_t *key, void **blob,
             memcpy(*blob, v.mv_data, v.mv_size);
             *size = v.mv_size;
         } else {
-            st = kiln_fail(KILN_ERR_NOMEM, "%s: lookup: %zu bytes", f->path, v.mv_size);
+            st = kiln_fail(KILN_ERR_NOMEM, "%s: lookup: out of memory for %zu bytes", f->path,
+                           v.mv_size);
         }
     } else if (rc != MDB_NOTFOUND) {
         st = kiln_cache_mdb_fail(rc, f->path, "lookup");

@@ -23,7 +23,7 @@ kiln_status kiln_cache_key(const char *target, const char *options, const char *
                          "cache key: needs a target, options (may be \"\") and a non-empty source");
     XXH3_state_t *s = XXH3_createState();
     if (!s)
-        return kiln_fail(KILN_ERR_NOMEM, "cache key: hash state");
+        return kiln_fail(KILN_ERR_NOMEM, "cache key: out of memory for the hash state");
     XXH3_128bits_reset(s);
     kiln_cache_key_field(s, KILN_CACHE_SCHEMA, strlen(KILN_CACHE_SCHEMA));
     kiln_cache_key_field(s, target, strlen(target));

@@ -311,7 +311,7 @@ static kiln_status leaf_value(lf_walk *w, uint64_t pgno, const uint8_t *node, si
     *out = NULL;
     if (!(le(node + NODE_FLAGS, 2) & F_BIGDATA)) {
         if (w->dbi == FREE_DBI && !(*out = kiln_malloc(dsize ? dsize : 1)))
-            return kiln_fail(KILN_ERR_NOMEM, "%s: check", w->f->path);
+            return kiln_fail(KILN_ERR_NOMEM, "%s: check: out of memory", w->f->path);
         if (*out)
             memcpy(*out, data, dsize);
         return KILN_OK;
@@ -339,7 +339,7 @@ static kiln_status leaf_value(lf_walk *w, uint64_t pgno, const uint8_t *node, si
     if (w->dbi != FREE_DBI)
         return KILN_OK;
     if (!(*out = kiln_malloc(dsize ? dsize : 1)))
-        return kiln_fail(KILN_ERR_NOMEM, "%s: check", w->f->path);
+        return kiln_fail(KILN_ERR_NOMEM, "%s: check: out of memory", w->f->path);
     return lf_read(w->f, ov * psize + PAGEHDRSZ, *out, dsize);
 }
 
@@ -358,7 +358,7 @@ static kiln_status free_record(lf_walk *w, uint64_t pgno, const uint8_t *v, uint
             cap *= 2;
         uint64_t *ids = kiln_realloc(w->free_ids, cap * sizeof *ids);
         if (!ids)
-            return kiln_fail(KILN_ERR_NOMEM, "%s: check", w->f->path);
+            return kiln_fail(KILN_ERR_NOMEM, "%s: check: out of memory", w->f->path);
         w->free_ids = ids;
         w->cap_free = cap;
     }
@@ -566,7 +566,7 @@ kiln_status kiln_cache_file_check(const char *path, kiln_cache_check *out)
         f.page = kiln_malloc((size_t)(CURSOR_STACK + 1) * f.psize);
         w.nodes = kiln_malloc(f.psize / 2 * sizeof *w.nodes);
         if (!w.seen || !f.page || !w.nodes)
-            st = kiln_fail(KILN_ERR_NOMEM, "%s: check", path);
+            st = kiln_fail(KILN_ERR_NOMEM, "%s: check: out of memory", path);
         else
             w.seen[0] = 3; /* the meta pages */
     }
@@ -622,7 +622,8 @@ static kiln_status scan_node(lf_file *f, const uint8_t *page, unsigned off, kiln
         return KILN_OK;
     uint8_t *v = kiln_malloc(dsize);
     if (!v)
-        return kiln_fail(KILN_ERR_NOMEM, "%s: salvage: %" PRIu64 " bytes", f->path, dsize);
+        return kiln_fail(KILN_ERR_NOMEM, "%s: salvage: out of memory for %" PRIu64 " bytes", f->path,
+                         dsize);
     kiln_status st = lf_read(f, at + PAGEHDRSZ, v, dsize);
     if (!st)
         st = fn(ctx, key, v, (size_t)dsize);
@@ -644,7 +645,7 @@ kiln_status kiln_cache_file_scan(const char *path, kiln_cache_scan_fn fn, void *
     uint8_t *p = kiln_malloc(f.psize);
     if (!p) {
         lf_close(&f);
-        return kiln_fail(KILN_ERR_NOMEM, "%s: salvage", path);
+        return kiln_fail(KILN_ERR_NOMEM, "%s: salvage: out of memory", path);
     }
     for (uint64_t pgno = NUM_METAS; pgno < f.pages && !st; pgno++) {
         if ((st = lf_read(&f, pgno * f.psize, p, f.psize)))

@@ -112,11 +112,11 @@ static kiln_status tally_add(kiln_cache_tally **t, int *n, const char *name, uin
     if (i == *n) {
         kiln_cache_tally *grown = kiln_realloc(*t, (size_t)(*n + 1) * sizeof *grown);
         if (!grown)
-            return kiln_fail(KILN_ERR_NOMEM, "cache stat");
+            return kiln_fail(KILN_ERR_NOMEM, "cache stat: out of memory for the tallies");
         *t = grown;
         grown[i] = (kiln_cache_tally){ .name = kiln_strdup(name) };
         if (!grown[i].name)
-            return kiln_fail(KILN_ERR_NOMEM, "cache stat");
+            return kiln_fail(KILN_ERR_NOMEM, "cache stat: out of memory for the tallies");
         (*n)++;
     }
     (*t)[i].entries++;
@@ -420,7 +420,7 @@ static kiln_status new_file_write(const char *path, int overwrite, size_t map, c
     size_t len = strlen(path);
     char *tmp = kiln_malloc(len + sizeof ".XXXXXX");
     if (!tmp)
-        return kiln_fail(KILN_ERR_NOMEM, "%s to %s", what, path);
+        return kiln_fail(KILN_ERR_NOMEM, "%s to %s: out of memory", what, path);
     memcpy(tmp, path, len);
     memcpy(tmp + len, ".XXXXXX", sizeof ".XXXXXX");
     int fd = mkstemp(tmp);

@@ -193,7 +193,8 @@ kiln_status kiln_cache_record_encode(const kiln_cache_record *r,
     size_t total = header + (size_t)r->cubin_size;
     uint8_t *p = kiln_malloc(total);
     if (!p)
-        return kiln_fail(KILN_ERR_NOMEM, "cache record \"%s\": %zu bytes", r->signature, total);
+        return kiln_fail(KILN_ERR_NOMEM, "cache record \"%s\": out of memory for %zu bytes",
+                         r->signature, total);
     memcpy(p, "KLNR", 4);
     put_le(p + 4, L->version, 4);
     put_le(p + 8, header, 4);

@@ -68,7 +68,7 @@ kiln_status kiln_build_plan(const kiln_plan *p, kiln_cache *c, const kiln_build_
     jobs = kiln_calloc((size_t)b.n + 1, sizeof *jobs);
     job_of = kiln_calloc((size_t)b.n + 1, sizeof *job_of);
     if (!b.kernels || !srcs || !jobs || !job_of) {
-        st = kiln_fail(KILN_ERR_NOMEM, "build: %d kernels", b.n);
+        st = kiln_fail(KILN_ERR_NOMEM, "build: out of memory for %d kernels", b.n);
         goto done;
     }
     /* Key every signature over its source with the key line still a
@@ -101,7 +101,8 @@ kiln_status kiln_build_plan(const kiln_plan *p, kiln_cache *c, const kiln_build_
                 k->cubin_size = hit.rec.cubin_size;
                 kiln_cache_hit_release(&hit);
                 if (!o->no_cubins && !k->cubin)
-                    st = kiln_fail(KILN_ERR_NOMEM, "build: cubin of %s", k->desc.entry);
+                    st = kiln_fail(KILN_ERR_NOMEM, "build: out of memory for the cubin of %s",
+                                   k->desc.entry);
                 continue;
             }
             /* Same key, other kernel: only a hash collision does this; the

@@ -164,7 +164,7 @@ kiln_status kiln_emit(const kiln_kernel_desc *d, const char *signature, kiln_ker
     int len = snprintf(NULL, 0, header, signature, templates, body);
     char *text = kiln_malloc((size_t)len + 1);
     if (!text)
-        return kiln_fail(KILN_ERR_NOMEM, "%s: source text", d->entry);
+        return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory for the source text", d->entry);
     snprintf(text, (size_t)len + 1, header, signature, templates, body);
     *out = (kiln_kernel_source){ .desc = *d, .text = text, .length = (size_t)len };
     return KILN_OK;

@@ -39,7 +39,7 @@ static kiln_status plan_buckets(kiln_plan *p, const kiln_plan_options *o)
                          (long long)max);
     p->buckets = kiln_malloc((size_t)(n_cap + 2) * sizeof *p->buckets);
     if (!p->buckets)
-        return kiln_fail(KILN_ERR_NOMEM, "plan: buckets");
+        return kiln_fail(KILN_ERR_NOMEM, "plan: out of memory for the buckets");
     int n = 0;
     p->buckets[n++] = 1;
     p->buckets[n++] = max;
@@ -91,13 +91,13 @@ static kiln_status plan_signature(kiln_plan *p, kiln_kernel_desc *d, int *out)
         int cap = p->cap_signatures ? 2 * p->cap_signatures : 32;
         kiln_plan_sig *s = kiln_realloc(p->signatures, (size_t)cap * sizeof *s);
         if (!s)
-            return kiln_fail(KILN_ERR_NOMEM, "plan: signatures");
+            return kiln_fail(KILN_ERR_NOMEM, "plan: out of memory for the signatures");
         p->signatures = s;
         p->cap_signatures = cap;
     }
     char *copy = kiln_strdup(text);
     if (!copy)
-        return kiln_fail(KILN_ERR_NOMEM, "plan: signatures");
+        return kiln_fail(KILN_ERR_NOMEM, "plan: out of memory for the signatures");
     p->signatures[p->n_signatures] = (kiln_plan_sig){ .text = copy, .desc = *d };
     *out = p->n_signatures++;
     return KILN_OK;
@@ -171,10 +171,10 @@ static kiln_status plan_warn(kiln_plan *p, const char *text)
             return KILN_OK;
     char **w = kiln_realloc(p->warnings, (size_t)(p->n_warnings + 2) * sizeof *w);
     if (!w)
-        return kiln_fail(KILN_ERR_NOMEM, "plan: warnings");
+        return kiln_fail(KILN_ERR_NOMEM, "plan: out of memory for the warnings");
     p->warnings = w;
     if (!(w[p->n_warnings] = kiln_strdup(text)))
-        return kiln_fail(KILN_ERR_NOMEM, "plan: warnings");
+        return kiln_fail(KILN_ERR_NOMEM, "plan: out of memory for the warnings");
     w[++p->n_warnings] = NULL;
     return KILN_OK;
 }
@@ -215,7 +215,7 @@ static kiln_status plan_select(kiln_plan *p, const kiln_plan_options *o, const k
                                      : KILN_ACT_BF16;
             c->epilogue = l->cfg.epilogue | (l->candidate & c->backend->epilogues);
             if (!(c->refused = kiln_strdup(ch.refused)))
-                return kiln_fail(KILN_ERR_NOMEM, "plan: refusals");
+                return kiln_fail(KILN_ERR_NOMEM, "plan: out of memory for the refusals");
             if ((st = linear_signature(p, l, c, p->buckets[b], &c->signature)))
                 return st;
         }
@@ -240,7 +240,7 @@ static kiln_status add_value(builder *b, kiln_tensor *t, int64_t width, kiln_act
         int cap = bk->cap_values ? 2 * bk->cap_values : 64;
         kiln_value *v = kiln_realloc(bk->values, (size_t)cap * sizeof *v);
         if (!v)
-            return kiln_fail(KILN_ERR_NOMEM, "plan: values");
+            return kiln_fail(KILN_ERR_NOMEM, "plan: out of memory for the values");
         bk->values = v;
         bk->cap_values = cap;
     }
@@ -263,7 +263,7 @@ static kiln_status add_step(builder *b, kiln_step s)
         int cap = b->cap_steps ? 2 * b->cap_steps : 64;
         kiln_step *v = kiln_realloc(bk->steps, (size_t)cap * sizeof *v);
         if (!v)
-            return kiln_fail(KILN_ERR_NOMEM, "plan: steps");
+            return kiln_fail(KILN_ERR_NOMEM, "plan: out of memory for the steps");
         bk->steps = v;
         b->cap_steps = cap;
     }
@@ -461,7 +461,7 @@ kiln_status kiln_plan_create_with(const kiln_registry *r, kiln_graph *g, const k
         return st;
     kiln_plan *p = kiln_calloc(1, sizeof *p);
     if (!p)
-        return kiln_fail(KILN_ERR_NOMEM, "plan");
+        return kiln_fail(KILN_ERR_NOMEM, "plan: out of memory");
     p->graph = g;
     p->target = *t;
     p->registry = r;
@@ -476,7 +476,7 @@ kiln_status kiln_plan_create_with(const kiln_registry *r, kiln_graph *g, const k
     p->linears = kiln_calloc((size_t)p->n_linears + 1, sizeof *p->linears);
     p->programs = kiln_calloc((size_t)p->n_buckets, sizeof *p->programs);
     if (!p->linears || !p->programs) {
-        st = kiln_fail(KILN_ERR_NOMEM, "plan");
+        st = kiln_fail(KILN_ERR_NOMEM, "plan: out of memory");
         goto fail;
     }
     for (int i = 0, j = 0; i < n; i++) {
@@ -489,7 +489,7 @@ kiln_status kiln_plan_create_with(const kiln_registry *r, kiln_graph *g, const k
                                     .n = lin->src[1]->weight.n, .k = lin->src[1]->weight.k,
                                     .epilogue = lin->src[2] ? KILN_EPI_BIAS : 0 };
         if (!(l->choice = kiln_calloc((size_t)p->n_buckets, sizeof *l->choice))) {
-            st = kiln_fail(KILN_ERR_NOMEM, "plan");
+            st = kiln_fail(KILN_ERR_NOMEM, "plan: out of memory");
             goto fail;
         }
     }
@@ -500,7 +500,7 @@ kiln_status kiln_plan_create_with(const kiln_registry *r, kiln_graph *g, const k
     builder b = { .p = p };
     b.value_of = kiln_malloc((size_t)g->tensors.n * sizeof *b.value_of);
     if (!b.value_of) {
-        st = kiln_fail(KILN_ERR_NOMEM, "plan");
+        st = kiln_fail(KILN_ERR_NOMEM, "plan: out of memory");
         goto fail;
     }
     for (int i = 0; i < p->n_buckets && st == KILN_OK; i++) {

@@ -97,7 +97,7 @@ kiln_status kiln_nvrtc_open(kiln_nvrtc **out)
         return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_nvrtc_open: out is required");
     kiln_nvrtc *nv = kiln_calloc(1, sizeof *nv);
     if (!nv)
-        return kiln_fail(KILN_ERR_NOMEM, "kiln_nvrtc_open");
+        return kiln_fail(KILN_ERR_NOMEM, "kiln_nvrtc_open: out of memory");
     kiln_env e;
     kiln_env_read(&e);
     const char *env = e.nvrtc;
@@ -133,7 +133,7 @@ kiln_status kiln_nvrtc_open(kiln_nvrtc **out)
     nv->header_name = kiln_calloc(kiln_embedded_headers_count, sizeof *nv->header_name);
     if (!nv->header_text || !nv->header_name) {
         kiln_nvrtc_close(nv);
-        return kiln_fail(KILN_ERR_NOMEM, "kiln_nvrtc_open");
+        return kiln_fail(KILN_ERR_NOMEM, "kiln_nvrtc_open: out of memory");
     }
     for (size_t i = 0; i < kiln_embedded_headers_count; i++) {
         nv->header_text[i] = kiln_embedded_headers[i].text;
@@ -193,7 +193,7 @@ static kiln_status program_output(kiln_nvrtc *nv, nvrtcProgram prog, nvrtc_size_
     nvrtcResult r = size_fn(prog, &n);
     char *buf = r == NVRTC_SUCCESS ? kiln_malloc(n ? n : 1) : NULL;
     if (r == NVRTC_SUCCESS && !buf)
-        return kiln_fail(KILN_ERR_NOMEM, "NVRTC: %s of %s", what, job->name);
+        return kiln_fail(KILN_ERR_NOMEM, "NVRTC: out of memory for the %s of %s", what, job->name);
     if (r == NVRTC_SUCCESS && n)
         r = get_fn(prog, buf);
     if (r != NVRTC_SUCCESS) {

@@ -189,7 +189,7 @@ static kiln_status model_keep(kiln_model *m, void *p)
         int cap = m->cap_owned ? 2 * m->cap_owned : 16;
         void **v = kiln_realloc(m->owned, (size_t)cap * sizeof *v);
         if (!v)
-            return kiln_fail(KILN_ERR_NOMEM, "%s: parameter copies", m->path);
+            return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory for parameter copies", m->path);
         m->owned = v;
         m->cap_owned = cap;
     }
@@ -217,7 +217,8 @@ static kiln_status model_param(kiln_model *m, kiln_graph *g, int role, int l, in
     if (t->qt.format != KILN_FMT_F32 || ((uintptr_t)data & 3)) {
         float *copy = kiln_malloc((size_t)expect * sizeof *copy);
         if (!copy)
-            return kiln_fail(KILN_ERR_NOMEM, "%s: tensor %s", m->path, t->name);
+            return kiln_fail(KILN_ERR_NOMEM, "%s: tensor %s: out of memory for its f32 copy", m->path,
+                             t->name);
         kiln_qtensor q = t->qt;
         q.n = 1;
         q.k = expect;

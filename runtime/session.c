@@ -95,7 +95,7 @@ static kiln_status weight_host(const kiln_session *s, const dev_weight *w, const
     const char *name = w->tensor->name;
     char *packed = kiln_malloc(w->data_bytes + w->scale_bytes + 1);
     if (!packed)
-        return kiln_fail(KILN_ERR_NOMEM, "weight %s: %zu bytes to pack it", name,
+        return kiln_fail(KILN_ERR_NOMEM, "weight %s: out of memory for %zu bytes to pack it", name,
                          w->data_bytes + w->scale_bytes);
     kiln_status st = w->packer->pack(&s->plan->target, q, packed, packed + w->data_bytes);
     if (st != KILN_OK) {
@@ -194,7 +194,7 @@ static kiln_status weights_create(kiln_session *s)
     s->weights = kiln_calloc((size_t)p->n_linears * (size_t)p->n_buckets + 1, sizeof *s->weights);
     s->params = kiln_calloc((size_t)s->graph->tensors.n + 1, sizeof *s->params);
     if (!s->weights || !s->params)
-        return kiln_fail(KILN_ERR_NOMEM, "session: weights");
+        return kiln_fail(KILN_ERR_NOMEM, "session: out of memory for the weights");
     for (int i = 0; i < p->n_linears; i++) {
         for (int b = 0; b < p->n_buckets; b++) {
             dev_weight *w;
@@ -246,7 +246,7 @@ kiln_status kiln_session_set_weight(kiln_session *s, const char *name, const kil
         void *owned;
     } *h = kiln_calloc((size_t)copies, sizeof *h);
     if (!h)
-        return kiln_fail(KILN_ERR_NOMEM, "set_weight %s: %d copies", name, copies);
+        return kiln_fail(KILN_ERR_NOMEM, "set_weight %s: out of memory for %d copies", name, copies);
     kiln_status st = KILN_OK;
     int n = 0;
     for (int i = 0; i < s->n_weights && st == KILN_OK; i++)
@@ -294,7 +294,7 @@ static kiln_status kernels_load(kiln_session *s)
 {
     s->kernels = kiln_calloc((size_t)s->build.n + 1, sizeof *s->kernels);
     if (!s->kernels)
-        return kiln_fail(KILN_ERR_NOMEM, "session: kernels");
+        return kiln_fail(KILN_ERR_NOMEM, "session: out of memory for the kernels");
     for (int i = 0; i < s->build.n; i++) {
         const kiln_kernel *k = &s->build.kernels[i];
         dev_kernel *d = &s->kernels[i];
@@ -440,7 +440,7 @@ static kiln_status graphs_create(kiln_session *s)
     int nb = s->plan->n_buckets;
     s->execs = kiln_calloc((size_t)nb, sizeof *s->execs);
     if (!s->execs)
-        return kiln_fail(KILN_ERR_NOMEM, "session: graphs");
+        return kiln_fail(KILN_ERR_NOMEM, "session: out of memory for the graphs");
     for (int b = 0; b < nb; b++) {
         CUgraph graph;
         CU(s->cu->StreamBeginCapture(s->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
@@ -576,7 +576,7 @@ static kiln_status session_init(kiln_session *s, const kiln_session_options *o)
     size_t scratch = (size_t)(max_steps + 1) * (1 + KILN_QUANT_AMAX_PARTS) * 4;
     CU(s->cu->MemAlloc(&s->quant_scratch, scratch), "quantization scratch");
     if (!(s->staging = kiln_malloc((staging ? staging : 1) * sizeof *s->staging)))
-        return kiln_fail(KILN_ERR_NOMEM, "session: staging");
+        return kiln_fail(KILN_ERR_NOMEM, "session: out of memory for the staging buffer");
     s->staging_elems = staging;
     CU(s->cu->CtxSynchronize(), "weight upload");
     s->stats.weights_s = kiln_now() - t0;
@@ -601,7 +601,7 @@ kiln_status kiln_session_create(kiln_graph *g, const kiln_session_options *opts,
         return st;
     kiln_session *s = kiln_calloc(1, sizeof *s);
     if (!s)
-        return kiln_fail(KILN_ERR_NOMEM, "session");
+        return kiln_fail(KILN_ERR_NOMEM, "session: out of memory");
     s->cu = cu;
     s->graph = g;
     s->eager = o->eager;
