@@ -10,7 +10,7 @@ void kiln_build_free(kiln_build *b)
 {
     if (!b)
         return;
-    for (int i = 0; i < b->n; i++)
+    for (int i = 0; b->kernels && i < b->n; i++)
         free(b->kernels[i].cubin);
     free(b->kernels);
     memset(b, 0, sizeof *b);

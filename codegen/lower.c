@@ -416,7 +416,7 @@ void kiln_plan_destroy(kiln_plan *p)
 {
     if (!p)
         return;
-    for (int i = 0; i < p->n_linears; i++) {
+    for (int i = 0; p->linears && i < p->n_linears; i++) {
         for (int b = 0; p->linears[i].choice && b < p->n_buckets; b++)
             free(p->linears[i].choice[b].refused);
         free(p->linears[i].choice);

@@ -369,7 +369,8 @@ static kiln_status st_parse_entry(kiln_st_loader *L, const kiln_st_map *map, siz
         return kiln_st_nomem();
     s.t.name = kiln_strdup(name);
     s.t.type_name = kiln_strdup(dname);
-    json_t *ix = json_integer(L->n);
+    /* json_object_set_new takes ix, even when it fails; nothing else does. */
+    json_t *ix = s.t.name && s.t.type_name ? json_integer(L->n) : NULL;
     if (!s.t.name || !s.t.type_name || !ix || json_object_set_new(L->names, name, ix)) {
         kiln_st_tensor_free(&s.t);
         return kiln_st_nomem();

@@ -96,12 +96,16 @@ kiln_status kiln_st_parse_quant(kiln_st_loader *L, const char *file, const json_
 
 /* ------------------------------------------------- quantization conventions */
 
-static int st_find(const kiln_st_loader *L, const char *base, const char *suffix)
+/* *i is the slot of tensor base + suffix, or -1 when there is none. */
+static kiln_status st_find(const kiln_st_loader *L, const char *base, const char *suffix, int *i)
 {
     char *name = kiln_st_strdupf("%s%s", base, suffix);
-    const json_t *at = name ? json_object_get(L->names, name) : NULL;
+    if (!name)
+        return kiln_st_nomem();
+    const json_t *at = json_object_get(L->names, name);
     free(name);
-    return at ? (int)json_integer_value(at) : -1;
+    *i = at ? (int)json_integer_value(at) : -1;
+    return KILN_OK;
 }
 
 static int st_is_scalar(const kiln_st_slot *s) { return s->rank <= 1 && st_numel(s) == 1; }
@@ -179,7 +183,12 @@ static kiln_status st_shape_error(const kiln_st_slot *w, const kiln_st_slot *s, 
  * weight_scale_inv f32 [ceil(N/128), ceil(K/128)]. */
 static kiln_status st_join_fp8(kiln_st_loader *L, int wi, const char *base)
 {
-    int si = st_find(L, base, ".weight_scale"), bi = st_find(L, base, ".weight_scale_inv");
+    int si = -1, bi = -1;
+    kiln_status st = st_find(L, base, ".weight_scale", &si);
+    if (!st)
+        st = st_find(L, base, ".weight_scale_inv", &bi);
+    if (st)
+        return st;
     kiln_st_slot *w = &L->v[wi];
     if (si >= 0 && bi >= 0)
         return kiln_fail(KILN_ERR_MALFORMED, "%s: tensor %s: has both %s and %s", w->file, w->t.name,
@@ -218,7 +227,12 @@ static kiln_status st_join_fp8(kiln_st_loader *L, int wi, const char *base)
  * weight_scale_2 f32 scalar (the global scale). */
 static kiln_status st_join_nvfp4(kiln_st_loader *L, int wi, const char *base)
 {
-    int si = st_find(L, base, ".weight_scale"), gi = st_find(L, base, ".weight_scale_2");
+    int si = -1, gi = -1;
+    kiln_status st = st_find(L, base, ".weight_scale", &si);
+    if (!st)
+        st = st_find(L, base, ".weight_scale_2", &gi);
+    if (st)
+        return st;
     kiln_st_slot *w = &L->v[wi];
     if (si < 0)
         return KILN_OK;
@@ -244,7 +258,7 @@ static kiln_status st_join_nvfp4(kiln_st_loader *L, int wi, const char *base)
                  group, w->shape[1], group);
         return st_shape_error(w, s, expect);
     }
-    kiln_status st = st_refuse(s, "the block scales of NVFP4 weight %s", w->t.name);
+    st = st_refuse(s, "the block scales of NVFP4 weight %s", w->t.name);
     if (st)
         return st;
     if (group != ST_NVFP4_GROUP)
@@ -260,7 +274,10 @@ static kiln_status st_join_nvfp4(kiln_st_loader *L, int wi, const char *base)
  * which gpt-oss's reference dequantization also uses). */
 static kiln_status st_join_mxfp4(kiln_st_loader *L, int bi, const char *base, const char *scale_suffix)
 {
-    int si = st_find(L, base, scale_suffix);
+    int si = -1;
+    kiln_status st = st_find(L, base, scale_suffix, &si);
+    if (st)
+        return st;
     const kiln_st_slot *b = &L->v[bi];
     if (si < 0 || b->rank > KILN_ST_MAX_DIMS)
         return KILN_OK;
@@ -292,7 +309,8 @@ static kiln_status st_join_mxfp4(kiln_st_loader *L, int bi, const char *base, co
     };
     x.t.name = kiln_strdup(base);
     x.t.type_name = kiln_strdup(b->t.type_name);
-    json_t *ix = json_integer(L->n);
+    /* json_object_set_new takes ix, even when it fails; nothing else does. */
+    json_t *ix = x.t.name && x.t.type_name ? json_integer(L->n) : NULL;
     if (!x.t.name || !x.t.type_name || !ix || json_object_set_new(L->names, base, ix)) {
         kiln_st_tensor_free(&x.t);
         return kiln_st_nomem();
@@ -305,7 +323,7 @@ static kiln_status st_join_mxfp4(kiln_st_loader *L, int bi, const char *base, co
     x.t.bytes = b->t.bytes;
     L->v[L->n++] = x;
     kiln_st_slot *xs = &L->v[L->n - 1];
-    kiln_status st = st_refuse(&L->v[bi], "the blocks of MXFP4 weight %s", base);
+    st = st_refuse(&L->v[bi], "the blocks of MXFP4 weight %s", base);
     if (!st)
         st = st_refuse(&L->v[si], "the scales of MXFP4 weight %s", base);
     if (st)
