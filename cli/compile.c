@@ -98,9 +98,11 @@ static int run(int argc, char **argv)
     if ((st = kiln_cache_open(&co, &cache)) == KILN_OK)
         st = kiln_build_plan(p, cache, &bo, &b);
     if (st == KILN_OK) {
+        int w = kiln_cache_writable_layer(cache);
         printf("%d signatures: %d cached, %d compiled in %.2f s (%s, %s)\n", b.n, b.cached,
                b.compiled, b.seconds, t.name,
-               kiln_cache_layer_path(cache, kiln_cache_writable_layer(cache)));
+               w >= 0 ? kiln_cache_layer_path(cache, w)
+                      : "no usable writable cache: nothing stored");
         kiln_build_free(&b);
     }
     kiln_cache_close(cache);

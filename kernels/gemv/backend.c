@@ -564,7 +564,8 @@ static kiln_status gemv_emit(const kiln_target *t, const kiln_linear_kernel *k, 
         "}\n",
         kiln_format_get(k->cfg.format)->name, (long long)c.v->max_m, c.v->rows, c.v->warps,
         c.k_split,
-        c.units, c.v->stages, c.tile_k, c.v->min_blocks, kiln_epilogue_template_args(epi, epi_args, sizeof epi_args),
+        c.units, c.v->stages, c.tile_k, c.v->min_blocks,
+        kiln_epilogue_template_args(epi, epi_args, sizeof epi_args),
         entry, (long long)k->cfg.n, (long long)k->cfg.k, c.smem);
     if (n < 0 || (size_t)n >= size)
         return kiln_fail(KILN_ERR_INVALID_ARG,

@@ -157,7 +157,8 @@ static kiln_status wgmma_emit(const kiln_target *t, const kiln_linear_kernel *k,
         "{\n"
         "    kiln::wgmma_gemm<format, tile, epilogue, /*n*/ %lld, /*k*/ %lld>(args);\n"
         "}\n",
-        kiln_format_get(k->cfg.format)->name, tile->bn, kiln_epilogue_template_args(epi, epi_args, sizeof epi_args),
+        kiln_format_get(k->cfg.format)->name, tile->bn,
+        kiln_epilogue_template_args(epi, epi_args, sizeof epi_args),
         smem_bytes(tile), entry, (long long)k->cfg.n, (long long)k->cfg.k);
     if (n < 0 || (size_t)n >= size)
         return kiln_fail(KILN_ERR_INVALID_ARG,

@@ -97,8 +97,9 @@ static int run_case(const kiln_backend *b, const kiln_target *live, kiln_format 
                                  .n_capture = N_CAPTURE };
         kiln_plan *p = NULL;
         kiln_status st = kiln_plan_create(g, live, &po, &p);
-        cr_assert_eq(st, KILN_ERR_NO_KERNEL, "%s %s K=%lld: strict plan gave %s for a refused shape",
-                     b->name, fname, (long long)k, kiln_strerror(st));
+        cr_assert_eq(st, KILN_ERR_NO_KERNEL,
+                     "%s %s K=%lld: strict plan gave %s for a refused shape", b->name, fname,
+                     (long long)k, kiln_strerror(st));
         cr_assert(strstr(kiln_last_error(), b->name), "%s", kiln_last_error());
         kiln_plan_destroy(p);
         kiln_graph_destroy(g);
@@ -193,8 +194,8 @@ Test(gpu_backends, strict_plans_run_the_forced_backend_on_named_targets)
         int ran = matrix(&t, 0, &r, &gemv_tc, &gemv_f32);
         cr_assert_gt(ran, 0);
         cr_assert(gemv_f32 > 0, "%s: gemv's f32 kernel in no bucket", names[i]);
-        cr_assert(t.mma_bf16 ? gemv_tc > 0 : gemv_tc == 0, "%s: gemv's tensor-core kernel in %d buckets",
-                  names[i], gemv_tc);
+        cr_assert(t.mma_bf16 ? gemv_tc > 0 : gemv_tc == 0,
+                  "%s: gemv's tensor-core kernel in %d buckets", names[i], gemv_tc);
     }
 }
 
