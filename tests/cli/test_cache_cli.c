@@ -845,10 +845,21 @@ Test(cache_cli, salvage_copies_what_a_cut_file_still_holds)
     made m[N_LS];
     make_all(m, N_LS, 1700000000);
     fill(c, m, 0, N_LS - 1);
-    off_t size = file_size(c);
-    cr_assert_eq(truncate(c, size - 4096), 0);
-    kt_cli r = run("cache verify %s", c);
-    cr_assert_eq(r.status, 1, "%s%s", r.out, r.err);
+    /* LMDB may leave free pages at the end of a file, and a cut of those
+     * loses nothing: cut a page at a time until a page in use is gone. */
+    const off_t size = file_size(c);
+    off_t cut = 0;
+    kt_cli r;
+    for (;;) {
+        cut += 4096;
+        cr_assert_eq(truncate(c, size - cut), 0);
+        r = run("cache verify %s", c);
+        if (r.status != 0 || cut >= size / 2)
+            break;
+        kt_cli_free(&r);
+    }
+    cr_assert_eq(r.status, 1, "%s%s (cut %lld of %lld bytes)", r.out, r.err, (long long)cut,
+                 (long long)size);
     cr_assert(strstr(r.out, c) && strstr(r.out, "damaged"), "%s", r.out);
     kt_cli_free(&r);
     r = run("cache salvage %s -o %s", c, out);
