@@ -26,26 +26,52 @@ static const char *kernel_kind(const kiln_kernel_desc *d)
     }
 }
 
-static kiln_status store(kiln_cache *c, const kiln_kernel *k, const char *compiler)
+/* k's functions, threads and dynamic shared memory, from its launches for
+ * one token as the target fixes them: what its cache record holds. */
+static kiln_status kernel_entries(const kiln_kernel_desc *d, kiln_kernel *k, uint32_t *smem)
 {
     kiln_kernel_launch l[KILN_MAX_LAUNCHES];
-    int nl = 0;
-    kiln_status st = kiln_kernel_launches(&k->desc, 1, l, &nl);
+    int n = 0;
+    kiln_status st = kiln_kernel_launches(d, 1, l, &n);
     if (st != KILN_OK)
         return st;
+    for (int f = 0; f < n; f++)
+        memcpy(k->entry[f], l[f].entry, KILN_ENTRY_MAX);
+    k->n_entries = n;
+    k->threads = l[0].cfg.block[0] * l[0].cfg.block[1] * l[0].cfg.block[2];
+    *smem = l[0].cfg.smem;
+    return KILN_OK;
+}
+
+static kiln_status store(kiln_cache *c, const kiln_kernel_desc *d, const kiln_kernel *k,
+                         uint32_t smem, const char *compiler)
+{
     kiln_cache_record rec = {
         .compiler = compiler,
-        .entry = k->desc.entry,
-        .target = k->desc.target.name,
-        .kind = kernel_kind(&k->desc),
+        .entry = d->entry,
+        .target = d->target.name,
+        .kind = kernel_kind(d),
         .signature = k->signature,
-        .threads = l[0].cfg.block[0] * l[0].cfg.block[1] * l[0].cfg.block[2],
-        .smem = l[0].cfg.smem,
+        .threads = k->threads,
+        .smem = smem,
         .cubin = k->cubin,
         .cubin_size = k->cubin_size,
     };
     kiln_cache_put put;
     return kiln_cache_store(c, k->key, &rec, &put);
+}
+
+/* A record found under k's key describes the kernel the plan launches:
+ * the key covers the source, so anything else is a damaged cache or a
+ * kiln that launches its kernels otherwise than it recorded them. */
+static kiln_status record_fits(const kiln_cache_record *r, const kiln_kernel *k, uint32_t smem)
+{
+    if (r->threads == k->threads && r->smem == smem)
+        return KILN_OK;
+    return kiln_fail(KILN_ERR_CACHE,
+                     "kernel %s: its cache record says %u threads and %u bytes of shared "
+                     "memory a block, the plan launches %u and %u",
+                     k->signature, r->threads, r->smem, k->threads, smem);
 }
 
 kiln_status kiln_build_plan(const kiln_plan *p, kiln_cache *c, const kiln_build_options *opts,
@@ -54,10 +80,12 @@ kiln_status kiln_build_plan(const kiln_plan *p, kiln_cache *c, const kiln_build_
     const kiln_build_options defaults = { 0 };
     const kiln_build_options *o = opts ? opts : &defaults;
     double t0 = kiln_now();
-    kiln_build b = { .n = kiln_plan_n_signatures(p) };
+    kiln_build b = { .target = p->target, .programs = p->programs, .n_programs = p->n_buckets,
+                     .n = kiln_plan_n_signatures(p) };
     kiln_compile_job *jobs = NULL;
     kiln_kernel_source *srcs = NULL;
     int *job_of = NULL, n_jobs = 0;
+    uint32_t *smem = NULL; /* each kernel's dynamic shared memory, as its record holds it */
     kiln_nvrtc *nv = NULL;
     char options[256];
     kiln_status st = KILN_OK;
@@ -67,7 +95,8 @@ kiln_status kiln_build_plan(const kiln_plan *p, kiln_cache *c, const kiln_build_
     srcs = kiln_calloc((size_t)b.n + 1, sizeof *srcs);
     jobs = kiln_calloc((size_t)b.n + 1, sizeof *jobs);
     job_of = kiln_calloc((size_t)b.n + 1, sizeof *job_of);
-    if (!b.kernels || !srcs || !jobs || !job_of) {
+    smem = kiln_calloc((size_t)b.n + 1, sizeof *smem);
+    if (!b.kernels || !srcs || !jobs || !job_of || !smem) {
         st = kiln_fail(KILN_ERR_NOMEM, "build: out of memory for %d kernels", b.n);
         goto done;
     }
@@ -76,9 +105,12 @@ kiln_status kiln_build_plan(const kiln_plan *p, kiln_cache *c, const kiln_build_
      * compiled source names the key it is filed under. */
     for (int i = 0; i < b.n && st == KILN_OK; i++) {
         kiln_kernel *k = &b.kernels[i];
+        const kiln_kernel_desc *d = &p->signatures[i].desc;
         k->signature = p->signatures[i].text;
-        k->desc = p->signatures[i].desc;
-        if ((st = kiln_emit(&k->desc, k->signature, &srcs[i])))
+        snprintf(k->target, sizeof k->target, "%s", d->target.name);
+        if ((st = kiln_emit(d, k->signature, &srcs[i])))
+            break;
+        if ((st = kernel_entries(d, k, &smem[i])))
             break;
         if ((st = kiln_cache_key(p->target.name, options, srcs[i].text, srcs[i].length, k->key)))
             break;
@@ -89,8 +121,12 @@ kiln_status kiln_build_plan(const kiln_plan *p, kiln_cache *c, const kiln_build_
         kiln_cache_hit hit;
         st = kiln_cache_lookup(c, k->key, p->target.name, &hit);
         if (st == KILN_OK) {
-            int fits = !strcmp(hit.rec.entry, k->desc.entry) &&
+            int fits = !strcmp(hit.rec.entry, d->entry) &&
                        !strcmp(hit.rec.target, p->target.name);
+            if (fits && (st = record_fits(&hit.rec, k, smem[i])) != KILN_OK) {
+                kiln_cache_hit_release(&hit);
+                break;
+            }
             if (fits) {
                 k->cached = 1;
                 k->layer = hit.layer;
@@ -102,7 +138,7 @@ kiln_status kiln_build_plan(const kiln_plan *p, kiln_cache *c, const kiln_build_
                 kiln_cache_hit_release(&hit);
                 if (!o->no_cubins && !k->cubin)
                     st = kiln_fail(KILN_ERR_NOMEM, "build: out of memory for the cubin of %s",
-                                   k->desc.entry);
+                                   d->entry);
                 continue;
             }
             /* Same key, other kernel: only a hash collision does this; the
@@ -117,7 +153,7 @@ kiln_status kiln_build_plan(const kiln_plan *p, kiln_cache *c, const kiln_build_
             break;
         }
         job_of[n_jobs] = i;
-        jobs[n_jobs++] = (kiln_compile_job){ .name = k->signature, .entry = k->desc.entry,
+        jobs[n_jobs++] = (kiln_compile_job){ .name = k->signature, .entry = d->entry,
                                              .source = srcs[i].text, .target = &p->target };
     }
     if (st == KILN_OK && n_jobs) {
@@ -140,7 +176,7 @@ kiln_status kiln_build_plan(const kiln_plan *p, kiln_cache *c, const kiln_build_
             jobs[j].cubin = NULL;
             b.compiled++;
             if (kiln_cache_writable_layer(c) >= 0 && st == KILN_OK)
-                st = store(c, k, b.compiler);
+                st = store(c, &p->signatures[job_of[j]].desc, k, smem[job_of[j]], b.compiler);
         }
         if (cst != KILN_OK) {
             for (int j = 0; j < n_jobs; j++)
@@ -161,6 +197,7 @@ done:
     free(srcs);
     free(jobs);
     free(job_of);
+    free(smem);
     kiln_nvrtc_close(nv);
     b.seconds = kiln_now() - t0;
     if (st != KILN_OK) {

@@ -72,8 +72,6 @@ int kiln_emit_quant_has_amax(kiln_act a);
 
 /* -------------------------------------------------------------- launch.c */
 
-enum { KILN_MAX_LAUNCHES = 2 }; /* kernels one step launches, in order */
-
 /* One kernel launch of a step. */
 typedef struct kiln_kernel_launch {
     char entry[KILN_ENTRY_MAX];

@@ -3,6 +3,7 @@
  * chosen backend can, activation-quantization steps are inserted where it
  * consumes quantized activations, every step gets a de-duplicated kernel
  * signature, and a liveness plan places the activations in one arena. */
+#include "codegen/emit.h"
 #include "codegen/plan.h"
 #include "codegen/select.h"
 
@@ -369,6 +370,35 @@ static kiln_status build_program(builder *b, kiln_tensor *const *topo, int n)
     return st;
 }
 
+/* What the runtime needs of each step of bk, decided here: a linear's
+ * weight, bias and weight layout, and every step's launches for bk's m as
+ * the target fixes them (kiln_launch_finalise does the rest on a device).
+ * A planning-only backend (no code hooks) gets no launches. */
+static kiln_status plan_launches(const kiln_plan *p, kiln_program *bk)
+{
+    for (int i = 0; i < bk->n_steps; i++) {
+        kiln_step *s = &bk->steps[i];
+        const kiln_kernel_desc *d = &p->signatures[s->signature].desc;
+        if (s->kind == KILN_STEP_LINEAR) {
+            const kiln_tensor *lin = p->linears[s->linear].node;
+            s->weight = lin->src[1];
+            s->bias = lin->src[2];
+            kiln_status st;
+            if (d->backend->layout && (st = d->backend->layout(&p->target, &d->linear, &s->layout)))
+                return kiln_fail_prefix(st, "weight %s", s->weight->name);
+            if (!d->backend->launch)
+                continue;
+        }
+        kiln_kernel_launch l[KILN_MAX_LAUNCHES];
+        kiln_status st = kiln_kernel_launches(d, bk->m, l, &s->n_launch);
+        if (st != KILN_OK)
+            return kiln_fail_prefix(st, "plan: bucket %lld", (long long)bk->m);
+        for (int f = 0; f < s->n_launch; f++)
+            s->launch[f] = l[f].cfg;
+    }
+    return KILN_OK;
+}
+
 /* First-fit placement in the order values are produced: a value takes the
  * lowest offset where it overlaps no earlier-placed value whose live range
  * [first, last] meets its own. Ranges are inclusive, so a step's output never
@@ -509,8 +539,10 @@ kiln_status kiln_plan_create_with(const kiln_registry *r, kiln_graph *g, const k
         b.bucket = i;
         b.cap_steps = 0;
         b.bk->m = p->buckets[i];
-        if ((st = build_program(&b, topo, n)) == KILN_OK)
+        if ((st = build_program(&b, topo, n)) == KILN_OK) {
             plan_memory(b.bk);
+            st = plan_launches(p, b.bk);
+        }
     }
     free(b.value_of);
     if (st != KILN_OK)

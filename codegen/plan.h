@@ -5,38 +5,6 @@
 #include "codegen/sig.h"
 #include "graph/graph_impl.h"
 
-enum { KILN_STEP_MAX_SRC = 3 };
-
-/* A step of one bucket's program. */
-typedef struct kiln_step {
-    kiln_step_kind kind;
-    kiln_tensor *node;   /* the graph node it computes (the last absorbed one if fused) */
-    int linear;          /* KILN_STEP_LINEAR: index into plan->linears */
-    kiln_act act;        /* KILN_STEP_QUANT: the scheme */
-    int src[KILN_STEP_MAX_SRC]; /* value ids, -1 unused; linear: x, aux (residual / gate) */
-    int dst;             /* value id */
-    int signature;       /* the kernel it runs, index into plan->signatures */
-} kiln_step;
-
-/* An activation buffer of one bucket's program. */
-typedef struct kiln_value {
-    kiln_tensor *tensor; /* NULL for an inserted quantized activation */
-    int64_t width;
-    kiln_act act;        /* BF16 for ordinary activations */
-    size_t bytes;        /* for the bucket's M */
-    int first, last;     /* step that produces it (-1: graph input) and last that reads it */
-    size_t offset;       /* in the arena */
-} kiln_value;
-
-typedef struct kiln_program {
-    int64_t m;
-    kiln_step *steps;
-    int n_steps;
-    kiln_value *values;
-    int n_values, cap_values;
-    size_t arena_bytes, naive_bytes;
-} kiln_program;
-
 /* A linear node's choices, one per bucket. */
 typedef struct kiln_plan_choice {
     const kiln_backend *backend;

@@ -19,17 +19,7 @@
 
 #include "kernels/registry/backend.h"
 
-/* What a step of a program runs. */
-typedef enum kiln_step_kind {
-    KILN_STEP_OP = 0,  /* an elementwise graph op (add, mul, silu, gelu, rms_norm) */
-    KILN_STEP_LINEAR,  /* a linear with its fused epilogue */
-    KILN_STEP_QUANT,   /* quantize an activation for a linear (inserted) */
-} kiln_step_kind;
-
-enum {
-    KILN_ENTRY_MAX = 64, /* an entry name, NUL included */
-    KILN_SIG_MAX = 512,  /* a signature's text, NUL included */
-};
+enum { KILN_SIG_MAX = 512 }; /* a signature's text, NUL included */
 
 /* A signature as data. Its entry name is "kiln_<backend | op | quant>_"
  * followed by 16 hex digits of the XXH3-64 of the signature text: the same

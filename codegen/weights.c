@@ -2,12 +2,12 @@
  * layout its kernels read (runtime/session.c keeps exactly these copies). */
 #include "codegen/plan.h"
 
-/* The layouts weight w is read in: *storage set when some kernel reads
- * kiln's storage layout, and the distinct packing backends with their
- * sizes. */
+/* The layouts weight w is read in, as the plan's steps give them:
+ * *storage set when some kernel reads kiln's storage layout, and the
+ * distinct packed layouts with their sizes. */
 typedef struct weight_layouts {
     int storage;
-    const kiln_backend *packer[KILN_MAX_BACKENDS];
+    kiln_pack_fn pack[KILN_MAX_BACKENDS];
     size_t bytes[KILN_MAX_BACKENDS];
     int n;
 } weight_layouts;
@@ -15,26 +15,22 @@ typedef struct weight_layouts {
 static kiln_status layouts_of(const kiln_plan *p, const kiln_tensor *w, weight_layouts *out)
 {
     *out = (weight_layouts){ 0 };
-    for (int i = 0; i < p->n_linears; i++) {
-        const kiln_plan_lin *l = &p->linears[i];
-        if (l->node->src[1] != w)
-            continue;
-        for (int b = 0; b < p->n_buckets; b++) {
-            const kiln_kernel_desc *d = &p->signatures[l->choice[b].signature].desc;
-            kiln_weight_layout lay = { 0 };
-            kiln_status st;
-            if (d->backend->layout && (st = d->backend->layout(&p->target, &d->linear, &lay)))
-                return kiln_fail_prefix(st, "weight %s", w->name);
-            if (!lay.packed) {
+    for (int b = 0; b < p->n_buckets; b++) {
+        const kiln_program *bk = &p->programs[b];
+        for (int i = 0; i < bk->n_steps; i++) {
+            const kiln_step *s = &bk->steps[i];
+            if (s->kind != KILN_STEP_LINEAR || s->weight != w)
+                continue;
+            if (!s->layout.pack) {
                 out->storage = 1;
                 continue;
             }
             int k = 0;
-            while (k < out->n && out->packer[k] != d->backend)
+            while (k < out->n && out->pack[k] != s->layout.pack)
                 k++;
             if (k == out->n && out->n < KILN_MAX_BACKENDS) {
-                out->packer[k] = d->backend;
-                if (!kiln_add_size(lay.data_bytes, lay.scale_bytes, &out->bytes[k]))
+                out->pack[k] = s->layout.pack;
+                if (!kiln_add_size(s->layout.data_bytes, s->layout.scale_bytes, &out->bytes[k]))
                     return kiln_fail(KILN_ERR_SHAPE, "weight %s: packed size overflows", w->name);
                 out->n++;
             }

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +126,33 @@ kiln_status kiln_cu_target(const kiln_cu *cu, int ordinal, kiln_target *out, cha
     if (st != KILN_OK)
         return kiln_fail_prefix(st, "device %d", ordinal);
     return kiln_target_from_cc(major, minor, sms, smem, out);
+}
+
+kiln_status kiln_cu_caps(const kiln_cu *cu, CUdevice dev, kiln_device_caps *out)
+{
+    static const struct {
+        CUdevice_attribute id;
+        size_t at;
+    } attrs[] = {
+        { CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, offsetof(kiln_device_caps, sm_count) },
+        { CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
+          offsetof(kiln_device_caps, smem_per_sm) },
+        { CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK,
+          offsetof(kiln_device_caps, smem_per_block_reserved) },
+        { CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR,
+          offsetof(kiln_device_caps, warps_per_sm) },
+    };
+    kiln_device_caps c;
+    for (size_t i = 0; i < KILN_ARRAY_LEN(attrs); i++) {
+        int *v = (int *)((char *)&c + attrs[i].at);
+        kiln_status st = kiln_cu_check(cu, cu->DeviceGetAttribute(v, attrs[i].id, dev),
+                                       "cuDeviceGetAttribute");
+        if (st != KILN_OK)
+            return st;
+    }
+    c.warps_per_sm /= 32;
+    *out = c;
+    return KILN_OK;
 }
 
 kiln_status kiln_target_live(int device, kiln_target *out)

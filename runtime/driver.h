@@ -4,7 +4,7 @@
 #ifndef KILN_DRIVER_H
 #define KILN_DRIVER_H
 
-#include "core.h"
+#include "core/build.h"
 
 #include <cuda.h>
 
@@ -67,5 +67,10 @@ kiln_status kiln_cu_check(const kiln_cu *cu, CUresult r, const char *what);
  * multiprocessor count and shared-memory limit read from the device. */
 kiln_status kiln_cu_target(const kiln_cu *cu, int ordinal, kiln_target *out, char *name,
                            size_t name_size);
+
+/* What device dev gives a session's launches (kiln_launch_finalise): its
+ * SM count, an SM's shared memory, the part each block reserves, and the
+ * warps an SM holds. */
+kiln_status kiln_cu_caps(const kiln_cu *cu, CUdevice dev, kiln_device_caps *out);
 
 #endif

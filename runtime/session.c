@@ -1,6 +1,10 @@
 /* A GPU session: plan for the live device, kernels from the caches, weights
- * uploaded once, one activation arena, one CUDA graph per token bucket. */
-#include "codegen/compile.h"
+ * uploaded once, one activation arena, one CUDA graph per token bucket.
+ * Everything it launches comes from the build (core/build.h); it finalises
+ * the launches for the device once and never asks the codegen again. */
+#include "cache/cache.h"
+#include "core/build.h"
+#include "graph/graph_impl.h"
 #include "kernels/common/kiln_args.h"
 #include "runtime/driver.h"
 #include "runtime/session.h"
@@ -10,12 +14,12 @@
 #include <string.h>
 
 /* Device copies of one weight tensor in one layout: kiln's storage layout
- * (packer NULL) or the packed layout of the backend `packer`. A weight read
- * by two layouts (a packed decode kernel and a prefill kernel on the
- * storage layout) has two. Reloads copy into these very buffers. */
+ * (layout.pack NULL) or a kernel's packed layout. A weight read by two
+ * layouts (a packed decode kernel and a prefill kernel on the storage
+ * layout) has two. Reloads copy into these very buffers. */
 typedef struct dev_weight {
     kiln_tensor *tensor;
-    const kiln_backend *packer;
+    kiln_weight_layout layout;
     CUdeviceptr data, scale, global;
     size_t data_bytes, scale_bytes;
 } dev_weight;
@@ -34,6 +38,8 @@ struct kiln_session {
     kiln_graph *graph;
     kiln_plan *plan;
     kiln_build build;
+    kiln_target target;       /* the plan's, which weights are packed for */
+    kiln_launch **launches;   /* [program][step * KILN_MAX_LAUNCHES + f], finalised */
     dev_kernel *kernels;      /* [build.n] */
     dev_weight *weights;      /* one per weight tensor used */
     int n_weights;
@@ -44,10 +50,10 @@ struct kiln_session {
     uint16_t *staging;         /* bf16 rows for inputs and outputs */
     size_t staging_elems;
     int eager;
-    /* The device's SM count, which launches may weigh; 0 where no kernel
-     * may start before the one before it has finished: $KILN_SERIAL=1, or
-     * a driver before 12.3, which cannot capture such launches into a graph. */
-    int sm_count;
+    /* What the device gives launches; sm_count 0 where no kernel may start
+     * before the one before it has finished: $KILN_SERIAL=1, or a driver
+     * before 12.3, which cannot capture such launches into a graph. */
+    kiln_device_caps caps;
     kiln_session_stats stats;
 };
 
@@ -60,27 +66,12 @@ struct kiln_session {
 
 /* ------------------------------------------------------------ weights */
 
-static dev_weight *weight_of(kiln_session *s, const kiln_tensor *t, const kiln_backend *packer)
+static dev_weight *weight_of(kiln_session *s, const kiln_tensor *t, kiln_pack_fn pack)
 {
     for (int i = 0; i < s->n_weights; i++)
-        if (s->weights[i].tensor == t && s->weights[i].packer == packer)
+        if (s->weights[i].tensor == t && s->weights[i].layout.pack == pack)
             return &s->weights[i];
     return NULL;
-}
-
-/* The layout kernel d reads its weight in: *packer NULL for kiln's
- * storage layout, else d's backend. */
-static kiln_status layout_of(const kiln_session *s, const kiln_kernel_desc *d,
-                             const kiln_backend **packer, kiln_weight_layout *lay)
-{
-    *packer = NULL;
-    *lay = (kiln_weight_layout){ 0 };
-    if (!d->backend->layout)
-        return KILN_OK;
-    kiln_status st = d->backend->layout(&s->plan->target, &d->linear, lay);
-    if (st == KILN_OK && lay->packed)
-        *packer = d->backend;
-    return st;
 }
 
 /* Weight q's host bytes in copy w's layout: packed into a new buffer
@@ -90,14 +81,14 @@ static kiln_status weight_host(const kiln_session *s, const dev_weight *w, const
                                const void **data, const void **scale, void **owned)
 {
     *data = q->data, *scale = q->scale, *owned = NULL;
-    if (!w->packer)
+    if (!w->layout.pack)
         return KILN_OK;
     const char *name = w->tensor->name;
     char *packed = kiln_malloc(w->data_bytes + w->scale_bytes + 1);
     if (!packed)
         return kiln_fail(KILN_ERR_NOMEM, "weight %s: out of memory for %zu bytes to pack it", name,
                          w->data_bytes + w->scale_bytes);
-    kiln_status st = w->packer->pack(&s->plan->target, q, packed, packed + w->data_bytes);
+    kiln_status st = w->layout.pack(&s->target, q, packed, packed + w->data_bytes);
     if (st != KILN_OK) {
         free(packed);
         return kiln_fail_prefix(st, "weight %s", name);
@@ -140,29 +131,25 @@ static kiln_status weight_upload(kiln_session *s, dev_weight *w, const kiln_qten
     return st != KILN_OK ? st : sync;
 }
 
-/* The device copy of t in the layout linear l's kernel for bucket b reads,
- * created and uploaded on first use. */
-static kiln_status weight_for(kiln_session *s, const kiln_plan_lin *l, int b, dev_weight **out)
+/* The device copy of the weight of linear step st in the layout its
+ * kernel reads, created and uploaded on first use. */
+static kiln_status weight_for(kiln_session *s, const kiln_step *st, dev_weight **out)
 {
-    kiln_tensor *t = l->node->src[1];
-    const kiln_backend *packer;
-    kiln_weight_layout lay;
-    kiln_status st = layout_of(s, &s->build.kernels[l->choice[b].signature].desc, &packer, &lay);
-    if (st != KILN_OK)
-        return kiln_fail_prefix(st, "weight %s", t->name);
-    if ((*out = weight_of(s, t, packer)))
+    kiln_tensor *t = st->weight;
+    if ((*out = weight_of(s, t, st->layout.pack)))
         return KILN_OK;
     dev_weight *w = *out = &s->weights[s->n_weights++];
-    *w = (dev_weight){ .tensor = t, .packer = packer };
-    if (packer) {
-        w->data_bytes = lay.data_bytes, w->scale_bytes = lay.scale_bytes;
+    *w = (dev_weight){ .tensor = t, .layout = st->layout };
+    if (st->layout.pack) {
+        w->data_bytes = st->layout.data_bytes, w->scale_bytes = st->layout.scale_bytes;
     } else {
-        st = kiln_format_data_bytes(t->weight.format, t->weight.n, t->weight.k, &w->data_bytes);
-        if (st == KILN_OK)
-            st = kiln_format_scale_bytes(t->weight.format, t->weight.n, t->weight.k,
-                                         &w->scale_bytes);
-        if (st != KILN_OK)
-            return kiln_fail_prefix(st, "weight %s", t->name);
+        kiln_status e =
+            kiln_format_data_bytes(t->weight.format, t->weight.n, t->weight.k, &w->data_bytes);
+        if (e == KILN_OK)
+            e = kiln_format_scale_bytes(t->weight.format, t->weight.n, t->weight.k,
+                                        &w->scale_bytes);
+        if (e != KILN_OK)
+            return kiln_fail_prefix(e, "weight %s", t->name);
     }
     CU(s->cu->MemAlloc(&w->data, w->data_bytes), t->name);
     if (w->scale_bytes)
@@ -174,7 +161,8 @@ static kiln_status weight_for(kiln_session *s, const kiln_plan_lin *l, int b, de
     const dev_weight *same = NULL;
     for (int i = 0; i < s->n_weights - 1 && !same; i++) {
         const kiln_qtensor *a = &s->weights[i].tensor->weight, *q = &t->weight;
-        if (s->weights[i].packer == packer && a->data == q->data && a->scale == q->scale &&
+        if (s->weights[i].layout.pack == w->layout.pack && a->data == q->data &&
+            a->scale == q->scale &&
             a->format == q->format && a->n == q->n && a->k == q->k &&
             a->global_scale == q->global_scale)
             same = &s->weights[i];
@@ -190,19 +178,23 @@ static kiln_status weight_for(kiln_session *s, const kiln_plan_lin *l, int b, de
 
 static kiln_status weights_create(kiln_session *s)
 {
-    const kiln_plan *p = s->plan;
-    s->weights = kiln_calloc((size_t)p->n_linears * (size_t)p->n_buckets + 1, sizeof *s->weights);
+    const kiln_build *b = &s->build;
+    size_t linears = 0;
+    for (int p = 0; p < b->n_programs; p++)
+        for (int i = 0; i < b->programs[p].n_steps; i++)
+            linears += b->programs[p].steps[i].kind == KILN_STEP_LINEAR;
+    s->weights = kiln_calloc(linears + 1, sizeof *s->weights);
     s->params = kiln_calloc((size_t)s->graph->tensors.n + 1, sizeof *s->params);
     if (!s->weights || !s->params)
         return kiln_fail(KILN_ERR_NOMEM, "session: out of memory for the weights");
-    for (int i = 0; i < p->n_linears; i++) {
-        for (int b = 0; b < p->n_buckets; b++) {
+    for (int p = 0; p < b->n_programs; p++)
+        for (int i = 0; i < b->programs[p].n_steps; i++) {
+            const kiln_step *st = &b->programs[p].steps[i];
             dev_weight *w;
-            kiln_status st = weight_for(s, &p->linears[i], b, &w);
-            if (st != KILN_OK)
-                return st;
+            kiln_status e = st->kind == KILN_STEP_LINEAR ? weight_for(s, st, &w) : KILN_OK;
+            if (e != KILN_OK)
+                return e;
         }
-    }
     for (int i = 0; i < s->graph->tensors.n; i++) {
         kiln_tensor *t = s->graph->tensors.v[i];
         if (t->op != KILN_OP_PARAM)
@@ -278,16 +270,50 @@ kiln_status kiln_session_set_weight(kiln_session *s, const char *name, const kil
 
 /* ------------------------------------------------------------ kernels */
 
-/* Kernel k's launches for a bucket of m tokens on this device: the kernel
- * is the one its signature's target names; its launches weigh the device's
- * SM count (s->sm_count), which a target compiled for offline does not fix
- * (kiln_launch.overlap), and without which no launch overlaps. */
-static kiln_status launches_of(const kiln_session *s, const kiln_kernel *k, int64_t m,
-                               kiln_kernel_launch l[KILN_MAX_LAUNCHES], int *n)
+/* Every step's launches as this device runs them, decided once. */
+static kiln_status launches_create(kiln_session *s)
 {
-    kiln_kernel_desc d = k->desc;
-    d.target.sm_count = s->sm_count;
-    return kiln_kernel_launches(&d, m, l, n);
+    const kiln_build *b = &s->build;
+    s->launches = kiln_calloc((size_t)b->n_programs + 1, sizeof *s->launches);
+    if (!s->launches)
+        return kiln_fail(KILN_ERR_NOMEM, "session: out of memory for the launches");
+    for (int p = 0; p < b->n_programs; p++) {
+        const kiln_program *bk = &b->programs[p];
+        kiln_launch *l = s->launches[p] =
+            kiln_calloc((size_t)bk->n_steps * KILN_MAX_LAUNCHES + 1, sizeof *l);
+        if (!l)
+            return kiln_fail(KILN_ERR_NOMEM, "session: out of memory for the launches");
+        for (int i = 0; i < bk->n_steps; i++) {
+            const kiln_step *st = &bk->steps[i];
+            if (st->n_launch != b->kernels[st->signature].n_entries)
+                return kiln_fail(KILN_ERR_STATE,
+                                 "bucket %lld, step %d: %d launches for the %d functions of %s",
+                                 (long long)bk->m, i, st->n_launch,
+                                 b->kernels[st->signature].n_entries,
+                                 b->kernels[st->signature].signature);
+            for (int f = 0; f < st->n_launch; f++) {
+                l[i * KILN_MAX_LAUNCHES + f] = st->launch[f];
+                kiln_launch_finalise(&s->caps, &l[i * KILN_MAX_LAUNCHES + f]);
+            }
+        }
+    }
+    return KILN_OK;
+}
+
+/* The most dynamic shared memory function f of kernel k asks for in any
+ * launch: a function's allowance is set once. */
+static unsigned smem_of(const kiln_session *s, int k, int f)
+{
+    unsigned most = 0;
+    for (int p = 0; p < s->build.n_programs; p++) {
+        const kiln_program *bk = &s->build.programs[p];
+        for (int i = 0; i < bk->n_steps; i++)
+            if (bk->steps[i].signature == k) {
+                unsigned smem = s->launches[p][i * KILN_MAX_LAUNCHES + f].smem;
+                most = smem > most ? smem : most;
+            }
+    }
+    return most;
 }
 
 static kiln_status kernels_load(kiln_session *s)
@@ -303,24 +329,19 @@ static kiln_status kernels_load(kiln_session *s)
             kiln_cu_check(s->cu, r, "cuModuleLoadData");
             return kiln_fail_prefix(KILN_ERR_CUDA,
                                     "kernel %s (%s) built for %s cannot be loaded on %s",
-                                    k->desc.entry, k->signature, k->desc.target.name,
-                                    s->stats.target);
+                                    k->entry[0], k->signature, k->target, s->stats.target);
         }
-        kiln_kernel_launch l[KILN_MAX_LAUNCHES];
-        kiln_status st = launches_of(s, k, 1, l, &d->n_fn);
-        if (st != KILN_OK)
-            return st;
+        d->n_fn = k->n_entries;
         for (int f = 0; f < d->n_fn; f++) {
-            const kiln_launch *c = &l[f].cfg;
-            CU(s->cu->ModuleGetFunction(&d->fn[f], d->module, l[f].entry), l[f].entry);
+            CU(s->cu->ModuleGetFunction(&d->fn[f], d->module, k->entry[f]), k->entry[f]);
             /* Static and dynamic shared memory together may pass the
-             * default 48 KiB; the dynamic part is allowed explicitly, once:
-             * a kernel's shared memory is the same for every bucket. */
-            if (c->smem > 0)
+             * default 48 KiB; the dynamic part is allowed explicitly. */
+            unsigned smem = smem_of(s, i, f);
+            if (smem > 0)
                 CU(s->cu->FuncSetAttribute(d->fn[f],
                                            CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                           (int)c->smem),
-                   l[f].entry);
+                                           (int)smem),
+                   k->entry[f]);
         }
     }
     return KILN_OK;
@@ -333,8 +354,9 @@ static CUdeviceptr value_ptr(const kiln_session *s, const kiln_program *bk, int 
     return v < 0 ? 0 : s->arena + bk->values[v].offset;
 }
 
-static kiln_status launch_step(kiln_session *s, const kiln_program *bk, int si)
+static kiln_status launch_step(kiln_session *s, int b, int si)
 {
+    const kiln_program *bk = &s->build.programs[b];
     const kiln_step *st = &bk->steps[si];
     const kiln_kernel *k = &s->build.kernels[st->signature];
     const dev_kernel *d = &s->kernels[st->signature];
@@ -348,23 +370,17 @@ static kiln_status launch_step(kiln_session *s, const kiln_program *bk, int si)
     CUdeviceptr scratch = s->quant_scratch + (size_t)si * (1 + KILN_QUANT_AMAX_PARTS) * 4;
     switch (st->kind) {
     case KILN_STEP_LINEAR: {
-        const kiln_plan_lin *l = &s->plan->linears[st->linear];
-        const kiln_backend *packer;
-        kiln_weight_layout lay;
-        kiln_status lst = layout_of(s, &k->desc, &packer, &lay);
-        if (lst != KILN_OK)
-            return lst;
-        const dev_weight *w = weight_of(s, l->node->src[1], packer);
+        const dev_weight *w = weight_of(s, st->weight, st->layout.pack);
         if (!w)
-            return kiln_fail(KILN_ERR_STATE, "linear %s: no device copy of its weight in the "
-                             "layout of %s", l->node->name, k->desc.backend->name);
+            return kiln_fail(KILN_ERR_STATE, "weight %s: no device copy in the layout of %s",
+                             st->weight->name, k->signature);
         a.linear = (kiln_linear_args){
             .y = (void *)value_ptr(s, bk, st->dst),
             .x = (const void *)value_ptr(s, bk, st->src[0]),
             .w = (const void *)w->data,
             .w_scale = (const void *)w->scale,
             .w_global = (const float *)w->global,
-            .bias = l->node->src[2] ? (const float *)s->params[l->node->src[2]->id] : NULL,
+            .bias = st->bias ? (const float *)s->params[st->bias->id] : NULL,
             .aux = (const void *)value_ptr(s, bk, st->src[1]),
             .m = m,
         };
@@ -398,14 +414,9 @@ static kiln_status launch_step(kiln_session *s, const kiln_program *bk, int si)
         };
         break;
     }
-    kiln_kernel_launch l[KILN_MAX_LAUNCHES];
-    int n;
-    kiln_status rs = launches_of(s, k, bk->m, l, &n);
-    if (rs != KILN_OK)
-        return rs;
     void *params[] = { &a };
-    for (int f = 0; f < n; f++) {
-        const kiln_launch *c = &l[f].cfg;
+    for (int f = 0; f < d->n_fn; f++) {
+        const kiln_launch *c = &s->launches[b][si * KILN_MAX_LAUNCHES + f];
         /* A kernel that waits for its predecessor itself may start while
          * that one drains (kiln_launch.overlap). */
         CUlaunchAttribute overlap = {
@@ -418,16 +429,16 @@ static kiln_status launch_step(kiln_session *s, const kiln_program *bk, int si)
             .sharedMemBytes = c->smem, .hStream = s->stream,
             .attrs = c->overlap ? &overlap : NULL, .numAttrs = c->overlap ? 1 : 0,
         };
-        CU(s->cu->LaunchKernelEx(&lc, d->fn[f], params, NULL), l[f].entry);
+        CU(s->cu->LaunchKernelEx(&lc, d->fn[f], params, NULL), k->entry[f]);
     }
     return KILN_OK;
 }
 
 static kiln_status launch_program(kiln_session *s, int b)
 {
-    const kiln_program *bk = &s->plan->programs[b];
+    const kiln_program *bk = &s->build.programs[b];
     for (int i = 0; i < bk->n_steps; i++) {
-        kiln_status st = launch_step(s, bk, i);
+        kiln_status st = launch_step(s, b, i);
         if (st != KILN_OK)
             return kiln_fail_prefix(st, "bucket %lld, step %d (%s)", (long long)bk->m, i,
                                     bk->steps[i].node ? bk->steps[i].node->name : "?");
@@ -437,7 +448,7 @@ static kiln_status launch_program(kiln_session *s, int b)
 
 static kiln_status graphs_create(kiln_session *s)
 {
-    int nb = s->plan->n_buckets;
+    int nb = s->build.n_programs;
     s->execs = kiln_calloc((size_t)nb, sizeof *s->execs);
     if (!s->execs)
         return kiln_fail(KILN_ERR_NOMEM, "session: out of memory for the graphs");
@@ -476,7 +487,7 @@ void kiln_session_destroy(kiln_session *s)
     if (cu && s->ctx) {
         if (s->stream)
             cu->StreamSynchronize(s->stream);
-        for (int b = 0; s->execs && b < s->plan->n_buckets; b++)
+        for (int b = 0; s->execs && b < s->build.n_programs; b++)
             if (s->execs[b])
                 cu->GraphExecDestroy(s->execs[b]);
         for (int i = 0; s->kernels && i < s->build.n; i++)
@@ -496,6 +507,9 @@ void kiln_session_destroy(kiln_session *s)
         cu->DevicePrimaryCtxRelease(s->dev);
     }
     free(s->execs);
+    for (int p = 0; s->launches && p < s->build.n_programs; p++)
+        free(s->launches[p]);
+    free(s->launches);
     free(s->kernels);
     free(s->weights);
     free(s->params);
@@ -515,10 +529,14 @@ static kiln_status session_init(kiln_session *s, const kiln_session_options *o)
     snprintf(s->stats.target, sizeof s->stats.target, "%s", t.name);
     kiln_env env;
     kiln_env_read(&env);
-    s->sm_count = env.serial || s->cu->version < 12030 ? 0 : t.sm_count;
     if (o->target)
         t = *o->target;
+    s->target = t;
     CU(s->cu->DeviceGet(&s->dev, o->device), "cuDeviceGet");
+    if ((st = kiln_cu_caps(s->cu, s->dev, &s->caps)))
+        return kiln_fail_prefix(st, "device %d", o->device);
+    if (env.serial || s->cu->version < 12030)
+        s->caps.sm_count = 0;
     CU(s->cu->DevicePrimaryCtxRetain(&s->ctx, s->dev), "cuDevicePrimaryCtxRetain");
     CU(s->cu->CtxSetCurrent(s->ctx), "cuCtxSetCurrent");
     CU(s->cu->StreamCreate(&s->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
@@ -547,7 +565,7 @@ static kiln_status session_init(kiln_session *s, const kiln_session_options *o)
     s->stats.cache_s = kiln_now() - t0;
 
     t0 = kiln_now();
-    if ((st = kernels_load(s)))
+    if ((st = launches_create(s)) || (st = kernels_load(s)))
         return st;
     s->stats.module_s = kiln_now() - t0;
 
@@ -556,8 +574,9 @@ static kiln_status session_init(kiln_session *s, const kiln_session_options *o)
         return st;
     size_t arena = 0, staging = 0;
     int max_steps = 0;
-    for (int b = 0; b < s->plan->n_buckets; b++) {
-        const kiln_program *bk = &s->plan->programs[b];
+    const int64_t max_m = s->build.programs[s->build.n_programs - 1].m;
+    for (int b = 0; b < s->build.n_programs; b++) {
+        const kiln_program *bk = &s->build.programs[b];
         if (bk->arena_bytes > arena)
             arena = bk->arena_bytes;
         if (bk->n_steps > max_steps)
@@ -565,7 +584,7 @@ static kiln_status session_init(kiln_session *s, const kiln_session_options *o)
     }
     for (int i = 0; i < s->graph->tensors.n; i++) {
         const kiln_tensor *x = s->graph->tensors.v[i];
-        size_t rows = (size_t)s->plan->buckets[s->plan->n_buckets - 1] * (size_t)x->ne[0];
+        size_t rows = (size_t)max_m * (size_t)x->ne[0];
         if ((x->op == KILN_OP_INPUT || x->is_output) && rows > staging)
             staging = rows;
     }
@@ -631,8 +650,8 @@ kiln_status kiln_session_run(kiln_session *s, int64_t m, const float *const *inp
     int b = m >= 1 ? kiln_plan_bucket_for(s->plan, m) : -1;
     if (b < 0)
         return kiln_fail(KILN_ERR_SHAPE, "session run: %lld tokens; the session serves 1 to %lld",
-                         (long long)m, (long long)s->plan->buckets[s->plan->n_buckets - 1]);
-    const kiln_program *bk = &s->plan->programs[b];
+                         (long long)m, (long long)s->build.programs[s->build.n_programs - 1].m);
+    const kiln_program *bk = &s->build.programs[b];
     kiln_graph *g = s->graph;
     CU(s->cu->CtxSetCurrent(s->ctx), "cuCtxSetCurrent");
     /* Rows past m are zero, so padding never feeds a per-tensor statistic. */
@@ -700,7 +719,7 @@ kiln_status kiln_session_bench(kiln_session *s, int64_t m, int replays, float *u
     int b = m >= 1 ? kiln_plan_bucket_for(s->plan, m) : -1;
     if (b < 0)
         return kiln_fail(KILN_ERR_SHAPE, "session bench: %lld tokens; the session serves 1 to %lld",
-                         (long long)m, (long long)s->plan->buckets[s->plan->n_buckets - 1]);
+                         (long long)m, (long long)s->build.programs[s->build.n_programs - 1].m);
     CU(s->cu->CtxSetCurrent(s->ctx), "cuCtxSetCurrent");
     CUevent start = NULL, stop = NULL;
     kiln_status st = kiln_cu_check(s->cu, s->cu->EventCreate(&start, CU_EVENT_DEFAULT),
@@ -718,7 +737,7 @@ kiln_status kiln_session_bench(kiln_session *s, int64_t m, int replays, float *u
         s->cu->EventDestroy(stop);
     if (st != KILN_OK)
         return kiln_fail_prefix(st, "session bench, bucket %lld",
-                                (long long)s->plan->buckets[b]);
+                                (long long)s->build.programs[b].m);
     *us = ms * 1000.0f / (float)replays;
     return KILN_OK;
 }

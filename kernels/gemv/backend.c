@@ -573,57 +573,12 @@ static kiln_status gemv_emit(const kiln_target *t, const kiln_linear_kernel *k, 
     return KILN_OK;
 }
 
-/* Whether a tensor-core launch of c on t starts while the kernel before it
- * drains (kiln_launch.overlap), and the shared memory it asks for then: on
- * sm_90 (64 warp slots an SM; where it was measured), where the target
- * fixes its SM count (the session gives the live device's; sm_90a offline
- * does not).
- *
- * Once a launch's blocks have all started, the next kernel's blocks take
- * the room its blocks leave. A launch of more blocks than one wave holds
- * (by shared memory and warp slots; registers may hold fewer) leaves it
- * SM by SM as its last blocks finish. One that fits in a wave would leave
- * the rest of every SM free from the start, and the next kernel's blocks
- * would wait there beside it, slowing it down. Such a launch holds its p =
- * ceil(blocks / SMs) blocks an SM and no more: where its own shared memory
- * would hold more, it asks for the least that holds p + 1 no more, so that
- * the next kernel starts on an SM as its blocks there finish, and the rest
- * of the SM's memory stays L1, which x is read through. That holds back a
- * next kernel of the same size; a smaller one may fit beside p blocks, in
- * what the driver's split of L1 and shared memory leaves (chains of mixed
- * shapes are not measured yet).
- *
- * H200, chains of 8 GEMMs: within a wave, holding p blocks an SM gains 2
- * to 5 points of the copy bandwidth over serial launches (4096 x 14336 at
- * M = 1, 256 blocks, p = 2: FP8 84 % against 80 %), where letting the next
- * kernel's blocks in beside it would lose up to 23 (Q4_0 52 % against
- * 75 %). At M = 16 (128 blocks of 110 to 190 KB, one an SM already) all
- * the SM's shared memory would only cost L1, so such a launch keeps its
- * own (FP8 79 % against 75 %). Past a wave, overlapping gains 3 to 6
- * points (28672 x 4096 at M = 1, 1792 blocks: Q8_0 91 % against 85 %). */
-static int tc_overlaps(const kiln_target *t, const tc_variant *v, const tc_config *c,
-                       unsigned *smem)
-{
-    if (t->sm != 90 || t->sm_count <= 0)
-        return 0;
-    /* an SM's shared memory is the block limit and the 1 KiB reserve, and
-     * each block reserves 1 KiB; 64 warp slots */
-    const int64_t sm_smem = (int64_t)t->smem_optin + 1024;
-    const int64_t red = tc_red(v, c, c->warps, c->k_split), fixed = 1024 + red;
-    int64_t per_sm = tc_per_sm(t, c->smem, red), by_warps = 64 / c->warps;
-    if (by_warps < per_sm)
-        per_sm = by_warps;
-    const int64_t blocks = c->blocks;
-    if (blocks > per_sm * t->sm_count)
-        return 1;
-    const int64_t p = (blocks + t->sm_count - 1) / t->sm_count;
-    /* The least shared memory, in 128-byte steps, past what p + 1 blocks
-     * an SM would leave each: the rest stays L1, which x is read through. */
-    const int64_t padded = (sm_smem / (p + 1) - fixed + 1 + 127) / 128 * 128;
-    if (per_sm > p && tc_per_sm(t, padded, red) == p)
-        *smem = (unsigned)padded;
-    return 1;
-}
+/* The tensor-core kernels copy weights only before they wait for the
+ * kernel before them (griddepcontrol): they may overlap it on sm_90, where
+ * that was measured (kiln_launch_finalise says how the session holds them
+ * to an SM); not on newer chips, where it was not. Their k-split sums are
+ * static shared memory. */
+static int tc_may_overlap(const kiln_target *t) { return t->sm == 90; }
 
 static kiln_status gemv_launch(const kiln_target *t, const kiln_linear_kernel *k, int64_t m,
                                kiln_launch *out)
@@ -642,8 +597,9 @@ static kiln_status gemv_launch(const kiln_target *t, const kiln_linear_kernel *k
             .grid = { tc.blocks, 1, 1 },
             .block = { (unsigned)tc.warps * 32, 1, 1 },
             .smem = tc.smem,
+            .static_smem = (unsigned)tc_red(tv, &tc, tc.warps, tc.k_split),
+            .overlap = tc_may_overlap(t),
         };
-        out->overlap = tc_overlaps(t, tv, &tc, &out->smem);
         return KILN_OK;
     }
     gemv_config c;
@@ -661,18 +617,6 @@ static kiln_status gemv_launch(const kiln_target *t, const kiln_linear_kernel *k
     return KILN_OK;
 }
 
-/* The tensor-core variants read the packed layout, the others kiln's. */
-static kiln_status gemv_layout(const kiln_target *t, const kiln_linear_kernel *k,
-                               kiln_weight_layout *out)
-{
-    *out = (kiln_weight_layout){ 0 };
-    if (!tc_named(k->variant) || !kiln_gemv_tc_serves(t, k->cfg.format, k->cfg.n, k->cfg.k))
-        return KILN_OK;
-    out->packed = 1;
-    return kiln_gemv_pack_bytes(k->cfg.format, k->cfg.n, k->cfg.k, &out->data_bytes,
-                                &out->scale_bytes);
-}
-
 static kiln_status gemv_pack(const kiln_target *t, const kiln_qtensor *src, void *data, void *scale)
 {
     if (!kiln_gemv_tc_serves(t, src->format, src->n, src->k))
@@ -681,6 +625,19 @@ static kiln_status gemv_pack(const kiln_target *t, const kiln_qtensor *src, void
                          kiln_format_get(src->format) ? kiln_format_get(src->format)->name : "?",
                          (long long)src->n, (long long)src->k, t->name);
     return kiln_gemv_pack(src, data, scale);
+}
+
+/* The tensor-core variants read the packed layout, the others kiln's. */
+static kiln_status gemv_layout(const kiln_target *t, const kiln_linear_kernel *k,
+                               kiln_weight_layout *out)
+{
+    *out = (kiln_weight_layout){ 0 };
+    if (!tc_named(k->variant) || !kiln_gemv_tc_serves(t, k->cfg.format, k->cfg.n, k->cfg.k))
+        return KILN_OK;
+    out->pack = gemv_pack;
+    out->name = "gemv-tc";
+    return kiln_gemv_pack_bytes(k->cfg.format, k->cfg.n, k->cfg.k, &out->data_bytes,
+                                &out->scale_bytes);
 }
 
 const kiln_backend kiln_backend_gemv = {
@@ -694,5 +651,4 @@ const kiln_backend kiln_backend_gemv = {
     .emit = gemv_emit,
     .launch = gemv_launch,
     .layout = gemv_layout,
-    .pack = gemv_pack,
 };

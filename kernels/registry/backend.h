@@ -4,19 +4,9 @@
 #ifndef KILN_BACKEND_H
 #define KILN_BACKEND_H
 
-#include "core.h"
+#include "core/build.h"
 
 #include <stddef.h>
-
-/* How a backend wants a linear's activations. Values only grow at the end. */
-typedef enum kiln_act {
-    KILN_ACT_BF16 = 0,    /* W*A16: activations stay BF16 */
-    KILN_ACT_FP8_TENSOR,  /* E4M3, one dynamic scale per tensor */
-    KILN_ACT_FP8_TOKEN,   /* E4M3, one scale per token (row) */
-    KILN_ACT_FP8_G128,    /* E4M3, one scale per token per 128 along K (block FP8) */
-    KILN_ACT_MXFP8_G32,   /* E4M3 with an E8M0 scale per 32 along K */
-    KILN_ACT_COUNT
-} kiln_act;
 
 const char *kiln_act_name(kiln_act a);
 /* Bytes of one token's activations of width k in scheme a, scales included. */
@@ -53,25 +43,6 @@ typedef struct kiln_linear_kernel {
     char variant[64];
 } kiln_linear_kernel;
 
-/* How to launch one kernel for a bucket of m tokens. */
-typedef struct kiln_launch {
-    unsigned grid[3];
-    unsigned block[3];
-    unsigned smem; /* dynamic shared memory, bytes */
-    /* 1: the kernel copies only weights before it waits for the kernel
-     * launched before it (griddepcontrol.wait, sm_90+), so it may be
-     * launched to start while that one drains (programmatic stream
-     * serialization). 0: it must start after. */
-    int overlap;
-} kiln_launch;
-
-/* Where a backend wants a linear's weights. */
-typedef struct kiln_weight_layout {
-    int packed;         /* 0: kiln's storage layout (the sizes below unused) */
-    size_t data_bytes;  /* the packed arrays, when packed */
-    size_t scale_bytes;
-} kiln_weight_layout;
-
 /* Capability checks write a reason into why (for the plan's report and the
  * no-fit error) and return 0 when they refuse. */
 typedef struct kiln_backend {
@@ -103,13 +74,11 @@ typedef struct kiln_backend {
     kiln_status (*launch)(const kiln_target *t, const kiln_linear_kernel *k, int64_t m,
                           kiln_launch *out);
     /* Weights in a layout of the backend's own, optional (NULL: kiln's
-     * storage layout everywhere). layout says which layout kernel k reads
-     * on t; pack writes src (storage layout) into arrays of the sizes
-     * layout gave, for a kernel whose layout is packed. A session keeps one
-     * device copy per weight and layout. */
+     * storage layout everywhere): the layout kernel k reads on t, with the
+     * function that packs it (core/build.h). A session keeps one device
+     * copy per weight and pack function. */
     kiln_status (*layout)(const kiln_target *t, const kiln_linear_kernel *k,
                           kiln_weight_layout *out);
-    kiln_status (*pack)(const kiln_target *t, const kiln_qtensor *src, void *data, void *scale);
 } kiln_backend;
 
 /* The portable fallback: dequantize + f32 FMA, every format, sm_75+. */

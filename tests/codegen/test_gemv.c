@@ -888,10 +888,10 @@ Test(gemv, launch_serves_its_m_class_only)
 }
 
 /* The tensor-core kernels copy weights only before they wait for the
- * kernel before them (griddepcontrol, sm_90+): launched to overlap it on
- * sm_90 where the target fixes its SM count, and nowhere else (not on
- * the newer chips either, where it was not measured); the f32
- * kernel reads x from its first instruction. A launch of more than a wave
+ * kernel before them (griddepcontrol, sm_90+): the plan lets them overlap
+ * it on sm_90, and a device that gives its SM count (kiln_launch_finalise)
+ * does; nowhere else (not on the newer chips either, where it was not
+ * measured); the f32 kernel reads x from its first instruction. A launch of more than a wave
  * keeps its shared memory. One within a wave holds p = ceil(blocks / 132)
  * blocks an SM and no more: where its own shared memory
  * would hold more, it asks for the least that holds p + 1 no more, in
@@ -940,16 +940,23 @@ Test(gemv, tc_launches_overlap_their_predecessor_on_sm_90)
         kiln_linear_kernel k = { .cfg = cfg(cases[i].f, cases[i].n, cases[i].k),
                                  .act = KILN_ACT_BF16 };
         snprintf(k.variant, sizeof k.variant, "%s", cases[i].variant);
-        kiln_launch l, own;
-        cr_assert_eq(gemv->launch(&t, &k, 1, &l), KILN_OK, "%s %s: %s", cases[i].arch,
-                     cases[i].variant, kiln_last_error());
-        cr_assert_eq(l.overlap, cases[i].overlap, "%s %s %lldx%lld: %u blocks", cases[i].arch,
-                     cases[i].variant, (long long)cases[i].n, (long long)cases[i].k, l.grid[0]);
-        /* the kernel's own shared memory: on a target that does not fix
-         * the SM count */
+        /* The plan's launch: a permission and the kernel's own shared
+         * memory, whatever the SM count; the device decides. */
+        kiln_launch own, l;
         kiln_target plain = t;
         plain.sm_count = 0;
-        cr_assert_eq(gemv->launch(&plain, &k, 1, &own), KILN_OK);
+        cr_assert_eq(gemv->launch(&plain, &k, 1, &own), KILN_OK, "%s %s: %s", cases[i].arch,
+                     cases[i].variant, kiln_last_error());
+        cr_assert_eq(gemv->launch(&t, &k, 1, &l), KILN_OK);
+        cr_assert_eq(memcmp(&l, &own, sizeof l), 0, "%s %s: the SM count changes nothing",
+                     cases[i].arch, cases[i].variant);
+        const kiln_device_caps caps = { .sm_count = t.sm_count,
+                                        .smem_per_sm = t.smem_optin + 1024,
+                                        .smem_per_block_reserved = 1024,
+                                        .warps_per_sm = 64 };
+        kiln_launch_finalise(&caps, &l);
+        cr_assert_eq(l.overlap, cases[i].overlap, "%s %s %lldx%lld: %u blocks", cases[i].arch,
+                     cases[i].variant, (long long)cases[i].n, (long long)cases[i].k, l.grid[0]);
         cr_assert_eq(l.smem, cases[i].smem ? cases[i].smem : own.smem,
                      "%s %s %lldx%lld: %u, own %u", cases[i].arch, cases[i].variant,
                      (long long)cases[i].n, (long long)cases[i].k, l.smem, own.smem);
@@ -1357,7 +1364,7 @@ Test(gemv, layout_is_packed_for_tc_variants_only)
                     snprintf(k.variant, sizeof k.variant, "%s", f32[v]);
                     memset(&lay, 0xA5, sizeof lay);
                     cr_assert_eq(gemv->layout(&t, &k, &lay), KILN_OK, "%s", kiln_last_error());
-                    cr_assert_eq(lay.packed, 0, "%s %s", arches[a], f32[v]);
+                    cr_assert_null(lay.pack, "%s %s", arches[a], f32[v]);
                 }
                 if (!kiln_gemv_tc_serves(&t, (kiln_format)f, shapes[s][0], shapes[s][1]))
                     continue;
@@ -1370,8 +1377,9 @@ Test(gemv, layout_is_packed_for_tc_variants_only)
                     snprintf(k.variant, sizeof k.variant, "%s", tc[v]);
                     memset(&lay, 0, sizeof lay);
                     cr_assert_eq(gemv->layout(&t, &k, &lay), KILN_OK, "%s", kiln_last_error());
-                    cr_assert_eq(lay.packed, 1, "%s %s %s", arches[a],
-                                 kiln_format_get((kiln_format)f)->name, tc[v]);
+                    cr_assert_not_null(lay.pack, "%s %s %s", arches[a],
+                                       kiln_format_get((kiln_format)f)->name, tc[v]);
+                    cr_assert_str_eq(lay.name, "gemv-tc");
                     cr_assert_eq(lay.data_bytes, data, "%s", tc[v]);
                     cr_assert_eq(lay.scale_bytes, scale, "%s", tc[v]);
                 }
@@ -1382,7 +1390,20 @@ Test(gemv, layout_is_packed_for_tc_variants_only)
     snprintf(k.variant, sizeof k.variant, "m1");
     kiln_weight_layout lay;
     cr_assert_eq(gemv->layout(&t, &k, &lay), KILN_OK);
-    cr_assert_eq(lay.packed, 0);
+    cr_assert_null(lay.pack);
+}
+
+/* The function that packs the tensor-core kernels' layout, as their layout
+ * gives it. */
+static kiln_pack_fn tc_pack(void)
+{
+    kiln_target t = target("sm_89");
+    kiln_linear_kernel k = { .cfg = cfg(KILN_FMT_BF16, 4096, 4096), .act = KILN_ACT_BF16 };
+    snprintf(k.variant, sizeof k.variant, "tc8");
+    kiln_weight_layout lay = { 0 };
+    cr_assert_eq(gemv->layout(&t, &k, &lay), KILN_OK, "%s", kiln_last_error());
+    cr_assert_not_null(lay.pack);
+    return lay.pack;
 }
 
 /* pack writes what kiln_gemv_pack writes, and refuses a weight the
@@ -1397,6 +1418,7 @@ Test(gemv, pack_serves_what_the_tc_kernel_serves)
     static const kiln_format fs[] = { KILN_FMT_BF16, KILN_FMT_NVFP4, KILN_FMT_Q4_K,
                                       KILN_FMT_Q6_K };
     kiln_target t = target("sm_89");
+    const kiln_pack_fn pack = tc_pack();
     for (size_t f = 0; f < KILN_ARRAY_LEN(fs); f++) {
         size_t qd, qs, pd, ps;
         cr_assert_eq(kiln_format_data_bytes(fs[f], N, K, &qd), KILN_OK);
@@ -1410,7 +1432,7 @@ Test(gemv, pack_serves_what_the_tc_kernel_serves)
         cr_assert(a && b);
         memset(a, 0x5A, pd + ps + 1);
         memset(b, 0xA5, pd + ps + 1);
-        cr_assert_eq(gemv->pack(&t, &q, a, a + pd), KILN_OK, "%s", kiln_last_error());
+        cr_assert_eq(pack(&t, &q, a, a + pd), KILN_OK, "%s", kiln_last_error());
         cr_assert_eq(kiln_gemv_pack(&q, b, b + pd), KILN_OK, "%s", kiln_last_error());
         cr_assert_eq(memcmp(a, b, pd + ps), 0, "%s", kiln_format_get(fs[f])->name);
         cr_assert_eq(a[pd + ps], 0x5A, "nothing past the sizes layout gives");
@@ -1434,7 +1456,7 @@ Test(gemv, pack_serves_what_the_tc_kernel_serves)
         t = target(refused[i].arch);
         kiln_qtensor q = { .format = refused[i].f, .n = 16, .k = refused[i].k, .data = buf,
                            .scale = buf };
-        cr_assert_eq(gemv->pack(&t, &q, buf, buf), KILN_ERR_UNSUPPORTED, "case %zu", i);
+        cr_assert_eq(pack(&t, &q, buf, buf), KILN_ERR_UNSUPPORTED, "case %zu", i);
         cr_assert(strstr(kiln_last_error(), "keeps the storage layout"), "%s", kiln_last_error());
         cr_assert(strstr(kiln_last_error(), t.name), "%s", kiln_last_error());
         cr_assert(strstr(kiln_last_error(), kiln_format_get(refused[i].f)->name), "%s",

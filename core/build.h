@@ -1,0 +1,172 @@
+/* The build: everything a session needs to run a plan, as data. Planning
+ * (codegen/lower.c) decides each step's kernel, launches and weight layout;
+ * building (codegen/compile.c) finds or compiles each kernel's cubin. The
+ * runtime reads this and nothing of codegen or of the kernels: a session
+ * only finalises the launches for its device (runtime/launch.c), once, and
+ * then captures. */
+#ifndef KILN_BUILD_H
+#define KILN_BUILD_H
+
+#include "core.h"
+
+/* How a linear consumes its activations. Values only grow at the end. */
+typedef enum kiln_act {
+    KILN_ACT_BF16 = 0,    /* W*A16: activations stay BF16 */
+    KILN_ACT_FP8_TENSOR,  /* E4M3, one dynamic scale per tensor */
+    KILN_ACT_FP8_TOKEN,   /* E4M3, one scale per token (row) */
+    KILN_ACT_FP8_G128,    /* E4M3, one scale per token per 128 along K (block FP8) */
+    KILN_ACT_MXFP8_G32,   /* E4M3 with an E8M0 scale per 32 along K */
+    KILN_ACT_COUNT
+} kiln_act;
+
+/* What a step of a program runs. */
+typedef enum kiln_step_kind {
+    KILN_STEP_OP = 0,  /* an elementwise graph op (add, mul, silu, gelu, rms_norm) */
+    KILN_STEP_LINEAR,  /* a linear with its fused epilogue */
+    KILN_STEP_QUANT,   /* quantize an activation for a linear (inserted) */
+} kiln_step_kind;
+
+enum {
+    KILN_ENTRY_MAX = 64,   /* a kernel function's name, NUL included */
+    KILN_MAX_LAUNCHES = 2, /* kernels one step launches, in order */
+    KILN_STEP_MAX_SRC = 3,
+};
+
+/* One kernel launch. */
+typedef struct kiln_launch {
+    unsigned grid[3];
+    unsigned block[3];
+    unsigned smem;        /* dynamic shared memory, bytes */
+    unsigned static_smem; /* shared memory the kernel declares itself, bytes */
+    /* 1: the kernel copies only weights before it waits for the kernel
+     * launched before it (griddepcontrol.wait, sm_90+), so it may start
+     * while that one drains (programmatic stream serialization). As the
+     * plan gives it, a permission; kiln_launch_finalise decides for the
+     * device. 0: it must start after. */
+    int overlap;
+} kiln_launch;
+
+/* Weights in a kernel's own layout: pack writes src (kiln's storage
+ * layout) for target t into arrays of data_bytes and scale_bytes. */
+typedef kiln_status (*kiln_pack_fn)(const kiln_target *t, const kiln_qtensor *src, void *data,
+                                    void *scale);
+
+/* The layout a kernel reads its weight in. Kernels whose layouts have the
+ * same pack function share one device copy of a weight. */
+typedef struct kiln_weight_layout {
+    kiln_pack_fn pack;  /* NULL: kiln's storage layout (the rest unused) */
+    const char *name;   /* the packed layout's name, static */
+    size_t data_bytes;  /* the packed arrays */
+    size_t scale_bytes;
+} kiln_weight_layout;
+
+/* A step of one bucket's program. */
+typedef struct kiln_step {
+    kiln_step_kind kind;
+    kiln_tensor *node;   /* the graph node it computes (the last absorbed one if fused) */
+    int linear;          /* KILN_STEP_LINEAR: index of the plan's linear */
+    kiln_act act;        /* KILN_STEP_QUANT: the scheme */
+    int src[KILN_STEP_MAX_SRC]; /* value ids, -1 unused; linear: x, aux (residual / gate) */
+    int dst;             /* value id */
+    int signature;       /* the kernel it runs, index into the plan's signatures */
+    /* KILN_STEP_LINEAR: the weight, its bias (NULL: none) and the layout
+     * the kernel reads the weight in. */
+    kiln_tensor *weight, *bias;
+    kiln_weight_layout layout;
+    /* The kernel's launches for the program's m, in stream order, one per
+     * entry of the kernel; none for a kernel whose backend cannot be built
+     * (a planning-only backend of the tests). */
+    kiln_launch launch[KILN_MAX_LAUNCHES];
+    int n_launch;
+} kiln_step;
+
+/* An activation buffer of one bucket's program. */
+typedef struct kiln_value {
+    kiln_tensor *tensor; /* NULL for an inserted quantized activation */
+    int64_t width;
+    kiln_act act;        /* BF16 for ordinary activations */
+    size_t bytes;        /* for the bucket's M */
+    int first, last;     /* step that produces it (-1: graph input) and last that reads it */
+    size_t offset;       /* in the arena */
+} kiln_value;
+
+/* The program of one token bucket: its steps in stream order over one
+ * activation arena. */
+typedef struct kiln_program {
+    int64_t m;
+    kiln_step *steps;
+    int n_steps;
+    kiln_value *values;
+    int n_values, cap_values;
+    size_t arena_bytes, naive_bytes;
+} kiln_program;
+
+/* One kernel of the build: a cubin and the functions a step launches. */
+typedef struct kiln_kernel {
+    const char *signature;           /* the plan's text */
+    char target[16];                 /* the target it is built for ("sm_90a") */
+    char entry[KILN_MAX_LAUNCHES][KILN_ENTRY_MAX]; /* its functions, in launch order */
+    int n_entries;
+    uint32_t threads;                /* threads a block of its first function, as the cache
+                                        record holds it (or the plan, compiled now) */
+    uint8_t key[16];                 /* its cache key */
+    void *cubin;                     /* owned */
+    size_t cubin_size;
+    int cached;                      /* found in a cache (layer below), else compiled now */
+    int layer;
+    double seconds;                  /* compile time when compiled now */
+} kiln_kernel;
+
+/* A plan's build: its programs (owned by the plan) and one kernel per
+ * signature. */
+typedef struct kiln_build {
+    kiln_target target;              /* the plan's target, which weights are packed for */
+    const kiln_program *programs;    /* [n_programs], one per bucket, ascending */
+    int n_programs;
+    kiln_kernel *kernels;            /* [n], index = the plan's signature index */
+    int n;
+    int cached, compiled;
+    double seconds;                  /* the whole build */
+    char compiler[64];               /* of the compiles done now, "" when none */
+} kiln_build;
+
+typedef struct kiln_build_options {
+    int jobs;                /* compiles at once; 0: one per core */
+    int offline;             /* a miss is KILN_ERR_OFFLINE_MISS, nothing is compiled */
+    const char *keep_source; /* write sources, logs and PTX here (or $KILN_DUMP_SOURCE) */
+    int quiet;               /* no progress line */
+    int no_cubins;           /* keys and hits only: do not keep cubins in memory */
+} kiln_build_options;
+
+/* Build every kernel of p (codegen/compile.c): emitted, keyed, looked up
+ * in c's layers and, on a miss, compiled with NVRTC and stored. c may hold
+ * only shipped layers (then nothing can be stored: a miss that compiles is
+ * still returned, not stored). NVRTC is loaded only when something must be
+ * compiled. A cached record whose threads differ from the plan's launch is
+ * KILN_ERR_CACHE naming the signature. On failure *out is left empty;
+ * what was compiled before the failure is already stored. The build
+ * points into p, which must outlive it. */
+struct kiln_cache;
+kiln_status kiln_build_plan(const kiln_plan *p, struct kiln_cache *c, const kiln_build_options *o,
+                            kiln_build *out);
+void kiln_build_free(kiln_build *b);
+
+/* What a device gives the launches of a session. */
+typedef struct kiln_device_caps {
+    int sm_count;          /* 0: no launch may overlap the one before it */
+    int smem_per_sm;       /* shared memory an SM holds, bytes */
+    int smem_per_block_reserved; /* the part of it each block reserves */
+    int warps_per_sm;      /* resident warps an SM holds */
+} kiln_device_caps;
+
+/* Launch l as device d runs it (runtime/launch.c). A launch the plan lets
+ * overlap (l->overlap) does so where d has an SM count. Then one whose
+ * blocks fit in a wave holds p = ceil(blocks / SMs) blocks an SM and no
+ * more: where its own shared memory would let more in, it asks for the
+ * least that holds p + 1 no more, so that the next kernel starts on an SM
+ * as its blocks there finish, and the rest of the SM's memory stays L1.
+ * A launch of more than a wave leaves the SMs one by one anyway and keeps
+ * its shared memory. */
+void kiln_launch_finalise(const kiln_device_caps *d, kiln_launch *l);
+
+#endif
