@@ -5,13 +5,6 @@
 /* cuBLAS asks for 32 MiB of workspace on Hopper to reach its best kernels. */
 #define WORKSPACE_BYTES (32u << 20)
 
-#define CU(call, what)                                                                        \
-    do {                                                                                      \
-        kiln_status st_ = kiln_cu_check(g->cu, (call), (what));                               \
-        if (st_ != KILN_OK)                                                                   \
-            return st_;                                                                       \
-    } while (0)
-
 kiln_status kiln_bench_blas_check(cublasStatus_t st, const char *what)
 {
     if (st == CUBLAS_STATUS_SUCCESS)

@@ -12,6 +12,15 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
+/* Return the failure of a driver call, named what, from a function with a
+ * kiln_bench_gpu *g in scope. */
+#define CU(call, what)                                                                        \
+    do {                                                                                      \
+        kiln_status st_ = kiln_cu_check(g->cu, (call), (what));                               \
+        if (st_ != KILN_OK)                                                                   \
+            return st_;                                                                       \
+    } while (0)
+
 typedef struct kiln_bench_gpu {
     const kiln_cu *cu;
     int ordinal;

@@ -13,13 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CU(call, what)                                                                        \
-    do {                                                                                      \
-        kiln_status st_ = kiln_cu_check(g->cu, (call), (what));                               \
-        if (st_ != KILN_OK)                                                                   \
-            return st_;                                                                       \
-    } while (0)
-
 #define BLAS(call, what)                                                                      \
     do {                                                                                      \
         kiln_status st_ = kiln_bench_blas_check((call), (what));                              \

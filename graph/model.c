@@ -160,21 +160,32 @@ static const kiln_model_tensor *model_role_find(const kiln_model *m, int role, i
     return NULL;
 }
 
+/* The tensor of role in layer l; KILN_ERR_NOT_FOUND naming both its
+ * names when the file has neither. */
+static kiln_status model_role_need(const kiln_model *m, int role, int l,
+                                   const kiln_model_tensor **out)
+{
+    char name[256];
+    if ((*out = model_role_find(m, role, l, name, sizeof name)))
+        return KILN_OK;
+    return kiln_fail(KILN_ERR_NOT_FOUND, "%s: layer %d has no %s (nor %s)", m->path, l, name,
+                     roles[role].hf);
+}
+
 static kiln_status model_role_weight(const kiln_model *m, kiln_graph *g, int role, int l,
                                      kiln_tensor **out)
 {
-    char name[256];
-    const kiln_model_tensor *t = model_role_find(m, role, l, name, sizeof name);
-    if (!t)
-        return kiln_fail(KILN_ERR_NOT_FOUND, "%s: layer %d has no %s (nor %s)", m->path, l, name,
-                         roles[role].hf);
+    const kiln_model_tensor *t;
+    kiln_status st = model_role_need(m, role, l, &t);
+    if (st != KILN_OK)
+        return st;
     kiln_tensor *w = kiln_graph_find(g, t->name);
     if (w) {
         *out = w;
         return KILN_OK;
     }
     kiln_qtensor q;
-    kiln_status st = kiln_model_weight(m, t->name, &q);
+    st = kiln_model_weight(m, t->name, &q);
     if (st == KILN_OK && t->n_dims != 2)
         st = kiln_fail(KILN_ERR_SHAPE, "%s: tensor %s: a linear weight must be 2-D, not %d-D",
                        m->path, t->name, t->n_dims);
@@ -202,11 +213,10 @@ static kiln_status model_keep(kiln_model *m, void *p)
 static kiln_status model_param(kiln_model *m, kiln_graph *g, int role, int l, int64_t expect,
                                kiln_tensor **out)
 {
-    char name[256];
-    const kiln_model_tensor *t = model_role_find(m, role, l, name, sizeof name);
-    if (!t)
-        return kiln_fail(KILN_ERR_NOT_FOUND, "%s: layer %d has no %s (nor %s)", m->path, l, name,
-                         roles[role].hf);
+    const kiln_model_tensor *t;
+    kiln_status st = model_role_need(m, role, l, &t);
+    if (st != KILN_OK)
+        return st;
     if (!t->supported)
         return kiln_model_weight(m, t->name, &(kiln_qtensor){ 0 });
     if (t->n_dims != 1 || t->ne[0] != expect)
@@ -222,7 +232,7 @@ static kiln_status model_param(kiln_model *m, kiln_graph *g, int role, int l, in
         kiln_qtensor q = t->qt;
         q.n = 1;
         q.k = expect;
-        kiln_status st = kiln_dequantize(&q, copy);
+        st = kiln_dequantize(&q, copy);
         if (st == KILN_OK)
             st = model_keep(m, copy);
         if (st != KILN_OK) {

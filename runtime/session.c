@@ -446,6 +446,16 @@ static kiln_status launch_program(kiln_session *s, int b)
     return KILN_OK;
 }
 
+/* Queue bucket b's program on the session's stream: its graph, or its
+ * launches one by one in an eager session. */
+static kiln_status replay(kiln_session *s, int b)
+{
+    if (s->eager)
+        return launch_program(s, b);
+    CU(s->cu->GraphLaunch(s->execs[b], s->stream), "cuGraphLaunch");
+    return KILN_OK;
+}
+
 static kiln_status graphs_create(kiln_session *s)
 {
     int nb = s->build.n_programs;
@@ -669,13 +679,9 @@ kiln_status kiln_session_run(kiln_session *s, int64_t m, const float *const *inp
         /* the staging rows are refilled for the next input */
         CU(s->cu->StreamSynchronize(s->stream), x->name);
     }
-    if (s->eager) {
-        kiln_status st = launch_program(s, b);
-        if (st != KILN_OK)
-            return st;
-    } else {
-        CU(s->cu->GraphLaunch(s->execs[b], s->stream), "cuGraphLaunch");
-    }
+    kiln_status st = replay(s, b);
+    if (st != KILN_OK)
+        return st;
     CU(s->cu->StreamSynchronize(s->stream), "run");
     for (int i = 0; i < g->outputs.n; i++) {
         const kiln_tensor *y = g->outputs.v[i];
@@ -698,13 +704,9 @@ static kiln_status bench_replays(kiln_session *s, int b, int replays, CUevent st
 {
     CU(s->cu->EventRecord(start, s->stream), "cuEventRecord");
     for (int i = 0; i < replays; i++) {
-        if (s->eager) {
-            kiln_status st = launch_program(s, b);
-            if (st != KILN_OK)
-                return st;
-        } else {
-            CU(s->cu->GraphLaunch(s->execs[b], s->stream), "cuGraphLaunch");
-        }
+        kiln_status st = replay(s, b);
+        if (st != KILN_OK)
+            return st;
     }
     CU(s->cu->EventRecord(stop, s->stream), "cuEventRecord");
     CU(s->cu->EventSynchronize(stop), "cuEventSynchronize");
