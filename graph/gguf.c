@@ -579,21 +579,13 @@ static kiln_status gguf_parse(kiln_gguf_parser *p, kiln_model *m, kiln_gguf_impl
 
 static kiln_status gguf_map(const char *path, void **map, size_t *size)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return kiln_fail(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    kiln_status st = KILN_OK;
-    if (fstat(fd, &sb) != 0)
-        st = kiln_fail(KILN_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-    else if (!S_ISREG(sb.st_mode))
-        st = kiln_fail(KILN_ERR_IO, "%s: not a regular file", path);
-    else if (sb.st_size == 0)
+    int fd;
+    kiln_status st = kiln_file_open_regular(path, &fd, size);
+    if (st != KILN_OK)
+        return st;
+    if (*size == 0)
         st = kiln_fail(KILN_ERR_MALFORMED, "%s: empty file, not GGUF (at byte offset 0)", path);
-    else if ((uint64_t)sb.st_size > SIZE_MAX)
-        st = kiln_fail(KILN_ERR_IO, "%s: too large to map", path);
     if (st == KILN_OK) {
-        *size = (size_t)sb.st_size;
         *map = mmap(NULL, *size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (*map == MAP_FAILED) {
             *map = NULL;

@@ -18,14 +18,16 @@ kiln_status kiln_model_open(const char *path, kiln_model **out)
     if (!path || !out)
         return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_model_open: path and out are required");
     struct stat sb;
-    if (stat(path, &sb) != 0)
-        return kiln_fail(KILN_ERR_IO, "%s: %s", path, strerror(errno));
+    kiln_status st = kiln_file_stat(path, &sb);
+    if (st != KILN_OK)
+        return st;
     if (S_ISDIR(sb.st_mode))
         return kiln_safetensors_open(path, out);
     char magic[4] = { 0 };
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return kiln_fail(KILN_ERR_IO, "%s: %s", path, strerror(errno));
+    int fd;
+    size_t size;
+    if ((st = kiln_file_open_regular(path, &fd, &size)))
+        return st;
     ssize_t got = read(fd, magic, sizeof magic);
     close(fd);
     if (got == (ssize_t)sizeof magic && !memcmp(magic, "GGUF", 4))

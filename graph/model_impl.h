@@ -5,6 +5,8 @@
 
 #include "core.h"
 
+#include <sys/stat.h>
+
 /* One tensor as stored in the file (or, for a quantized safetensors weight,
  * the stored tensor joined with its scale tensors). */
 typedef struct kiln_model_tensor {
@@ -39,5 +41,13 @@ struct kiln_model {
     void *impl;
     void (*impl_free)(void *impl);
 };
+
+/* Opening a model's files (graph/file.c). kiln_file_stat is stat(2)
+ * with KILN_ERR_IO naming path on failure, a dangling symbolic link as
+ * such. kiln_file_open_regular opens path read-only, never waiting on a
+ * FIFO: KILN_ERR_IO naming path unless it is a regular file; *size is its
+ * bytes. */
+kiln_status kiln_file_stat(const char *path, struct stat *sb);
+kiln_status kiln_file_open_regular(const char *path, int *fd, size_t *size);
 
 #endif

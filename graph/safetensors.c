@@ -139,32 +139,12 @@ int kiln_st_ends_with(const char *s, const char *suffix)
 
 /* ------------------------------------------------------------ file access */
 
-static kiln_status st_open_regular(const char *path, int *fd_out, size_t *size_out)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return kiln_fail(KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return kiln_fail(KILN_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return kiln_fail(KILN_ERR_IO, "%s: not a regular file", path);
-    }
-    *fd_out = fd;
-    *size_out = (size_t)sb.st_size;
-    return KILN_OK;
-}
-
 /* Map a shard read-only for the model's life. */
 static kiln_status st_map_file(kiln_st_impl *impl, const char *path, const kiln_st_map **out)
 {
     int fd;
     size_t size;
-    kiln_status st = st_open_regular(path, &fd, &size);
+    kiln_status st = kiln_file_open_regular(path, &fd, &size);
     if (st)
         return st;
     if (size < 8) {
@@ -198,10 +178,10 @@ static kiln_status st_load_json(const char *path, int optional, json_t **out, in
     *present = 0;
     if (optional) {
         struct stat sb;
-        if (stat(path, &sb) != 0 && errno == ENOENT)
+        if (stat(path, &sb) != 0 && errno == ENOENT && lstat(path, &sb) != 0)
             return KILN_OK;
     }
-    kiln_status st = st_open_regular(path, &fd, &size);
+    kiln_status st = kiln_file_open_regular(path, &fd, &size);
     if (st)
         return st;
     if (size > ST_MAX_HEADER) {
@@ -664,10 +644,8 @@ kiln_status kiln_safetensors_open(const char *path, struct kiln_model **out)
         st = kiln_st_nomem();
         goto done;
     }
-    if (stat(path, &sb) != 0) {
-        st = kiln_fail(KILN_ERR_IO, "%s: %s", path, strerror(errno));
+    if ((st = kiln_file_stat(path, &sb)))
         goto done;
-    }
     if (S_ISDIR(sb.st_mode)) {
         L.dir = kiln_strdup(path);
         file = st_join_path(path, "model.safetensors");
@@ -675,13 +653,13 @@ kiln_status kiln_safetensors_open(const char *path, struct kiln_model **out)
             st = kiln_st_nomem();
             goto done;
         }
-        if (stat(file, &sb) != 0) {
+        if (stat(file, &sb) != 0 && lstat(file, &sb) != 0) {
             free(file);
             if (!(file = st_join_path(path, "model.safetensors.index.json"))) {
                 st = kiln_st_nomem();
                 goto done;
             }
-            if (stat(file, &sb) != 0) {
+            if (stat(file, &sb) != 0 && lstat(file, &sb) != 0) {
                 st = kiln_fail(KILN_ERR_NOT_FOUND,
                                "%s: neither model.safetensors nor model.safetensors.index.json", path);
                 goto done;

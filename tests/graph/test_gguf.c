@@ -812,6 +812,30 @@ Test(gguf, missing_and_unreadable_paths)
     cr_assert_null(m);
 }
 
+/* A FIFO is refused without waiting for a writer, through the reader
+ * and through kiln_model_open; a dangling link is named as one. */
+Test(gguf, fifos_and_dangling_links_are_named, .timeout = 20)
+{
+    char dir[] = "/tmp/kiln-gguf-XXXXXX", fifo[64], link[64];
+    cr_assert(mkdtemp(dir));
+    snprintf(fifo, sizeof fifo, "%s/fifo.gguf", dir);
+    snprintf(link, sizeof link, "%s/link.gguf", dir);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    cr_assert_eq(symlink("gone.gguf", link), 0);
+    kiln_model *m = NULL;
+    cr_assert_eq(kiln_gguf_open(fifo, &m), KILN_ERR_IO);
+    cr_assert(strstr(kiln_last_error(), "fifo.gguf: not a regular file"), "%s", kiln_last_error());
+    cr_assert_eq(kiln_model_open(fifo, &m), KILN_ERR_IO);
+    cr_assert(strstr(kiln_last_error(), "fifo.gguf: not a regular file"), "%s", kiln_last_error());
+    cr_assert_eq(kiln_model_open(link, &m), KILN_ERR_IO);
+    cr_assert(strstr(kiln_last_error(), "link.gguf: a symbolic link to gone.gguf, which does not "
+                                        "exist"), "%s", kiln_last_error());
+    cr_assert_null(m);
+    unlink(fifo);
+    unlink(link);
+    rmdir(dir);
+}
+
 Test(gguf, absurd_counts)
 {
     buf b = {0};

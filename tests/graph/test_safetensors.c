@@ -781,6 +781,39 @@ Test(safetensors, header_length_absurd_or_past_the_end)
     open_fails(g_dir, KILN_ERR_MALFORMED, "shorter than the 8-byte header length", NULL);
 }
 
+/* A FIFO or a dangling symbolic link where a model, its config or a shard
+ * should be is refused by name at once: nothing waits for a writer. */
+Test(safetensors, fifos_and_dangling_links_are_named, .timeout = 20)
+{
+    write_json("{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}", 4);
+    cr_assert_eq(mkfifo(in_dir("config.json"), 0600), 0);
+    open_fails(g_dir, KILN_ERR_IO, "config.json: not a regular file", NULL);
+    unlink(in_dir("config.json"));
+    cr_assert_eq(symlink("gone.json", in_dir("config.json")), 0);
+    open_fails(g_dir, KILN_ERR_IO, "config.json: a symbolic link to gone.json, which does not exist",
+               NULL);
+    unlink(in_dir("config.json"));
+    kiln_model_close(open_ok(g_dir)); /* without them, it opens */
+
+    unlink(in_dir("model.safetensors"));
+    cr_assert_eq(mkfifo(in_dir("model.safetensors"), 0600), 0);
+    open_fails(g_dir, KILN_ERR_IO, "model.safetensors: not a regular file", NULL);
+    open_fails(in_dir("model.safetensors"), KILN_ERR_IO, "not a regular file", NULL);
+    unlink(in_dir("model.safetensors"));
+    cr_assert_eq(symlink("elsewhere.safetensors", in_dir("model.safetensors")), 0);
+    open_fails(g_dir, KILN_ERR_IO, "model.safetensors: a symbolic link to elsewhere.safetensors",
+               NULL);
+    open_fails(in_dir("model.safetensors"), KILN_ERR_IO, "which does not exist", NULL);
+    unlink(in_dir("model.safetensors"));
+
+    /* a shard named by the index */
+    cr_assert_eq(mkfifo(in_dir("shard-1.safetensors"), 0600), 0);
+    static const char index[] = "{\"weight_map\":{\"a\":\"shard-1.safetensors\"}}";
+    write_bytes(in_dir("model.safetensors.index.json"), index, strlen(index));
+    open_fails(g_dir, KILN_ERR_IO, "shard-1.safetensors: not a regular file", NULL);
+    unlink(in_dir("shard-1.safetensors"));
+}
+
 Test(safetensors, header_must_be_a_json_object)
 {
     write_json("{\"a\": ", 0);
