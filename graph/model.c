@@ -167,11 +167,12 @@ static const kiln_model_tensor *model_role_find(const kiln_model *m, int role, i
 static kiln_status model_role_need(const kiln_model *m, int role, int l,
                                    const kiln_model_tensor **out)
 {
-    char name[256];
+    char name[256], hf[256];
     if ((*out = model_role_find(m, role, l, name, sizeof name)))
         return KILN_OK;
-    return kiln_fail(KILN_ERR_NOT_FOUND, "%s: layer %d has no %s (nor %s)", m->path, l, name,
-                     roles[role].hf);
+    snprintf(name, sizeof name, roles[role].gguf, l);
+    snprintf(hf, sizeof hf, roles[role].hf, l);
+    return kiln_fail(KILN_ERR_NOT_FOUND, "%s: layer %d has no %s (nor %s)", m->path, l, name, hf);
 }
 
 static kiln_status model_role_weight(const kiln_model *m, kiln_graph *g, int role, int l,
@@ -246,9 +247,17 @@ static kiln_status model_param(kiln_model *m, kiln_graph *g, int role, int l, in
     return kiln_graph_param(g, t->name, expect, data, out);
 }
 
-static int model_layers(const kiln_model *m, int n_layers)
+/* The layers a graph takes: n_layers, or all when 0 or more than the model
+ * has. A layer count no file could back (more layers than tensors) is
+ * refused rather than cut to an int. */
+static kiln_status model_layers(const kiln_model *m, int n_layers, int *out)
 {
-    return n_layers > 0 && n_layers < m->hp.n_layers ? n_layers : (int)m->hp.n_layers;
+    if (m->hp.n_layers > m->n_tensors)
+        return kiln_fail(KILN_ERR_MALFORMED,
+                         "%s: the model says it has %lld layers, more than its %d tensors "
+                         "could hold", m->path, (long long)m->hp.n_layers, m->n_tensors);
+    *out = n_layers > 0 && n_layers < m->hp.n_layers ? n_layers : (int)m->hp.n_layers;
+    return KILN_OK;
 }
 
 kiln_status kiln_model_build_linears(kiln_model *m, kiln_graph *g, int n_layers)
@@ -258,8 +267,8 @@ kiln_status kiln_model_build_linears(kiln_model *m, kiln_graph *g, int n_layers)
     if (m->hp.n_layers <= 0)
         return kiln_fail(KILN_ERR_MALFORMED, "%s: the model does not say how many layers it has",
                          m->path);
-    kiln_status st = KILN_OK;
-    int layers = model_layers(m, n_layers);
+    int layers = 0;
+    kiln_status st = model_layers(m, n_layers, &layers);
     for (int l = 0; l <= layers && st == KILN_OK; l++) {
         int last = l == layers; /* the head after the layers */
         size_t n_roles = last ? 1 : sizeof linear_roles / sizeof linear_roles[0];
@@ -289,9 +298,11 @@ kiln_status kiln_model_build_ffn(kiln_model *m, kiln_graph *g, int n_layers)
         return kiln_fail(KILN_ERR_MALFORMED, "%s: the model does not give its layer count and "
                          "width", m->path);
     float eps = m->hp.rms_eps > 0 ? m->hp.rms_eps : 1e-5f;
-    int layers = model_layers(m, n_layers);
+    int layers = 0;
     kiln_tensor *x;
-    kiln_status st = kiln_graph_input(g, "x", m->hp.d_model, &x);
+    kiln_status st = model_layers(m, n_layers, &layers);
+    if (st == KILN_OK)
+        st = kiln_graph_input(g, "x", m->hp.d_model, &x);
     for (int l = 0; l < layers && st == KILN_OK; l++) {
         kiln_tensor *norm_w, *gate_w, *up_w, *down_w, *h, *gate, *up, *act, *prod, *down;
         char n[6][64];

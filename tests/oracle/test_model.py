@@ -289,9 +289,34 @@ class Model(unittest.TestCase):
         self.assertIn(path, err())
         st = lib.kiln_model_build_linears(model, g, 0)
         self.assertEqual(st, kilnlib.KILN_ERR_NOT_FOUND)
-        self.assertIn("blk.0.attn_q.weight", err())
+        self.assertIn("layer 0 has no blk.0.attn_q.weight "
+                      "(nor model.layers.0.self_attn.q_proj.weight)", err())
         lib.kiln_graph_destroy(g)
         lib.kiln_model_close(model)
+
+    def test_a_layer_count_no_file_could_back_is_refused(self):
+        path = os.path.join(self.dir, "huge.gguf")
+        w = gguf.GGUFWriter(path, "llama")
+        w.add_block_count(2**31)  # an int would wrap to a negative count: an empty graph
+        w.add_embedding_length(D)
+        w.add_tensor("blk.0.ffn_norm.weight", np.ones(D, np.float32))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        model, g = ctypes.c_void_p(), ctypes.c_void_p()
+        self.assertEqual(lib.kiln_model_open(path.encode(), ctypes.byref(model)), 0, err())
+        lib.kiln_graph_create(ctypes.byref(g))
+        for build in (lib.kiln_model_build_linears, lib.kiln_model_build_ffn):
+            self.assertEqual(build(model, g, 0), kilnlib.KILN_ERR_MALFORMED)
+            self.assertIn(f"{path}: the model says it has 2147483648 layers, more than its 1 "
+                          "tensors could hold", err())
+        self.assertEqual(lib.kiln_graph_n_tensors(g), 0, "nothing was added to the graph")
+        lib.kiln_graph_destroy(g)
+        lib.kiln_model_close(model)
+        out = subprocess.run([CLI, "plan", path], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 1, out.stdout)
+        self.assertIn("2147483648 layers", out.stderr)
 
     def test_model_without_a_layer_count_is_an_error_naming_the_file(self):
         path = os.path.join(self.dir, "nolayers.gguf")
