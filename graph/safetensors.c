@@ -169,6 +169,17 @@ static kiln_status st_map_file(kiln_st_impl *impl, const char *path, const kiln_
     return KILN_OK;
 }
 
+/* A JSON parse failure of file path (of its header, when header): out of
+ * memory as such (jansson gives that no text), else where and what. */
+static kiln_status st_json_error(const char *path, int header, const json_error_t *err)
+{
+    if (json_error_code(err) == json_error_out_of_memory)
+        return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory parsing %s", path,
+                         header ? "the header" : "it");
+    return kiln_fail(KILN_ERR_MALFORMED, "%s: %sline %d column %d: %s", path,
+                     header ? "header JSON, " : "", err->line, err->column, err->text);
+}
+
 /* Read and parse a small JSON file (config, index). *present is 0 and the
  * call succeeds when the file does not exist and may be absent. */
 static kiln_status st_load_json(const char *path, int optional, json_t **out, int *present)
@@ -211,8 +222,7 @@ static kiln_status st_load_json(const char *path, int optional, json_t **out, in
     json_t *j = json_loadb(buf, size, JSON_REJECT_DUPLICATES, &err);
     free(buf);
     if (!j)
-        return kiln_fail(KILN_ERR_MALFORMED, "%s: line %d column %d: %s", path, err.line, err.column,
-                         err.text);
+        return st_json_error(path, 0, &err);
     if (!json_is_object(j)) {
         json_decref(j);
         return kiln_fail(KILN_ERR_MALFORMED, "%s: not a JSON object", path);
@@ -406,6 +416,52 @@ static kiln_status st_check_metadata(const char *file, const json_t *meta)
     return KILN_OK;
 }
 
+/* Enough arrays and nesting for any tensor table: a header is an object of
+ * objects whose arrays (shape, data_offsets) hold a few integers. Checked
+ * on the bytes before JSON parsing, which would otherwise spend memory in
+ * proportion to whatever a hostile header holds (tens of bytes a value). */
+enum { ST_MAX_DEPTH = 3, ST_MAX_ARRAY = 64 };
+
+static kiln_status st_header_shape(const char *path, const char *p, size_t n)
+{
+    int depth = 0, in_string = 0;
+    size_t values = 0; /* in the innermost open array */
+    int in_array = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = p[i];
+        if (in_string) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_string = 0;
+            continue;
+        }
+        switch (c) {
+        case '"': in_string = 1; break;
+        case '{':
+        case '[':
+            if (++depth > ST_MAX_DEPTH)
+                return kiln_fail(KILN_ERR_MALFORMED, "%s: header nests deeper than a tensor table "
+                                 "(byte %zu)", path, 8 + i);
+            in_array = c == '[';
+            values = 1;
+            break;
+        case '}':
+        case ']':
+            depth--;
+            in_array = 0;
+            break;
+        case ',':
+            if (in_array && ++values > ST_MAX_ARRAY)
+                return kiln_fail(KILN_ERR_MALFORMED, "%s: header array of more than %d values "
+                                 "(byte %zu): no tensor has that many dimensions", path,
+                                 ST_MAX_ARRAY, 8 + i);
+            break;
+        }
+    }
+    return KILN_OK;
+}
+
 static kiln_status st_load_shard(kiln_st_loader *L, const char *path)
 {
     const kiln_st_map *map = NULL;
@@ -424,11 +480,12 @@ static kiln_status st_load_shard(kiln_st_loader *L, const char *path)
         return kiln_fail(KILN_ERR_MALFORMED,
                          "%s: header length %" PRIu64 " runs past the end of the %zu-byte file", map->path,
                          hlen, map->size);
+    if ((st = st_header_shape(map->path, (const char *)p + 8, (size_t)hlen)))
+        return st;
     json_error_t err;
     json_t *h = json_loadb((const char *)p + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &err);
     if (!h)
-        return kiln_fail(KILN_ERR_MALFORMED, "%s: header JSON, line %d column %d: %s", map->path, err.line,
-                         err.column, err.text);
+        return st_json_error(map->path, 1, &err);
     if (!json_is_object(h)) {
         json_decref(h);
         return kiln_fail(KILN_ERR_MALFORMED, "%s: header is not a JSON object", map->path);

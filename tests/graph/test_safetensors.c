@@ -814,6 +814,34 @@ Test(safetensors, fifos_and_dangling_links_are_named, .timeout = 20)
     unlink(in_dir("shard-1.safetensors"));
 }
 
+/* A header that holds more than a tensor table can (a long array, deep
+ * nesting) is refused from its bytes, before a JSON parse that would
+ * spend memory in proportion to it. */
+Test(safetensors, hostile_headers_are_refused_before_parsing)
+{
+    enum { VALUES = 4 * 1000 * 1000 };
+    static const char head[] = "{\"a\":{\"dtype\":\"U8\",\"data_offsets\":[0,1],\"shape\":[";
+    size_t n = sizeof head - 1 + 2 * (size_t)VALUES + 3;
+    char *json = malloc(n + 1);
+    cr_assert(json);
+    memcpy(json, head, sizeof head - 1);
+    char *p = json + sizeof head - 1;
+    for (int i = 0; i < VALUES; i++, p += 2)
+        memcpy(p, i ? ",1" : " 1", 2);
+    memcpy(p, "]}}", 4);
+    write_header(in_dir("model.safetensors"), strlen(json), json, 1);
+    free(json);
+    open_fails(g_dir, KILN_ERR_MALFORMED, "model.safetensors: header array of more than 64 values",
+               NULL);
+    write_json("{\"a\":{\"dtype\":{\"x\":[[1]]}}}", 0);
+    open_fails(g_dir, KILN_ERR_MALFORMED, "header nests deeper than a tensor table", NULL);
+    /* brackets and commas inside strings are text */
+    write_json("{\"__metadata__\":{\"note\":\"[[[{{,,,\\\"]]\"},"
+               "\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}",
+               4);
+    kiln_model_close(open_ok(g_dir));
+}
+
 Test(safetensors, header_must_be_a_json_object)
 {
     write_json("{\"a\": ", 0);
