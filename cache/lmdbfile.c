@@ -152,7 +152,8 @@ static kiln_status lf_damaged(const lf_file *f, const char *fmt, ...)
 
 static kiln_status lf_open(lf_file *f, const char *path)
 {
-    *f = (lf_file){ .path = path, .fd = open(path, O_RDONLY | O_CLOEXEC) };
+    /* O_NONBLOCK: a FIFO is refused below, not waited on for a writer */
+    *f = (lf_file){ .path = path, .fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) };
     struct stat st;
     if (f->fd < 0)
         return kiln_fail(KILN_ERR_IO, "%s: %s", path, strerror(errno));

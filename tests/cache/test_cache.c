@@ -782,6 +782,22 @@ Test(cache, open_errors)
     tmp_remove(dir);
 }
 
+/* A FIFO named as a shipped or a writable cache is refused at once, by
+ * name: kiln never waits for a writer that will not come. */
+Test(cache, a_fifo_is_not_a_cache, .timeout = 20)
+{
+    char *dir = tmp_dir();
+    char *fifo = path_in(dir, "fifo.kiln");
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    const char *shipped[1] = { fifo };
+    kiln_cache_options o = { .shipped = shipped, .n_shipped = 1, .no_writable = 1, .strict = 1 };
+    expect_open_fails(&o, KILN_ERR_IO, "fifo.kiln: not a regular file");
+    kiln_cache_options w = { .path = fifo, .strict = 1 };
+    expect_open_fails(&w, KILN_ERR_IO, "fifo.kiln: not a regular file");
+    free(fifo);
+    tmp_remove(dir);
+}
+
 Test(cache, operations_need_a_writable_cache)
 {
     char *dir = tmp_dir();
