@@ -48,7 +48,7 @@ static int run(int argc, char **argv)
     };
     cli_plan_args a;
     const char *shipped[16];
-    kiln_session_options so = { .shipped = shipped };
+    kiln_session_options so = { .cache.shipped = shipped };
     int64_t tokens[64] = { 1, 16, 128 };
     int n_tokens = 3, steps = 20, cpu_only = 0, check = 0, c, rc;
     char *end;
@@ -69,13 +69,13 @@ static int run(int argc, char **argv)
             continue;
         }
         switch (c) {
-        case 'c': so.cache = optarg; break;
+        case 'c': so.cache.path = optarg; break;
         case 's':
-            if (so.n_shipped == (int)(sizeof shipped / sizeof shipped[0]))
+            if (so.cache.n_shipped == (int)(sizeof shipped / sizeof shipped[0]))
                 return cli_usage(&cli_cmd_run, "too many --shipped caches");
-            shipped[so.n_shipped++] = optarg;
+            shipped[so.cache.n_shipped++] = optarg;
             break;
-        case 'o': so.offline = 1; break;
+        case 'o': so.cache.offline = 1; break;
         case 'e': so.eager = 1; break;
         case 'k': check = 1; break;
         case 'd':

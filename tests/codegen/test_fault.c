@@ -140,7 +140,7 @@ Test(fault, cached_compile, .init = kt_tmp_setup, .fini = kt_tmp_teardown)
     static const int64_t capture[] = { 1 };
     compile_ctx c = { .o = { .quiet = 1, .jobs = 2, .plan = { .capture = capture, .n_capture = 1 } } };
     nvrtc_required();
-    c.o.cache = kt_in_tmp(c.cache, sizeof c.cache, "compile.kiln");
+    c.o.cache.path = kt_in_tmp(c.cache, sizeof c.cache, "compile.kiln");
     static kt_model m;
     kt_model_make(&m);
     cr_assert_eq(kt_model_graph(&m, &c.g), KILN_OK, "%s", kiln_last_error());
@@ -148,7 +148,7 @@ Test(fault, cached_compile, .init = kt_tmp_setup, .fini = kt_tmp_teardown)
     kiln_compile_result r;
     cr_assert_eq(kiln_compile(c.g, &c.t, &c.o, &r), KILN_OK, "%s", kiln_last_error());
     cr_assert_gt(r.compiled, 0);
-    c.o.offline = 1;
+    c.o.cache.offline = 1;
     kt_sweep(&(kt_scenario){ .name = "compile", .run = scenario_compile, .ctx = &c });
     kiln_graph_destroy(c.g);
     kt_model_free(&m);
@@ -181,7 +181,7 @@ Test(fault, nvrtc_compile, .init = kt_tmp_setup, .fini = kt_tmp_teardown)
     static const int64_t capture[] = { 1 };
     compile_ctx c = { .o = { .quiet = 1, .jobs = 1, .plan = { .capture = capture, .n_capture = 1 } } };
     nvrtc_required();
-    c.o.cache = kt_in_tmp(c.cache, sizeof c.cache, "nvrtc.kiln");
+    c.o.cache.path = kt_in_tmp(c.cache, sizeof c.cache, "nvrtc.kiln");
     snprintf(c.lock, sizeof c.lock, "%s-lock", c.cache);
     kt_weight w;
     kt_rng r = kt_rng_new(21);
