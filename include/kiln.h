@@ -706,6 +706,10 @@ typedef struct kiln_cpu_options {
 KILN_API kiln_status kiln_cpu_create(kiln_graph *g, const kiln_cpu_options *opts, kiln_cpu **out);
 KILN_API void kiln_cpu_destroy(kiln_cpu *cpu);
 
+/* The threads a run computes on, the caller's included: opts->threads, or
+ * one per online core; fewer when the system refused to start some. */
+KILN_API int kiln_cpu_threads(const kiln_cpu *cpu);
+
 /* Run the graph for m tokens. inputs[i] holds [m, K_i] f32 for the graph's
  * i-th input; outputs[i] receives [m, N_i] f32 for its i-th output. */
 KILN_API kiln_status kiln_cpu_run(kiln_cpu *cpu, int64_t m, const float *const *inputs,
@@ -745,6 +749,18 @@ typedef struct kiln_model_tensor_info {
 } kiln_model_tensor_info;
 KILN_API int kiln_model_n_tensors(const kiln_model *m);
 KILN_API kiln_status kiln_model_tensor_at(const kiln_model *m, int i, kiln_model_tensor_info *out);
+
+/* The file's metadata, in file order: a GGUF file's key/value pairs; a
+ * safetensors model has none. kiln_model_metadata_at gives the i-th key in
+ * *key, owned by the model (valid until kiln_model_close), and writes its
+ * value into buf as one line of text, cut to fit size bytes and always
+ * NUL-terminated: numbers in full, strings quoted and escaped (cut after
+ * 64 bytes), arrays as `array<string>[32000] ["<unk>", "<s>", ...]` with
+ * at most max_items items. KILN_ERR_INVALID_ARG, naming the file, for an i
+ * out of range, a NULL key or buf, or a size of 0. */
+KILN_API int kiln_model_n_metadata(const kiln_model *m);
+KILN_API kiln_status kiln_model_metadata_at(const kiln_model *m, int i, int max_items,
+                                            const char **key, char *buf, size_t size);
 
 /* The weight named name as a kiln_qtensor pointing into the mapping.
  * KILN_ERR_NOT_FOUND when absent; KILN_ERR_UNSUPPORTED, naming the file, the
