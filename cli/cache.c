@@ -1,11 +1,11 @@
 /* `kiln cache`: look into kernel caches, check and prune them, and write the
  * file a deployment ships: exactly the kernels of one plan. */
 #include "cli.h"
-#include "cache/cache.h"
-#include "core.h"
 
+#include <assert.h>
 #include <getopt.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -122,7 +122,7 @@ struct cache_args {
     int n_args;
 };
 
-static int usage(const cache_args *a, const char *fmt, ...) KILN_PRINTF(2, 3);
+static int usage(const cache_args *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static int usage(const cache_args *a, const char *fmt, ...)
 {
@@ -439,7 +439,7 @@ static int run_rm(cache_args *a)
         st = prefix ? kiln_cache_rm(c, prefix, &removed) : kiln_cache_rm_all(c, &removed);
     const char *path = st == KILN_OK ? kiln_cache_layer_path(c, kiln_cache_writable_layer(c)) : "";
     if (st == KILN_OK && prefix && !removed)
-        st = kiln_fail(KILN_ERR_NOT_FOUND, "%s: no key starts with %s", path, prefix);
+        st = cli_error(KILN_ERR_NOT_FOUND, "%s: no key starts with %s", path, prefix);
     if (st == KILN_OK)
         printf("removed %zu records from %s\n", removed, path);
     kiln_cache_close(c);
@@ -584,7 +584,7 @@ static int run(int argc, char **argv)
     cli_plan_args_init(&a.plan);
     if (argc < 2)
         return usage(&a, "which subcommand? ls, stat, verify, export, merge, gc, rm or salvage");
-    for (size_t i = 0; i < KILN_ARRAY_LEN(subs) && !a.sub; i++)
+    for (size_t i = 0; i < sizeof subs / sizeof subs[0] && !a.sub; i++)
         if (!strcmp(argv[1], subs[i].name))
             a.sub = &subs[i];
     if (!a.sub)
