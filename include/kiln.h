@@ -8,6 +8,12 @@
  *    what went wrong and where (file, tensor, node). It stays valid until the
  *    next failing call on the same thread.
  *  - Handles are opaque. create/destroy come in pairs; destroy accepts NULL.
+ *  - A pointer a call returns (or writes into an out-parameter or a struct)
+ *    belongs to the object it was read from and stays valid until that
+ *    object is destroyed or closed, unless the call says otherwise. What
+ *    kiln_version, kiln_strerror, kiln_format_get, kiln_op_name and
+ *    kiln_target_names return is static. The caller frees nothing kiln
+ *    returns except through the function named for it.
  *  - Plain data (descriptors, options) are public structs in which zero means
  *    "default"; initialize them with designated initializers.
  *  - A linear computes Y[M,N] = X[M,K] · W[N,K]ᵀ (+ bias). W is row-major
@@ -726,7 +732,8 @@ typedef struct kiln_model kiln_model;
 KILN_API kiln_status kiln_model_open(const char *path, kiln_model **out);
 KILN_API void kiln_model_close(kiln_model *m);
 
-/* "gguf v3", "safetensors", ... and the architecture name from the file. */
+/* "gguf v3", "safetensors", ... and the architecture name from the file
+ * ("" when it names none), owned by the model. */
 KILN_API const char *kiln_model_container(const kiln_model *m);
 KILN_API const char *kiln_model_arch(const kiln_model *m);
 
@@ -737,7 +744,8 @@ typedef struct kiln_model_info {
 } kiln_model_info;
 KILN_API void kiln_model_get_info(const kiln_model *m, kiln_model_info *out);
 
-/* The stored tensors, in file order. */
+/* The stored tensors, in file order; name and type_name are owned by the
+ * model. */
 typedef struct kiln_model_tensor_info {
     const char *name;
     const char *type_name; /* the file's own name of the type */
