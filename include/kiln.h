@@ -475,16 +475,17 @@ typedef struct kiln_cache_record {
     uint64_t cubin_size;
     uint64_t cubin_hash;   /* XXH3-64 of the cubin */
     uint32_t version;      /* the record layout's version */
-    const char *schema;    /* the cache schema it was keyed under */
+    const char *schema;    /* the cache schema it was keyed under ("kiln-cache-2") */
 } kiln_cache_record;
 
 /* One stored entry as iteration sees it. status is KILN_OK for an intact
- * record; KILN_ERR_UNSUPPORTED for a record of another kiln's layout
- * (rec.version says which; it is left alone, never served, not counted
- * as bad); KILN_ERR_CACHE for a corrupt one (rec is unset). problem says
- * what is wrong, naming the file and the key, and is "" for an intact
- * record. Every pointer in it, rec's included, is valid during the visit
- * only. */
+ * record; KILN_ERR_UNSUPPORTED for a record of another kiln's layout, left
+ * alone, never served and not counted as bad: rec.version says which, and
+ * a version 1 record's other fields are set (its schema is NULL), those of
+ * an unknown version are NULL and 0; KILN_ERR_CACHE for a corrupt record:
+ * rec is all NULL and 0. problem says what is wrong, naming the file and
+ * the key, and is "" for an intact record. Every pointer in it, rec's
+ * included, is valid during the visit only. */
 typedef struct kiln_cache_entry {
     uint8_t key[KILN_CACHE_KEY_BYTES]; /* zero when the stored key is not 16 bytes */
     size_t key_size;                   /* the stored key's bytes */
