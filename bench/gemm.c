@@ -143,7 +143,7 @@ static kiln_status side_create(kiln_side *k, shape_run *r, kiln_format f)
     if ((st = side_graph(k, r)) != KILN_OK)
         return st;
     kiln_session_options so = {
-        .device = o->device, .cache = o->cache, .eager = o->eager, .quiet = 1,
+        .device = o->device, .cache.path = o->cache, .eager = o->eager, .quiet = 1,
         .plan = { .backend = o->backend, .capture = o->ms, .n_capture = o->n_ms },
     };
     /* The session's own plan is internal; this one, made the same way for

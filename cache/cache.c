@@ -259,6 +259,8 @@ kiln_status kiln_cache_file_put(kiln_cache_file *f, MDB_txn *txn, const uint8_t 
 
 kiln_status kiln_cache_default_path(char *buf, size_t size)
 {
+    if (!buf || !size)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "kernel cache path: no buffer");
     kiln_env env;
     kiln_env_read(&env);
     const char *xdg = env.xdg_cache_home, *home = env.home;
@@ -322,6 +324,9 @@ kiln_status kiln_cache_open(const kiln_cache_options *opts, kiln_cache **out)
     kiln_cache_options o = opts ? *opts : (kiln_cache_options){ 0 };
     if (!out || o.n_shipped < 0 || (o.n_shipped && !o.shipped))
         return kiln_fail(KILN_ERR_INVALID_ARG, "cache open: bad options");
+    for (int i = 0; i < o.n_shipped; i++)
+        if (!o.shipped[i])
+            return kiln_fail(KILN_ERR_INVALID_ARG, "cache open: shipped cache %d is NULL", i);
     kiln_cache *c = kiln_calloc(1, sizeof *c);
     if (c)
         c->files = kiln_calloc((size_t)o.n_shipped + 1, sizeof *c->files);
@@ -396,6 +401,8 @@ size_t kiln_cache_corrupt_seen(const kiln_cache *c) { return c->corrupt_seen; }
 
 kiln_status kiln_cache_writable_file(kiln_cache *c, const char *what, kiln_cache_file **out)
 {
+    if (!c)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "cache %s: no cache (NULL)", what);
     if (c->writable < 0)
         return kiln_fail(KILN_ERR_STATE, "cache %s: no writable cache is open", what);
     if (c->files[c->writable].damage)

@@ -12,6 +12,8 @@
 
 static kiln_status layer_file(kiln_cache *c, int layer, kiln_cache_file **out)
 {
+    if (!c)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "cache layer %d: no cache (NULL)", layer);
     if (layer < 0 || layer >= c->n_files)
         return kiln_fail(KILN_ERR_INVALID_ARG, "cache layer %d: there are %d", layer,
                          c->n_files);
@@ -69,6 +71,8 @@ static kiln_status file_foreach(kiln_cache_file *f, int layer, kiln_cache_visit_
 
 kiln_status kiln_cache_foreach(kiln_cache *c, int layer, kiln_cache_visit_fn fn, void *ctx)
 {
+    if (!fn)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "cache layer %d: no visitor (NULL)", layer);
     kiln_cache_file *f = NULL;
     kiln_status st = layer_file(c, layer, &f);
     return st ? st : file_foreach(f, layer, fn, ctx);
@@ -146,6 +150,8 @@ static kiln_status stat_visit(void *ctx, const kiln_cache_entry *e)
 
 kiln_status kiln_cache_stat(kiln_cache *c, int layer, kiln_cache_stats *out)
 {
+    if (!out)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "cache stat: out is NULL");
     kiln_cache_stats s = { 0 };
     kiln_status st = kiln_cache_foreach(c, layer, stat_visit, &s);
     if (st) {
@@ -228,11 +234,12 @@ static kiln_status gc_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int *rc_
 kiln_status kiln_cache_gc(kiln_cache *c, const kiln_cache_gc_options *o, size_t *removed,
                           uint64_t *bytes)
 {
+    if (!o)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "cache gc: no options (NULL): what to remove?");
     kiln_cache_file *f = NULL;
     kiln_status st = kiln_cache_writable_file(c, "gc", &f);
     if (st)
         return st;
-    assert(o);
     gc_ctx g = { .o = o, .now = (uint64_t)time(NULL) };
     if ((st = kiln_cache_file_write(f, "gc", gc_body, &g)))
         return st;
@@ -361,6 +368,8 @@ static kiln_status merge_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int *
 kiln_status kiln_cache_merge(kiln_cache *c, const char *src, kiln_cache_visit_fn on_bad,
                              void *ctx, kiln_cache_merge_result *out)
 {
+    if (!src)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "cache merge: no source file (NULL)");
     kiln_cache_file *f, s = { 0 };
     kiln_status st = kiln_cache_writable_file(c, "merge", &f);
     if (st)
@@ -450,16 +459,23 @@ static kiln_status new_file_write(const char *path, int overwrite, size_t map, c
     return st;
 }
 
-kiln_status kiln_cache_export(kiln_cache *c, const uint8_t (*keys)[KILN_CACHE_KEY_BYTES],
-                              size_t n_keys, const char *path, int overwrite)
+kiln_status kiln_cache_export_keys(kiln_cache *c, const uint8_t (*keys)[KILN_CACHE_KEY_BYTES],
+                                   size_t n_keys, const char *path, int overwrite)
 {
-    /* Room for everything the layers hold means the map rarely has to
-     * grow, which would run every lookup again. */
-    struct stat fs;
+    /* The new file must not replace a file this process has mapped. Room
+     * for everything the layers hold means the map rarely has to grow,
+     * which would run every lookup again. */
+    struct stat fs, ps;
     size_t map = (size_t)1 << 20;
-    for (int i = 0; i < c->n_files; i++)
-        if (!stat(c->files[i].path, &fs))
-            map += (size_t)fs.st_size;
+    bool exists = !stat(path, &ps);
+    for (int i = 0; i < c->n_files; i++) {
+        if (stat(c->files[i].path, &fs))
+            continue;
+        if (exists && fs.st_dev == ps.st_dev && fs.st_ino == ps.st_ino)
+            return kiln_fail(KILN_ERR_INVALID_ARG, "%s is the %s cache %s, which export reads",
+                             path, i == c->writable ? "writable" : "shipped", c->files[i].path);
+        map += (size_t)fs.st_size;
+    }
     export_ctx x = { .c = c, .path = path, .keys = keys, .n_keys = n_keys };
     return new_file_write(path, overwrite, map, "export", export_body, &x);
 }
@@ -518,6 +534,9 @@ static kiln_status salvage_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int
 kiln_status kiln_cache_salvage(const char *src, const char *dst, int overwrite,
                                kiln_cache_salvage_result *out)
 {
+    if (!src || !dst)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "salvage: no %s file (NULL)",
+                         !src ? "source" : "output");
     struct stat ss, ds;
     if (stat(src, &ss))
         return kiln_fail(KILN_ERR_IO, "salvage %s: %s", src, strerror(errno));

@@ -1,12 +1,11 @@
 /* `kiln cache`: look into kernel caches, check and prune them, and write the
  * file a deployment ships: exactly the kernels of one plan. */
 #include "cli.h"
-#include "cache/cache.h"
-#include "codegen/compile.h"
-#include "core.h"
 
+#include <assert.h>
 #include <getopt.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -123,7 +122,7 @@ struct cache_args {
     int n_args;
 };
 
-static int usage(const cache_args *a, const char *fmt, ...) KILN_PRINTF(2, 3);
+static int usage(const cache_args *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static int usage(const cache_args *a, const char *fmt, ...)
 {
@@ -340,29 +339,6 @@ static void export_corrupt(void *ctx, const char *message)
     fprintf(stderr, "kiln cache export: warning: %s\n", message);
 }
 
-/* The shipped file must not replace a cache this process has mapped. */
-static kiln_status export_target_check(const kiln_cache *c, const char *path)
-{
-    for (int i = 0; i < kiln_cache_n_layers(c); i++)
-        if (same_file(path, kiln_cache_layer_path(c, i)))
-            return kiln_fail(KILN_ERR_INVALID_ARG, "%s is the %s cache %s, which export reads",
-                             path, layer_role(c, i), kiln_cache_layer_path(c, i));
-    return KILN_OK;
-}
-
-static kiln_status export_keys(kiln_cache *c, const kiln_build *b, const char *path, int force)
-{
-    uint8_t(*keys)[KILN_CACHE_KEY_BYTES] = malloc(((size_t)b->n + 1) * sizeof *keys);
-    if (!keys)
-        return kiln_fail(KILN_ERR_NOMEM, "export to %s: %d keys", path, b->n);
-    for (int i = 0; i < b->n; i++)
-        memcpy(keys[i], b->kernels[i].key, KILN_CACHE_KEY_BYTES);
-    kiln_status st = kiln_cache_export(c, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])keys,
-                                       (size_t)b->n, path, force);
-    free(keys);
-    return st;
-}
-
 static int run_export(cache_args *a)
 {
     if (!a->model)
@@ -385,20 +361,13 @@ static int run_export(cache_args *a)
         .shipped = a->files, .n_shipped = a->n_files, .path = a->cache, .strict = 1,
         .on_corrupt = export_corrupt,
     };
-    kiln_build_options bo = { .offline = 1, .no_cubins = 1, .quiet = 1 };
-    kiln_build b = { 0 };
     kiln_cache *c = NULL;
     struct stat fs;
     if ((st = kiln_cache_open(&o, &c)) == KILN_OK)
-        st = export_target_check(c, a->output);
+        st = kiln_cache_export(c, p, a->output, a->force);
     if (st == KILN_OK)
-        st = kiln_build_plan(p, c, &bo, &b);
-    if (st == KILN_OK)
-        st = export_keys(c, &b, a->output, a->force);
-    if (st == KILN_OK)
-        printf("exported %d kernels (%llu bytes) to %s\n", b.n,
+        printf("exported %d kernels (%llu bytes) to %s\n", kiln_plan_n_signatures(p),
                stat(a->output, &fs) ? 0ull : (unsigned long long)fs.st_size, a->output);
-    kiln_build_free(&b);
     kiln_cache_close(c);
     kiln_plan_destroy(p);
     cli_source_close(&src);
@@ -470,7 +439,7 @@ static int run_rm(cache_args *a)
         st = prefix ? kiln_cache_rm(c, prefix, &removed) : kiln_cache_rm_all(c, &removed);
     const char *path = st == KILN_OK ? kiln_cache_layer_path(c, kiln_cache_writable_layer(c)) : "";
     if (st == KILN_OK && prefix && !removed)
-        st = kiln_fail(KILN_ERR_NOT_FOUND, "%s: no key starts with %s", path, prefix);
+        st = cli_error(KILN_ERR_NOT_FOUND, "%s: no key starts with %s", path, prefix);
     if (st == KILN_OK)
         printf("removed %zu records from %s\n", removed, path);
     kiln_cache_close(c);
@@ -615,7 +584,7 @@ static int run(int argc, char **argv)
     cli_plan_args_init(&a.plan);
     if (argc < 2)
         return usage(&a, "which subcommand? ls, stat, verify, export, merge, gc, rm or salvage");
-    for (size_t i = 0; i < KILN_ARRAY_LEN(subs) && !a.sub; i++)
+    for (size_t i = 0; i < sizeof subs / sizeof subs[0] && !a.sub; i++)
         if (!strcmp(argv[1], subs[i].name))
             a.sub = &subs[i];
     if (!a.sub)

@@ -16,11 +16,20 @@ typedef struct cli_command {
     void (*help)(FILE *out);
 } cli_command;
 
-/* Print "kiln: <what>: <kiln_last_error()>" and return CLI_FAIL. */
+/* Print "kiln: <what>: <detail>" and return CLI_FAIL. The detail is the
+ * command's own message when cli_error recorded one since the last
+ * cli_fail, else kiln_last_error(). */
 int cli_fail(kiln_status st, const char *what);
+
+/* Record the detail of a failure the command found itself (kiln reported
+ * nothing) for the next cli_fail, and return st. */
+kiln_status cli_error(kiln_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Report a usage error for cmd on stderr and return CLI_USAGE. */
 int cli_usage(const cli_command *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Monotonic wall-clock seconds. */
+double cli_now(void);
 
 /* Parse "1,2,16" into a sorted list of distinct positive token counts. */
 int cli_parse_tokens(const char *s, int64_t *out, int max, int *n);

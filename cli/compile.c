@@ -1,5 +1,4 @@
 #include "cli.h"
-#include "codegen/compile.h"
 
 #include <getopt.h>
 #include <stdlib.h>
@@ -46,8 +45,7 @@ static int run(int argc, char **argv)
     };
     cli_plan_args a;
     const char *shipped[16];
-    kiln_cache_options co = { .shipped = shipped, .on_corrupt = on_corrupt };
-    kiln_build_options bo = { 0 };
+    kiln_compile_options co = { .cache = { .shipped = shipped, .on_corrupt = on_corrupt } };
     int c, rc;
     char *end;
     cli_plan_args_init(&a);
@@ -60,19 +58,19 @@ static int run(int argc, char **argv)
             continue;
         }
         switch (c) {
-        case 'c': co.path = optarg; break;
+        case 'c': co.cache.path = optarg; break;
         case 's':
-            if (co.n_shipped == (int)(sizeof shipped / sizeof shipped[0]))
+            if (co.cache.n_shipped == (int)(sizeof shipped / sizeof shipped[0]))
                 return cli_usage(&cli_cmd_compile, "too many --shipped caches");
-            shipped[co.n_shipped++] = optarg;
+            shipped[co.cache.n_shipped++] = optarg;
             break;
         case 'j':
-            bo.jobs = (int)strtol(optarg, &end, 10);
-            if (*end || bo.jobs < 1 || bo.jobs > 1024)
+            co.jobs = (int)strtol(optarg, &end, 10);
+            if (*end || co.jobs < 1 || co.jobs > 1024)
                 return cli_usage(&cli_cmd_compile, "bad --jobs '%s'", optarg);
             break;
-        case 'k': bo.keep_source = optarg; break;
-        case 'q': bo.quiet = 1; break;
+        case 'k': co.keep_source = optarg; break;
+        case 'q': co.quiet = 1; break;
         case ':': return cli_usage(&cli_cmd_compile, "%s needs a value", argv[optind - 1]);
         default: return cli_usage(&cli_cmd_compile, "unknown option '%s'", argv[optind - 1]);
         }
@@ -92,20 +90,17 @@ static int run(int argc, char **argv)
         return cli_fail(st, "compile");
     for (const char *const *w = kiln_plan_warnings(p); *w; w++)
         fprintf(stderr, "kiln compile: warning: %s\n", *w);
-    kiln_cache *cache = NULL;
-    kiln_build b;
-    bo.no_cubins = 1;
-    if ((st = kiln_cache_open(&co, &cache)) == KILN_OK)
-        st = kiln_build_plan(p, cache, &bo, &b);
-    if (st == KILN_OK) {
-        int w = kiln_cache_writable_layer(cache);
-        printf("%d signatures: %d cached, %d compiled in %.2f s (%s, %s)\n", b.n, b.cached,
-               b.compiled, b.seconds, t.name,
-               w >= 0 ? kiln_cache_layer_path(cache, w)
-                      : "no usable writable cache: nothing stored");
-        kiln_build_free(&b);
+    kiln_compile_result r;
+    char path[4096];
+    const char *into = "no usable writable cache: nothing stored";
+    if ((st = kiln_compile_plan(p, &co, &r)) == KILN_OK && r.writable) {
+        into = co.cache.path ? co.cache.path : path;
+        if (!co.cache.path)
+            st = kiln_cache_default_path(path, sizeof path);
     }
-    kiln_cache_close(cache);
+    if (st == KILN_OK)
+        printf("%d signatures: %d cached, %d compiled in %.2f s (%s, %s)\n", r.signatures,
+               r.cached, r.compiled, r.seconds, t.name, into);
     kiln_plan_destroy(p);
     cli_source_close(&src);
     return st == KILN_OK ? CLI_OK : cli_fail(st, "compile");

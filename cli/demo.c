@@ -1,5 +1,4 @@
 #include "cli.h"
-#include "core.h"
 
 #include <getopt.h>
 #include <math.h>
@@ -63,7 +62,7 @@ static kiln_status demo_weight(cli_demo *d, uint64_t *seed, kiln_format fmt, con
     q.scale = scale_bytes ? demo_keep(d, scale_bytes) : NULL;
     if (!src || !q.data || (scale_bytes && !q.scale)) {
         free(src);
-        return kiln_fail(KILN_ERR_NOMEM, "demo weight %s", name);
+        return cli_error(KILN_ERR_NOMEM, "demo weight %s", name);
     }
     float a = 1.7320508f / sqrtf((float)k); /* unit variance of the output */
     for (int64_t i = 0; i < n * k; i++)
@@ -79,7 +78,7 @@ static kiln_status demo_norm(cli_demo *d, uint64_t *seed, const char *name, kiln
 {
     float *w = demo_keep(d, DEMO_WIDTH * sizeof *w);
     if (!w)
-        return kiln_fail(KILN_ERR_NOMEM, "demo norm %s", name);
+        return cli_error(KILN_ERR_NOMEM, "demo norm %s", name);
     for (int i = 0; i < DEMO_WIDTH; i++)
         w[i] = 1.0f + demo_uniform(seed, 0.1f);
     return kiln_graph_param(d->g, name, DEMO_WIDTH, w, out);
@@ -122,7 +121,7 @@ kiln_status cli_demo_create(cli_demo **out)
 {
     cli_demo *d = calloc(1, sizeof *d);
     if (!d)
-        return kiln_fail(KILN_ERR_NOMEM, "demo");
+        return cli_error(KILN_ERR_NOMEM, "demo");
     uint64_t seed = 0x6b696c6e; /* fixed: the demo's numbers never change */
     kiln_tensor *x, *norm_w;
     kiln_status st = kiln_graph_create(&d->g);
@@ -227,7 +226,7 @@ static int run(int argc, char **argv)
         return cli_fail(st, "preparing the CPU executor");
     }
     printf("demo: %d FFN layers, width %d, hidden %d, CPU executor (%d threads)\n", DEMO_LAYERS,
-           DEMO_WIDTH, DEMO_FFN, threads ? threads : kiln_cpu_count());
+           DEMO_WIDTH, DEMO_FFN, kiln_cpu_threads(cpu));
     printf("%-6s %-12s %s\n", "layer", "format", "linears (N x K)");
     for (int l = 0; l < DEMO_LAYERS; l++)
         printf("%-6d %-12s gate, up %dx%d; down %dx%d\n", l, d->desc[l], DEMO_FFN, DEMO_WIDTH,

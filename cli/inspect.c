@@ -1,6 +1,4 @@
 #include "cli.h"
-#include "core.h"
-#include "graph/gguf.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -42,17 +40,19 @@ static int dequant(kiln_model *m, const char *path, const char *name, const char
     if (st != KILN_OK)
         return cli_fail(st, "--tensor");
     size_t elems;
-    if (!kiln_mul_size((size_t)q.n, (size_t)q.k, &elems) || elems > SIZE_MAX / sizeof(float))
-        return cli_fail(kiln_fail(KILN_ERR_SHAPE, "%s: tensor %s is too large", path, name),
+    if (__builtin_mul_overflow((size_t)q.n, (size_t)q.k, &elems) ||
+        elems > SIZE_MAX / sizeof(float))
+        return cli_fail(cli_error(KILN_ERR_SHAPE, "%s: tensor %s is too large", path, name),
                         "--dequant");
     float *buf = malloc(elems * sizeof *buf);
     if (!buf)
-        return cli_fail(kiln_fail(KILN_ERR_NOMEM, "%s: tensor %s: %zu floats", path, name, elems),
+        return cli_fail(cli_error(KILN_ERR_NOMEM, "%s: tensor %s: %zu floats", path, name, elems),
                         "--dequant");
     st = kiln_dequantize(&q, buf);
     if (st != KILN_OK) {
         free(buf);
-        return cli_fail(kiln_fail_prefix(st, "%s: tensor %s", path, name), "--dequant");
+        return cli_fail(cli_error(st, "%s: tensor %s: %s", path, name, kiln_last_error()),
+                        "--dequant");
     }
     /* Written beside the target and renamed, so a failure never leaves a
      * truncated file under the name asked for. */
@@ -60,7 +60,7 @@ static int dequant(kiln_model *m, const char *path, const char *name, const char
     char *tmp = malloc(len);
     if (!tmp) {
         free(buf);
-        return cli_fail(kiln_fail(KILN_ERR_NOMEM, "%s", out), "--dequant");
+        return cli_fail(cli_error(KILN_ERR_NOMEM, "%s", out), "--dequant");
     }
     snprintf(tmp, len, "%s.tmp", out);
     FILE *f = fopen(tmp, "wb");
@@ -72,7 +72,7 @@ static int dequant(kiln_model *m, const char *path, const char *name, const char
     if (!ok) {
         remove(tmp);
         free(tmp);
-        return cli_fail(kiln_fail(KILN_ERR_IO, "%s: %s", out, strerror(err)), "--dequant");
+        return cli_fail(cli_error(KILN_ERR_IO, "%s: %s", out, strerror(err)), "--dequant");
     }
     free(tmp);
     fprintf(stderr, "kiln inspect: wrote %s [%lld, %lld] as f32 to %s (%zu bytes)\n", name,
@@ -82,15 +82,15 @@ static int dequant(kiln_model *m, const char *path, const char *name, const char
 
 static void print_metadata(kiln_model *m)
 {
-    int n = kiln_gguf_n_kv(m);
+    int n = kiln_model_n_metadata(m);
     if (!n)
         return;
     printf("\nmetadata (%d keys):\n", n);
     for (int i = 0; i < n; i++) {
-        const kiln_gguf_value *v;
-        const char *key = kiln_gguf_kv_at(m, i, &v);
+        const char *key;
         char buf[512];
-        printf("  %-44s %s\n", key, kiln_gguf_value_summary(v, 8, buf, sizeof buf));
+        if (kiln_model_metadata_at(m, i, 8, &key, buf, sizeof buf) == KILN_OK)
+            printf("  %-44s %s\n", key, buf);
     }
 }
 

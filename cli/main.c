@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const cli_command *const commands[] = {
     &cli_cmd_formats,
@@ -27,11 +28,31 @@ static void usage(FILE *out)
     fprintf(out, "\n'kiln COMMAND --help' describes a command.\n");
 }
 
+/* The command runs on one thread: one pending message is enough. */
+static char cli_detail[1024];
+
 int cli_fail(kiln_status st, const char *what)
 {
-    const char *detail = kiln_last_error();
+    const char *detail = cli_detail[0] ? cli_detail : kiln_last_error();
     fprintf(stderr, "kiln: %s: %s\n", what, detail[0] ? detail : kiln_strerror(st));
+    cli_detail[0] = '\0';
     return CLI_FAIL;
+}
+
+kiln_status cli_error(kiln_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cli_detail, sizeof cli_detail, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+double cli_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 int cli_usage(const cli_command *cmd, const char *fmt, ...)

@@ -1,5 +1,4 @@
 #include "cli.h"
-#include "core.h"
 
 #include <getopt.h>
 #include <stdlib.h>
@@ -48,7 +47,7 @@ static int run(int argc, char **argv)
     };
     cli_plan_args a;
     const char *shipped[16];
-    kiln_session_options so = { .shipped = shipped };
+    kiln_session_options so = { .cache.shipped = shipped };
     int64_t tokens[64] = { 1, 16, 128 };
     int n_tokens = 3, steps = 20, cpu_only = 0, check = 0, c, rc;
     char *end;
@@ -69,13 +68,13 @@ static int run(int argc, char **argv)
             continue;
         }
         switch (c) {
-        case 'c': so.cache = optarg; break;
+        case 'c': so.cache.path = optarg; break;
         case 's':
-            if (so.n_shipped == (int)(sizeof shipped / sizeof shipped[0]))
+            if (so.cache.n_shipped == (int)(sizeof shipped / sizeof shipped[0]))
                 return cli_usage(&cli_cmd_run, "too many --shipped caches");
-            shipped[so.n_shipped++] = optarg;
+            shipped[so.cache.n_shipped++] = optarg;
             break;
-        case 'o': so.offline = 1; break;
+        case 'o': so.cache.offline = 1; break;
         case 'e': so.eager = 1; break;
         case 'k': check = 1; break;
         case 'd':
@@ -112,7 +111,7 @@ static int run(int argc, char **argv)
     if (st != KILN_OK)
         return cli_fail(st, "run");
     cli_exec gpu = { 0 }, cpu = { 0 };
-    double t0 = kiln_now();
+    double t0 = cli_now();
     if (!cpu_only) {
         st = kiln_session_create(src.g, &so, &gpu.gpu);
         if (st == KILN_ERR_NO_DEVICE) {
@@ -123,7 +122,7 @@ static int run(int argc, char **argv)
             return cli_fail(st, "run");
         }
     }
-    double create_s = kiln_now() - t0;
+    double create_s = cli_now() - t0;
     rc = CLI_OK;
     if (cpu_only || check) {
         if ((st = kiln_cpu_create(src.g, NULL, &cpu.cpu)) != KILN_OK)
@@ -138,7 +137,8 @@ static int run(int argc, char **argv)
             printf("run: %s on %s (%s): %d kernels, %d cached, %d compiled\n", argv[optind],
                    ss.device, ss.target, ss.kernels, ss.cached, ss.compiled);
         } else {
-            printf("run: %s on the CPU executor (%d threads)\n", argv[optind], kiln_cpu_count());
+            printf("run: %s on the CPU executor (%d threads)\n", argv[optind],
+                   kiln_cpu_threads(cpu.cpu));
         }
         rc = cli_run_table("run", e, src.g, tokens, n_tokens, steps, &first);
     }

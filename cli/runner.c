@@ -1,5 +1,4 @@
 #include "cli.h"
-#include "core.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -65,7 +64,7 @@ static kiln_status io_alloc(kiln_graph *g, int64_t m, io *b)
                                  sizeof(float))) != NULL;
     if (!ok) {
         io_free(b);
-        return kiln_fail(KILN_ERR_NOMEM, "activations for %lld tokens", (long long)m);
+        return cli_error(KILN_ERR_NOMEM, "activations for %lld tokens", (long long)m);
     }
     return KILN_OK;
 }
@@ -76,7 +75,7 @@ int cli_run_table(const char *cmd, cli_exec *e, kiln_graph *g, const int64_t *to
     printf("%-7s %-16s %-14s %s\n", "tokens", "checksum (sum)", "mean |y|", "time/step (median)");
     double *times = malloc((size_t)steps * sizeof *times);
     if (!times)
-        return cli_fail(kiln_fail(KILN_ERR_NOMEM, "timings"), cmd);
+        return cli_fail(cli_error(KILN_ERR_NOMEM, "timings"), cmd);
     int rc = CLI_OK;
     for (int t = 0; t < n_tokens && rc == CLI_OK; t++) {
         int64_t m = tokens[t];
@@ -87,9 +86,9 @@ int cli_run_table(const char *cmd, cli_exec *e, kiln_graph *g, const int64_t *to
             break;
         }
         for (int s = 0; s < steps && rc == CLI_OK; s++) {
-            double t0 = kiln_now();
+            double t0 = cli_now();
             st = cli_exec_run(e, m, (const float *const *)b.in, b.out);
-            times[s] = kiln_now() - t0;
+            times[s] = cli_now() - t0;
             if (first_run_s && t == 0 && s == 0)
                 *first_run_s = times[s];
             if (st != KILN_OK)

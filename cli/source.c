@@ -1,5 +1,4 @@
 #include "cli.h"
-#include "core.h"
 
 #include <string.h>
 
@@ -15,7 +14,7 @@ kiln_status cli_source_open(const char *arg, const char *graph, int layers, cli_
         return KILN_OK;
     }
     if (strcmp(graph, "ffn") && strcmp(graph, "linears"))
-        return kiln_fail(KILN_ERR_INVALID_ARG, "--graph %s: want ffn or linears", graph);
+        return cli_error(KILN_ERR_INVALID_ARG, "--graph %s: want ffn or linears", graph);
     if ((st = kiln_model_open(arg, &out->model)))
         return st;
     if ((st = kiln_graph_create(&out->own)) == KILN_OK)

@@ -208,6 +208,28 @@ done:
     return KILN_OK;
 }
 
+kiln_status kiln_compile_plan(const kiln_plan *p, const kiln_compile_options *opts,
+                              kiln_compile_result *out)
+{
+    if (!p || !out)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "compile: plan and out are required");
+    const kiln_compile_options defaults = { 0 };
+    const kiln_compile_options *o = opts ? opts : &defaults;
+    kiln_build_options bo = { .jobs = o->jobs, .offline = o->cache.offline,
+                              .keep_source = o->keep_source, .quiet = o->quiet, .no_cubins = 1 };
+    kiln_cache *c = NULL;
+    kiln_build b;
+    kiln_status st = kiln_cache_open(&o->cache, &c);
+    if (st == KILN_OK && (st = kiln_build_plan(p, c, &bo, &b)) == KILN_OK) {
+        *out = (kiln_compile_result){ .signatures = b.n, .cached = b.cached,
+                                      .compiled = b.compiled, .seconds = b.seconds,
+                                      .writable = kiln_cache_writable_layer(c) >= 0 };
+        kiln_build_free(&b);
+    }
+    kiln_cache_close(c);
+    return st;
+}
+
 kiln_status kiln_compile(kiln_graph *g, const kiln_target *t, const kiln_compile_options *opts,
                          kiln_compile_result *out)
 {
@@ -219,17 +241,32 @@ kiln_status kiln_compile(kiln_graph *g, const kiln_target *t, const kiln_compile
     kiln_status st = kiln_plan_create(g, t, &o->plan, &p);
     if (st != KILN_OK)
         return st;
-    kiln_cache_options co = { .shipped = o->shipped, .n_shipped = o->n_shipped, .path = o->cache };
-    kiln_build_options bo = { .jobs = o->jobs, .offline = o->offline,
-                              .keep_source = o->keep_source, .quiet = o->quiet, .no_cubins = 1 };
-    kiln_cache *c = NULL;
-    kiln_build b;
-    if ((st = kiln_cache_open(&co, &c)) == KILN_OK && (st = kiln_build_plan(p, c, &bo, &b)) == KILN_OK) {
-        *out = (kiln_compile_result){ .signatures = b.n, .cached = b.cached,
-                                      .compiled = b.compiled, .seconds = b.seconds };
-        kiln_build_free(&b);
-    }
-    kiln_cache_close(c);
+    st = kiln_compile_plan(p, o, out);
     kiln_plan_destroy(p);
+    return st;
+}
+
+/* The plan's keys come from building it offline: every kernel is keyed and
+ * found, nothing is compiled and no cubin is kept. */
+kiln_status kiln_cache_export(kiln_cache *c, const kiln_plan *p, const char *path, int overwrite)
+{
+    if (!c || !p || !path)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "export: the cache, the plan and the path are "
+                         "required");
+    kiln_build_options bo = { .offline = 1, .no_cubins = 1, .quiet = 1 };
+    kiln_build b;
+    kiln_status st = kiln_build_plan(p, c, &bo, &b);
+    if (st != KILN_OK)
+        return st;
+    uint8_t(*keys)[KILN_CACHE_KEY_BYTES] = kiln_malloc(((size_t)b.n + 1) * sizeof *keys);
+    if (!keys)
+        st = kiln_fail(KILN_ERR_NOMEM, "export to %s: out of memory for %d keys", path, b.n);
+    for (int i = 0; keys && i < b.n; i++)
+        memcpy(keys[i], b.kernels[i].key, KILN_CACHE_KEY_BYTES);
+    if (keys)
+        st = kiln_cache_export_keys(c, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])keys, (size_t)b.n,
+                                    path, overwrite);
+    free(keys);
+    kiln_build_free(&b);
     return st;
 }

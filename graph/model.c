@@ -98,6 +98,24 @@ kiln_status kiln_model_tensor_at(const kiln_model *m, int i, kiln_model_tensor_i
     return KILN_OK;
 }
 
+int kiln_model_n_metadata(const kiln_model *m) { return kiln_gguf_n_kv(m); }
+
+kiln_status kiln_model_metadata_at(const kiln_model *m, int i, int max_items, const char **key,
+                                   char *buf, size_t size)
+{
+    const kiln_gguf_value *v;
+    const char *k = kiln_gguf_kv_at(m, i, &v);
+    if (!k)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "%s: metadata index %d of %d", m->path, i,
+                         kiln_gguf_n_kv(m));
+    if (!key || !buf || !size)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "%s: metadata %s: no room for the %s", m->path, k,
+                         !key ? "key" : "value");
+    *key = k;
+    kiln_gguf_value_summary(v, max_items, buf, size);
+    return KILN_OK;
+}
+
 static const kiln_model_tensor *model_find(const kiln_model *m, const char *name)
 {
     for (int i = 0; i < m->n_tensors; i++)

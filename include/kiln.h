@@ -8,6 +8,12 @@
  *    what went wrong and where (file, tensor, node). It stays valid until the
  *    next failing call on the same thread.
  *  - Handles are opaque. create/destroy come in pairs; destroy accepts NULL.
+ *  - A pointer a call returns (or writes into an out-parameter or a struct)
+ *    belongs to the object it was read from and stays valid until that
+ *    object is destroyed or closed, unless the call says otherwise. What
+ *    kiln_version, kiln_strerror, kiln_format_get, kiln_op_name and
+ *    kiln_target_names return is static. The caller frees nothing kiln
+ *    returns except through the function named for it.
  *  - Plain data (descriptors, options) are public structs in which zero means
  *    "default"; initialize them with designated initializers.
  *  - A linear computes Y[M,N] = X[M,K] · W[N,K]ᵀ (+ bias). W is row-major
@@ -365,6 +371,247 @@ KILN_API size_t kiln_plan_naive_bytes(const kiln_plan *p, int bucket);
  * Params (norm weights, biases) are not counted. */
 KILN_API kiln_status kiln_plan_weight_bytes(const kiln_plan *p, size_t *storage, size_t *packed);
 
+/* ---------------------------------------------------------- kernel caches */
+
+/* Compiled kernels live in LMDB files: zero or more shipped caches, opened
+ * read-only without a lock file (they work on read-only media and never
+ * change; one must not be written while it is open), searched first, in
+ * order; then one writable cache, which other processes may use at the
+ * same time. A record is found by its key, a hash of everything that
+ * determines the kernel; the compiler's version is recorded in the record,
+ * not in the key. A cache file is untrusted input: its structure is checked
+ * before LMDB maps it, and every record is checked against its key before
+ * it is served. */
+typedef struct kiln_cache kiln_cache;
+
+enum {
+    KILN_CACHE_KEY_BYTES = 16,
+    KILN_CACHE_KEY_HEX = 2 * KILN_CACHE_KEY_BYTES + 1, /* lowercase hex, with the NUL */
+};
+
+/* Which caches to use: the same struct tells kiln_cache_open which files
+ * to open, and compile and session where to look kernels up and store
+ * them. Zero is the default writable cache alone. */
+typedef struct kiln_cache_options {
+    const char *const *shipped; /* read-only caches, searched first, in order */
+    int n_shipped;
+    const char *path;           /* the writable cache; NULL: kiln_cache_default_path */
+    int no_writable;            /* open no writable cache (read-only deployments) */
+    size_t map_size;            /* initial map of the writable cache; 0: 64 MiB. The map
+                                   grows when full; the file holds only what is written */
+    /* A file whose structure is damaged (truncated, or a page number, node
+     * or overflow count LMDB would misread) is never handed to LMDB. 0: it
+     * is left out of the search and as it is on disk, reported through
+     * on_corrupt and by kiln_cache_layer_damage; a damaged writable file is
+     * neither written nor removed, and kiln_cache_writable_layer is -1.
+     * 1: opening fails with KILN_ERR_CACHE naming the file. */
+    int strict;
+    /* Called with a message naming the file, the key and the signature for
+     * every corrupt record a lookup passes over, and naming the file for
+     * every damaged file left out. message is valid during the call only.
+     * NULL: nothing is called, except that a session prints the message to
+     * stderr as a warning. */
+    void (*on_corrupt)(void *ctx, const char *message);
+    void *ctx;
+    /* Compile and session: a kernel missing from every cache is
+     * KILN_ERR_OFFLINE_MISS naming its signature, and nothing is compiled
+     * (a session also when $KILN_OFFLINE=1). kiln_cache_open ignores it. */
+    int offline;
+} kiln_cache_options;
+
+/* Write the writable cache's path when none is given into buf (size
+ * bytes): $KILN_CACHE, else $XDG_CACHE_HOME/kiln/kernels.kiln, else
+ * $HOME/.cache/kiln/kernels.kiln (an empty or relative XDG_CACHE_HOME or
+ * HOME is passed over). KILN_ERR_IO when none is set; KILN_ERR_INVALID_ARG
+ * when buf is NULL or the path does not fit. */
+KILN_API kiln_status kiln_cache_default_path(char *buf, size_t size);
+
+/* Open the caches opts names (opts may be NULL: the default writable cache
+ * alone). The writable cache and its parent directories are created when
+ * absent; reader slots left by dead processes are cleared. Errors name the
+ * file: KILN_ERR_IO when a shipped file is missing or a file cannot be
+ * created or opened; KILN_ERR_CACHE when a file is not an LMDB file, or
+ * (strict) its structure is damaged; KILN_ERR_STATE when this process has
+ * the writable file open already (LMDB's locks are held once per process,
+ * so a second open is refused); KILN_ERR_INVALID_ARG for a NULL out, a
+ * negative n_shipped or a NULL shipped path. A kiln_cache is used by one
+ * thread at a time. */
+KILN_API kiln_status kiln_cache_open(const kiln_cache_options *opts, kiln_cache **out);
+KILN_API void kiln_cache_close(kiln_cache *c);
+
+/* Layers are numbered in search order: the shipped caches, then the
+ * writable one. Strings belong to the cache and stay valid until
+ * kiln_cache_close. kiln_cache_layer_path is NULL for a layer out of
+ * range; kiln_cache_writable_layer is -1 when there is no usable writable
+ * cache; kiln_cache_layer_damage says why a layer's file was left out
+ * ("<path>: damaged: <what>"), or is NULL when the layer is in use. */
+KILN_API int kiln_cache_n_layers(const kiln_cache *c);
+KILN_API const char *kiln_cache_layer_path(const kiln_cache *c, int layer);
+KILN_API int kiln_cache_writable_layer(const kiln_cache *c);
+KILN_API const char *kiln_cache_layer_damage(const kiln_cache *c, int layer);
+
+/* The lowercase hex of a key, NUL-terminated. */
+KILN_API void kiln_cache_key_hex(const uint8_t key[KILN_CACHE_KEY_BYTES],
+                                 char out[KILN_CACHE_KEY_HEX]);
+
+/* Parse a key prefix of 1 to 32 hex digits (either case): its nibbles go to
+ * the front of key (the rest is zero), their count to *n_nibbles. A whole
+ * key is a prefix of 32 nibbles. KILN_ERR_INVALID_ARG for anything else. */
+KILN_API kiln_status kiln_cache_key_parse(const char *hex, uint8_t key[KILN_CACHE_KEY_BYTES],
+                                          int *n_nibbles);
+
+/* The fields of a stored kernel. */
+typedef struct kiln_cache_record {
+    const char *compiler;  /* "nvrtc 13.0" */
+    const char *entry;     /* the kernel function's name */
+    const char *target;    /* "sm_90a" */
+    const char *kind;      /* the backend that generated it ("wgmma"), or an auxiliary
+                              kernel's family ("quant", "op") */
+    const char *signature; /* the kernel's signature text */
+    uint32_t threads;      /* threads per block */
+    uint32_t smem;         /* dynamic shared memory per block, bytes */
+    uint64_t created;      /* unix seconds */
+    const uint8_t *cubin;  /* an ELF for the target */
+    uint64_t cubin_size;
+    uint64_t cubin_hash;   /* XXH3-64 of the cubin */
+    uint32_t version;      /* the record layout's version */
+    const char *schema;    /* the cache schema it was keyed under ("kiln-cache-2") */
+} kiln_cache_record;
+
+/* One stored entry as iteration sees it. status is KILN_OK for an intact
+ * record; KILN_ERR_UNSUPPORTED for a record of another kiln's layout, left
+ * alone, never served and not counted as bad: rec.version says which, and
+ * a version 1 record's other fields are set (its schema is NULL), those of
+ * an unknown version are NULL and 0; KILN_ERR_CACHE for a corrupt record:
+ * rec is all NULL and 0. problem says what is wrong, naming the file and
+ * the key, and is "" for an intact record. Every pointer in it, rec's
+ * included, is valid during the visit only. */
+typedef struct kiln_cache_entry {
+    uint8_t key[KILN_CACHE_KEY_BYTES]; /* zero when the stored key is not 16 bytes */
+    size_t key_size;                   /* the stored key's bytes */
+    int layer;                         /* -1: the source file of a merge */
+    size_t size;                       /* the stored value's bytes */
+    kiln_status status;
+    const char *problem;
+    kiln_cache_record rec;
+} kiln_cache_entry;
+
+/* A visitor: any status but KILN_OK stops the iteration, which returns it.
+ * It must not call into the cache it visits. */
+typedef kiln_status (*kiln_cache_visit_fn)(void *ctx, const kiln_cache_entry *e);
+
+/* Visit every entry of a layer in key order. KILN_ERR_INVALID_ARG for a
+ * NULL c or fn or a layer out of range; KILN_ERR_CACHE, naming the file,
+ * for a layer whose file was left out as damaged or when LMDB fails. */
+KILN_API kiln_status kiln_cache_foreach(kiln_cache *c, int layer, kiln_cache_visit_fn fn,
+                                        void *ctx);
+
+/* Check every record of a layer: *n_entries and *n_bad (either may be
+ * NULL) count them; on_bad (may be NULL) sees each corrupt one. A record
+ * of another version is an entry, not bad. Errors as kiln_cache_foreach. */
+KILN_API kiln_status kiln_cache_verify(kiln_cache *c, int layer, kiln_cache_visit_fn on_bad,
+                                       void *ctx, size_t *n_entries, size_t *n_bad);
+
+/* Records and bytes of one target or kind. */
+typedef struct kiln_cache_tally {
+    char *name;
+    size_t entries;
+    uint64_t bytes; /* values, record headers included */
+} kiln_cache_tally;
+
+typedef struct kiln_cache_stats {
+    size_t entries, bad;
+    size_t other_versions;   /* records of another version, left alone; not bad */
+    uint64_t bytes;          /* every value */
+    uint64_t cubin_bytes;    /* the cubins of intact records */
+    uint64_t file_bytes;     /* the file on disk */
+    uint64_t map_bytes;      /* its current map */
+    uint64_t oldest, newest; /* created, of intact records; 0 when there is none */
+    kiln_cache_tally *by_target, *by_kind; /* intact records, in order of first appearance */
+    int n_targets, n_kinds;
+} kiln_cache_stats;
+
+/* The totals of a layer. by_target, by_kind and their names belong to *out
+ * until kiln_cache_stats_free(out), which zeroes it and accepts NULL.
+ * Errors as kiln_cache_foreach, and KILN_ERR_NOMEM. */
+KILN_API kiln_status kiln_cache_stat(kiln_cache *c, int layer, kiln_cache_stats *out);
+KILN_API void kiln_cache_stats_free(kiln_cache_stats *s);
+
+/* What kiln_cache_gc removes; a record matching any field goes. */
+typedef struct kiln_cache_gc_options {
+    const char *compiler; /* records made by any other compiler; NULL: keep all */
+    uint64_t max_age_s;   /* records created longer ago than this; 0: no limit */
+    int corrupt;          /* records that fail their checks (not those of another version) */
+    uint32_t version;     /* records of this record version; 0: none. Nothing else
+                             removes a record of another version */
+} kiln_cache_gc_options;
+
+/* Remove from the writable cache what o selects, in one transaction.
+ * *removed and *bytes (either may be NULL) say how much went.
+ * KILN_ERR_INVALID_ARG for a NULL c or o; KILN_ERR_STATE when no writable
+ * cache is open; KILN_ERR_CACHE, naming the file, when it is damaged or
+ * LMDB fails. */
+KILN_API kiln_status kiln_cache_gc(kiln_cache *c, const kiln_cache_gc_options *o,
+                                   size_t *removed, uint64_t *bytes);
+
+/* Remove the writable cache's records whose keys start with a hex prefix
+ * (as kiln_cache_key_parse reads it), or all of them. *removed (may be
+ * NULL) counts them; a prefix no key has removes nothing and is not an
+ * error. KILN_ERR_INVALID_ARG for a NULL c or a bad prefix; otherwise
+ * errors as kiln_cache_gc. */
+KILN_API kiln_status kiln_cache_rm(kiln_cache *c, const char *hex_prefix, size_t *removed);
+KILN_API kiln_status kiln_cache_rm_all(kiln_cache *c, size_t *removed);
+
+typedef struct kiln_cache_merge_result {
+    size_t added;    /* new to the writable cache */
+    size_t present;  /* an intact record of the same kernel was there already */
+    size_t replaced; /* a corrupt record, or one of another kernel, held the key */
+    size_t bad;      /* corrupt records of the source, left out */
+    size_t other;    /* records of another version in the source, left out */
+} kiln_cache_merge_result;
+
+/* Copy every intact record of the cache file src into the writable cache,
+ * keeping the intact records it holds, in one transaction. src is opened
+ * as a shipped cache and must not be written meanwhile; on_bad (may be
+ * NULL) sees each of its corrupt records, with layer -1. out may be NULL.
+ * KILN_ERR_INVALID_ARG for a NULL c or src, or when src is the writable
+ * cache itself; KILN_ERR_IO / KILN_ERR_CACHE, naming src, as
+ * kiln_cache_open; otherwise errors as kiln_cache_gc. */
+KILN_API kiln_status kiln_cache_merge(kiln_cache *c, const char *src, kiln_cache_visit_fn on_bad,
+                                      void *ctx, kiln_cache_merge_result *out);
+
+/* Write a new cache file at path holding exactly the kernels plan p needs,
+ * each from the first layer of c with an intact record: the file to ship
+ * with p's deployment. Nothing is compiled. The file is written beside path
+ * and renamed into place, so a failure leaves no file behind.
+ * KILN_ERR_OFFLINE_MISS, naming the signature and the files searched, when
+ * no layer holds a kernel (compile p first, with kiln_compile_plan and the
+ * same caches); KILN_ERR_CACHE when a layer that may hold it was left out
+ * as damaged; KILN_ERR_IO when path exists and overwrite is 0, or cannot be
+ * written; KILN_ERR_INVALID_ARG for a NULL argument or when path is one of
+ * c's own files. */
+KILN_API kiln_status kiln_cache_export(kiln_cache *c, const kiln_plan *p, const char *path,
+                                       int overwrite);
+
+typedef struct kiln_cache_salvage_result {
+    size_t records;    /* intact records written */
+    size_t bad;        /* pairs that were not intact records, left out */
+    size_t other;      /* records of a version kiln cannot check, left out */
+    size_t duplicates; /* intact records of a key already found (the later made is kept) */
+} kiln_cache_salvage_result;
+
+/* Write a new cache file at dst holding every intact record found in the
+ * file src, damaged or not: every page is searched for records without
+ * following LMDB's tree, and each record is checked against its key.
+ * Records of this version and readable older ones are copied; of a key
+ * found twice, the later made. Records removed from src before it was
+ * damaged may come back. dst is written beside its name and renamed into
+ * place; out may be NULL. KILN_ERR_IO, naming the file, when src cannot be
+ * read or is not a regular file, or dst exists and overwrite is 0;
+ * KILN_ERR_INVALID_ARG for a NULL path or when dst is src. */
+KILN_API kiln_status kiln_cache_salvage(const char *src, const char *dst, int overwrite,
+                                        kiln_cache_salvage_result *out);
+
 /* --------------------------------------------------------------- compile */
 
 /* Compile ahead of time: plan g for t, then make sure every kernel the plan
@@ -372,11 +619,8 @@ KILN_API kiln_status kiln_plan_weight_bytes(const kiln_plan *p, size_t *storage,
  * one, and on a miss compiled with NVRTC (loaded at run time; no GPU needed)
  * and stored in the writable cache. */
 typedef struct kiln_compile_options {
-    const char *const *shipped; /* read-only caches, searched first */
-    int n_shipped;
-    const char *cache;          /* the writable cache; NULL: $KILN_CACHE or the default */
+    kiln_cache_options cache;   /* where kernels are looked up and stored */
     int jobs;                   /* compiles at once; 0: one per core */
-    int offline;                /* a miss is KILN_ERR_OFFLINE_MISS naming the signature */
     const char *keep_source;    /* write sources, NVRTC logs and PTX here */
     int quiet;                  /* no progress line on a terminal */
     kiln_plan_options plan;
@@ -386,12 +630,23 @@ typedef struct kiln_compile_result {
     int signatures;             /* distinct kernels the plan needs */
     int cached, compiled;
     double seconds;
+    int writable;               /* 1: a writable cache was in use, and what compiled is
+                                   stored there; 0: there was none (no_writable, or its
+                                   file is damaged and left out): nothing was stored */
 } kiln_compile_result;
 
 /* KILN_ERR_COMPILE with NVRTC's log when a kernel does not compile (the ones
- * that did are stored); KILN_ERR_NO_KERNEL from planning; KILN_ERR_CACHE. */
+ * that did are stored); KILN_ERR_NO_KERNEL from planning; KILN_ERR_OFFLINE_MISS
+ * naming the signature (offline); KILN_ERR_CACHE and KILN_ERR_IO from the
+ * caches, as kiln_cache_open. */
 KILN_API kiln_status kiln_compile(kiln_graph *g, const kiln_target *t,
                                   const kiln_compile_options *opts, kiln_compile_result *out);
+
+/* kiln_compile of a plan made already (opts->plan is not read): for a
+ * caller that looks at the plan first. The plan must outlive the call only.
+ * Errors as kiln_compile, and KILN_ERR_INVALID_ARG for a NULL p or out. */
+KILN_API kiln_status kiln_compile_plan(const kiln_plan *p, const kiln_compile_options *opts,
+                                       kiln_compile_result *out);
 
 /* ------------------------------------------------------------ GPU session */
 
@@ -403,12 +658,7 @@ typedef struct kiln_session kiln_session;
 
 typedef struct kiln_session_options {
     int device;                 /* CUDA device ordinal */
-    const char *const *shipped; /* read-only caches, searched first */
-    int n_shipped;
-    const char *cache;          /* the writable cache; NULL: $KILN_CACHE or the default */
-    int no_writable;            /* use no writable cache (read-only deployments) */
-    int offline;                /* a kernel missing from every cache is an error;
-                                   also on when $KILN_OFFLINE=1 */
+    kiln_cache_options cache;   /* where kernels are looked up and stored */
     int eager;                  /* launch kernels one by one instead of replaying graphs */
     int quiet;                  /* no progress line while compiling */
     const kiln_target *target;  /* plan for this target, not the device's own
@@ -463,6 +713,10 @@ typedef struct kiln_cpu_options {
 KILN_API kiln_status kiln_cpu_create(kiln_graph *g, const kiln_cpu_options *opts, kiln_cpu **out);
 KILN_API void kiln_cpu_destroy(kiln_cpu *cpu);
 
+/* The threads a run computes on, the caller's included: opts->threads, or
+ * one per online core; fewer when the system refused to start some. */
+KILN_API int kiln_cpu_threads(const kiln_cpu *cpu);
+
 /* Run the graph for m tokens. inputs[i] holds [m, K_i] f32 for the graph's
  * i-th input; outputs[i] receives [m, N_i] f32 for its i-th output. */
 KILN_API kiln_status kiln_cpu_run(kiln_cpu *cpu, int64_t m, const float *const *inputs,
@@ -479,7 +733,8 @@ typedef struct kiln_model kiln_model;
 KILN_API kiln_status kiln_model_open(const char *path, kiln_model **out);
 KILN_API void kiln_model_close(kiln_model *m);
 
-/* "gguf v3", "safetensors", ... and the architecture name from the file. */
+/* "gguf v3", "safetensors", ... and the architecture name from the file
+ * ("" when it names none), owned by the model. */
 KILN_API const char *kiln_model_container(const kiln_model *m);
 KILN_API const char *kiln_model_arch(const kiln_model *m);
 
@@ -490,7 +745,8 @@ typedef struct kiln_model_info {
 } kiln_model_info;
 KILN_API void kiln_model_get_info(const kiln_model *m, kiln_model_info *out);
 
-/* The stored tensors, in file order. */
+/* The stored tensors, in file order; name and type_name are owned by the
+ * model. */
 typedef struct kiln_model_tensor_info {
     const char *name;
     const char *type_name; /* the file's own name of the type */
@@ -502,6 +758,18 @@ typedef struct kiln_model_tensor_info {
 } kiln_model_tensor_info;
 KILN_API int kiln_model_n_tensors(const kiln_model *m);
 KILN_API kiln_status kiln_model_tensor_at(const kiln_model *m, int i, kiln_model_tensor_info *out);
+
+/* The file's metadata, in file order: a GGUF file's key/value pairs; a
+ * safetensors model has none. kiln_model_metadata_at gives the i-th key in
+ * *key, owned by the model (valid until kiln_model_close), and writes its
+ * value into buf as one line of text, cut to fit size bytes and always
+ * NUL-terminated: numbers in full, strings quoted and escaped (cut after
+ * 64 bytes), arrays as `array<string>[32000] ["<unk>", "<s>", ...]` with
+ * at most max_items items. KILN_ERR_INVALID_ARG, naming the file, for an i
+ * out of range, a NULL key or buf, or a size of 0. */
+KILN_API int kiln_model_n_metadata(const kiln_model *m);
+KILN_API kiln_status kiln_model_metadata_at(const kiln_model *m, int i, int max_items,
+                                            const char **key, char *buf, size_t size);
 
 /* The weight named name as a kiln_qtensor pointing into the mapping.
  * KILN_ERR_NOT_FOUND when absent; KILN_ERR_UNSUPPORTED, naming the file, the

@@ -495,6 +495,8 @@ void kiln_cpu_destroy(kiln_cpu *cpu)
     free(cpu);
 }
 
+int kiln_cpu_threads(const kiln_cpu *cpu) { return cpu->pool.n_threads; }
+
 /* Copy what a run needs from g and dequantize the weights the order uses. */
 static kiln_status cpu_prepare(kiln_cpu *cpu, kiln_graph *g)
 {

@@ -558,10 +558,10 @@ static kiln_status session_init(kiln_session *s, const kiln_session_options *o)
 
     t0 = kiln_now();
     kiln_cache *cache;
-    kiln_cache_options co = { .shipped = o->shipped, .n_shipped = o->n_shipped,
-                              .path = o->cache, .no_writable = o->no_writable,
-                              .on_corrupt = on_corrupt };
-    kiln_build_options bo = { .offline = o->offline || env.offline,
+    kiln_cache_options co = o->cache;
+    if (!co.on_corrupt)
+        co.on_corrupt = on_corrupt;
+    kiln_build_options bo = { .offline = o->cache.offline || env.offline,
                               .quiet = o->quiet };
     if ((st = kiln_cache_open(&co, &cache)))
         return st;

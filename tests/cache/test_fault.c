@@ -106,7 +106,8 @@ static kiln_status cache_scenario_steps(cache_ctx *c, kiln_cache *k, kt_digest *
     uint8_t two[2][KILN_CACHE_KEY_BYTES];
     memcpy(two[0], c->rec[0].key, sizeof two[0]);
     memcpy(two[1], c->rec[3].key, sizeof two[1]);
-    if ((st = kiln_cache_export(k, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])two, 2, c->exported, 0)))
+    if ((st = kiln_cache_export_keys(k, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])two, 2,
+                                     c->exported, 0)))
         return st;
     c->did_export = 1;
     kiln_cache_merge_result mr;

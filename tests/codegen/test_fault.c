@@ -83,7 +83,7 @@ typedef struct compile_ctx {
     kiln_graph *g;
     kiln_target t;
     kiln_compile_options o;
-    char cache[128], lock[160];
+    char cache[128], lock[160], exported[128];
 } compile_ctx;
 
 static kiln_status compile_dig(compile_ctx *c, kt_digest *d)
@@ -98,6 +98,23 @@ static kiln_status compile_dig(compile_ctx *c, kt_digest *d)
     return KILN_OK;
 }
 
+static void export_reset(void *ctx)
+{
+    compile_ctx *c = ctx;
+    unlink(c->exported);
+}
+
+/* A failed export leaves no file; one that did not fail ships every kernel. */
+static void export_check(void *ctx, kiln_status st)
+{
+    compile_ctx *c = ctx;
+    if (st)
+        cr_assert_neq(access(c->exported, F_OK), 0, "%s: a failed export left %s",
+                      kt_sweep_now(), c->exported);
+    else
+        kt_cache_intact(c->exported, 1, 1);
+}
+
 static void nvrtc_required(void)
 {
     kiln_nvrtc *nv;
@@ -108,7 +125,8 @@ static void nvrtc_required(void)
 }
 
 /* kiln_compile, offline; then what a session does with the same cache:
- * every kernel built with its cubin, the cache opened read-only. */
+ * every kernel built with its cubin, the cache opened read-only; then the
+ * plan's kernels exported from it. */
 static kiln_status scenario_compile(void *ctx, kt_digest *d)
 {
     compile_ctx *c = ctx;
@@ -127,6 +145,7 @@ static kiln_status scenario_compile(void *ctx, kt_digest *d)
         for (int i = 0; i < b.n; i++)
             kt_dig(d, b.kernels[i].cubin, b.kernels[i].cubin_size);
         kiln_build_free(&b);
+        st = kiln_cache_export(k, p, c->exported, 0);
     }
     kiln_cache_close(k);
     kiln_plan_destroy(p);
@@ -140,7 +159,7 @@ Test(fault, cached_compile, .init = kt_tmp_setup, .fini = kt_tmp_teardown)
     static const int64_t capture[] = { 1 };
     compile_ctx c = { .o = { .quiet = 1, .jobs = 2, .plan = { .capture = capture, .n_capture = 1 } } };
     nvrtc_required();
-    c.o.cache = kt_in_tmp(c.cache, sizeof c.cache, "compile.kiln");
+    c.o.cache.path = kt_in_tmp(c.cache, sizeof c.cache, "compile.kiln");
     static kt_model m;
     kt_model_make(&m);
     cr_assert_eq(kt_model_graph(&m, &c.g), KILN_OK, "%s", kiln_last_error());
@@ -148,8 +167,10 @@ Test(fault, cached_compile, .init = kt_tmp_setup, .fini = kt_tmp_teardown)
     kiln_compile_result r;
     cr_assert_eq(kiln_compile(c.g, &c.t, &c.o, &r), KILN_OK, "%s", kiln_last_error());
     cr_assert_gt(r.compiled, 0);
-    c.o.offline = 1;
-    kt_sweep(&(kt_scenario){ .name = "compile", .run = scenario_compile, .ctx = &c });
+    c.o.cache.offline = 1;
+    kt_in_tmp(c.exported, sizeof c.exported, "exported.kiln");
+    kt_sweep(&(kt_scenario){ .name = "compile", .run = scenario_compile, .reset = export_reset,
+                             .check = export_check, .ctx = &c });
     kiln_graph_destroy(c.g);
     kt_model_free(&m);
 }
@@ -181,7 +202,7 @@ Test(fault, nvrtc_compile, .init = kt_tmp_setup, .fini = kt_tmp_teardown)
     static const int64_t capture[] = { 1 };
     compile_ctx c = { .o = { .quiet = 1, .jobs = 1, .plan = { .capture = capture, .n_capture = 1 } } };
     nvrtc_required();
-    c.o.cache = kt_in_tmp(c.cache, sizeof c.cache, "nvrtc.kiln");
+    c.o.cache.path = kt_in_tmp(c.cache, sizeof c.cache, "nvrtc.kiln");
     snprintf(c.lock, sizeof c.lock, "%s-lock", c.cache);
     kt_weight w;
     kt_rng r = kt_rng_new(21);

@@ -108,7 +108,7 @@ static int run_case(const kiln_backend *b, const kiln_target *live, kiln_format 
     }
     kiln_plan_options po = { .backend = b->name, .strict_backend = 1, .capture = takes,
                              .n_capture = nb };
-    kiln_session_options o = { .cache = cache_path, .quiet = 1, .plan = po };
+    kiln_session_options o = { .cache.path = cache_path, .quiet = 1, .plan = po };
     kiln_session *s = NULL;
     kiln_plan *own = NULL;
     const kiln_plan *p;

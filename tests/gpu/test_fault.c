@@ -60,13 +60,13 @@ Test(fault, gpu_session, .timeout = 1200)
     kt_weight reload;
     kt_weight_make(&reload, &r, KILN_FMT_NVFP4, KT_D_HEAD, KT_D_MODEL);
     c.reload = &reload.q;
-    c.o = (kiln_session_options){ .cache = cache, .quiet = 1,
+    c.o = (kiln_session_options){ .cache.path = cache, .quiet = 1,
                                   .plan = { .capture = capture, .n_capture = 2 } };
     cr_assert_eq(kt_model_graph(&m, &c.g), KILN_OK, "%s", kiln_last_error());
     kiln_session *s;
     cr_assert_eq(kiln_session_create(c.g, &c.o, &s), KILN_OK, "%s", kiln_last_error());
     kiln_session_destroy(s);
-    c.o.offline = 1;
+    c.o.cache.offline = 1;
     kt_sweep(&(kt_scenario){ .name = "session", .run = scenario_session, .ctx = &c });
     kiln_graph_destroy(c.g);
     kt_weight_free(&reload);

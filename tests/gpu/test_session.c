@@ -22,7 +22,7 @@ static const int64_t capture[] = { 1, 2, 4, 8, 16, 64 };
 
 static kiln_session *session(kiln_graph *g, int eager)
 {
-    kiln_session_options o = { .cache = cache_path, .eager = eager, .quiet = 1,
+    kiln_session_options o = { .cache.path = cache_path, .eager = eager, .quiet = 1,
                                 .plan = { .capture = capture, .n_capture = 6 } };
     return kt_session_create(g, &o);
 }
@@ -191,7 +191,7 @@ Test(gpu_session, offline_miss_names_the_signature, .timeout = 300)
     kt_weight w;
     kt_weight_make(&w, &r, KILN_FMT_Q8_0, 64, 256);
     kiln_graph *g = kt_linear_graph(&w);
-    kiln_session_options o = { .cache = cache_path, .offline = 1, .quiet = 1 };
+    kiln_session_options o = { .cache = { .path = cache_path, .offline = 1 }, .quiet = 1 };
     kiln_session *s = NULL;
     cr_assert_eq(kiln_session_create(g, &o, &s), KILN_ERR_OFFLINE_MISS);
     cr_assert_null(s);
@@ -234,7 +234,7 @@ Test(gpu_session, every_run_sees_its_own_large_input, .timeout = 300)
     kt_weight_make(&w, &r, KILN_FMT_BF16, 128, 4096);
     kiln_graph *g = kt_linear_graph(&w);
     static const int64_t sizes[] = { 512 };
-    kiln_session_options o = { .cache = cache_path, .quiet = 1,
+    kiln_session_options o = { .cache.path = cache_path, .quiet = 1,
                                 .plan = { .capture = sizes, .n_capture = 1 } };
     kiln_session *s = kt_session_create(g, &o);
     for (int rep = 0; rep < 6; rep++)
@@ -260,7 +260,7 @@ Test(gpu_session, wide_decode_matches_the_cpu, .timeout = 600)
         kt_weight w;
         kt_weight_make(&w, &r, fs[f], 8200, 512);
         kiln_graph *g = kt_linear_graph(&w);
-        kiln_session_options o = { .cache = cache_path, .quiet = 1,
+        kiln_session_options o = { .cache.path = cache_path, .quiet = 1,
                                     .plan = { .capture = sizes, .n_capture = 1 } };
         kiln_session *s = NULL;
         s = kt_session_create(g, &o);
@@ -308,7 +308,7 @@ Test(gpu_session, chained_decode_linears_match_the_cpu, .timeout = 600)
     }
     cr_assert_eq(kiln_graph_output(g, h), KILN_OK);
     static const int64_t sizes[] = { 1, 2, 16 };
-    kiln_session_options o = { .cache = cache_path, .quiet = 1,
+    kiln_session_options o = { .cache.path = cache_path, .quiet = 1,
                                 .plan = { .capture = sizes, .n_capture = 3 } };
     static const int64_t ms[] = { 1, 2, 1, 16, 11, 1 };
     double worst = 0;
@@ -343,7 +343,7 @@ Test(gpu_session, cubin_for_another_arch_is_named, .timeout = 300)
     cr_assert_eq(kiln_target_live(0, &live), KILN_OK);
     /* sm_75 code runs on no later major architecture */
     cr_assert_eq(kiln_target_from_name(live.sm >= 80 ? "sm_75" : "sm_90a", &other), KILN_OK);
-    kiln_session_options o = { .cache = cache_path, .quiet = 1, .target = &other };
+    kiln_session_options o = { .cache.path = cache_path, .quiet = 1, .target = &other };
     kiln_session *s = NULL;
     cr_assert_eq(kiln_session_create(g, &o, &s), KILN_ERR_CUDA);
     cr_assert_null(s);

@@ -38,7 +38,7 @@ static void bench_one(int eager)
     cr_assert_eq(kiln_graph_linear(g, "y", x, wt, NULL, &y), KILN_OK);
     cr_assert_eq(kiln_graph_output(g, y), KILN_OK);
     static const int64_t capture[] = { 4, M };
-    kiln_session_options o = { .cache = cache, .eager = eager, .quiet = 1,
+    kiln_session_options o = { .cache.path = cache, .eager = eager, .quiet = 1,
                                 .plan = { .capture = capture, .n_capture = 2 } };
     kiln_session *s;
     cr_assert_eq(kiln_session_create(g, &o, &s), KILN_OK, "%s", kiln_last_error());

@@ -32,7 +32,7 @@ static const int64_t token_counts[] = { 1, 16, 50, 64, 65, 130, 192 };
 /* Every linear on wgmma, or the session fails. */
 static kiln_session *wgmma_session(kiln_graph *g)
 {
-    kiln_session_options o = { .cache = cache_path, .quiet = 1,
+    kiln_session_options o = { .cache.path = cache_path, .quiet = 1,
                                 .plan = { .backend = "wgmma", .strict_backend = 1,
                                           .capture = capture, .n_capture = 3 } };
     return kt_session_create(g, &o);

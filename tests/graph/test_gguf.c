@@ -361,6 +361,13 @@ Test(gguf, other_containers_have_no_metadata)
     cr_assert_eq(kiln_gguf_n_kv(&other), 0);
     cr_assert_null(kiln_gguf_kv_at(&other, 0, NULL));
     cr_assert_eq(kiln_gguf_n_kv(NULL), 0);
+    const char *key;
+    char text[16];
+    cr_assert_eq(kiln_model_n_metadata(&other), 0);
+    cr_assert_eq(kiln_model_metadata_at(&other, 0, 3, &key, text, sizeof text),
+                 KILN_ERR_INVALID_ARG);
+    cr_assert(strstr(kiln_last_error(), "x.safetensors: metadata index 0 of 0"), "%s",
+              kiln_last_error());
     int64_t i;
     cr_assert_eq(kiln_gguf_get_int(&other, "a", &i), KILN_ERR_NOT_FOUND);
     cr_assert(strstr(kiln_last_error(), "x.safetensors: no metadata key 'a'"), "%s", kiln_last_error());
@@ -625,6 +632,44 @@ Test(gguf, summaries)
     cr_assert_str_eq(kiln_gguf_value_summary(NULL, 3, small, sizeof small), "");
     cr_assert_str_eq(kiln_gguf_type_name(KILN_GGUF_FLOAT64), "float64");
     cr_assert_str_eq(kiln_gguf_type_name(KILN_GGUF_TYPE_COUNT), "?");
+    kiln_model_close(m);
+    free(b.p);
+}
+
+/* kiln.h's listing: the same keys in the same order, each value as the
+ * one-line summary; errors name the file. */
+Test(gguf, public_metadata_listing)
+{
+    buf b = {0};
+    make_all_types(&b);
+    kiln_model *m;
+    cr_assert_eq(open_buf(&b, &m), KILN_OK, "%s", kiln_last_error());
+    int n = kiln_model_n_metadata(m);
+    cr_assert_eq(n, kiln_gguf_n_kv(m));
+    cr_assert_gt(n, 0);
+    for (int i = 0; i < n; i++) {
+        const kiln_gguf_value *v;
+        const char *key = NULL, *want = kiln_gguf_kv_at(m, i, &v);
+        char text[256], expect[256];
+        cr_assert_eq(kiln_model_metadata_at(m, i, 2, &key, text, sizeof text), KILN_OK, "%s",
+                     kiln_last_error());
+        cr_assert_eq(key, want, "%d", i);
+        cr_assert_str_eq(text, kiln_gguf_value_summary(v, 2, expect, sizeof expect), "%s", key);
+    }
+    const char *key = "unset";
+    char small[8];
+    cr_assert_eq(kiln_model_metadata_at(m, n - 1, 3, &key, small, sizeof small), KILN_OK);
+    cr_assert_eq(strlen(small), sizeof small - 1, "cut to fit: %s", small);
+    key = "unset";
+    cr_assert_eq(kiln_model_metadata_at(m, n, 3, &key, small, sizeof small), KILN_ERR_INVALID_ARG);
+    cr_assert_str_eq(key, "unset");
+    expect_file_error(": metadata index");
+    cr_assert_eq(kiln_model_metadata_at(m, -1, 3, &key, small, sizeof small), KILN_ERR_INVALID_ARG);
+    cr_assert_eq(kiln_model_metadata_at(m, 0, 3, NULL, small, sizeof small), KILN_ERR_INVALID_ARG);
+    expect_file_error(": metadata t.");
+    cr_assert_eq(kiln_model_metadata_at(m, 0, 3, &key, NULL, 8), KILN_ERR_INVALID_ARG);
+    cr_assert_eq(kiln_model_metadata_at(m, 0, 3, &key, small, 0), KILN_ERR_INVALID_ARG);
+    cr_assert_str_eq(key, "unset");
     kiln_model_close(m);
     free(b.p);
 }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kiln.h"
 #include "testutil.h"
@@ -408,9 +409,23 @@ Test(cpu, thread_count_does_not_change_a_bit)
         free(o3);
         free(z3);
     }
+    cr_assert_eq(kiln_cpu_threads(one), 1);
+    cr_assert_eq(kiln_cpu_threads(four), 4);
+    cr_assert_eq(kiln_cpu_threads(odd), 3);
     kiln_cpu_destroy(one);
     kiln_cpu_destroy(four);
     kiln_cpu_destroy(odd);
+    mlp_free(&p);
+}
+
+/* Threads 0 is one per online core. */
+Test(cpu, default_threads_are_one_per_core)
+{
+    mlp p = mlp_build(1);
+    kiln_cpu *cpu = new_cpu(p.g, 0);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    cr_assert_eq(kiln_cpu_threads(cpu), cores > 0 ? (int)cores : 1);
+    kiln_cpu_destroy(cpu);
     mlp_free(&p);
 }
 
