@@ -2,7 +2,6 @@
  * uploaded once, one activation arena, one CUDA graph per token bucket.
  * Everything it launches comes from the build (core/build.h); it finalises
  * the launches for the device once and never asks the codegen again. */
-#include "cache/cache.h"
 #include "core/build.h"
 #include "graph/graph_impl.h"
 #include "kernels/common/kiln_args.h"

@@ -14,7 +14,7 @@ allowed_for() {
     cache) echo "core/ cache/" ;;
     kernels) echo "core/ graph/ kernels/" ;;
     codegen) echo "core/ graph/ cache/ kernels/ codegen/" ;;
-    runtime) echo "core/ graph/ cache/ runtime/ kernels/common/kiln_args.h" ;;
+    runtime) echo "core/ graph/ runtime/ kernels/common/kiln_args.h" ;;
     esac
 }
 bad=0
