@@ -21,6 +21,11 @@ typedef struct cli_command {
  * cli_fail, else kiln_last_error(). */
 int cli_fail(kiln_status st, const char *what);
 
+/* s with its control characters written as \xHH, into buf of size bytes
+ * (at least 5; cut short where it does not hold all): text from a file
+ * never moves the terminal's cursor or colours. Returns buf. */
+const char *cli_printable(const char *s, char *buf, size_t size);
+
 /* Record the detail of a failure the command found itself (kiln reported
  * nothing) for the next cli_fail, and return st. */
 kiln_status cli_error(kiln_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -33,6 +38,10 @@ double cli_now(void);
 
 /* Parse "1,2,16" into a sorted list of distinct positive token counts. */
 int cli_parse_tokens(const char *s, int64_t *out, int max, int *n);
+
+/* A decimal integer, the whole of s, from lo to hi: 0 with *out set, or -1
+ * (nothing is cut to fit a type: 4294967297 is out of range, not 1). */
+int cli_parse_int(const char *s, long long lo, long long hi, long long *out);
 
 /* The demo model: a small MLP of FFN layers in several formats, weights
  * quantized from a fixed seed so every run (and every device) sees the same

@@ -47,7 +47,7 @@ static int run(int argc, char **argv)
     const char *shipped[16];
     kiln_compile_options co = { .cache = { .shipped = shipped, .on_corrupt = on_corrupt } };
     int c, rc;
-    char *end;
+    long long v;
     cli_plan_args_init(&a);
     opterr = 0;
     optind = 1;
@@ -65,9 +65,9 @@ static int run(int argc, char **argv)
             shipped[co.cache.n_shipped++] = optarg;
             break;
         case 'j':
-            co.jobs = (int)strtol(optarg, &end, 10);
-            if (*end || co.jobs < 1 || co.jobs > 1024)
+            if (cli_parse_int(optarg, 1, 1024, &v))
                 return cli_usage(&cli_cmd_compile, "bad --jobs '%s'", optarg);
+            co.jobs = (int)v;
             break;
         case 'k': co.keep_source = optarg; break;
         case 'q': co.quiet = 1; break;

@@ -186,7 +186,7 @@ static int run(int argc, char **argv)
     };
     int64_t tokens[64] = { 1, 16, 128 };
     int n_tokens = 3, steps = 3, threads = 0, c;
-    char *end;
+    long long v;
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
@@ -196,14 +196,14 @@ static int run(int argc, char **argv)
                 return cli_usage(&cli_cmd_demo, "bad --tokens '%s' (want e.g. 1,16,128)", optarg);
             break;
         case 's':
-            steps = (int)strtol(optarg, &end, 10);
-            if (*end || steps < 1 || steps > 10000)
+            if (cli_parse_int(optarg, 1, 10000, &v))
                 return cli_usage(&cli_cmd_demo, "bad --steps '%s'", optarg);
+            steps = (int)v;
             break;
         case 'j':
-            threads = (int)strtol(optarg, &end, 10);
-            if (*end || threads < 1 || threads > 1024)
+            if (cli_parse_int(optarg, 1, 1024, &v))
                 return cli_usage(&cli_cmd_demo, "bad --threads '%s'", optarg);
+            threads = (int)v;
             break;
         case ':':
             return cli_usage(&cli_cmd_demo, "%s needs a value", argv[optind - 1]);

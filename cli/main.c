@@ -1,5 +1,7 @@
 #include "cli.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,10 +33,26 @@ static void usage(FILE *out)
 /* The command runs on one thread: one pending message is enough. */
 static char cli_detail[1024];
 
+const char *cli_printable(const char *s, char *buf, size_t size)
+{
+    size_t n = 0;
+    for (; *s && n + 5 <= size; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c < 0x20 || c == 0x7f)
+            n += (size_t)snprintf(buf + n, size - n, "\\x%02x", c);
+        else
+            buf[n++] = (char)c;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
 int cli_fail(kiln_status st, const char *what)
 {
     const char *detail = cli_detail[0] ? cli_detail : kiln_last_error();
-    fprintf(stderr, "kiln: %s: %s\n", what, detail[0] ? detail : kiln_strerror(st));
+    char safe[sizeof cli_detail * 4];
+    fprintf(stderr, "kiln: %s: %s\n", what,
+            detail[0] ? cli_printable(detail, safe, sizeof safe) : kiln_strerror(st));
     cli_detail[0] = '\0';
     return CLI_FAIL;
 }
@@ -71,6 +89,17 @@ static int cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return (x > y) - (x < y);
+}
+
+int cli_parse_int(const char *s, long long lo, long long hi, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end || errno == ERANGE || v < lo || v > hi || !isdigit((unsigned char)s[0]))
+        return -1;
+    *out = v;
+    return 0;
 }
 
 int cli_parse_tokens(const char *s, int64_t *out, int max, int *n)

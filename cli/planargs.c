@@ -1,6 +1,7 @@
 #include "cli.h"
 
 #include <getopt.h>
+#include <limits.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +15,7 @@ void cli_plan_args_init(cli_plan_args *a)
 
 int cli_plan_option(const cli_command *cmd, int c, const char *arg, cli_plan_args *a, int *rc)
 {
-    char *end;
+    long long v = 0;
     *rc = CLI_OK;
     switch (c) {
     case CLI_OPT_TARGET: a->target = arg; return 1;
@@ -31,14 +32,14 @@ int cli_plan_option(const cli_command *cmd, int c, const char *arg, cli_plan_arg
             *rc = cli_usage(cmd, "bad --tokens '%s' (want e.g. 1,16,128)", arg);
         return 1;
     case CLI_OPT_MAX_TOKENS:
-        a->po.max_tokens = strtoll(arg, &end, 10);
-        if (*end || a->po.max_tokens < 1 || a->po.max_tokens > (1 << 20))
+        if (cli_parse_int(arg, 1, 1 << 20, &v))
             *rc = cli_usage(cmd, "bad --max-tokens '%s'", arg);
+        a->po.max_tokens = v;
         return 1;
     case CLI_OPT_LAYERS:
-        a->layers = (int)strtol(arg, &end, 10);
-        if (*end || a->layers < 1)
+        if (cli_parse_int(arg, 1, INT_MAX, &v))
             *rc = cli_usage(cmd, "bad --layers '%s'", arg);
+        a->layers = (int)v;
         return 1;
     default: return 0;
     }

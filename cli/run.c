@@ -1,6 +1,7 @@
 #include "cli.h"
 
 #include <getopt.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,7 +51,7 @@ static int run(int argc, char **argv)
     kiln_session_options so = { .cache.shipped = shipped };
     int64_t tokens[64] = { 1, 16, 128 };
     int n_tokens = 3, steps = 20, cpu_only = 0, check = 0, c, rc;
-    char *end;
+    long long v;
     cli_plan_args_init(&a);
     opterr = 0;
     optind = 1;
@@ -61,7 +62,10 @@ static int run(int argc, char **argv)
             continue;
         }
         if (c == CLI_OPT_TARGET || c == CLI_OPT_NO_FUSE || c == CLI_OPT_STRICT)
-            return cli_usage(&cli_cmd_run, "unknown option '%s'", argv[optind - 1]);
+            return cli_usage(&cli_cmd_run, "--%s is an option of kiln plan and kiln compile, "
+                             "not of run, which plans for the device it runs on",
+                             c == CLI_OPT_TARGET ? "target"
+                             : c == CLI_OPT_NO_FUSE ? "no-fuse" : "strict-backend");
         if (cli_plan_option(&cli_cmd_run, c, optarg, &a, &rc)) {
             if (rc != CLI_OK)
                 return rc;
@@ -81,17 +85,18 @@ static int run(int argc, char **argv)
             if (!strcmp(optarg, "cpu")) {
                 cpu_only = 1;
             } else if (!strncmp(optarg, "cuda:", 5)) {
-                so.device = (int)strtol(optarg + 5, &end, 10);
-                if (*end || end == optarg + 5 || so.device < 0)
+                long long dev;
+                if (cli_parse_int(optarg + 5, 0, INT_MAX, &dev))
                     return cli_usage(&cli_cmd_run, "bad --device '%s'", optarg);
+                so.device = (int)dev;
             } else {
                 return cli_usage(&cli_cmd_run, "bad --device '%s' (want cpu or cuda:N)", optarg);
             }
             break;
         case 'S':
-            steps = (int)strtol(optarg, &end, 10);
-            if (*end || steps < 1 || steps > 100000)
+            if (cli_parse_int(optarg, 1, 100000, &v))
                 return cli_usage(&cli_cmd_run, "bad --steps '%s'", optarg);
+            steps = (int)v;
             break;
         case ':': return cli_usage(&cli_cmd_run, "%s needs a value", argv[optind - 1]);
         default: return cli_usage(&cli_cmd_run, "unknown option '%s'", argv[optind - 1]);

@@ -85,6 +85,33 @@ Test(cli, demo_bad_arguments)
     }
 }
 
+/* A number is taken whole or refused: none is cut to fit an int (2^32 + 1
+ * once became 1 and cuda:2^32 device 0). An option of plan that run does
+ * not take is named as such. */
+Test(cli, numbers_are_taken_whole_or_refused)
+{
+    static const struct {
+        const char *args, *want;
+    } bad[] = {
+        { "compile demo -j 4294967297", "bad --jobs '4294967297'" },
+        { "compile demo -j 1x", "bad --jobs" },
+        { "run demo --device cuda:4294967296", "bad --device 'cuda:4294967296'" },
+        { "run demo --device cuda:-1", "bad --device" },
+        { "run demo --steps 99999999999999999999", "bad --steps" },
+        { "plan demo --layers 4294967297", "bad --layers" },
+        { "plan demo --max-tokens +5", "bad --max-tokens" },
+        { "demo --threads 4294967297", "bad --threads" },
+        { "run demo --target sm_80", "--target is an option of kiln plan and kiln compile, "
+                                     "not of run" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kt_cli r = kt_cli_run(bad[i].args);
+        cr_assert_eq(r.status, 2, "%s exited %d: %s", bad[i].args, r.status, r.err);
+        cr_assert(strstr(r.err, bad[i].want), "%s: %s", bad[i].args, r.err);
+        kt_cli_free(&r);
+    }
+}
+
 /* The checksum line of token count m in demo output, or NULL. */
 static char *checksum_line(const char *out, int m)
 {
