@@ -426,6 +426,11 @@ static kiln_status new_file_write(const char *path, int overwrite, size_t map, c
     if (!overwrite && !lstat(path, &fs))
         return kiln_fail(KILN_ERR_IO, "%s exists; %s replaces a file only when asked to", path,
                          what);
+    /* Only a regular file is replaced: renaming over a device node or a
+     * link would destroy what the name stood for. */
+    if (overwrite && !lstat(path, &fs) && !S_ISREG(fs.st_mode))
+        return kiln_fail(KILN_ERR_IO, "%s is not a regular file; %s replaces only a regular file",
+                         path, what);
     size_t len = strlen(path);
     char *tmp = kiln_malloc(len + sizeof ".XXXXXX");
     if (!tmp)

@@ -4,6 +4,8 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static void help(FILE *out)
 {
@@ -54,23 +56,37 @@ static int dequant(kiln_model *m, const char *path, const char *name, const char
         return cli_fail(cli_error(st, "%s: tensor %s: %s", path, name, kiln_last_error()),
                         "--dequant");
     }
-    /* Written beside the target and renamed, so a failure never leaves a
-     * truncated file under the name asked for. */
-    size_t len = strlen(out) + 16;
+    /* Written beside the target under a new name (mkstemp: never a file or
+     * link already there) and renamed, so a failure never leaves a
+     * truncated file under the name asked for; only a regular file is
+     * replaced. */
+    struct stat sb;
+    if (!lstat(out, &sb) && !S_ISREG(sb.st_mode)) {
+        free(buf);
+        return cli_fail(cli_error(KILN_ERR_IO, "%s: not a regular file; --dequant replaces only "
+                                  "a regular file", out), "--dequant");
+    }
+    size_t len = strlen(out) + sizeof ".XXXXXX";
     char *tmp = malloc(len);
     if (!tmp) {
         free(buf);
         return cli_fail(cli_error(KILN_ERR_NOMEM, "%s", out), "--dequant");
     }
-    snprintf(tmp, len, "%s.tmp", out);
-    FILE *f = fopen(tmp, "wb");
+    snprintf(tmp, len, "%s.XXXXXX", out);
+    int fd = mkstemp(tmp);
+    if (fd >= 0)
+        (void)fchmod(fd, 0644); /* mkstemp's 0600, as a plain new file would be read */
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (fd >= 0 && !f)
+        close(fd);
     int ok = f && fwrite(buf, sizeof *buf, elems, f) == elems;
     ok = f && fclose(f) == 0 && ok;
     ok = ok && rename(tmp, out) == 0;
     int err = errno;
     free(buf);
     if (!ok) {
-        remove(tmp);
+        if (fd >= 0)
+            remove(tmp);
         free(tmp);
         return cli_fail(cli_error(KILN_ERR_IO, "%s: %s", out, strerror(err)), "--dequant");
     }
@@ -88,9 +104,10 @@ static void print_metadata(kiln_model *m)
     printf("\nmetadata (%d keys):\n", n);
     for (int i = 0; i < n; i++) {
         const char *key;
-        char buf[512];
+        char buf[512], k[512], v[2048];
         if (kiln_model_metadata_at(m, i, 8, &key, buf, sizeof buf) == KILN_OK)
-            printf("  %-44s %s\n", key, buf);
+            printf("  %-44s %s\n", cli_printable(key, k, sizeof k),
+                   cli_printable(buf, v, sizeof v));
     }
 }
 
@@ -134,8 +151,11 @@ static int run(int argc, char **argv)
     }
     kiln_model_info hp;
     kiln_model_get_info(m, &hp);
+    char safe[1024];
     printf("file:          %s (%s)\n", path, kiln_model_container(m));
-    printf("architecture:  %s\n", kiln_model_arch(m)[0] ? kiln_model_arch(m) : "(not given)");
+    printf("architecture:  %s\n",
+           kiln_model_arch(m)[0] ? cli_printable(kiln_model_arch(m), safe, sizeof safe)
+                                 : "(not given)");
     printf("layers %lld, width %lld, ffn %lld, heads %lld, kv heads %lld, vocab %lld, "
            "context %lld, rms eps %g\n",
            (long long)hp.n_layers, (long long)hp.d_model, (long long)hp.d_ffn,
@@ -155,8 +175,10 @@ static int run(int argc, char **argv)
         if (t.supported)
             snprintf(fmt, sizeof fmt, "%s", kiln_format_get(t.format)->name);
         else
-            snprintf(fmt, sizeof fmt, "%s (unsupported)", t.type_name);
-        printf("%-52s %-12s %-22s %14zu\n", t.name, fmt, shape, t.bytes);
+            snprintf(fmt, sizeof fmt, "%s (unsupported)",
+                     cli_printable(t.type_name, safe, sizeof safe));
+        printf("%-52s %-12s %-22s %14zu\n", cli_printable(t.name, safe, sizeof safe), fmt, shape,
+               t.bytes);
         total += t.bytes;
     }
     printf("%d tensors, %zu bytes\n", n, total);

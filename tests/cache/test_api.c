@@ -371,6 +371,16 @@ Test(api, export_writes_exactly_the_plan, .timeout = 600)
     cr_assert_eq(kiln_cache_export(NULL, t.p, s, 1), KILN_ERR_INVALID_ARG);
     cr_assert_eq(kiln_cache_export(k, NULL, s, 1), KILN_ERR_INVALID_ARG);
     cr_assert_eq(kiln_cache_export(k, t.p, NULL, 1), KILN_ERR_INVALID_ARG);
+    /* Only a regular file is replaced (a device node or a FIFO, as root
+     * /dev/null, was renamed over), and a link is not followed. */
+    char fifo[256], link[256];
+    cr_assert_eq(mkfifo(in_dir(fifo, "fifo.kiln"), 0600), 0);
+    cr_assert_eq(symlink(s, in_dir(link, "link.kiln")), 0);
+    expect_error(kiln_cache_export(k, t.p, fifo, 1), KILN_ERR_IO, "not a regular file");
+    expect_error(kiln_cache_export(k, t.p, link, 1), KILN_ERR_IO, "not a regular file");
+    struct stat sb;
+    cr_assert(!lstat(fifo, &sb) && S_ISFIFO(sb.st_mode), "the FIFO is still there");
+    cr_assert(!lstat(link, &sb) && S_ISLNK(sb.st_mode), "the link is still there");
     kiln_cache_close(k);
 
     k = open_shipped(s);

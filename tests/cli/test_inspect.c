@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "clirun.h"
@@ -67,5 +68,66 @@ Test(inspect, a_gpt_oss_pair_of_zero_experts_is_refused_by_name)
     cr_assert(strstr(r.err, "tensor e.down_proj") && strstr(r.err, "0 experts"), "%s", r.err);
     cr_assert(strstr(r.err, dir), "names the file: %s", r.err);
     cr_assert_neq(access(out, F_OK), 0, "nothing written");
+    kt_cli_free(&r);
+}
+
+/* --dequant writes under a name of its own making (never through a link
+ * planted beside OUT), and replaces OUT only when it is a regular file. */
+Test(inspect, dequant_follows_no_planted_link_and_replaces_only_a_file)
+{
+    char model[128], out[128], planted[128], victim[128], args[512];
+    snprintf(model, sizeof model, "%s/model.safetensors", dir);
+    snprintf(out, sizeof out, "%s/w.f32", dir);
+    snprintf(planted, sizeof planted, "%s/w.f32.tmp", dir);
+    snprintf(victim, sizeof victim, "%s/victim", dir);
+    FILE *f = fopen(model, "wb");
+    cr_assert(f);
+    static const char json[] = "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]}}";
+    uint8_t len[8] = { (uint8_t)(sizeof json - 1) };
+    static const float w[4] = { 1, 2, 3, 4 };
+    cr_assert_eq(fwrite(len, 1, 8, f), 8);
+    cr_assert_eq(fwrite(json, 1, sizeof json - 1, f), sizeof json - 1);
+    cr_assert_eq(fwrite(w, sizeof w[0], 4, f), 4);
+    cr_assert_eq(fclose(f), 0);
+    f = fopen(victim, "wb");
+    cr_assert(f && fputs("keep", f) >= 0 && fclose(f) == 0);
+    cr_assert_eq(symlink(victim, planted), 0);
+
+    snprintf(args, sizeof args, "inspect %s --tensor w --dequant %s", model, out);
+    kt_cli r = kt_cli_run(args);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    kt_cli_free(&r);
+    float got[4];
+    f = fopen(out, "rb");
+    cr_assert(f && fread(got, sizeof got[0], 4, f) == 4 && fclose(f) == 0);
+    cr_assert_arr_eq(got, w, sizeof w);
+    char keep[8] = { 0 };
+    f = fopen(victim, "rb");
+    cr_assert(f && fread(keep, 1, sizeof keep - 1, f) == 4 && fclose(f) == 0);
+    cr_assert_str_eq(keep, "keep", "the link's target is untouched");
+
+    unlink(out);
+    cr_assert_eq(mkfifo(out, 0600), 0);
+    r = kt_cli_run(args);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert(strstr(r.err, "not a regular file"), "%s", r.err);
+    struct stat sb;
+    cr_assert(!lstat(out, &sb) && S_ISFIFO(sb.st_mode), "the FIFO is still there");
+    kt_cli_free(&r);
+}
+
+/* Names and types from a file are printed with their control characters
+ * escaped: a file cannot drive the terminal. */
+Test(inspect, control_characters_from_a_file_are_escaped)
+{
+    char model[128], args[256];
+    snprintf(model, sizeof model, "%s/model.safetensors", dir);
+    write_header_only(model, "{\"evil\\u001b[2Jname\":{\"dtype\":\"U8\",\"shape\":[0],"
+                             "\"data_offsets\":[0,0]}}");
+    snprintf(args, sizeof args, "inspect %s", model);
+    kt_cli r = kt_cli_run(args);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "evil\\x1b[2Jname"), "%s", r.out);
+    cr_assert_null(strchr(r.out, '\x1b'), "no escape byte printed");
     kt_cli_free(&r);
 }
