@@ -1,4 +1,4 @@
-/* The gemv backend's weight packing (pack.h): codes and scales read from
+/* The gemv_tc backend's weight packing (pack.h): codes and scales read from
  * kiln's storage layout (FORMATS.md) and written where the tensor-core
  * kernel's lanes load them. */
 #include "kernels/gemv/pack.h"
@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -208,21 +209,45 @@ static const int record_bytes[] = { [REC_NATIVE] = 0, [REC_E8M0] = 4, [REC_F16] 
                                     [REC_E4M3] = 8, [REC_Q4_K] = 8, [REC_Q6_K] = 8 };
 static const int super_bytes[] = { [REC_Q4_K] = 8, [REC_Q6_K] = 4 };
 
+int kiln_gemv_tc_refuses(const kiln_target *t, kiln_format f, int64_t n, int64_t k, char *why,
+                         size_t size)
+{
+    const kiln_format_info *fi = kiln_format_get(f);
+    if (t->sm < KILN_GEMV_TC_MIN_SM)
+        snprintf(why, size, "needs sm_%d or newer (bf16 mma.sync), target is %s",
+                 KILN_GEMV_TC_MIN_SM, t->name);
+    else if (!fi)
+        snprintf(why, size, "format %d is not a kiln_format", (int)f);
+    else if (!formats[f].supported)
+        snprintf(why, size, "%s values are not exact in bf16", fi->name);
+    else if (n <= 0 || k <= 0)
+        snprintf(why, size, "N=%lld, K=%lld: both must be positive", (long long)n, (long long)k);
+    else if (k % ATOM)
+        snprintf(why, size, "K=%lld is not a multiple of %d, the packed layout's atoms",
+                 (long long)k, ATOM);
+    /* the kernel indexes rows, and a row tile's packed bytes, with ints */
+    else if (n > INT_MAX - TILE || k / ATOM > INT_MAX / formats[f].atom_bytes)
+        snprintf(why, size,
+                 "N=%lld, K=%lld: N and a 16-row tile's packed bytes must be below 2^31",
+                 (long long)n, (long long)k);
+    else
+        return 0;
+    return 1;
+}
+
 int kiln_gemv_tc_serves(const kiln_target *t, kiln_format f, int64_t n, int64_t k)
 {
-    /* the kernel indexes rows, and a row tile's packed bytes, with ints */
-    return t->sm >= 80 && (unsigned)f < KILN_FMT_COUNT && formats[f].supported && n > 0 &&
-           n <= INT_MAX - TILE && k > 0 && k % ATOM == 0 &&
-           k / ATOM <= INT_MAX / formats[f].atom_bytes;
+    return !kiln_gemv_tc_refuses(t, f, n, k, NULL, 0);
 }
 
 kiln_status kiln_gemv_pack_bytes(kiln_format f, int64_t n, int64_t k, size_t *data, size_t *scale)
 {
     if ((unsigned)f >= KILN_FMT_COUNT || !formats[f].supported)
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv pack: format %d has no packed layout", (int)f);
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv_tc pack: format %d has no packed layout",
+                         (int)f);
     if (n <= 0 || k <= 0 || k % ATOM)
         return kiln_fail(KILN_ERR_SHAPE,
-                         "gemv pack: [%lld, %lld]: K must be a positive multiple of %d",
+                         "gemv_tc pack: [%lld, %lld]: K must be a positive multiple of %d",
                          (long long)n, (long long)k, ATOM);
     const pack_format *pf = &formats[f];
     size_t atoms, rec, sup = 0;
@@ -231,14 +256,14 @@ kiln_status kiln_gemv_pack_bytes(kiln_format f, int64_t n, int64_t k, size_t *da
         return st;
     if (!kiln_mul_size((size_t)kiln_ceil_div(n, TILE), (size_t)(k / ATOM), &atoms) ||
         !kiln_mul_size(atoms, (size_t)pf->atom_bytes, data))
-        return kiln_fail(KILN_ERR_SHAPE, "gemv pack: [%lld, %lld] overflows", (long long)n,
+        return kiln_fail(KILN_ERR_SHAPE, "gemv_tc pack: [%lld, %lld] overflows", (long long)n,
                          (long long)k);
     if (pf->rec == REC_NATIVE)
         return kiln_format_scale_bytes(f, n, k, scale);
     if (!kiln_mul_size(atoms, 8 * (size_t)record_bytes[pf->rec], &rec) ||
         !kiln_mul_size(atoms / 4, 8 * (size_t)super_bytes[pf->rec], &sup) ||
         !kiln_add_size(rec, sup, scale))
-        return kiln_fail(KILN_ERR_SHAPE, "gemv pack: [%lld, %lld] overflows", (long long)n,
+        return kiln_fail(KILN_ERR_SHAPE, "gemv_tc pack: [%lld, %lld] overflows", (long long)n,
                          (long long)k);
     return KILN_OK;
 }
@@ -462,7 +487,7 @@ static kiln_status refuse_unpackable(const kiln_qtensor *q)
         for (size_t i = 0; i < count / 16; i++)
             if ((sc[i] & 0x7F) == 0x7F)
                 return kiln_fail(KILN_ERR_MALFORMED,
-                                 "gemv pack: NVFP4 block scale %zu (row %zu, K %zu) is NaN", i,
+                                 "gemv_tc pack: NVFP4 block scale %zu (row %zu, K %zu) is NaN", i,
                                  i / (k / 16), i % (k / 16) * 16);
         return KILN_OK;
     }
@@ -473,7 +498,7 @@ static kiln_status refuse_unpackable(const kiln_qtensor *q)
         for (size_t i = 0; i < count; i++)
             if ((b[i] & 0x7F) == 0x7F)
                 return kiln_fail(KILN_ERR_MALFORMED,
-                                 "gemv pack: %s weight (row %zu, K %zu) is NaN, which the "
+                                 "gemv_tc pack: %s weight (row %zu, K %zu) is NaN, which the "
                                  "tensor-core kernel cannot carry",
                                  kiln_format_get(q->format)->name, i / k, i % k);
         return KILN_OK;
@@ -481,7 +506,7 @@ static kiln_status refuse_unpackable(const kiln_qtensor *q)
         for (size_t i = 0; i < count; i++)
             if ((b[2 * i + 1] & 0x7C) == 0x7C)
                 return kiln_fail(KILN_ERR_MALFORMED,
-                                 "gemv pack: f16 weight (row %zu, K %zu) is %s, which the "
+                                 "gemv_tc pack: f16 weight (row %zu, K %zu) is %s, which the "
                                  "tensor-core kernel cannot carry",
                                  i / k, i % k,
                                  (b[2 * i + 1] & 0x03) || b[2 * i] ? "NaN" : "infinite");

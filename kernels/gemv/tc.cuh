@@ -1,4 +1,4 @@
-// The gemv backend's tensor-core kernel (sm_80+): y[m, N] = epilogue(x[m,
+// The gemv_tc backend's kernel (sm_80+): y[m, N] = epilogue(x[m,
 // K] · W[N, K]ᵀ) for m ≤ 16 with mma.sync m16n8k16 (BF16 in, f32
 // accumulators), weights in the packed layout of kernels/gemv/pack.c.
 //
@@ -1169,7 +1169,7 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
     constexpr int held = RT * TT * 4, CS = S::col_step;
     if constexpr (S::k_split > 1) {
         // [warp][value][lane]: lanes store and load consecutive words. The
-        // host counts these bytes (tc_red in kernels/gemv/backend.c).
+        // host counts these bytes (tc_red in kernels/gemv/tc.c).
         __shared__ float red[S::warps][held][32];
         float *const v = &acc[0][0][0];
         if (slice != 0)

@@ -78,9 +78,9 @@ static int shape_refused(const kiln_linear_cfg *c, char *why, size_t size)
     return 0;
 }
 
-/* Small buckets are not refused: gemv comes first in every priority list
- * and takes them where it can; where it cannot, a 64-row tile with idle
- * rows still beats the SIMT fallback. */
+/* Small buckets are not refused: the decode backends (gemv_tc, gemv) come
+ * first in every priority list and take them where they can; where they
+ * cannot, a 64-row tile with idle rows still beats the SIMT fallback. */
 static int wgmma_can_implement(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket,
                                char *why, size_t size)
 {
