@@ -31,6 +31,15 @@ int kiln_gemv_tc_refuses(const kiln_target *t, kiln_format f, int64_t n, int64_t
 /* !kiln_gemv_tc_refuses(t, f, n, k, NULL, 0). */
 int kiln_gemv_tc_serves(const kiln_target *t, kiln_format f, int64_t n, int64_t k);
 
+/* A format's packed atom, its row of kernels/gemv/tc_format.h (which
+ * says what each field is), and the row of format f: NULL for a format
+ * the layout does not carry (F32). */
+typedef struct kiln_gemv_tc_format {
+    int bytes, pieces, units, record, super;
+} kiln_gemv_tc_format;
+
+const kiln_gemv_tc_format *kiln_gemv_tc_format_get(kiln_format f);
+
 /* Bytes of the packed data and scale arrays; KILN_ERR_SHAPE when the
  * shape cannot be packed (K not a multiple of 64, sizes overflow). */
 kiln_status kiln_gemv_pack_bytes(kiln_format f, int64_t n, int64_t k, size_t *data,

@@ -7,6 +7,7 @@
  * priority list that names both. */
 #include "kernels/registry/backend.h"
 #include "kernels/gemv/pack.h"
+#include "kernels/gemv/tc_format.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -40,26 +41,6 @@ static const tc_variant *variant_named(const char *name)
     return kiln_variant_named(&variant_table, name);
 }
 
-/* How a format streams through a warp's ring, tc.cuh's traits: the
- * 16-byte pieces and 8-byte units (super-records, Q6_K's high bits, FP8's
- * block scale) a lane stages per atom, the bytes of a lane group's scale
- * record per atom, and the atoms a stage holds at one row tile (about
- * 2 KiB of weights a warp). */
-typedef struct tc_format {
-    int pieces, units, record, batch;
-} tc_format;
-
-static const tc_format tc_formats[] = {
-    [KILN_FMT_F16] = { 4, 0, 0, 1 },         [KILN_FMT_BF16] = { 4, 0, 0, 1 },
-    [KILN_FMT_FP8_TENSOR] = { 2, 0, 0, 2 },
-    [KILN_FMT_FP8_CHANNEL] = { 2, 0, 0, 2 }, [KILN_FMT_FP8_BLOCK] = { 2, 1, 0, 2 },
-    [KILN_FMT_MXFP8] = { 2, 0, 4, 2 },       [KILN_FMT_NVFP4] = { 1, 0, 8, 4 },
-    [KILN_FMT_MXFP4] = { 1, 0, 4, 4 },       [KILN_FMT_Q8_0] = { 2, 0, 8, 2 },
-    [KILN_FMT_Q4_0] = { 1, 0, 8, 4 },        [KILN_FMT_Q4_K] = { 1, 1, 8, 4 },
-    [KILN_FMT_Q6_K] = { 1, 2, 8, 2 },        [KILN_FMT_GGML_MXFP4] = { 1, 0, 4, 4 },
-};
-_Static_assert(KILN_ARRAY_LEN(tc_formats) == KILN_FMT_COUNT, "one entry per format");
-
 typedef struct tc_config {
     int row_tiles, warps, stages, k_split, batch;
     unsigned smem; /* dynamic: the warps' rings */
@@ -68,6 +49,9 @@ typedef struct tc_config {
 
 enum {
     TC_MAX_M = 16,
+    /* Weight bytes a warp's stage holds at one row tile: whole atoms of a
+     * format (tc_format.h's bytes), one at least. */
+    TC_STAGE_BYTES = 2048,
     /* Warps a launch should have before k-split pays: 16 for each of the
      * 132 SMs of an H100/H200, each with a stage or two in flight, keep
      * ~30 KB per SM in flight, above what its share of the bandwidth
@@ -132,10 +116,17 @@ static tc_config tc_class(const tc_variant *v, const kiln_linear_cfg *c)
     return (tc_config){ .row_tiles = v->row_tiles, .warps = v->warps, .stages = v->stages };
 }
 
+/* Atoms a stage holds at one row tile: 1 for the 16-bit formats, 2 for
+ * the 8-bit ones and Q6_K, 4 for the 4-bit ones. */
+static int tc_format_batch(kiln_format f)
+{
+    return TC_STAGE_BYTES / kiln_gemv_tc_format_get(f)->bytes;
+}
+
 /* Atoms a stage holds: the format's batch spread over the row tiles. */
 static int tc_batch(const kiln_linear_cfg *c, int row_tiles)
 {
-    int b = tc_formats[c->format].batch / row_tiles;
+    int b = tc_format_batch(c->format) / row_tiles;
     return b > 0 ? b : 1;
 }
 
@@ -147,7 +138,7 @@ static int tc_batch(const kiln_linear_cfg *c, int row_tiles)
 static int64_t tc_smem(const kiln_linear_cfg *c, const tc_variant *v, const tc_config *k,
                        int warps)
 {
-    const tc_format *f = &tc_formats[c->format];
+    const kiln_gemv_tc_format *f = kiln_gemv_tc_format_get(c->format);
     const int64_t tiles = v->max_m > 8 ? 2 : 1, groups = v->max_m < 8 ? v->max_m : 8;
     const int64_t b = tc_batch(c, k->row_tiles);
     const int64_t x = f->record || v->max_m > 1 ? tiles * groups * (b * 128 + 32)
@@ -181,7 +172,7 @@ static int tc_configure(const kiln_target *t, const kiln_linear_cfg *c, const tc
     const int64_t groups = kiln_ceil_div(kiln_ceil_div(c->n, 16), k.row_tiles);
     const int64_t atoms = c->k / 64;
     const int64_t min_warps =
-        v->max_m == 1 || tc_formats[c->format].batch <= 2 ? TC_MIN_WARPS : GEMV_MIN_WARPS;
+        v->max_m == 1 || tc_format_batch(c->format) <= 2 ? TC_MIN_WARPS : GEMV_MIN_WARPS;
     const int wide4 = v->max_m == 16 && k.row_tiles == 4;
     int warps = k.warps, split;
     for (;;) {
@@ -380,9 +371,12 @@ static kiln_status tc_layout(const kiln_target *t, const kiln_linear_kernel *k,
                                 &out->scale_bytes);
 }
 
+/* The formats of tc_format.h's rows. */
+#define TC_FORMAT_BIT(fmt, ...) | 1u << KILN_FMT_##fmt
+
 const kiln_backend kiln_backend_gemv_tc = {
     .name = "gemv_tc",
-    .formats = ((1u << KILN_FMT_COUNT) - 1) & ~(1u << KILN_FMT_F32),
+    .formats = 0 KILN_TC_FORMATS(TC_FORMAT_BIT),
     .epilogues = KILN_EPI_BIAS | KILN_EPI_RESIDUAL | KILN_EPI_SILU_MUL,
     .is_supported = tc_is_supported,
     .can_implement = tc_can_implement,
