@@ -8,12 +8,14 @@
  * gemv_layout in the template, which checks the emitted total against
  * its own. */
 #include "kernels/registry/backend.h"
+#include "kernels/gemv/gemv_format.h"
 
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
-/* How a format streams, the host's copy of the gemv_<format> traits. */
+/* How a format streams: its row of kernels/gemv/gemv_format.h, which the
+ * device traits (gemv_formats.cuh) are built from too. */
 typedef struct gemv_format {
     int unit;       /* values one lane decodes at once; K must be a multiple */
     int aligned;    /* every unit starts 16-byte aligned in every row */
@@ -22,25 +24,13 @@ typedef struct gemv_format {
     int offset;     /* keeps the sums of x per run of 8 (Q4_K's minimum) */
 } gemv_format;
 
-/* A unit is 16 bytes of data (32 for f32), or a GGML block of 32 values,
- * or an eighth of a 256-value block. */
-static const gemv_format formats[] = {
-    [KILN_FMT_F32] = { .unit = 8, .aligned = 1 },
-    [KILN_FMT_F16] = { .unit = 8, .aligned = 1 },
-    [KILN_FMT_BF16] = { .unit = 8, .aligned = 1 },
-    [KILN_FMT_FP8_TENSOR] = { .unit = 16, .aligned = 1 },
-    [KILN_FMT_FP8_CHANNEL] = { .unit = 16, .aligned = 1 },
-    [KILN_FMT_FP8_BLOCK] = { .unit = 16, .aligned = 1, .scale_cols = 128, .scale_elem = 4 },
-    [KILN_FMT_MXFP8] = { .unit = 16, .aligned = 1, .scale_cols = 32, .scale_elem = 1 },
-    [KILN_FMT_NVFP4] = { .unit = 32, .aligned = 1, .scale_cols = 16, .scale_elem = 1 },
-    [KILN_FMT_MXFP4] = { .unit = 32, .aligned = 1, .scale_cols = 32, .scale_elem = 1 },
-    [KILN_FMT_Q8_0] = { .unit = 32 },
-    [KILN_FMT_Q4_0] = { .unit = 32 },
-    [KILN_FMT_Q4_K] = { .unit = 32, .aligned = 1, .offset = 1 },
-    [KILN_FMT_Q6_K] = { .unit = 32 },
-    [KILN_FMT_GGML_MXFP4] = { .unit = 32 },
-};
-_Static_assert(KILN_ARRAY_LEN(formats) == KILN_FMT_COUNT, "one row per format");
+#define FORMAT_ROW(fmt, name, unit, aligned, scale_rows, scale_cols, scale_elem, offset)         \
+    [KILN_FMT_##fmt] = { unit, aligned, scale_cols, scale_elem, offset },
+static const gemv_format formats[KILN_FMT_COUNT] = { KILN_GEMV_FORMATS(FORMAT_ROW) };
+#undef FORMAT_ROW
+#define FORMAT_COUNT(...) +1
+_Static_assert(0 KILN_GEMV_FORMATS(FORMAT_COUNT) == KILN_FMT_COUNT, "one row per format");
+#undef FORMAT_COUNT
 
 /* M classes, smallest first; a bucket takes the first whose max_m covers
  * it, and its kernel computes rows < args.m of at most max_m.

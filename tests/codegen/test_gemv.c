@@ -14,6 +14,7 @@
 
 #include "codegen/emit.h"
 #include "codegen/nvrtc.h"
+#include "kernels/gemv/gemv_format.h"
 #include "testutil.h"
 
 static const kiln_backend *const gemv = &kiln_backend_gemv;
@@ -67,6 +68,36 @@ static long long source_param(const char *text, const char *name)
     const char *at = strstr(text, key);
     cr_assert_not_null(at, "no %s in\n%s", name, text);
     return strtoll(at + strlen(key), NULL, 10);
+}
+
+/* -------------------------------------------------------------- formats */
+
+/* The rows of kernels/gemv/gemv_format.h, which the host's stage sizes
+ * and the device traits are built from: one a format, in kiln_format's
+ * order, named by the format's short name (gemv_formats.cuh's
+ * gemv_stream_<name>); a unit is whole storage blocks or a part of one,
+ * and the scale array a stage copies is the format's own. */
+#define ROW_CHECK(fmt, short_name, n_unit, n_aligned, n_rows, n_cols, n_elem, n_offset)            \
+    {                                                                                              \
+        const kiln_format_info *fi = kiln_format_get(KILN_FMT_##fmt);                              \
+        const int elem = fi->scale_type == KILN_SCALE_F32 ? 4 : 1;                                 \
+        cr_assert_eq(KILN_FMT_##fmt, rows, #fmt);                                                  \
+        cr_assert_str_eq(fi->name, #short_name);                                                   \
+        cr_assert(n_unit % fi->block == 0 || fi->block % n_unit == 0, #fmt);                       \
+        if (fi->scale_cols > 0)                                                                    \
+            cr_assert(n_rows == fi->scale_rows && n_cols == fi->scale_cols && n_elem == elem,      \
+                      #fmt);                                                                       \
+        else                                                                                       \
+            cr_assert(n_rows == 0 && n_cols == 0 && n_elem == 0, #fmt);                            \
+        cr_assert((n_aligned == 0 || n_aligned == 1) && (n_offset == 0 || n_offset == 1), #fmt);   \
+        rows++;                                                                                    \
+    }
+
+Test(gemv, format_rows_name_their_formats)
+{
+    int rows = 0;
+    KILN_GEMV_FORMATS(ROW_CHECK)
+    cr_assert_eq(rows, KILN_FMT_COUNT);
 }
 
 /* --------------------------------------------------------- capabilities */
