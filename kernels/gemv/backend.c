@@ -32,19 +32,15 @@ static const gemv_format formats[KILN_FMT_COUNT] = { KILN_GEMV_FORMATS(FORMAT_RO
 _Static_assert(0 KILN_GEMV_FORMATS(FORMAT_COUNT) == KILN_FMT_COUNT, "one row per format");
 #undef FORMAT_COUNT
 
-/* M classes, smallest first; a bucket takes the first whose max_m covers
- * it, and its kernel computes rows < args.m of at most max_m.
- *   rows        output rows per warp. From m = 4 on a warp owns several, so
- *               each x value read from shared memory feeds rows · m FMAs:
- *               at m = 16 one row per warp would be bound by shared-memory
- *               bandwidth rather than by the FMA pipe.
- *   lane_bytes  weight bytes a lane takes per stage, at least one unit: at
- *               m <= 2 the per-stage bookkeeping weighs against a 4-bit
- *               unit's few instructions, so 36 bytes take two units of the
- *               16- to 18-byte formats and one of the wider ones.
- *   stages      slots per warp ring, stages - 1 in flight.
- *   min_blocks  blocks per SM the registers are budgeted for; m = 16 keeps
- *               a 4 x 16 accumulator tile and runs one block of 8 warps. */
+/* The M classes, smallest first: a bucket takes the first whose max_m
+ * covers it, and its kernel computes rows < args.m of at most max_m. Each
+ * column's reason:
+ *   rows        output rows a warp: several from m = 4, or x's shared-memory reads bind
+ *   warps       a block's: 8 share one f32 copy of x
+ *   lane_bytes  weight bytes a lane takes a stage, a unit at least: 36 at m <= 2 spread
+ *               a stage's bookkeeping over two units of the 16- to 18-byte formats
+ *   stages      slots a warp ring, stages - 1 in flight: 2 at m = 16, four rows a warp
+ *   min_blocks  blocks an SM the registers are budgeted for: m = 16's 4 x 16 tile leaves 1 */
 typedef struct gemv_variant {
     const char *name;
     int64_t max_m;
@@ -59,18 +55,16 @@ static const gemv_variant variants[] = {
     { "m16", 16, 4, 8, 18, 2, 1 },
 };
 
+/* The largest bucket: the last class's. */
+#define GEMV_MAX_M (variants[KILN_ARRAY_LEN(variants) - 1].max_m)
+
+/* The tuning of the blocks, each constant's reason in a line (the
+ * numbers behind them are in the commit messages that set them). */
 enum {
-    GEMV_MAX_M = 16,
-    /* Warps a launch should have before k-split pays: 16 for each of the
-     * 132 SMs of an H100/H200, each with a stage or two in flight, keep
-     * ~30 KB per SM in flight, above what its share of the bandwidth
-     * needs. */
-    GEMV_MIN_WARPS = 2048,
-    /* Shared memory for the f32 x tile when K needs more: with the weight
-     * rings, four blocks of eight warps fit an SM of sm_90 at m = 1. */
+    /* K splits while the launch has fewer warps: 16 an SM keep an H200's bandwidth busy */
+    GEMV_SPLIT_WARPS = 2048,
+    /* bytes of the f32 x tile where K needs more: four blocks of 8 warps an SM of sm_90 */
     GEMV_X_BUDGET = 24 * 1024,
-    /* Without a known limit, what every CUDA device gives a block. */
-    GEMV_DEFAULT_SMEM = 48 * 1024,
 };
 
 /* Everything a kernel's source and launch need. */
@@ -155,7 +149,7 @@ static int gemv_configure(const kiln_target *t, const kiln_linear_cfg *c, const 
              (f->scale_cols ? round16(kiln_ceil_div(g.stage_k, f->scale_cols) * f->scale_elem + 8)
                             : 0);
 
-    const int64_t limit = t->smem_optin > 0 ? t->smem_optin : GEMV_DEFAULT_SMEM;
+    const int64_t limit = kiln_block_smem_limit(t);
     if (geometry_smem(&g, 1) > limit) {
         snprintf(why, size, "%s at %s: needs %lld bytes of shared memory per block, %s allows %lld",
                  v->name, fi->name, (long long)geometry_smem(&g, 1), t->name, (long long)limit);
@@ -165,7 +159,7 @@ static int gemv_configure(const kiln_target *t, const kiln_linear_cfg *c, const 
      * warps, every slice keeps a stage, and the wider x tile fits. */
     const int64_t row_groups = kiln_ceil_div(c->n, v->rows);
     int split = 1;
-    while (split * 2 <= v->warps && row_groups * split < GEMV_MIN_WARPS &&
+    while (split * 2 <= v->warps && row_groups * split < GEMV_SPLIT_WARPS &&
            c->k >= 2 * split * g.stage_k && geometry_smem(&g, 2 * split) <= limit)
         split *= 2;
     *out = (gemv_config){
@@ -191,7 +185,7 @@ static int gemv_can_implement(const kiln_target *t, const kiln_linear_cfg *c, in
                               char *why, size_t size)
 {
     if (bucket > GEMV_MAX_M) {
-        snprintf(why, size, "M bucket %lld > %d", (long long)bucket, GEMV_MAX_M);
+        snprintf(why, size, "M bucket %lld > %lld", (long long)bucket, (long long)GEMV_MAX_M);
         return 0;
     }
     gemv_config cfg;

@@ -12,12 +12,16 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The M classes: tokens up to max_m (a power of two: the lane groups
- * holding x, one or two token tiles of 8), row tiles of 16 per warp, warps
- * per block and ring stages per warp. From m = 8 on a warp takes two row
- * tiles, so each x fragment it stages feeds two of them. Chosen by a sweep on
- * an H200 (scripts/tc-sweep, docs/PERFORMANCE.md): below 8 tokens, blocks of
- * 4 warps with 3 stages fit four or more blocks an SM. */
+/* The M classes, smallest first: a bucket takes the first whose max_m
+ * covers it. Each column's reason:
+ *   max_m      tokens up to a power of two: the lane groups holding x, one
+ *              or two token tiles of 8
+ *   row_tiles  row tiles of 16 a warp: 2 from 8 tokens on, so each x
+ *              fragment a warp stages feeds two of them
+ *   warps      a block's: 4 below 8 tokens, so four or more blocks fit an SM
+ *   stages     a warp ring's: 3, 4 at 8 tokens, as many as keep those blocks
+ * The block of a linear starts from its class and follows the tuning
+ * below (tc_class, tc_configure). */
 typedef struct tc_variant {
     const char *name;
     int64_t max_m;
@@ -41,74 +45,61 @@ static const tc_variant *variant_named(const char *name)
     return kiln_variant_named(&variant_table, name);
 }
 
+/* The largest bucket: the last class's. */
+#define TC_MAX_M (variants[KILN_ARRAY_LEN(variants) - 1].max_m)
+
+/* The tuning of the blocks, each constant's reason in a line. Chosen by
+ * sweeps on an H200 (scripts/tc-sweep re-runs them); the numbers are in
+ * the commit messages that set them. */
+enum {
+    /* weights a warp stages at one row tile: 1, 2 or 4 atoms of a format (tc_format.h) */
+    TC_STAGE_BYTES = 2048,
+    /* atoms a K slice keeps at least: a shorter slice is mostly its ring's fill */
+    TC_SLICE_ATOMS = 4,
+    /* K splits while a launch has fewer warps: more, shorter slices keep more in flight */
+    TC_SPLIT_WARPS = 4096,
+    /* the same past one token for 4 atoms a stage (4-bit), whose shorter slices lose */
+    TC_SPLIT_WARPS_4BIT = 2048,
+    /* 16 tokens run wide from this many groups of 4 row tiles (N >= 8192): a block an SM */
+    TC_WIDE_GROUPS = 128,
+    /* row tiles a wide warp takes: each x fragment it stages feeds 64 rows */
+    TC_WIDE_ROW_TILES = 4,
+    /* a wide block's warps, or tc16's 8 while a launch of these stays below TC_WIDE_WARPS */
+    TC_WIDE_BLOCK_WARPS = 4,
+    /* warps a wide launch fills and does not pass, K split included: 8 an SM, one wave */
+    TC_WIDE_WARPS = 1024,
+    /* formats whose wide warps keep 2 row tiles: more registers a tile, or F16's two mma */
+    TC_WIDE_TWO_TILES = 1 << KILN_FMT_Q6_K | 1 << KILN_FMT_Q8_0 | 1 << KILN_FMT_F16,
+    /* one or two tokens in fewer warps than this take twice the warps, split 8 ways */
+    TC_DEEP_WARPS = 2048,
+    /* ... where K has this many atoms: fewer make slices of two 4-bit stages */
+    TC_DEEP_ATOMS = 128,
+    /* 16 tokens run few warps an SM: a fourth stage where the SM keeps as many blocks */
+    TC_DEEP16_STAGES = 4,
+    /* the part the fourth stage and the overlapped launches were measured on */
+    TC_TUNED_SM = 90,
+};
+
 typedef struct tc_config {
     int row_tiles, warps, stages, k_split, batch;
     unsigned smem; /* dynamic: the warps' rings */
     unsigned blocks;
 } tc_config;
 
-enum {
-    TC_MAX_M = 16,
-    /* Weight bytes a warp's stage holds at one row tile: whole atoms of a
-     * format (tc_format.h's bytes), one at least. */
-    TC_STAGE_BYTES = 2048,
-    /* Warps a launch should have before k-split pays: 16 for each of the
-     * 132 SMs of an H100/H200, each with a stage or two in flight, keep
-     * ~30 KB per SM in flight, above what its share of the bandwidth
-     * needs. */
-    GEMV_MIN_WARPS = 2048,
-    /* Without a known limit, what every CUDA device gives a block. */
-    GEMV_DEFAULT_SMEM = 48 * 1024,
-    /* Warps a tensor-core launch should have before its K stops being
-     * split, at one token or for a format of two atoms a stage or fewer
-     * (8 bits and more): more and shorter slices keep more of a weight in
-     * flight than GEMV_MIN_WARPS would (H200, 28672 x 4096, 1792 row tiles,
-     * 4 slices against 2: 3 to 14 points more of the copy bandwidth, Q8_0
-     * at one token 77 % against 65 %). A 4-bit format's tc2 and tc4 lose 1
-     * to 4 points so. */
-    TC_MIN_WARPS = 4096,
-    /* Row groups of 4 tiles a 16-token launch needs before its block takes
-     * 4 warps (N >= 8192). Each warp then takes 4 row tiles, so that each x
-     * fragment feeds 64 rows, and the launch keeps a block for each SM;
-     * Q6_K's, Q8_0's and F16's warps keep 2 (tc_wide_two_tiles). */
-    TC_WIDE_GROUPS = 128,
-    /* The warps a wide launch of 4 row tiles a warp fills, and does not
-     * pass: their registers keep 8 an SM, so 1024 are one wave on the 132
-     * SMs of an H100/H200. Its blocks take 8 warps where 4-warp blocks
-     * would leave fewer, and K splits while the launch stays within it
-     * (H200, 16 tokens: 2 to 7 points more of the copy bandwidth, Q4_K at
-     * 8192 x 28672 43.4 % against 36.8 % in 4-warp blocks split 4 ways). */
-    TC_WIDE_WARPS = 1024,
-    /* A one- or two-token launch of fewer warps than this at 4 a row tile,
-     * its K at least TC_DEEP_ATOMS atoms, takes blocks of 8 warps, K split
-     * 8 ways: each SM then keeps twice the warps streaming a launch within
-     * a wave (H200, 4096 x 14336, launched as kiln does on sm_90: 0.5 to 5
-     * points more of the copy bandwidth than 4-warp blocks at one and two
-     * tokens, Q6_K at one token 63.0 % against 57.7 %). K of 4096 (64
-     * atoms) loses with them: 8 atoms a slice, two stages of a 4-bit
-     * format (6144 x 4096 Q4_0 45.9 % against 53.8 %); so do 4 tokens of
-     * Q4_K. */
-    TC_DEEP_WARPS = 2048,
-    TC_DEEP_ATOMS = 128,
-};
-
-/* The formats whose wide 16-token blocks keep 2 row tiles a warp: their
- * decoding holds more registers a row tile, or F16's two terms twice the
- * mma (H200: 6 to 17 points more of the copy bandwidth than at 4 row
- * tiles, Q6_K at 8192 x 28672 48 % against 31 %). */
-static const unsigned tc_wide_two_tiles =
-    1u << KILN_FMT_Q6_K | 1u << KILN_FMT_Q8_0 | 1u << KILN_FMT_F16;
-
 /* The class's row tiles, warps and stages for linear c. */
 static tc_config tc_class(const tc_variant *v, const kiln_linear_cfg *c)
 {
     const int64_t tiles = kiln_ceil_div(c->n, 16);
     if (v->max_m == 16 && tiles >= 4 * TC_WIDE_GROUPS) {
-        if (tc_wide_two_tiles & (1u << c->format))
-            return (tc_config){ .row_tiles = 2, .warps = 4, .stages = 3 };
-        return (tc_config){ .row_tiles = 4,
-                            .warps = kiln_ceil_div(tiles, 4) * 4 < TC_WIDE_WARPS ? 8 : 4,
-                            .stages = 3 };
+        if (TC_WIDE_TWO_TILES & (1u << c->format))
+            return (tc_config){ .row_tiles = v->row_tiles, .warps = TC_WIDE_BLOCK_WARPS,
+                                .stages = v->stages };
+        const int64_t groups = kiln_ceil_div(tiles, TC_WIDE_ROW_TILES);
+        return (tc_config){ .row_tiles = TC_WIDE_ROW_TILES,
+                            .warps = groups * TC_WIDE_BLOCK_WARPS < TC_WIDE_WARPS
+                                         ? v->warps
+                                         : TC_WIDE_BLOCK_WARPS,
+                            .stages = v->stages };
     }
     if (v->max_m <= 2 && v->row_tiles == 1 && tiles * v->warps < TC_DEEP_WARPS &&
         c->k / 64 >= TC_DEEP_ATOMS)
@@ -162,22 +153,23 @@ static int64_t tc_per_sm(const kiln_target *t, int64_t smem, int64_t red)
 }
 
 /* Split K across a block's warps while the launch is short of warps and
- * every slice keeps four atoms of 64 values; halve the block while its
+ * every slice keeps TC_SLICE_ATOMS atoms; halve the block while its
  * shared memory is more than t gives one. */
 static int tc_configure(const kiln_target *t, const kiln_linear_cfg *c, const tc_variant *v,
                         tc_config *out, char *why, size_t size)
 {
-    const int64_t limit = t->smem_optin > 0 ? t->smem_optin : GEMV_DEFAULT_SMEM;
+    const int64_t limit = kiln_block_smem_limit(t);
     tc_config k = tc_class(v, c);
     const int64_t groups = kiln_ceil_div(kiln_ceil_div(c->n, 16), k.row_tiles);
     const int64_t atoms = c->k / 64;
-    const int64_t min_warps =
-        v->max_m == 1 || tc_format_batch(c->format) <= 2 ? TC_MIN_WARPS : GEMV_MIN_WARPS;
-    const int wide4 = v->max_m == 16 && k.row_tiles == 4;
+    const int64_t min_warps = v->max_m == 1 || tc_format_batch(c->format) <= 2
+                                  ? TC_SPLIT_WARPS
+                                  : TC_SPLIT_WARPS_4BIT;
+    const int wide4 = v->max_m == 16 && k.row_tiles == TC_WIDE_ROW_TILES;
     int warps = k.warps, split;
     for (;;) {
         split = 1;
-        while (split * 2 <= warps && atoms >= 8 * split &&
+        while (split * 2 <= warps && atoms >= 2 * split * TC_SLICE_ATOMS &&
                (wide4 ? groups * split * 2 <= TC_WIDE_WARPS : groups * split < min_warps))
             split *= 2;
         if (tc_smem(c, v, &k, warps) + tc_red(v, &k, warps, split) <= limit)
@@ -195,17 +187,12 @@ static int tc_configure(const kiln_target *t, const kiln_linear_cfg *c, const tc
     k.warps = warps;
     k.k_split = split;
     k.batch = tc_batch(c, k.row_tiles);
-    /* Sixteen tokens on sm_90: a fourth stage in flight where a block still
-     * fits and an SM's shared memory holds as many blocks. The 16-token
-     * blocks hold 70 to 255 registers a thread, so an SM runs few warps,
-     * and the rings keep the weights in flight (H200, 4 stages against 3
-     * at the same blocks an SM: up to 7 points more of the copy bandwidth,
-     * Q4_0 at 8192 x 28672 64.6 % against 57.2 %, BF16 the same). One block
-     * an SM fewer loses 10 to 11 points (28672 x 4096 FP8 73.6 % against
-     * 84.8 %); a fifth stage loses everywhere. */
-    if (v->max_m == 16 && t->sm == 90) {
+    /* Sixteen tokens: a deeper ring where a block still fits and an SM's
+     * shared memory holds as many blocks; one block an SM fewer loses more
+     * than the stage gains. */
+    if (v->max_m == 16 && t->sm == TC_TUNED_SM) {
         tc_config deeper = k;
-        deeper.stages = 4;
+        deeper.stages = TC_DEEP16_STAGES;
         const int64_t red = tc_red(v, &k, warps, split), smem = tc_smem(c, v, &deeper, warps);
         if (smem + red <= limit &&
             tc_per_sm(t, smem, red) >= tc_per_sm(t, tc_smem(c, v, &k, warps), red))
@@ -227,16 +214,15 @@ static int tc_is_supported(const kiln_target *t, char *why, size_t size)
 }
 
 /* Every bucket up to 16 tokens of a linear the kernel serves, one token
- * included. At m = 1 the mma's eight token columns hold one token (Q4_0,
- * Q4_K and Q6_K put x's block sums in them), yet on an H200 it is as fast
- * as the f32 kernel or faster for every format it serves on the decode
- * shapes (the closest, F16 at 28672 x 4096: 99.4 % of the copy bandwidth
- * against 99.7 %), and a weight keeps one layout. */
+ * included: at m = 1 the mma's eight token columns hold one token (Q4_0,
+ * Q4_K and Q6_K put x's block sums in them), yet the kernel is as fast as
+ * gemv's f32 one for every format it serves, and a weight keeps one
+ * layout across the decode buckets. */
 static int tc_can_implement(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket,
                             char *why, size_t size)
 {
     if (bucket > TC_MAX_M) {
-        snprintf(why, size, "M bucket %lld > %d", (long long)bucket, TC_MAX_M);
+        snprintf(why, size, "M bucket %lld > %lld", (long long)bucket, (long long)TC_MAX_M);
         return 0;
     }
     if (kiln_gemv_tc_refuses(t, c->format, c->n, c->k, why, size))
@@ -320,11 +306,11 @@ static kiln_status tc_emit(const kiln_target *t, const kiln_linear_kernel *k, co
 }
 
 /* The kernels copy weights only before they wait for the kernel before
- * them (griddepcontrol): they may overlap it on sm_90, where that was
+ * them (griddepcontrol): they may overlap it on the part that was
  * measured (kiln_launch_finalise says how the session holds them to an
  * SM); not on newer chips, where it was not. Their k-split sums are
  * static shared memory. */
-static int tc_may_overlap(const kiln_target *t) { return t->sm == 90; }
+static int tc_may_overlap(const kiln_target *t) { return t->sm == TC_TUNED_SM; }
 
 static kiln_status tc_launch(const kiln_target *t, const kiln_linear_kernel *k, int64_t m,
                              kiln_launch *out)

@@ -682,9 +682,8 @@ struct tc_shape {
 // for F::unit_atoms atoms, at a stage of several atoms that divide them.
 // The warps' slices of K then start on whole stages, so that a stage lies
 // in one group, and its atoms read the shared units its first atom
-// copies, which the compiler converts once (H200, % of the copy
-// bandwidth at one token: Q4_K 28672 x 4096 66.4 -> 73.3, 8192 x 28672
-// 72.1 -> 79.9; FP8 block 77.1 -> 94.5, 76.0 -> 94.5).
+// copies, which the compiler converts once a stage instead of once an
+// atom.
 template <class F, class S>
 struct tc_super_stage {
     static constexpr bool value =
@@ -707,9 +706,9 @@ struct tc_min_blocks {
 // padding so that a warp's reads of 8 bytes a lane are free of bank
 // conflicts). One without (BF16, FP8) at one token has each lane copy the
 // fragments it reads, [atom][token tile][k-tile][lane of the groups] × 8,
-// so that its stages need no __syncwarp (H200: BF16 at one token 87-91 %
-// of the copy bandwidth with the warp copies, 92-100 % without; from two
-// tokens on the warp copies are as fast or faster, FP8 block much).
+// so that its stages need no __syncwarp between lanes, which costs such a
+// short stage more than the copies by lane; from two tokens on the warp
+// copies are as fast or faster.
 template <class F, class S>
 struct tc_smem {
     static constexpr bool x_by_lane = F::record == 0 && S::groups == 1;
@@ -776,12 +775,9 @@ __device__ __forceinline__ void tc_xsums(const u32 (&xb)[TT][4][2], const u32 (&
 // sums from the lane holding it; at one token only e = 0. Past one token
 // a lane takes twice the sums, and its blocks' sums start from them in
 // four values where tc_xsums starts them in the mma, so a format takes
-// them up to its col_groups tokens, where they measured faster (H200,
-// kiln-bench gemm, % of the copy bandwidth on 28672x4096 / 4096x14336 /
-// 8192x28672: Q4_K at 2 tokens 56.4/51.2/57.1 -> 65.0/58.4/67.7, at 4
-// 54.1/50.5/55.4 -> 58.9/54.6/60.0; Q4_0 at 2 70.2/67.5/75.6 ->
-// 78.3/71.1/84.7, at 4 1 to 2 points slower; Q6_K at 2 the same, at 4 3
-// to 6 slower). From 8 tokens on, tc_xsums serve every row tile of a warp.
+// them up to its col_groups tokens, as far as they are faster: Q4_K to
+// 4 tokens, Q4_0 to 2, Q6_K at one. From 8 tokens on, tc_xsums serve
+// every row tile of a warp.
 template <class F, class S>
 struct tc_col_sums {
     static constexpr bool value = S::token_tiles == 1 && S::groups <= F::col_groups &&
@@ -792,7 +788,7 @@ struct tc_col_sums {
 // Whether the column sums are −offset · Σ x, which start a block's mma:
 // a format with an offset and no minimum, past one token. At one token
 // (CS = 2) two multiply-adds a block bring the offset in for less than
-// the four values of an mma's start (Q6_K 2 points).
+// the four values of an mma's start.
 template <class F, int CS>
 struct tc_col_sums_neg {
     static constexpr bool value = F::has_offset && !F::has_min && CS == 1;

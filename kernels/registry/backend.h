@@ -93,6 +93,11 @@ extern const kiln_backend kiln_backend_gemv_tc;
  * main loop, f32 accumulators. */
 extern const kiln_backend kiln_backend_wgmma;
 
+/* Shared memory a block may ask for on t: its opt-in limit, or where that
+ * is unknown (a live device past kiln's table that did not say), the 48
+ * KiB every CUDA device gives a block. */
+int64_t kiln_block_smem_limit(const kiln_target *t);
+
 /* A backend's variants (tiles, M classes) as a table of rows of its own
  * struct, each with a `const char *name` and an `int64_t max_m`, the largest
  * bucket the row serves, ascending. */
