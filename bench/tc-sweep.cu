@@ -1,7 +1,7 @@
-// Timing sweep of the gemv backend's tensor-core kernel template
+// Timing sweep of the gemv_tc backend's kernel template
 // (kernels/gemv/tc.cuh) over launch shapes: row tiles a warp, warps a block,
 // K slices, atoms a stage, stages, blocks an SM for the registers. It is
-// how kiln's gemv classes were chosen (kernels/gemv/backend.c); it times,
+// how kiln's gemv_tc classes were chosen (kernels/gemv/tc.c); it times,
 // it does not check: the weights are one repeated byte and the scales
 // another. kiln-bench gemm checks kiln's chosen kernels and times them
 // against cuBLAS.

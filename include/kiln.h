@@ -365,9 +365,9 @@ KILN_API size_t kiln_plan_naive_bytes(const kiln_plan *p, int bucket);
 
 /* Weight memory a session of the plan holds on the device: *storage bytes of
  * weights in kiln's storage layout, *packed bytes in backends' packed
- * layouts (the gemv tensor-core kernels'). A weight read in both layouts
- * counts in both: prefill buckets read the storage layout, decode buckets
- * (up to 16 tokens) the packed one where the gemv tensor-core kernel runs.
+ * layouts (the gemv_tc backend's). A weight read in both layouts counts in
+ * both: prefill buckets read the storage layout, decode buckets (up to 16
+ * tokens) the packed one where gemv_tc runs.
  * Params (norm weights, biases) are not counted. */
 KILN_API kiln_status kiln_plan_weight_bytes(const kiln_plan *p, size_t *storage, size_t *packed);
 

@@ -15,6 +15,7 @@
 #pragma once
 
 #include "kiln/dequant.cuh"
+#include "kiln/gemv_format.h"
 #include "kiln/kiln_args.h"
 #include "kiln/kiln_types.cuh"
 
@@ -135,17 +136,21 @@ __device__ __forceinline__ void e4m3x8(u32 w0, u32 w1, float (&out)[8])
 
 // ---------------------------------------------------------- format traits
 //
-// One per kiln_format, named gemv_<the format's short name>. Each has:
-//   storage             the dequant.cuh traits (block, block_bytes)
-//   unit, runs          values one lane decodes per unit, as runs of 8
+// One per kiln_format, named gemv_<the format's short name>. Each has
+// its stream, as the host sizes it (its row of kiln/gemv_format.h, which
+// says more):
+//   unit                values one lane decodes per unit
 //   aligned             every unit's bytes start 16-byte aligned in every
-//                       row (true when the format's units are 16-byte
-//                       multiples and K is a multiple of unit)
+//                       row
 //   scale_rows/cols/elem  the separate scale array the stream copies:
 //                       one elem-byte scale per scale_rows x scale_cols
 //                       (cols 0: none in the stream)
-//   run_scale, offset   whether a run has a scale s and an offset b
-//                       (w = v·s + b, b being Q4_K's minimum)
+//   offset              whether a run has an offset b (w = v·s + b, b
+//                       being Q4_K's minimum)
+// and its decoding:
+//   storage             the dequant.cuh traits (block, block_bytes)
+//   runs                the unit's runs of 8 values
+//   run_scale           whether a run has a scale s
 //   group               consecutive runs of a unit that share s and b: the
 //                       scale multiplies their joint partial sum once
 //   factor              the exact power of two the decoding leaves out
@@ -165,18 +170,40 @@ struct gemv_at {
     int group, offset;
 };
 
-struct gemv_plain {
-    static constexpr bool aligned = true, run_scale = false, offset = false;
-    static constexpr int scale_rows = 0, scale_cols = 0, scale_elem = 0, group = 1;
+// A format's stream: a row of kiln/gemv_format.h.
+template <int Unit, int Aligned, int ScaleRows, int ScaleCols, int ScaleElem, int Offset>
+struct gemv_stream {
+    static constexpr int unit = Unit;
+    static constexpr bool aligned = Aligned != 0, offset = Offset != 0;
+    static constexpr int scale_rows = ScaleRows, scale_cols = ScaleCols, scale_elem = ScaleElem;
+};
+
+// gemv_stream_<name>: the stream of the format whose short name is name.
+#define KILN_GEMV_STREAM(fmt, name, unit, aligned, scale_rows, scale_cols, scale_elem, offset)  \
+    using gemv_stream_##name =                                                                 \
+        gemv_stream<unit, aligned, scale_rows, scale_cols, scale_elem, offset>;
+KILN_GEMV_FORMATS(KILN_GEMV_STREAM)
+#undef KILN_GEMV_STREAM
+
+template <class Stream>
+struct gemv_plain : Stream {
+    static constexpr bool run_scale = false;
+    static constexpr int group = 1;
     static constexpr float factor = 1.0f;
     static __device__ float row_scale(const kiln_linear_args &, int) { return 1.0f; }
 };
 
-struct gemv_f32 : gemv_plain {
-    using storage = fmt_f32;
-    static constexpr int unit = 8, runs = 1;
+// The 16-bit and f32 formats: 8 values a unit, one run.
+template <class Stream>
+struct gemv_words : gemv_plain<Stream> {
+    static_assert(Stream::unit == 8 && Stream::aligned, "16 or 32 bytes a unit");
+    static constexpr int runs = 1;
     static __device__ int unit_k(int u) { return 8 * u; }
     static __device__ gemv_at run_at(int u, int) { return { u / 4, 8 * (u % 4) }; }
+};
+
+struct gemv_f32 : gemv_words<gemv_stream_f32> {
+    using storage = fmt_f32;
     static __device__ void run(const u8 *d, const u8 *, int u, int, float (&w)[8], float &,
                                float &)
     {
@@ -189,11 +216,8 @@ struct gemv_f32 : gemv_plain {
     }
 };
 
-struct gemv_f16 : gemv_plain {
+struct gemv_f16 : gemv_words<gemv_stream_f16> {
     using storage = fmt_f16;
-    static constexpr int unit = 8, runs = 1;
-    static __device__ int unit_k(int u) { return 8 * u; }
-    static __device__ gemv_at run_at(int u, int) { return { u / 4, 8 * (u % 4) }; }
     static __device__ void run(const u8 *d, const u8 *, int u, int, float (&w)[8], float &,
                                float &)
     {
@@ -205,11 +229,8 @@ struct gemv_f16 : gemv_plain {
     }
 };
 
-struct gemv_bf16 : gemv_plain {
+struct gemv_bf16 : gemv_words<gemv_stream_bf16> {
     using storage = fmt_bf16;
-    static constexpr int unit = 8, runs = 1;
-    static __device__ int unit_k(int u) { return 8 * u; }
-    static __device__ gemv_at run_at(int u, int) { return { u / 4, 8 * (u % 4) }; }
     static __device__ void run(const u8 *d, const u8 *, int u, int, float (&w)[8], float &,
                                float &)
     {
@@ -225,8 +246,10 @@ struct gemv_bf16 : gemv_plain {
 
 // E4M3 rows, 16 values a unit; the scale is per tensor or per row and
 // multiplies the final sum.
-struct gemv_e4m3_rows : gemv_plain {
-    static constexpr int unit = 16, runs = 2;
+template <class Stream>
+struct gemv_e4m3_rows : gemv_plain<Stream> {
+    static_assert(Stream::unit == 16 && Stream::aligned, "16 bytes a unit");
+    static constexpr int runs = 2;
     static __device__ int unit_k(int u) { return 16 * u; }
     static __device__ gemv_at run_at(int u, int q) { return { u / 2, 16 * (u % 2) + 8 * q }; }
     static __device__ void values(const u8 *d, int u, int q, float (&w)[8])
@@ -240,7 +263,7 @@ struct gemv_e4m3_rows : gemv_plain {
     }
 };
 
-struct gemv_fp8 : gemv_e4m3_rows {
+struct gemv_fp8 : gemv_e4m3_rows<gemv_stream_fp8> {
     using storage = fmt_fp8;
     static __device__ float row_scale(const kiln_linear_args &a, int)
     {
@@ -248,7 +271,7 @@ struct gemv_fp8 : gemv_e4m3_rows {
     }
 };
 
-struct gemv_fp8_channel : gemv_e4m3_rows {
+struct gemv_fp8_channel : gemv_e4m3_rows<gemv_stream_fp8_channel> {
     using storage = fmt_fp8_channel;
     static __device__ float row_scale(const kiln_linear_args &a, int n)
     {
@@ -257,11 +280,10 @@ struct gemv_fp8_channel : gemv_e4m3_rows {
 };
 
 // One f32 scale per 128 x 128 tile: a unit of 16 values lies in one.
-struct gemv_fp8_block : gemv_e4m3_rows {
+struct gemv_fp8_block : gemv_e4m3_rows<gemv_stream_fp8_block> {
     using storage = fmt_fp8_block;
     static constexpr bool run_scale = true;
     static constexpr int group = 2;
-    static constexpr int scale_rows = 128, scale_cols = 128, scale_elem = 4;
     static __device__ void run(const u8 *d, const u8 *s, int u, int q, float (&w)[8],
                                float &scale, float &)
     {
@@ -271,11 +293,10 @@ struct gemv_fp8_block : gemv_e4m3_rows {
 };
 
 // 32 E4M3 per block, E8M0 scale [N, K/32]; a unit is half a block.
-struct gemv_mxfp8 : gemv_e4m3_rows {
+struct gemv_mxfp8 : gemv_e4m3_rows<gemv_stream_mxfp8> {
     using storage = fmt_mxfp8;
     static constexpr bool run_scale = true;
     static constexpr int group = 2;
-    static constexpr int scale_rows = 1, scale_cols = 32, scale_elem = 1;
     static __device__ void run(const u8 *d, const u8 *s, int u, int q, float (&w)[8],
                                float &scale, float &)
     {
@@ -285,10 +306,12 @@ struct gemv_mxfp8 : gemv_e4m3_rows {
 };
 
 // E2M1 pairs in 16-byte units of 32 values, code i in nibble i of word q.
-struct gemv_e2m1_units : gemv_plain {
+template <class Stream>
+struct gemv_e2m1_units : gemv_plain<Stream> {
+    static_assert(Stream::unit == 32 && Stream::aligned, "16 bytes a unit");
     static constexpr bool run_scale = true;
     static constexpr float factor = e2m1_pair::factor;
-    static constexpr int unit = 32, runs = 4;
+    static constexpr int runs = 4;
     static __device__ int unit_k(int u) { return 32 * u; }
     static __device__ gemv_at run_at(int u, int q) { return { u, 8 * q }; }
     static __device__ void values(const u8 *d, int u, int q, float (&w)[8])
@@ -298,9 +321,9 @@ struct gemv_e2m1_units : gemv_plain {
 };
 
 // 32 E2M1 per block, E8M0 scale [N, K/32]: a unit is a block.
-struct gemv_mxfp4 : gemv_e2m1_units {
+struct gemv_mxfp4 : gemv_e2m1_units<gemv_stream_mxfp4> {
     using storage = fmt_mxfp4;
-    static constexpr int scale_rows = 1, scale_cols = 32, scale_elem = 1, group = 4;
+    static constexpr int group = 4;
     static __device__ void run(const u8 *d, const u8 *s, int u, int q, float (&w)[8],
                                float &scale, float &)
     {
@@ -311,9 +334,9 @@ struct gemv_mxfp4 : gemv_e2m1_units {
 
 // 16 E2M1 per block, UE4M3 scale [N, K/16], f32 global per tensor: a unit
 // is two blocks, whose two scales decode as one pair.
-struct gemv_nvfp4 : gemv_e2m1_units {
+struct gemv_nvfp4 : gemv_e2m1_units<gemv_stream_nvfp4> {
     using storage = fmt_nvfp4;
-    static constexpr int scale_rows = 1, scale_cols = 16, scale_elem = 1, group = 2;
+    static constexpr int group = 2;
     static __device__ float row_scale(const kiln_linear_args &a, int) { return *a.w_global; }
     static __device__ void run(const u8 *d, const u8 *s, int u, int q, float (&w)[8],
                                float &scale, float &)
@@ -327,15 +350,17 @@ struct gemv_nvfp4 : gemv_e2m1_units {
 
 // The GGML blocks of 32 values with an inline scale: a unit is a block at
 // any even (Q8_0, Q4_0) or any (GGML MXFP4) byte offset.
-struct gemv_ggml32 : gemv_plain {
-    static constexpr bool aligned = false, run_scale = true;
-    static constexpr int unit = 32, runs = 4, group = 4;
+template <class Stream>
+struct gemv_ggml32 : gemv_plain<Stream> {
+    static_assert(Stream::unit == 32 && !Stream::aligned, "a block a unit, at any byte");
+    static constexpr bool run_scale = true;
+    static constexpr int runs = 4, group = 4;
     static __device__ int unit_k(int u) { return 32 * u; }
     static __device__ gemv_at run_at(int u, int q) { return { u, 8 * q }; }
 };
 
 // f16 d; int8 qs[32]. y = d · q.
-struct gemv_q8_0 : gemv_ggml32 {
+struct gemv_q8_0 : gemv_ggml32<gemv_stream_q8_0> {
     using storage = fmt_q8_0;
     static __device__ void run(const u8 *d, const u8 *, int u, int q, float (&w)[8],
                                float &scale, float &)
@@ -350,7 +375,7 @@ struct gemv_q8_0 : gemv_ggml32 {
 };
 
 // f16 d; uint8 qs[16], split halves. y = d · (q - 8).
-struct gemv_q4_0 : gemv_ggml32 {
+struct gemv_q4_0 : gemv_ggml32<gemv_stream_q4_0> {
     using storage = fmt_q4_0;
     static __device__ void run(const u8 *d, const u8 *, int u, int q, float (&w)[8],
                                float &scale, float &)
@@ -365,7 +390,7 @@ struct gemv_q4_0 : gemv_ggml32 {
 
 // E8M0 e; uint8 qs[16], split halves. y = e2m1 · 2 · 2^(e - 128), ggml's
 // doubled table and half scale.
-struct gemv_ggml_mxfp4 : gemv_ggml32 {
+struct gemv_ggml_mxfp4 : gemv_ggml32<gemv_stream_ggml_mxfp4> {
     using storage = fmt_ggml_mxfp4;
     static constexpr float factor = 2.0f * e2m1_pair::factor;
     static __device__ void run(const u8 *d, const u8 *, int u, int q, float (&w)[8],
@@ -384,10 +409,11 @@ struct gemv_ggml_mxfp4 : gemv_ggml32 {
 // part p = u % 8 of block u / 8: 16 bytes of qs whose low nibbles are 16
 // values of sub-block 2c and high nibbles 16 of sub-block 2c + 1 (c = p/2).
 // y = (d·sc)·q − dmin·m: the run scale d·sc and the offset −dmin·m.
-struct gemv_q4_k : gemv_plain {
+struct gemv_q4_k : gemv_plain<gemv_stream_q4_k> {
+    static_assert(unit == 32 && aligned && offset, "an eighth of a 16-byte-aligned block");
     using storage = fmt_q4_k;
-    static constexpr bool run_scale = true, offset = true;
-    static constexpr int unit = 32, runs = 4, group = 2;
+    static constexpr bool run_scale = true;
+    static constexpr int runs = 4, group = 2;
     static __device__ int unit_k(int u) { return 256 * (u / 8); }
     static __device__ gemv_at run_at(int u, int q)
     {
@@ -421,10 +447,11 @@ struct gemv_q4_k : gemv_plain {
 // offsets). Unit u is part p = u % 8 of block u / 8: half h = p / 4, lanes
 // l = 8·(p % 4) .. +8 of each quarter t of the half (run t). The 6-bit q
 // is a nibble of ql and two bits of qh; y = (d·sc)·(q − 32).
-struct gemv_q6_k : gemv_plain {
+struct gemv_q6_k : gemv_plain<gemv_stream_q6_k> {
+    static_assert(unit == 32 && !aligned, "an eighth of a block at any even byte");
     using storage = fmt_q6_k;
-    static constexpr bool aligned = false, run_scale = true;
-    static constexpr int unit = 32, runs = 4;
+    static constexpr bool run_scale = true;
+    static constexpr int runs = 4;
     static __device__ int unit_k(int u) { return 256 * (u / 8); }
     static __device__ gemv_at run_at(int u, int q)
     {

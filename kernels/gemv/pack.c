@@ -1,13 +1,15 @@
-/* The gemv backend's weight packing (pack.h): codes and scales read from
+/* The gemv_tc backend's weight packing (pack.h): codes and scales read from
  * kiln's storage layout (FORMATS.md) and written where the tensor-core
  * kernel's lanes load them. */
 #include "kernels/gemv/pack.h"
+#include "kernels/gemv/tc_format.h"
 
 #include "graph/quant.h"
 
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,10 +38,10 @@ typedef enum pack_record {
  * stores them: one atom's share of the row, read in storage order. */
 typedef void (*atom_codes_fn)(const kiln_qtensor *q, int64_t n, int64_t k0, uint16_t *out);
 
+/* How a format's codes and scales are read and placed; its atom's sizes
+ * are its row of layouts. */
 typedef struct pack_format {
-    int supported;
     pack_class cls;
-    int atom_bytes;
     pack_record rec;
     atom_codes_fn codes;
 } pack_format;
@@ -187,58 +189,92 @@ static void codes_q6_k(const kiln_qtensor *q, int64_t n, int64_t k0, uint16_t *o
 
 static const pack_format formats[] = {
     [KILN_FMT_F32] = { 0 },
-    [KILN_FMT_F16] = { 1, PACK_W16, 2048, REC_NATIVE, codes_w16 },
-    [KILN_FMT_BF16] = { 1, PACK_W16, 2048, REC_NATIVE, codes_w16 },
-    [KILN_FMT_FP8_TENSOR] = { 1, PACK_W8, 1024, REC_NATIVE, codes_byte },
-    [KILN_FMT_FP8_CHANNEL] = { 1, PACK_W8, 1024, REC_NATIVE, codes_byte },
-    [KILN_FMT_FP8_BLOCK] = { 1, PACK_W8, 1024, REC_NATIVE, codes_byte },
-    [KILN_FMT_MXFP8] = { 1, PACK_W8, 1024, REC_E8M0, codes_mxfp8 },
-    [KILN_FMT_NVFP4] = { 1, PACK_E2M1, 512, REC_E4M3, codes_nvfp4 },
-    [KILN_FMT_MXFP4] = { 1, PACK_E2M1, 512, REC_E8M0, codes_mxfp4 },
-    [KILN_FMT_Q8_0] = { 1, PACK_W8, 1024, REC_F16, codes_q8_0 },
-    [KILN_FMT_Q4_0] = { 1, PACK_INT4, 512, REC_F16, codes_q4_0 },
-    [KILN_FMT_Q4_K] = { 1, PACK_INT4, 512, REC_Q4_K, codes_q4_k },
-    [KILN_FMT_Q6_K] = { 1, PACK_Q6, 768, REC_Q6_K, codes_q6_k },
-    [KILN_FMT_GGML_MXFP4] = { 1, PACK_E2M1, 512, REC_E8M0, codes_ggml_mxfp4 },
+    [KILN_FMT_F16] = { PACK_W16, REC_NATIVE, codes_w16 },
+    [KILN_FMT_BF16] = { PACK_W16, REC_NATIVE, codes_w16 },
+    [KILN_FMT_FP8_TENSOR] = { PACK_W8, REC_NATIVE, codes_byte },
+    [KILN_FMT_FP8_CHANNEL] = { PACK_W8, REC_NATIVE, codes_byte },
+    [KILN_FMT_FP8_BLOCK] = { PACK_W8, REC_NATIVE, codes_byte },
+    [KILN_FMT_MXFP8] = { PACK_W8, REC_E8M0, codes_mxfp8 },
+    [KILN_FMT_NVFP4] = { PACK_E2M1, REC_E4M3, codes_nvfp4 },
+    [KILN_FMT_MXFP4] = { PACK_E2M1, REC_E8M0, codes_mxfp4 },
+    [KILN_FMT_Q8_0] = { PACK_W8, REC_F16, codes_q8_0 },
+    [KILN_FMT_Q4_0] = { PACK_INT4, REC_F16, codes_q4_0 },
+    [KILN_FMT_Q4_K] = { PACK_INT4, REC_Q4_K, codes_q4_k },
+    [KILN_FMT_Q6_K] = { PACK_Q6, REC_Q6_K, codes_q6_k },
+    [KILN_FMT_GGML_MXFP4] = { PACK_E2M1, REC_E8M0, codes_ggml_mxfp4 },
 };
 _Static_assert(KILN_ARRAY_LEN(formats) == KILN_FMT_COUNT, "one row per format");
 
-/* Record bytes per lane group and super-record bytes (per 256 values). */
-static const int record_bytes[] = { [REC_NATIVE] = 0, [REC_E8M0] = 4, [REC_F16] = 8,
-                                    [REC_E4M3] = 8, [REC_Q4_K] = 8, [REC_Q6_K] = 8 };
-static const int super_bytes[] = { [REC_Q4_K] = 8, [REC_Q6_K] = 4 };
+/* Each atom's sizes, as the kernel reads them (tc_format.h); bytes 0: no
+ * packed layout. */
+#define LAYOUT_ROW(fmt, name, bytes, pieces, units, record, super)                              \
+    [KILN_FMT_##fmt] = { bytes, pieces, units, record, super },
+static const kiln_gemv_tc_format layouts[KILN_FMT_COUNT] = { KILN_TC_FORMATS(LAYOUT_ROW) };
+#undef LAYOUT_ROW
+#define LAYOUT_COUNT(...) +1
+_Static_assert(0 KILN_TC_FORMATS(LAYOUT_COUNT) == KILN_FMT_COUNT - 1, "every format but F32");
+#undef LAYOUT_COUNT
+
+const kiln_gemv_tc_format *kiln_gemv_tc_format_get(kiln_format f)
+{
+    return (unsigned)f < KILN_FMT_COUNT && layouts[f].bytes ? &layouts[f] : NULL;
+}
+
+int kiln_gemv_tc_refuses(const kiln_target *t, kiln_format f, int64_t n, int64_t k, char *why,
+                         size_t size)
+{
+    const kiln_format_info *fi = kiln_format_get(f);
+    if (t->sm < KILN_GEMV_TC_MIN_SM)
+        snprintf(why, size, "needs sm_%d or newer (bf16 mma.sync), target is %s",
+                 KILN_GEMV_TC_MIN_SM, t->name);
+    else if (!fi)
+        snprintf(why, size, "format %d is not a kiln_format", (int)f);
+    else if (!layouts[f].bytes)
+        snprintf(why, size, "%s values are not exact in bf16", fi->name);
+    else if (n <= 0 || k <= 0)
+        snprintf(why, size, "N=%lld, K=%lld: both must be positive", (long long)n, (long long)k);
+    else if (k % ATOM)
+        snprintf(why, size, "K=%lld is not a multiple of %d, the packed layout's atoms",
+                 (long long)k, ATOM);
+    /* the kernel indexes rows, and a row tile's packed bytes, with ints */
+    else if (n > INT_MAX - TILE || k / ATOM > INT_MAX / layouts[f].bytes)
+        snprintf(why, size,
+                 "N=%lld, K=%lld: N and a 16-row tile's packed bytes must be below 2^31",
+                 (long long)n, (long long)k);
+    else
+        return 0;
+    return 1;
+}
 
 int kiln_gemv_tc_serves(const kiln_target *t, kiln_format f, int64_t n, int64_t k)
 {
-    /* the kernel indexes rows, and a row tile's packed bytes, with ints */
-    return t->sm >= 80 && (unsigned)f < KILN_FMT_COUNT && formats[f].supported && n > 0 &&
-           n <= INT_MAX - TILE && k > 0 && k % ATOM == 0 &&
-           k / ATOM <= INT_MAX / formats[f].atom_bytes;
+    return !kiln_gemv_tc_refuses(t, f, n, k, NULL, 0);
 }
 
 kiln_status kiln_gemv_pack_bytes(kiln_format f, int64_t n, int64_t k, size_t *data, size_t *scale)
 {
-    if ((unsigned)f >= KILN_FMT_COUNT || !formats[f].supported)
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv pack: format %d has no packed layout", (int)f);
+    const kiln_gemv_tc_format *lay = kiln_gemv_tc_format_get(f);
+    if (!lay)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv_tc pack: format %d has no packed layout",
+                         (int)f);
     if (n <= 0 || k <= 0 || k % ATOM)
         return kiln_fail(KILN_ERR_SHAPE,
-                         "gemv pack: [%lld, %lld]: K must be a positive multiple of %d",
+                         "gemv_tc pack: [%lld, %lld]: K must be a positive multiple of %d",
                          (long long)n, (long long)k, ATOM);
-    const pack_format *pf = &formats[f];
     size_t atoms, rec, sup = 0;
     kiln_status st = kiln_format_data_bytes(f, n, k, data);
     if (st != KILN_OK)
         return st;
     if (!kiln_mul_size((size_t)kiln_ceil_div(n, TILE), (size_t)(k / ATOM), &atoms) ||
-        !kiln_mul_size(atoms, (size_t)pf->atom_bytes, data))
-        return kiln_fail(KILN_ERR_SHAPE, "gemv pack: [%lld, %lld] overflows", (long long)n,
+        !kiln_mul_size(atoms, (size_t)lay->bytes, data))
+        return kiln_fail(KILN_ERR_SHAPE, "gemv_tc pack: [%lld, %lld] overflows", (long long)n,
                          (long long)k);
-    if (pf->rec == REC_NATIVE)
+    if (!lay->record)
         return kiln_format_scale_bytes(f, n, k, scale);
-    if (!kiln_mul_size(atoms, 8 * (size_t)record_bytes[pf->rec], &rec) ||
-        !kiln_mul_size(atoms / 4, 8 * (size_t)super_bytes[pf->rec], &sup) ||
+    if (!kiln_mul_size(atoms, 8 * (size_t)lay->record, &rec) ||
+        !kiln_mul_size(atoms / 4, 8 * (size_t)lay->super, &sup) ||
         !kiln_add_size(rec, sup, scale))
-        return kiln_fail(KILN_ERR_SHAPE, "gemv pack: [%lld, %lld] overflows", (long long)n,
+        return kiln_fail(KILN_ERR_SHAPE, "gemv_tc pack: [%lld, %lld] overflows", (long long)n,
                          (long long)k);
     return KILN_OK;
 }
@@ -297,11 +333,11 @@ static void store_le32(uint8_t *p, uint32_t v)
 
 /* Row tiles [r0, r1) of the data array: each atom's 16 row runs of codes
  * are read in storage order, then scattered into the lanes' words. */
-static void pack_data(const kiln_qtensor *q, const pack_format *pf, uint8_t *out, int64_t r0,
-                      int64_t r1)
+static void pack_data(const kiln_qtensor *q, const pack_format *pf,
+                      const kiln_gemv_tc_format *lay, uint8_t *out, int64_t r0, int64_t r1)
 {
     const int64_t atoms = q->k / ATOM;
-    const int pieces = pf->cls == PACK_Q6 ? 1 : pf->atom_bytes / 512;
+    const int pieces = lay->pieces;
     const uint32_t mask = pf->cls == PACK_W16 ? 0xFFFF : pf->cls == PACK_W8 ? 0xFF : 0xF;
     pack_slot slots[LANES][32];
     uint32_t e2m1[4][16];
@@ -320,7 +356,7 @@ static void pack_data(const kiln_qtensor *q, const pack_format *pf, uint8_t *out
                 else
                     memset(codes[i], 0, sizeof codes[i]);
             }
-            uint8_t *atom = out + (size_t)(r * atoms + a) * (size_t)pf->atom_bytes;
+            uint8_t *atom = out + (size_t)(r * atoms + a) * (size_t)lay->bytes;
             for (int l = 0; l < LANES; l++) {
                 uint32_t w[16] = { 0 }, qh[2] = { 0 };
                 const pack_slot *sl = slots[l];
@@ -386,11 +422,11 @@ static void record_of(const kiln_qtensor *q, pack_record rec, int64_t n, int64_t
 }
 
 /* Row tiles [r0, r1) of the scale records. */
-static void pack_scales(const kiln_qtensor *q, const pack_format *pf, uint8_t *out, int64_t r0,
-                        int64_t r1)
+static void pack_scales(const kiln_qtensor *q, const pack_format *pf,
+                        const kiln_gemv_tc_format *lay, uint8_t *out, int64_t r0, int64_t r1)
 {
     const int64_t tiles = kiln_ceil_div(q->n, TILE), atoms = q->k / ATOM;
-    const int rb = record_bytes[pf->rec], half = rb / 2;
+    const int rb = lay->record, half = rb / 2;
     uint8_t *super = out + (size_t)(tiles * atoms) * 8 * (size_t)rb;
     for (int64_t r = r0; r < r1; r++) {
         for (int64_t a = 0; a < atoms; a++) {
@@ -409,9 +445,9 @@ static void pack_scales(const kiln_qtensor *q, const pack_format *pf, uint8_t *o
                         memcpy(rec + g * rb + half * h, bytes, (size_t)half);
                 }
             }
-            if (a % 4 || !super_bytes[pf->rec])
+            if (a % 4 || !lay->super)
                 continue;
-            const int sb = super_bytes[pf->rec];
+            const int sb = lay->super;
             uint8_t *srec = super + (size_t)(r * (atoms / 4) + a / 4) * 8 * (size_t)sb;
             for (int g = 0; g < 8; g++)
                 for (int h = 0; h < 2; h++) {
@@ -433,6 +469,7 @@ static void pack_scales(const kiln_qtensor *q, const pack_format *pf, uint8_t *o
 typedef struct pack_job {
     const kiln_qtensor *q;
     const pack_format *pf;
+    const kiln_gemv_tc_format *lay;
     uint8_t *data, *scale;
     int64_t r0, r1;
 } pack_job;
@@ -440,9 +477,9 @@ typedef struct pack_job {
 static void *pack_run(void *arg)
 {
     const pack_job *j = arg;
-    pack_data(j->q, j->pf, j->data, j->r0, j->r1);
-    if (j->pf->rec != REC_NATIVE)
-        pack_scales(j->q, j->pf, j->scale, j->r0, j->r1);
+    pack_data(j->q, j->pf, j->lay, j->data, j->r0, j->r1);
+    if (j->lay->record)
+        pack_scales(j->q, j->pf, j->lay, j->scale, j->r0, j->r1);
     return NULL;
 }
 
@@ -462,7 +499,7 @@ static kiln_status refuse_unpackable(const kiln_qtensor *q)
         for (size_t i = 0; i < count / 16; i++)
             if ((sc[i] & 0x7F) == 0x7F)
                 return kiln_fail(KILN_ERR_MALFORMED,
-                                 "gemv pack: NVFP4 block scale %zu (row %zu, K %zu) is NaN", i,
+                                 "gemv_tc pack: NVFP4 block scale %zu (row %zu, K %zu) is NaN", i,
                                  i / (k / 16), i % (k / 16) * 16);
         return KILN_OK;
     }
@@ -473,7 +510,7 @@ static kiln_status refuse_unpackable(const kiln_qtensor *q)
         for (size_t i = 0; i < count; i++)
             if ((b[i] & 0x7F) == 0x7F)
                 return kiln_fail(KILN_ERR_MALFORMED,
-                                 "gemv pack: %s weight (row %zu, K %zu) is NaN, which the "
+                                 "gemv_tc pack: %s weight (row %zu, K %zu) is NaN, which the "
                                  "tensor-core kernel cannot carry",
                                  kiln_format_get(q->format)->name, i / k, i % k);
         return KILN_OK;
@@ -481,7 +518,7 @@ static kiln_status refuse_unpackable(const kiln_qtensor *q)
         for (size_t i = 0; i < count; i++)
             if ((b[2 * i + 1] & 0x7C) == 0x7C)
                 return kiln_fail(KILN_ERR_MALFORMED,
-                                 "gemv pack: f16 weight (row %zu, K %zu) is %s, which the "
+                                 "gemv_tc pack: f16 weight (row %zu, K %zu) is %s, which the "
                                  "tensor-core kernel cannot carry",
                                  i / k, i % k,
                                  (b[2 * i + 1] & 0x03) || b[2 * i] ? "NaN" : "infinite");
@@ -498,11 +535,13 @@ kiln_status kiln_gemv_pack(const kiln_qtensor *src, void *data, void *scale)
     if (st != KILN_OK)
         return st;
     const pack_format *pf = &formats[src->format];
+    const kiln_gemv_tc_format *lay = kiln_gemv_tc_format_get(src->format);
+    assert(pf->codes && lay);
     st = refuse_unpackable(src);
     if (st != KILN_OK)
         return st;
     memset(data, 0, data_bytes);
-    if (pf->rec == REC_NATIVE) {
+    if (!lay->record) {
         if (scale_bytes)
             memcpy(scale, src->scale, scale_bytes);
     } else {
@@ -523,7 +562,7 @@ kiln_status kiln_gemv_pack(const kiln_qtensor *src, void *data, void *scale)
     pthread_t tid[PACK_MAX_THREADS];
     int started[PACK_MAX_THREADS] = { 0 };
     for (int64_t i = 0; i < threads; i++) {
-        jobs[i] = (pack_job){ src, pf, data, scale, tiles * i / threads,
+        jobs[i] = (pack_job){ src, pf, lay, data, scale, tiles * i / threads,
                               tiles * (i + 1) / threads };
         if (i > 0)
             started[i] = pthread_create(&tid[i], NULL, pack_run, &jobs[i]) == 0;

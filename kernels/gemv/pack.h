@@ -1,4 +1,4 @@
-/* The packed weight layout of the gemv backend's tensor-core kernel
+/* The packed weight layout of the gemv_tc backend's tensor-core kernel
  * (kernels/gemv/tc.cuh, which explains why it is laid out so).
  *
  * Rows of W are cut into tiles of 16 (the last padded with zeros), K into
@@ -15,12 +15,30 @@
 
 #include "core.h"
 
-/* Whether the tensor-core kernel (and so the packed layout) serves format
- * f on an [n, k] weight for target t: sm_80+, K a multiple of 64, a format
- * whose values are exact in BF16, or in two BF16 terms (F16; not F32), and
- * N and a 16-row tile's packed bytes below 2^31, which the kernel indexes
- * with ints. kiln_gemv_pack refuses the values it cannot carry. */
+/* The tensor-core kernel runs mma.sync m16n8k16 with BF16 inputs. */
+enum { KILN_GEMV_TC_MIN_SM = 80 };
+
+/* Whether the tensor-core kernel (and so the packed layout) refuses format
+ * f on an [n, k] weight for target t, and why: it serves sm_80+, K a
+ * multiple of 64, a format whose values are exact in BF16, or in two BF16
+ * terms (F16; not F32), and N and a 16-row tile's packed bytes below
+ * 2^31, which the kernel indexes with ints. 0 when it serves them; else 1
+ * with the first reason in why (size bytes; why may be NULL when size is
+ * 0). kiln_gemv_pack refuses the values it cannot carry. */
+int kiln_gemv_tc_refuses(const kiln_target *t, kiln_format f, int64_t n, int64_t k, char *why,
+                         size_t size);
+
+/* !kiln_gemv_tc_refuses(t, f, n, k, NULL, 0). */
 int kiln_gemv_tc_serves(const kiln_target *t, kiln_format f, int64_t n, int64_t k);
+
+/* A format's packed atom, its row of kernels/gemv/tc_format.h (which
+ * says what each field is), and the row of format f: NULL for a format
+ * the layout does not carry (F32). */
+typedef struct kiln_gemv_tc_format {
+    int bytes, pieces, units, record, super;
+} kiln_gemv_tc_format;
+
+const kiln_gemv_tc_format *kiln_gemv_tc_format_get(kiln_format f);
 
 /* Bytes of the packed data and scale arrays; KILN_ERR_SHAPE when the
  * shape cannot be packed (K not a multiple of 64, sizes overflow). */

@@ -1,4 +1,4 @@
-// The gemv backend's tensor-core kernel (sm_80+): y[m, N] = epilogue(x[m,
+// The gemv_tc backend's kernel (sm_80+): y[m, N] = epilogue(x[m,
 // K] · W[N, K]ᵀ) for m ≤ 16 with mma.sync m16n8k16 (BF16 in, f32
 // accumulators), weights in the packed layout of kernels/gemv/pack.c.
 //
@@ -62,6 +62,7 @@
 #pragma once
 
 #include "kiln/gemv.cuh"
+#include "kiln/tc_format.h"
 
 namespace kiln {
 
@@ -211,16 +212,17 @@ __device__ __forceinline__ void decode_q8_word(u32 w, u32 &lo_reg, u32 &hi_reg)
 
 // ------------------------------------------------------------- formats
 
-// What a format's trait gives the kernel:
-//   pieces        16-byte pieces of a lane's share of an atom's data
+// What a format's trait gives the kernel. Its packed atom, as the host
+// sizes it (its row of kiln/tc_format.h, which says more):
 //   atom_bytes    bytes of an atom in the data array
+//   pieces        16-byte pieces of a lane's share of an atom's data
+//   units         8-byte words a lane stages beside its pieces per atom
+//                 (stage() copies them, fetch() reads them and the record)
 //   record        bytes of a lane group's scale record per atom (0, 4, 8):
 //                 the records of a stage's atoms are contiguous in the scale
 //                 array, and the warp copies them together
-//   units         8-byte words a lane stages beside its pieces per atom:
-//                 Q4_K's and Q6_K's super-record, Q6_K's high bits, FP8's
-//                 block scale (stage() copies them, fetch() reads them and
-//                 the record)
+//   super_record  bytes of a lane group's record per 256 values (Q4_K, Q6_K)
+// and how it decodes them:
 //   unit_atoms    consecutive atoms that share the units stage() copies
 //                 when `first` (all of them but Q6_K's high bits): fetch()
 //                 reads the atom's own units and those of the stage's
@@ -267,14 +269,28 @@ __device__ __forceinline__ void cp_cached16(u8 *dst, const void *src, bool live)
                  "l"(src), "r"(live ? 16 : 0));
 }
 
-struct tc_base {
-    static constexpr int pieces = 1, atom_bytes = 512, record = 0, units = 0, block_tiles = 0;
+// A format's packed atom: a row of kiln/tc_format.h.
+template <int Bytes, int Pieces, int Units, int Record, int Super>
+struct tc_packed_atom {
+    static constexpr int atom_bytes = Bytes, pieces = Pieces, units = Units, record = Record;
+    static constexpr int super_record = Super;
+};
+
+// tc_layout_<name>: the atom of the format whose short name is name.
+#define KILN_TC_LAYOUT(fmt, name, bytes, pieces, units, record, super)                         \
+    using tc_layout_##name = tc_packed_atom<bytes, pieces, units, record, super>;
+KILN_TC_FORMATS(KILN_TC_LAYOUT)
+#undef KILN_TC_LAYOUT
+
+template <class Layout>
+struct tc_base : Layout {
+    static constexpr int block_tiles = 0;
     static constexpr int min_blocks = 1; // __launch_bounds__: blocks per SM to fit
     static constexpr bool has_offset = false, has_min = false;
     static constexpr int unit_atoms = 1;
     static constexpr int col_groups = 1; // tc_col_sums up to this many tokens
     static constexpr bool two_terms = false;
-    using raw = tc_raw<1>;
+    using raw = tc_raw<Layout::pieces>;
     template <int N, int K>
     static __device__ tc_scale_ptr scale_ptr(const kiln_linear_args &, int, int)
     {
@@ -315,19 +331,19 @@ __device__ __forceinline__ void read_record(const u8 *rec, R &r)
     }
 }
 
-// A format whose scales are its Record-byte scale records (4 or 8) alone.
-template <int Record>
-struct tc_recorded : tc_base {
-    static constexpr int record = Record;
+// A format whose scales are its scale records (4 or 8 bytes) alone.
+template <class Layout>
+struct tc_recorded : tc_base<Layout> {
+    static_assert(Layout::record > 0 && Layout::super_record == 0, "records alone");
     template <int N, int K>
     static __device__ tc_scale_ptr scale_ptr(const kiln_linear_args &args, int tile, int g)
     {
-        return records_of<N, K, Record, 0>(args, tile, g);
+        return records_of<N, K, Layout::record, 0>(args, tile, g);
     }
     template <class R>
     static __device__ void fetch(const uint2 *, const uint2 *, const u8 *rec, R &r)
     {
-        read_record<Record>(rec, r);
+        read_record<Layout::record>(rec, r);
     }
 };
 
@@ -360,9 +376,7 @@ __device__ __forceinline__ void scales_f16(const u32 (&s)[2], int b, float (&out
     out[1] = f16_to_f32((u16)(s[1] >> (16 * b)));
 }
 
-struct tc_bf16 : tc_base {
-    static constexpr int pieces = 4, atom_bytes = 2048;
-    using raw = tc_raw<4>;
+struct tc_bf16 : tc_base<tc_layout_bf16> {
     static __device__ void decode(const raw &r, int j, u32 (&a)[4])
     {
         a[0] = r.q[j].x, a[1] = r.q[j].y, a[2] = r.q[j].z, a[3] = r.q[j].w;
@@ -390,10 +404,8 @@ __device__ __forceinline__ void decode_f16_word(u32 w, u32 &hi, u32 &lo)
                  bf2_fma(base, up105 ^ bf2_neg_zero, bf2_neg_zero));
 }
 
-struct tc_f16 : tc_base {
-    static constexpr int pieces = 4, atom_bytes = 2048;
+struct tc_f16 : tc_base<tc_layout_f16> {
     static constexpr bool two_terms = true;
-    using raw = tc_raw<4>;
     static __device__ void decode(const raw &r, int j, u32 (&hi)[4], u32 (&lo)[4])
     {
 #pragma unroll
@@ -404,8 +416,7 @@ struct tc_f16 : tc_base {
 
 template <class Base>
 struct tc_e4m3_of : Base {
-    static constexpr int pieces = 2, atom_bytes = 1024;
-    using raw = tc_raw<2>;
+    using raw = typename Base::raw;
     static __device__ void decode(const raw &r, int j, u32 (&a)[4])
     {
         const uint4 &p = r.q[j >> 1];
@@ -414,14 +425,14 @@ struct tc_e4m3_of : Base {
     }
 };
 
-struct tc_fp8 : tc_e4m3_of<tc_base> {
+struct tc_fp8 : tc_e4m3_of<tc_base<tc_layout_fp8>> {
     static __device__ float row_scale(const kiln_linear_args &a, int)
     {
         return *static_cast<const float *>(a.w_scale);
     }
 };
 
-struct tc_fp8_channel : tc_e4m3_of<tc_base> {
+struct tc_fp8_channel : tc_e4m3_of<tc_base<tc_layout_fp8_channel>> {
     static __device__ float row_scale(const kiln_linear_args &a, int n)
     {
         return static_cast<const float *>(a.w_scale)[n];
@@ -429,8 +440,8 @@ struct tc_fp8_channel : tc_e4m3_of<tc_base> {
 };
 
 // One f32 per 128 × 128 in kiln's storage layout: an atom is inside one.
-struct tc_fp8_block : tc_e4m3_of<tc_base> {
-    static constexpr int units = 1, block_tiles = 4, unit_atoms = 2;
+struct tc_fp8_block : tc_e4m3_of<tc_base<tc_layout_fp8_block>> {
+    static constexpr int block_tiles = 4, unit_atoms = 2;
     template <int N, int K>
     static __device__ tc_scale_ptr scale_ptr(const kiln_linear_args &args, int tile, int)
     {
@@ -456,7 +467,7 @@ struct tc_fp8_block : tc_e4m3_of<tc_base> {
 };
 
 // Record: E8M0 of (g, k-block 0), (g, 1), (g + 8, 0), (g + 8, 1).
-struct tc_mxfp8 : tc_e4m3_of<tc_recorded<4>> {
+struct tc_mxfp8 : tc_e4m3_of<tc_recorded<tc_layout_mxfp8>> {
     static constexpr int block_tiles = 2;
     static __device__ void scale(const raw &r, int b, float (&s)[2])
     {
@@ -466,7 +477,7 @@ struct tc_mxfp8 : tc_e4m3_of<tc_recorded<4>> {
 };
 
 // Record: f16 of (g, 0), (g, 1), then (g + 8, 0), (g + 8, 1).
-struct tc_q8_0 : tc_e4m3_of<tc_recorded<8>> {
+struct tc_q8_0 : tc_e4m3_of<tc_recorded<tc_layout_q8_0>> {
     static constexpr int block_tiles = 2;
     static __device__ void decode(const raw &r, int j, u32 (&a)[4])
     {
@@ -478,7 +489,7 @@ struct tc_q8_0 : tc_e4m3_of<tc_recorded<8>> {
 };
 
 // Record as Q8_0's. The registers read 128 + q = (q − 8) + 136: offset 136.
-struct tc_q4_0 : tc_recorded<8> {
+struct tc_q4_0 : tc_recorded<tc_layout_q4_0> {
     static constexpr int block_tiles = 2;
     static constexpr bool has_offset = true;
     static constexpr int col_groups = 2;
@@ -491,8 +502,9 @@ struct tc_q4_0 : tc_recorded<8> {
 };
 
 // Record as MXFP8's. Scale: the power of two the E2M1 decoding restores.
-template <u32 Scale>
-struct tc_e2m1_32 : tc_recorded<4> {
+template <class Layout, u32 Scale>
+struct tc_e2m1_32 : tc_recorded<Layout> {
+    using raw = typename tc_recorded<Layout>::raw;
     static constexpr int block_tiles = 2;
     static __device__ void decode(const raw &r, int j, u32 (&a)[4])
     {
@@ -500,7 +512,7 @@ struct tc_e2m1_32 : tc_recorded<4> {
     }
 };
 
-struct tc_mxfp4 : tc_e2m1_32<0x7E80u> { // 2^126
+struct tc_mxfp4 : tc_e2m1_32<tc_layout_mxfp4, 0x7E80u> { // 2^126
     static __device__ void scale(const raw &r, int b, float (&s)[2])
     {
         s[0] = e8m0_byte(r.s[0], b);
@@ -509,7 +521,7 @@ struct tc_mxfp4 : tc_e2m1_32<0x7E80u> { // 2^126
 };
 
 // ggml's doubled values (2^127), its half scale finite at E = 255.
-struct tc_ggml_mxfp4 : tc_e2m1_32<0x7F00u> {
+struct tc_ggml_mxfp4 : tc_e2m1_32<tc_layout_ggml_mxfp4, 0x7F00u> {
     static __device__ void scale(const raw &r, int b, float (&s)[2])
     {
         s[0] = e8m0_half_byte(r.s[0], b);
@@ -525,7 +537,7 @@ struct tc_ggml_mxfp4 : tc_e2m1_32<0x7F00u> {
 // gives each A value e2m1 · s · 2^-8, exact (2 and 4 significant bits),
 // and the mma sums the blocks straight into the accumulators; 2^8 joins
 // the global scale. A zero scale's block has zero codes.
-struct tc_nvfp4 : tc_recorded<8> {
+struct tc_nvfp4 : tc_recorded<tc_layout_nvfp4> {
     // Byte b of a record word as that BF16 pair: the byte to bits 0..7 and
     // 16..23 (a byte permute), times 16 plus the biases (a multiply-add).
     static __device__ u32 scale_pair(u32 word, int b)
@@ -551,25 +563,25 @@ struct tc_nvfp4 : tc_recorded<8> {
 // Record: u8 scales of (g, sub-block 0), (g, 1), mins of (g, 0), (g, 1);
 // then the same for g + 8. Super-record: f16 d, dmin of g, then of g + 8.
 // The registers read 128 + q (decode_int4).
-struct tc_q4_k : tc_base {
-    static constexpr int record = 8, units = 1, block_tiles = 2, min_blocks = 2;
+struct tc_q4_k : tc_base<tc_layout_q4_k> {
+    static constexpr int block_tiles = 2, min_blocks = 2;
     static constexpr bool has_offset = true, has_min = true;
     static constexpr int unit_atoms = 4; // a 256-value super-block
     static constexpr int col_groups = 4;
     template <int N, int K>
     static __device__ tc_scale_ptr scale_ptr(const kiln_linear_args &args, int tile, int g)
     {
-        return records_of<N, K, 8, 8>(args, tile, g);
+        return records_of<N, K, record, super_record>(args, tile, g);
     }
     static __device__ void stage(const tc_scale_ptr &p, const u8 *, int atom, int, uint2 *unit,
                                  bool live, bool first)
     {
         if (first)
-            cp_unit<8>(unit, p.sup + atom / 4 * 64, live);
+            cp_unit<super_record>(unit, p.sup + atom / 4 * (8 * super_record), live);
     }
     static __device__ void fetch(const uint2 *, const uint2 *unit0, const u8 *rec, raw &r)
     {
-        read_record<8>(rec, r);
+        read_record<record>(rec, r);
         const uint2 d = unit0[0];
         r.sup[0] = d.x, r.sup[1] = d.y;
     }
@@ -600,26 +612,26 @@ struct tc_q4_k : tc_base {
 // s + 128. Super-record: f16 d of g, then of g + 8. Units: the high bits
 // and the super-record. The registers read 128 + u, u = q + 32 the 6-bit
 // code: offset 160.
-struct tc_q6_k : tc_base {
-    static constexpr int atom_bytes = 768, record = 8, units = 2, block_tiles = 1;
+struct tc_q6_k : tc_base<tc_layout_q6_k> {
+    static constexpr int block_tiles = 1;
     static constexpr int unit_atoms = 4; // its super-record; the high bits are the atom's
     static constexpr bool has_offset = true;
     static constexpr float offset = 160.0f;
     template <int N, int K>
     static __device__ tc_scale_ptr scale_ptr(const kiln_linear_args &args, int tile, int g)
     {
-        return records_of<N, K, 8, 4>(args, tile, g);
+        return records_of<N, K, record, super_record>(args, tile, g);
     }
     static __device__ void stage(const tc_scale_ptr &p, const u8 *atom, int a, int lane,
                                  uint2 *unit, bool live, bool first)
     {
-        cp_unit<8>(unit, atom + 512 + lane * 8, live);
+        cp_unit<8>(unit, atom + pieces * 512 + lane * 8, live);
         if (first)
-            cp_unit<4>(unit + 32, p.sup + a / 4 * 32, live);
+            cp_unit<super_record>(unit + 32, p.sup + a / 4 * (8 * super_record), live);
     }
     static __device__ void fetch(const uint2 *unit, const uint2 *unit0, const u8 *rec, raw &r)
     {
-        read_record<8>(rec, r);
+        read_record<record>(rec, r);
         const uint2 h = unit[0];
         r.qh[0] = h.x, r.qh[1] = h.y, r.sup[0] = unit0[32].x;
     }
@@ -670,9 +682,8 @@ struct tc_shape {
 // for F::unit_atoms atoms, at a stage of several atoms that divide them.
 // The warps' slices of K then start on whole stages, so that a stage lies
 // in one group, and its atoms read the shared units its first atom
-// copies, which the compiler converts once (H200, % of the copy
-// bandwidth at one token: Q4_K 28672 x 4096 66.4 -> 73.3, 8192 x 28672
-// 72.1 -> 79.9; FP8 block 77.1 -> 94.5, 76.0 -> 94.5).
+// copies, which the compiler converts once a stage instead of once an
+// atom.
 template <class F, class S>
 struct tc_super_stage {
     static constexpr bool value =
@@ -695,9 +706,9 @@ struct tc_min_blocks {
 // padding so that a warp's reads of 8 bytes a lane are free of bank
 // conflicts). One without (BF16, FP8) at one token has each lane copy the
 // fragments it reads, [atom][token tile][k-tile][lane of the groups] × 8,
-// so that its stages need no __syncwarp (H200: BF16 at one token 87-91 %
-// of the copy bandwidth with the warp copies, 92-100 % without; from two
-// tokens on the warp copies are as fast or faster, FP8 block much).
+// so that its stages need no __syncwarp between lanes, which costs such a
+// short stage more than the copies by lane; from two tokens on the warp
+// copies are as fast or faster.
 template <class F, class S>
 struct tc_smem {
     static constexpr bool x_by_lane = F::record == 0 && S::groups == 1;
@@ -764,12 +775,9 @@ __device__ __forceinline__ void tc_xsums(const u32 (&xb)[TT][4][2], const u32 (&
 // sums from the lane holding it; at one token only e = 0. Past one token
 // a lane takes twice the sums, and its blocks' sums start from them in
 // four values where tc_xsums starts them in the mma, so a format takes
-// them up to its col_groups tokens, where they measured faster (H200,
-// kiln-bench gemm, % of the copy bandwidth on 28672x4096 / 4096x14336 /
-// 8192x28672: Q4_K at 2 tokens 56.4/51.2/57.1 -> 65.0/58.4/67.7, at 4
-// 54.1/50.5/55.4 -> 58.9/54.6/60.0; Q4_0 at 2 70.2/67.5/75.6 ->
-// 78.3/71.1/84.7, at 4 1 to 2 points slower; Q6_K at 2 the same, at 4 3
-// to 6 slower). From 8 tokens on, tc_xsums serve every row tile of a warp.
+// them up to its col_groups tokens, as far as they are faster: Q4_K to
+// 4 tokens, Q4_0 to 2, Q6_K at one. From 8 tokens on, tc_xsums serve
+// every row tile of a warp.
 template <class F, class S>
 struct tc_col_sums {
     static constexpr bool value = S::token_tiles == 1 && S::groups <= F::col_groups &&
@@ -780,7 +788,7 @@ struct tc_col_sums {
 // Whether the column sums are −offset · Σ x, which start a block's mma:
 // a format with an offset and no minimum, past one token. At one token
 // (CS = 2) two multiply-adds a block bring the offset in for less than
-// the four values of an mma's start (Q6_K 2 points).
+// the four values of an mma's start.
 template <class F, int CS>
 struct tc_col_sums_neg {
     static constexpr bool value = F::has_offset && !F::has_min && CS == 1;
@@ -1169,7 +1177,7 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
     constexpr int held = RT * TT * 4, CS = S::col_step;
     if constexpr (S::k_split > 1) {
         // [warp][value][lane]: lanes store and load consecutive words. The
-        // host counts these bytes (tc_red in kernels/gemv/backend.c).
+        // host counts these bytes (tc_red in kernels/gemv/tc.c).
         __shared__ float red[S::warps][held][32];
         float *const v = &acc[0][0][0];
         if (slice != 0)

@@ -55,6 +55,11 @@ const char *kiln_epilogue_template_args(unsigned epi, char *buf, size_t size)
     return buf;
 }
 
+int64_t kiln_block_smem_limit(const kiln_target *t)
+{
+    return t->smem_optin > 0 ? t->smem_optin : 48 * 1024;
+}
+
 static const char *row_name(const kiln_variant_table *t, size_t i)
 {
     return *(const char *const *)((const char *)t->rows + i * t->stride + t->name_at);

@@ -83,12 +83,20 @@ typedef struct kiln_backend {
 
 /* The portable fallback: dequantize + f32 FMA, every format, sm_75+. */
 extern const kiln_backend kiln_backend_simt;
-/* Decode (M bucket <= 16): bandwidth-bound matrix-vector products, every
- * format, sm_75+; tensor cores and packed weights on sm_80+. */
+/* Decode (M bucket <= 16): bandwidth-bound matrix-vector products in f32
+ * FMA, every format, sm_75+, weights in kiln's storage layout. */
 extern const kiln_backend kiln_backend_gemv;
+/* Decode (M bucket <= 16) on tensor cores (mma.sync, sm_80+): every format
+ * exact in BF16 (all but F32), K in whole atoms of 64, weights packed. */
+extern const kiln_backend kiln_backend_gemv_tc;
 /* Hopper warpgroup MMA (sm_90a): every format dequantized to BF16 in the
  * main loop, f32 accumulators. */
 extern const kiln_backend kiln_backend_wgmma;
+
+/* Shared memory a block may ask for on t: its opt-in limit, or where that
+ * is unknown (a live device past kiln's table that did not say), the 48
+ * KiB every CUDA device gives a block. */
+int64_t kiln_block_smem_limit(const kiln_target *t);
 
 /* A backend's variants (tiles, M classes) as a table of rows of its own
  * struct, each with a `const char *name` and an `int64_t max_m`, the largest

@@ -1,33 +1,40 @@
 /* The backends kiln builds and each format's priority list, best first.
  * Selection takes the first backend of a format's list whose capability
- * checks pass for the linear and bucket (codegen/select.c). */
+ * checks pass for the linear and bucket (codegen/select.c).
+ *
+ *   gemv_tc  decode, buckets up to 16 tokens, on tensor cores (sm_80+):
+ *            every format exact in BF16, K in whole atoms of 64;
+ *   gemv     decode in f32 FMA, every format and sm_75+: what gemv_tc
+ *            leaves (F32, sm_75, K of part atoms);
+ *   wgmma    Hopper tensor cores (sm_90a), K in steps of 64: prefill, and
+ *            decode that neither gemv kernel takes;
+ *   simt     the f32 fallback for any sm_75+ target and any shape.
+ *
+ * gemv_tc has no kernel for F32 (its values are not exact in BF16), so
+ * F32's list does not name it. */
 #include "kernels/registry/backend.h"
 
-/* Every format has kernels in all three backends; the lists differ in what
- * each backend takes (is_supported, can_implement), not in order:
- *   gemv   decode, buckets up to 16 tokens: bandwidth-bound, every format;
- *   wgmma  Hopper tensor cores (sm_90a), K in steps of 64;
- *   simt   the f32 fallback for any sm_75+ target and any shape. */
-#define KILN_DECODE_TC_SIMT { "gemv", "wgmma", "simt", NULL }
+#define KILN_DECODE_TC { "gemv_tc", "gemv", "wgmma", "simt", NULL }
 
 static const kiln_registry default_registry = {
-    .backends = { &kiln_backend_gemv, &kiln_backend_wgmma, &kiln_backend_simt },
-    .n = 3,
+    .backends = { &kiln_backend_gemv_tc, &kiln_backend_gemv, &kiln_backend_wgmma,
+                  &kiln_backend_simt },
+    .n = 4,
     .priority = {
-        [KILN_FMT_F32] = KILN_DECODE_TC_SIMT,
-        [KILN_FMT_F16] = KILN_DECODE_TC_SIMT,
-        [KILN_FMT_BF16] = KILN_DECODE_TC_SIMT,
-        [KILN_FMT_FP8_TENSOR] = KILN_DECODE_TC_SIMT,
-        [KILN_FMT_FP8_CHANNEL] = KILN_DECODE_TC_SIMT,
-        [KILN_FMT_FP8_BLOCK] = KILN_DECODE_TC_SIMT,
-        [KILN_FMT_MXFP8] = KILN_DECODE_TC_SIMT,
-        [KILN_FMT_NVFP4] = KILN_DECODE_TC_SIMT,
-        [KILN_FMT_MXFP4] = KILN_DECODE_TC_SIMT,
-        [KILN_FMT_Q8_0] = KILN_DECODE_TC_SIMT,
-        [KILN_FMT_Q4_0] = KILN_DECODE_TC_SIMT,
-        [KILN_FMT_Q4_K] = KILN_DECODE_TC_SIMT,
-        [KILN_FMT_Q6_K] = KILN_DECODE_TC_SIMT,
-        [KILN_FMT_GGML_MXFP4] = KILN_DECODE_TC_SIMT,
+        [KILN_FMT_F32] = { "gemv", "wgmma", "simt", NULL },
+        [KILN_FMT_F16] = KILN_DECODE_TC,
+        [KILN_FMT_BF16] = KILN_DECODE_TC,
+        [KILN_FMT_FP8_TENSOR] = KILN_DECODE_TC,
+        [KILN_FMT_FP8_CHANNEL] = KILN_DECODE_TC,
+        [KILN_FMT_FP8_BLOCK] = KILN_DECODE_TC,
+        [KILN_FMT_MXFP8] = KILN_DECODE_TC,
+        [KILN_FMT_NVFP4] = KILN_DECODE_TC,
+        [KILN_FMT_MXFP4] = KILN_DECODE_TC,
+        [KILN_FMT_Q8_0] = KILN_DECODE_TC,
+        [KILN_FMT_Q4_0] = KILN_DECODE_TC,
+        [KILN_FMT_Q4_K] = KILN_DECODE_TC,
+        [KILN_FMT_Q6_K] = KILN_DECODE_TC,
+        [KILN_FMT_GGML_MXFP4] = KILN_DECODE_TC,
     },
 };
 

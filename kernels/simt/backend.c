@@ -7,11 +7,10 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Tile configurations, smallest M first; a bucket takes the first whose
- * max_m covers it. Every one runs 256 threads: small tiles for decode,
- * where each dequantized weight tile serves few rows and more blocks
- * spread the weight reads; larger ones where reuse pays. BK is a multiple
- * of every format's chunk (16 at most). */
+/* The tiles, smallest M first: a bucket takes the first whose max_m
+ * covers it. Every one runs 256 threads ((bm / tm) · (bn / tn)), and BK
+ * is a multiple of every format's chunk (16 at most). Each row's reason
+ * in a line. */
 typedef struct simt_tile {
     const char *name;
     int64_t max_m;
@@ -19,8 +18,11 @@ typedef struct simt_tile {
 } simt_tile;
 
 static const simt_tile tiles[] = {
+    /* decode: a weight tile serves few rows; more blocks spread the weight reads */
     { "t16x64", 16, 16, 64, 32, 1, 4 },
+    /* a weight tile serves 64 rows, 4 x 4 outputs a thread */
     { "t64x64", 64, 64, 64, 32, 4, 4 },
+    /* prefill: reuse pays, 8 x 8 outputs a thread from a shallower K step */
     { "t128x128", INT64_MAX, 128, 128, 16, 8, 8 },
 };
 

@@ -9,13 +9,14 @@
 #include <stdio.h>
 #include <string.h>
 
-/* A block is one warpgroup on a 64-row tile, K in steps of 64 over two
- * shared-memory stages; the variants differ in the tile's width. */
+/* The block, as kernels/wgmma/wgmma.cuh's wgmma_tile fixes it (the
+ * emitted source asserts its shared memory); the variants differ in the
+ * tile's width. */
 enum {
-    WGMMA_BM = 64,
-    WGMMA_BK = 64,
-    WGMMA_THREADS = 128,
-    WGMMA_STAGES = 2,
+    WGMMA_BM = 64,            /* rows of a tile: one warpgroup's wgmma M */
+    WGMMA_BK = 64,            /* K a stage: four k16 wgmma steps */
+    WGMMA_THREADS = 128,      /* one warpgroup */
+    WGMMA_STAGES = 2,         /* one stage loads while the other is read */
     WGMMA_MAX_GRID_Y = 65535, /* blocks along M are grid.y, which CUDA caps */
 };
 
@@ -25,12 +26,11 @@ typedef struct wgmma_tile {
     int bn;
 } wgmma_tile;
 
-/* Up to 64 tokens there is one row of blocks, and the narrower tile puts
- * twice as many of them on the multiprocessors while the weights dominate
- * the traffic; past that the wider tile reads each activation tile for
- * twice the outputs. */
+/* The tiles, smallest M first, each row's reason in a line. */
 static const wgmma_tile tiles[] = {
+    /* up to 64 tokens, one row of blocks: twice the blocks while weights dominate */
     { "bm64bn64", 64, 64 },
+    /* past it, each activation tile read feeds twice the outputs */
     { "bm64bn128", INT64_MAX, 128 },
 };
 
@@ -78,9 +78,9 @@ static int shape_refused(const kiln_linear_cfg *c, char *why, size_t size)
     return 0;
 }
 
-/* Small buckets are not refused: gemv comes first in every priority list
- * and takes them where it can; where it cannot, a 64-row tile with idle
- * rows still beats the SIMT fallback. */
+/* Small buckets are not refused: the decode backends (gemv_tc, gemv) come
+ * first in every priority list and take them where they can; where they
+ * cannot, a 64-row tile with idle rows still beats the SIMT fallback. */
 static int wgmma_can_implement(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket,
                                char *why, size_t size)
 {

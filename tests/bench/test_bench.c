@@ -729,8 +729,8 @@ static kiln_bench_report sample_report(void)
                             .kind = "bf16_cublas", .us = 20.0, .bytes = 4e7, .flops = 5e7,
                             .rotation = 3, .check_err = 1e-3 };
     kiln_bench_row kiln = { .shape = "llama8b.qkv", .n = 6144, .k = 4096, .m = 1,
-                            .kind = "kiln", .format = "q4_k", .backend = "gemv", .act = "bf16",
-                            .us = 10.0, .bytes = 1.5e7, .flops = 5e7, .rotation = 9,
+                            .kind = "kiln", .format = "q4_k", .backend = "gemv_tc",
+                            .act = "bf16", .us = 10.0, .bytes = 1.5e7, .flops = 5e7, .rotation = 9,
                             .check_err = 2e-4, .speedup_bf16 = 2.0 };
     kiln_bench_row fail = kiln;
     fail.status = KILN_BENCH_FAIL;
@@ -783,7 +783,7 @@ Test(bench_report, table)
     cr_assert(strstr(line[1], "cuBLAS bf16"), "%s", line[1]);
     cr_assert(strstr(line[1], "20.00  2.000     2.50   50.0      -      -"), "%s", line[1]);
     /* kiln: 1.5 TB/s, 37.5 %, twice as fast as cuBLAS, no FP8 peer time */
-    cr_assert(strstr(line[2], "q4_k             gemv/bf16"), "%s", line[2]);
+    cr_assert(strstr(line[2], "q4_k             gemv_tc/bf16"), "%s", line[2]);
     cr_assert(strstr(line[2], "10.00  1.500     5.00   37.5   2.00      -"), "%s", line[2]);
     cr_assert(strstr(line[3], "nvfp4"), "%s", line[3]);
     cr_assert(strstr(line[3], "FAIL: worst error 0.5 at row 0, column 3"), "%s", line[3]);
@@ -840,7 +840,7 @@ Test(bench_report, json)
     json_t *k = json_array_get(rows, 1);
     cr_assert_str_eq(json_string_value(json_object_get(k, "kind")), "kiln");
     cr_assert_str_eq(json_string_value(json_object_get(k, "format")), "q4_k");
-    cr_assert_str_eq(json_string_value(json_object_get(k, "backend")), "gemv");
+    cr_assert_str_eq(json_string_value(json_object_get(k, "backend")), "gemv_tc");
     cr_assert_str_eq(json_string_value(json_object_get(k, "act")), "bf16");
     cr_assert_float_eq(json_number_value(json_object_get(k, "speedup_bf16")), 2.0, 1e-9);
     cr_assert(json_is_null(json_object_get(k, "speedup_fp8")));

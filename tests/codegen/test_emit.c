@@ -331,12 +331,12 @@ Test(simt, variants_follow_the_bucket)
     }
 }
 
-/* The default registry plans with simt where neither the decode backend
- * (gemv: M buckets up to 16) nor a tensor-core backend runs (sm_80: wgmma
- * needs sm_90a), and every signature of the plan (linears, ops) emits.
- * On sm_80 gemv runs a tensor-core class for each decode bucket (tc1,
- * tc2, tc4, tc8, tc16), K being whole atoms of 64, fp8-block (E4M3) too:
- * each linear has five gemv kernels. */
+/* The default registry plans with simt where neither a decode backend
+ * (gemv_tc, gemv: M buckets up to 16) nor wgmma runs (sm_80: wgmma needs
+ * sm_90a), and every signature of the plan (linears, ops) emits. On sm_80
+ * gemv_tc runs a class for each decode bucket (tc1, tc2, tc4, tc8, tc16),
+ * K being whole atoms of 64, fp8-block (E4M3) too: each linear has five
+ * gemv_tc kernels and none of gemv. */
 Test(simt, default_plans_emit)
 {
     cr_assert_eq(kiln_registry_find(kiln_registry_default(), "simt"), &kiln_backend_simt);
@@ -368,7 +368,7 @@ Test(simt, default_plans_emit)
     kiln_target t = target("a100");
     kiln_plan *p;
     cr_assert_eq(kiln_plan_create(g, &t, NULL, &p), KILN_OK, "%s", kiln_last_error());
-    int linears = 0, fused = 0, simt = 0, m1 = 0, tc = 0;
+    int linears = 0, fused = 0, simt = 0, f32 = 0, tc = 0;
     for (int i = 0; i < kiln_plan_n_signatures(p); i++) {
         const char *sig = kiln_plan_signature(p, i);
         kiln_kernel_source s, from_text = emit_ok(sig);
@@ -382,15 +382,15 @@ Test(simt, default_plans_emit)
         if (s.desc.kind == KILN_STEP_LINEAR) {
             linears++;
             simt += s.desc.backend == &kiln_backend_simt;
-            m1 += s.desc.backend == &kiln_backend_gemv && !strcmp(s.desc.linear.variant, "m1");
-            tc += s.desc.backend == &kiln_backend_gemv && !strncmp(s.desc.linear.variant, "tc", 2);
+            f32 += s.desc.backend == &kiln_backend_gemv;
+            tc += s.desc.backend == &kiln_backend_gemv_tc;
         }
         fused += strstr(sig, "silu_mul") || strstr(sig, "residual");
         kiln_kernel_source_free(&s);
     }
-    cr_assert_eq(linears, 3 * 7, "five gemv kernels and two simt tiles a linear");
+    cr_assert_eq(linears, 3 * 7, "five gemv_tc kernels and two simt tiles a linear");
     cr_assert_eq(simt, 3 * 2, "two simt tiles a linear");
-    cr_assert_eq(m1, 0, "one token of every format on tc1");
+    cr_assert_eq(f32, 0, "one token of every format on tc1");
     cr_assert_eq(tc, 3 * 5, "tc1 to tc16 for every linear");
     cr_assert_eq(fused, 7 + 7, "up absorbs silu·mul, down the residual, in every variant");
     kiln_plan_destroy(p);

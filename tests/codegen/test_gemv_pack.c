@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "kernels/gemv/pack.h"
+#include "kernels/gemv/tc_format.h"
 #include "testutil.h"
 
 enum { TILE = 16, ATOM = 64, PIECE = 512 };
@@ -560,6 +561,45 @@ Test(gemv_pack, tc_serves)
     cr_expect_eq(kiln_gemv_tc_serves(&sm80, KILN_FMT_BF16, 40, 96), 0, "K is not whole atoms");
     cr_expect_eq(kiln_gemv_tc_serves(&sm80, KILN_FMT_BF16, 40, 512), 1);
     cr_expect_eq(kiln_gemv_tc_serves(&sm90a, KILN_FMT_BF16, 40, 512), 1);
+}
+
+/* The rows of kernels/gemv/tc_format.h, which the kernel's traits are
+ * built from: one for every format but F32, named by the format's short
+ * name (tc.cuh's tc_layout_<name>), each atom's bytes its pieces and
+ * Q6_K's high bits, and a record where the scales are not copied as
+ * they are. */
+#define ROW_CHECK(fmt, short_name, n_bytes, n_pieces, n_units, n_record, n_super)                  \
+    {                                                                                              \
+        const kiln_gemv_tc_format *row = kiln_gemv_tc_format_get(KILN_FMT_##fmt);                  \
+        const int q6_k = KILN_FMT_##fmt == KILN_FMT_Q6_K;                                          \
+        cr_assert_not_null(row, #fmt);                                                             \
+        cr_assert_str_eq(kiln_format_get(KILN_FMT_##fmt)->name, #short_name);                      \
+        cr_assert_eq(row->bytes, n_bytes, #fmt);                                                   \
+        cr_assert_eq(row->bytes, 512 * row->pieces + (q6_k ? 256 : 0), #fmt);                      \
+        cr_assert(row->pieces == n_pieces && row->units == n_units &&                              \
+                      row->record == n_record && row->super == n_super,                            \
+                  #fmt);                                                                           \
+        rows++;                                                                                    \
+    }
+
+Test(gemv_pack, format_rows_name_their_formats)
+{
+    int rows = 0;
+    KILN_TC_FORMATS(ROW_CHECK)
+    cr_assert_eq(rows, KILN_FMT_COUNT - 1);
+    cr_assert_null(kiln_gemv_tc_format_get(KILN_FMT_F32));
+    cr_assert_null(kiln_gemv_tc_format_get(KILN_FMT_COUNT));
+    for (int f = 0; f < KILN_FMT_COUNT; f++) {
+        size_t data, scale;
+        const kiln_gemv_tc_format *row = kiln_gemv_tc_format_get((kiln_format)f);
+        if (!row)
+            continue;
+        cr_assert_eq(kiln_gemv_pack_bytes((kiln_format)f, 16, 256, &data, &scale), KILN_OK);
+        cr_assert_eq(data, 4 * (size_t)row->bytes, "%s", kiln_format_get((kiln_format)f)->name);
+        if (row->record)
+            cr_assert_eq(scale, 4 * 8 * (size_t)row->record + 8 * (size_t)row->super, "%s",
+                         kiln_format_get((kiln_format)f)->name);
+    }
 }
 
 /* Where pack.h puts value (h, s) of k-tile j of a lane: the byte offsets

@@ -106,17 +106,20 @@ static const kiln_backend t_simt = { .name = "simt", .formats = ALL_FORMATS,
                                      .epilogues = KILN_EPI_BIAS, .is_supported = any_target,
                                      .can_implement = any_shape };
 
-#define PRIORITY { "gemv", "wgmma", "mma", "simt", NULL }
+/* Each format's list names the backends that claim it, as the default
+ * registry's do: wgmma's only in the lists of FP_FORMATS. */
+#define FP_LIST { "gemv", "wgmma", "mma", "simt", NULL }
+#define INT_LIST { "gemv", "mma", "simt", NULL }
 static kiln_registry reg = {
     .backends = { &t_gemv, &t_wgmma, &t_mma, &t_simt },
     .n = 4,
     .priority = {
-        [KILN_FMT_F32] = PRIORITY, [KILN_FMT_F16] = PRIORITY, [KILN_FMT_BF16] = PRIORITY,
-        [KILN_FMT_FP8_TENSOR] = PRIORITY, [KILN_FMT_FP8_CHANNEL] = PRIORITY,
-        [KILN_FMT_FP8_BLOCK] = PRIORITY, [KILN_FMT_MXFP8] = PRIORITY,
-        [KILN_FMT_NVFP4] = PRIORITY, [KILN_FMT_MXFP4] = PRIORITY, [KILN_FMT_Q8_0] = PRIORITY,
-        [KILN_FMT_Q4_0] = PRIORITY, [KILN_FMT_Q4_K] = PRIORITY, [KILN_FMT_Q6_K] = PRIORITY,
-        [KILN_FMT_GGML_MXFP4] = PRIORITY,
+        [KILN_FMT_F32] = INT_LIST, [KILN_FMT_F16] = FP_LIST, [KILN_FMT_BF16] = FP_LIST,
+        [KILN_FMT_FP8_TENSOR] = FP_LIST, [KILN_FMT_FP8_CHANNEL] = FP_LIST,
+        [KILN_FMT_FP8_BLOCK] = FP_LIST, [KILN_FMT_MXFP8] = FP_LIST,
+        [KILN_FMT_NVFP4] = FP_LIST, [KILN_FMT_MXFP4] = FP_LIST, [KILN_FMT_Q8_0] = INT_LIST,
+        [KILN_FMT_Q4_0] = INT_LIST, [KILN_FMT_Q4_K] = INT_LIST, [KILN_FMT_Q6_K] = INT_LIST,
+        [KILN_FMT_GGML_MXFP4] = INT_LIST,
     },
 };
 
@@ -233,6 +236,34 @@ Test(lower, priority_per_format_and_target)
         }
         kiln_plan_destroy(p);
     }
+    kiln_graph_destroy(g);
+}
+
+/* Selection reads the format's own list: a backend that could take a
+ * linear but is not in its format's list is never chosen for it, nor named
+ * among the refusals, unless --backend forces it. */
+Test(lower, a_format_list_is_the_policy)
+{
+    kiln_registry own = reg;
+    static const char *const bf16_list[] = { "gemv", "wgmma", "simt", NULL };
+    memcpy(own.priority[KILN_FMT_BF16], bf16_list, sizeof bf16_list);
+    kiln_graph *g = one_linear_per_format(256, 512);
+    kiln_target t = target("sm_80");
+    kiln_plan *p = NULL;
+    cr_assert_eq(kiln_plan_create_with(&own, g, &t, NULL, &p), KILN_OK, "%s", kiln_last_error());
+    for (int i = 0; i < kiln_plan_n_linears(p); i++) {
+        kiln_plan_linear l = linear_at(p, i, 512);
+        cr_assert_str_eq(l.backend, l.format == KILN_FMT_BF16 ? "simt" : "mma", "%s", l.node);
+        if (l.format == KILN_FMT_BF16)
+            cr_assert_str_eq(l.refused, "gemv: M bucket 512 > 16; wgmma: needs wgmma (sm_90a), "
+                                        "target is sm_80");
+    }
+    kiln_plan_destroy(p);
+    cr_assert_eq(kiln_plan_create_with(&own, g, &t, &(kiln_plan_options){ .backend = "mma" }, &p),
+                 KILN_OK, "%s", kiln_last_error());
+    for (int i = 0; i < kiln_plan_n_linears(p); i++)
+        cr_assert_str_eq(linear_at(p, i, 512).backend, "mma", "%s", linear_at(p, i, 512).node);
+    kiln_plan_destroy(p);
     kiln_graph_destroy(g);
 }
 

@@ -79,7 +79,7 @@ Test(plan_weights, decode_and_prefill_hold_both_layouts)
 }
 
 /* Up to 16 tokens only the decode kernels run: no storage copy, E4M3
- * formats too (their one-token bucket runs tc1). */
+ * formats too (their one-token bucket runs gemv_tc's tc1). */
 Test(plan_weights, decode_only_keeps_what_its_kernels_read)
 {
     size_t storage, packed;

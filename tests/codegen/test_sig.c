@@ -105,10 +105,10 @@ Test(sig, prints_the_format_caches_hold)
         { linear("gemv", "m1", KILN_FMT_FP8_TENSOR, KILN_ACT_BF16, 1536, 512, 0, "sm_75"),
           "linear backend=gemv variant=m1 format=fp8 scales=f32:NxK act=bf16 n=1536 k=512 "
           "epilogue=none out=bf16 target=sm_75" },
-        { linear("gemv", "tc16", KILN_FMT_MXFP8, KILN_ACT_BF16, 1536, 512, KILN_EPI_BIAS,
+        { linear("gemv_tc", "tc16", KILN_FMT_MXFP8, KILN_ACT_BF16, 1536, 512, KILN_EPI_BIAS,
                  "h200"),
-          "linear backend=gemv variant=tc16 format=mxfp8 scales=e8m0:1x32 act=bf16 n=1536 k=512 "
-          "epilogue=bias out=bf16 target=sm_90a" },
+          "linear backend=gemv_tc variant=tc16 format=mxfp8 scales=e8m0:1x32 act=bf16 n=1536 "
+          "k=512 epilogue=bias out=bf16 target=sm_90a" },
         { linear("gemv", "m1", KILN_FMT_NVFP4, KILN_ACT_BF16, 1536, 512, KILN_EPI_SILU_MUL,
                  "sm_75"),
           "linear backend=gemv variant=m1 format=nvfp4 scales=ue4m3:1x16+f32 act=bf16 n=1536 "

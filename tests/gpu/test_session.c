@@ -16,8 +16,8 @@
 static char cache_path[256];
 static void fresh_cache(void) { kt_fresh_cache(cache_path, sizeof cache_path); }
 
-/* A bucket for each of gemv's tensor-core classes (tc1 to tc16) and one
- * past them. */
+/* A bucket for each of gemv_tc's classes (tc1 to tc16) and one past
+ * them. */
 static const int64_t capture[] = { 1, 2, 4, 8, 16, 64 };
 
 static kiln_session *session(kiln_graph *g, int eager)
@@ -147,8 +147,8 @@ Test(gpu_session, reloaded_weights_reach_captured_graphs, .timeout = 600)
     kt_weight_free(&w2);
 }
 
-/* A reload that one of a weight's layouts refuses (the gemv packer, a NaN
- * NVFP4 block scale) changes none of its copies: the tensor-core one
+/* A reload that one of a weight's layouts refuses (the gemv_tc packer, a
+ * NaN NVFP4 block scale) changes none of its copies: the packed one
  * (buckets 1 to 16) and the storage-layout one (64) give the same bytes
  * as before, and still the CPU's numbers of the weight loaded. */
 Test(gpu_session, refused_reload_keeps_every_copy, .timeout = 600)
@@ -244,7 +244,7 @@ Test(gpu_session, every_run_sees_its_own_large_input, .timeout = 300)
     kt_weight_free(&w);
 }
 
-/* A wide N at 16 tokens: gemv's tc16 takes four row tiles a warp from
+/* A wide N at 16 tokens: gemv_tc's tc16 takes four row tiles a warp from
  * 512 row tiles on. 8200 rows end on a partial row tile and a partial
  * block of row groups. */
 Test(gpu_session, wide_decode_matches_the_cpu, .timeout = 600)
@@ -276,7 +276,7 @@ Test(gpu_session, wide_decode_matches_the_cpu, .timeout = 600)
 }
 
 /* Decode linears each reading the one before's output, as a model's do: on
- * sm_90 a tensor-core kernel starts while the one before drains, copying
+ * sm_90 a gemv_tc kernel starts while the one before drains, copying
  * its weights, and must wait for that kernel before it reads x. The wide
  * layers (24576 rows: 1536 blocks at one token on an H200, more than a
  * wave) start beside the narrow ones' last blocks, the narrow ones (64

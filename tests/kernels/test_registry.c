@@ -1,7 +1,10 @@
 /* The default registry: every name in a priority list is a registered
- * backend that claims the format, every format has a list, and every
- * registered backend is in some list. */
+ * backend that claims the format, every format has a list, every
+ * registered backend is in some list and has a name an entry can carry,
+ * and each format's list is the policy kernels/registry/registry.c
+ * states. */
 #include <criterion/criterion.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -31,11 +34,65 @@ Test(registry, every_priority_name_is_a_registered_backend_for_the_format)
         cr_assert(listed[j], "backend %s is in no priority list", r->backends[j]->name);
 }
 
+/* Each format's list: gemv_tc first where it has a kernel for the format
+ * (every format but F32), then gemv, wgmma and simt. A backend that claims
+ * a format is in its list. */
+Test(registry, each_format_lists_the_decode_backends_first)
+{
+    const kiln_registry *r = kiln_registry_default();
+    for (int f = 0; f < KILN_FMT_COUNT; f++) {
+        const char *name = kiln_format_get((kiln_format)f)->name;
+        const char *want[KILN_MAX_BACKENDS + 1] = { 0 };
+        int n = 0;
+        if (f != KILN_FMT_F32)
+            want[n++] = "gemv_tc";
+        want[n++] = "gemv";
+        want[n++] = "wgmma";
+        want[n++] = "simt";
+        for (int i = 0; i <= n; i++) {
+            if (!want[i]) {
+                cr_assert_null(r->priority[f][i], "%s: %s past the policy's list", name,
+                               r->priority[f][i]);
+                break;
+            }
+            cr_assert_not_null(r->priority[f][i], "%s: the list stops before %s", name, want[i]);
+            cr_assert_str_eq(r->priority[f][i], want[i], "%s, place %d", name, i);
+        }
+        for (int j = 0; j < r->n; j++) {
+            int in = 0;
+            for (int i = 0; r->priority[f][i]; i++)
+                in |= !strcmp(r->priority[f][i], r->backends[j]->name);
+            cr_assert_eq(in, (r->backends[j]->formats >> f) & 1, "%s and %s", name,
+                         r->backends[j]->name);
+        }
+    }
+    cr_assert_eq(kiln_registry_find(r, "gemv_tc")->formats,
+                 ((1u << KILN_FMT_COUNT) - 1) & ~(1u << KILN_FMT_F32));
+}
+
+/* A kernel's entry is "kiln_<backend>_<hash>" (codegen/sig.h): a name
+ * must be a C identifier's part, and names are distinct. */
+Test(registry, backend_names_can_name_an_entry)
+{
+    const kiln_registry *r = kiln_registry_default();
+    cr_assert_eq(r->n, 4);
+    for (int j = 0; j < r->n; j++) {
+        const char *name = r->backends[j]->name;
+        cr_assert_gt(strlen(name), 0);
+        for (const char *c = name; *c; c++)
+            cr_assert(islower((unsigned char)*c) || isdigit((unsigned char)*c) || *c == '_',
+                      "backend \"%s\": '%c' cannot be part of an entry name", name, *c);
+        cr_assert_eq(kiln_registry_find(r, name), r->backends[j], "%s", name);
+    }
+}
+
 Test(registry, find_takes_exact_names_only)
 {
     const kiln_registry *r = kiln_registry_default();
-    cr_assert_not_null(kiln_registry_find(r, "gemv"));
+    cr_assert_eq(kiln_registry_find(r, "gemv"), &kiln_backend_gemv);
+    cr_assert_eq(kiln_registry_find(r, "gemv_tc"), &kiln_backend_gemv_tc);
     cr_assert_null(kiln_registry_find(r, "gem"));
+    cr_assert_null(kiln_registry_find(r, "gemv-tc"));
     cr_assert_null(kiln_registry_find(r, "mma"));
     cr_assert_null(kiln_registry_find(r, ""));
 }

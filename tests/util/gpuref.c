@@ -53,9 +53,10 @@ static const struct {
     const char *backend;
     int weight_bf16;
 } contracts[] = {
-    { "gemv", 0 },  /* f32 FMA on the dequantized value; tensor cores on exact BF16 terms */
-    { "simt", 0 },  /* f32 FMA on the dequantized value */
-    { "wgmma", 1 }, /* dequantized to f32, packed as BF16 for the tensor cores */
+    { "gemv", 0 },    /* f32 FMA on the dequantized value */
+    { "gemv_tc", 0 }, /* tensor cores on exact BF16 terms of the value, f32 sums */
+    { "simt", 0 },    /* f32 FMA on the dequantized value */
+    { "wgmma", 1 },   /* dequantized to f32, packed as BF16 for the tensor cores */
 };
 
 static int weight_bf16(const char *backend)
