@@ -114,9 +114,8 @@ static kiln_status linear_signature(kiln_plan *p, const kiln_plan_lin *l,
                            .backend = c->backend,
                            .linear = { .cfg = l->cfg, .act = c->act, .variant = "default" } };
     d.linear.cfg.epilogue = c->epilogue;
-    if (c->backend->variant)
-        c->backend->variant(&p->target, &d.linear.cfg, bucket, d.linear.variant,
-                            sizeof d.linear.variant);
+    kiln_backend_variant(c->backend, &p->target, &d.linear.cfg, bucket, d.linear.variant,
+                         sizeof d.linear.variant);
     return plan_signature(p, &d, out);
 }
 
@@ -212,8 +211,7 @@ static kiln_status plan_select(kiln_plan *p, const kiln_plan_options *o, const k
             }
             c->backend = ch.backend;
             c->fell_back = ch.fell_back;
-            c->act = c->backend->act ? c->backend->act(&p->target, &l->cfg, p->buckets[b])
-                                     : KILN_ACT_BF16;
+            c->act = kiln_backend_act(c->backend, &p->target, &l->cfg, p->buckets[b]);
             c->epilogue = l->cfg.epilogue | (l->candidate & c->backend->epilogues);
             if (!(c->refused = kiln_strdup(ch.refused)))
                 return kiln_fail(KILN_ERR_NOMEM, "plan: out of memory for the refusals");

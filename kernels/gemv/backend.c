@@ -173,14 +173,6 @@ static int gemv_configure(const kiln_target *t, const kiln_linear_cfg *c, const 
     return 1;
 }
 
-static int gemv_is_supported(const kiln_target *t, char *why, size_t size)
-{
-    if (t->sm >= 75)
-        return 1;
-    snprintf(why, size, "needs sm_75 or newer, target is %s", t->name);
-    return 0;
-}
-
 static int gemv_can_implement(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket,
                               char *why, size_t size)
 {
@@ -192,19 +184,6 @@ static int gemv_can_implement(const kiln_target *t, const kiln_linear_cfg *c, in
     return gemv_configure(t, c, variant_for_bucket(bucket), &cfg, why, size);
 }
 
-static kiln_act gemv_act(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket)
-{
-    (void)t, (void)c, (void)bucket;
-    return KILN_ACT_BF16;
-}
-
-static void gemv_variant_name(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket,
-                              char *buf, size_t size)
-{
-    (void)t, (void)c;
-    snprintf(buf, size, "%s", variant_for_bucket(bucket)->name);
-}
-
 /* The configuration of k, or a refusal naming what gemv does not build. */
 static kiln_status gemv_check(const kiln_target *t, const kiln_linear_kernel *k, gemv_config *out)
 {
@@ -212,15 +191,9 @@ static kiln_status gemv_check(const kiln_target *t, const kiln_linear_kernel *k,
     if (!v)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv: no variant \"%s\" (m1, m2, m4, m8, m16)",
                          k->variant);
-    if (k->act != KILN_ACT_BF16)
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv: activations must be bf16, not %s",
-                         kiln_act_name(k->act));
-    if ((k->cfg.epilogue & KILN_EPI_RESIDUAL) && (k->cfg.epilogue & KILN_EPI_SILU_MUL))
-        return kiln_fail(KILN_ERR_UNSUPPORTED,
-                         "gemv: residual and silu_mul cannot both be fused (one aux input)");
-    if (!kiln_format_get(k->cfg.format))
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv: format %d is not a kiln_format",
-                         (int)k->cfg.format);
+    kiln_status common = kiln_linear_kernel_check("gemv", k);
+    if (common != KILN_OK)
+        return common;
     char why[256];
     if (!gemv_configure(t, &k->cfg, v, out, why, sizeof why))
         return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv: %s", why);
@@ -234,7 +207,6 @@ static kiln_status gemv_emit(const kiln_target *t, const kiln_linear_kernel *k, 
     kiln_status st = gemv_check(t, k, &c);
     if (st != KILN_OK)
         return st;
-    unsigned epi = k->cfg.epilogue;
     char epi_args[96];
     int n = snprintf(
         buf, size,
@@ -254,7 +226,7 @@ static kiln_status gemv_emit(const kiln_target *t, const kiln_linear_kernel *k, 
         "}\n",
         kiln_format_get(k->cfg.format)->name, (long long)c.v->max_m, c.v->rows, c.v->warps,
         c.k_split, c.units, c.v->stages, c.tile_k, c.v->min_blocks,
-        kiln_epilogue_template_args(epi, epi_args, sizeof epi_args), entry, (long long)k->cfg.n,
+        kiln_epilogue_template_args(k->cfg.epilogue, epi_args, sizeof epi_args), entry, (long long)k->cfg.n,
         (long long)k->cfg.k, c.smem);
     if (n < 0 || (size_t)n >= size)
         return kiln_fail(KILN_ERR_INVALID_ARG,
@@ -285,12 +257,11 @@ static kiln_status gemv_launch(const kiln_target *t, const kiln_linear_kernel *k
 /* Weights stay in kiln's storage layout: no layout hook. */
 const kiln_backend kiln_backend_gemv = {
     .name = "gemv",
-    .formats = (1u << KILN_FMT_COUNT) - 1,
-    .epilogues = KILN_EPI_BIAS | KILN_EPI_RESIDUAL | KILN_EPI_SILU_MUL,
-    .is_supported = gemv_is_supported,
+    .formats = KILN_FMT_ALL,
+    .epilogues = KILN_EPI_ALL,
+    .is_supported = kiln_sm75_or_newer,
     .can_implement = gemv_can_implement,
-    .act = gemv_act,
-    .variant = gemv_variant_name,
+    .variants = &variant_table,
     .emit = gemv_emit,
     .launch = gemv_launch,
 };

@@ -231,19 +231,6 @@ static int tc_can_implement(const kiln_target *t, const kiln_linear_cfg *c, int6
     return tc_configure(t, c, variant_for_bucket(bucket), &k, why, size);
 }
 
-static kiln_act tc_act(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket)
-{
-    (void)t, (void)c, (void)bucket;
-    return KILN_ACT_BF16;
-}
-
-static void tc_variant_name(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket,
-                            char *buf, size_t size)
-{
-    (void)t, (void)c;
-    snprintf(buf, size, "%s", variant_for_bucket(bucket)->name);
-}
-
 /* The class and configuration of k, or a refusal naming what gemv_tc does
  * not build. */
 static kiln_status tc_check(const kiln_target *t, const kiln_linear_kernel *k,
@@ -252,12 +239,9 @@ static kiln_status tc_check(const kiln_target *t, const kiln_linear_kernel *k,
     if (!(*v = variant_named(k->variant)))
         return kiln_fail(KILN_ERR_UNSUPPORTED,
                          "gemv_tc: no variant \"%s\" (tc1, tc2, tc4, tc8, tc16)", k->variant);
-    if (k->act != KILN_ACT_BF16)
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv_tc: activations must be bf16, not %s",
-                         kiln_act_name(k->act));
-    if ((k->cfg.epilogue & KILN_EPI_RESIDUAL) && (k->cfg.epilogue & KILN_EPI_SILU_MUL))
-        return kiln_fail(KILN_ERR_UNSUPPORTED,
-                         "gemv_tc: residual and silu_mul cannot both be fused (one aux input)");
+    kiln_status common = kiln_linear_kernel_check("gemv_tc", k);
+    if (common != KILN_OK)
+        return common;
     char why[256];
     if (kiln_gemv_tc_refuses(t, k->cfg.format, k->cfg.n, k->cfg.k, why, sizeof why))
         return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv_tc %s: %s (format %s, N=%lld, K=%lld)",
@@ -278,7 +262,6 @@ static kiln_status tc_emit(const kiln_target *t, const kiln_linear_kernel *k, co
     kiln_status st = tc_check(t, k, &v, &c);
     if (st != KILN_OK)
         return st;
-    unsigned epi = k->cfg.epilogue;
     char epi_args[96];
     int n = snprintf(
         buf, size,
@@ -297,7 +280,7 @@ static kiln_status tc_emit(const kiln_target *t, const kiln_linear_kernel *k, co
         "    kiln::gemv_tc<format, shape, epilogue, /*n*/ %lld, /*k*/ %lld, /*smem*/ %u>(args);\n"
         "}\n",
         kiln_format_get(k->cfg.format)->name, (long long)v->max_m, c.row_tiles, c.warps,
-        c.k_split, c.batch, c.stages, kiln_epilogue_template_args(epi, epi_args, sizeof epi_args),
+        c.k_split, c.batch, c.stages, kiln_epilogue_template_args(k->cfg.epilogue, epi_args, sizeof epi_args),
         entry, (long long)k->cfg.n, (long long)k->cfg.k, c.smem);
     if (n < 0 || (size_t)n >= size)
         return kiln_fail(KILN_ERR_INVALID_ARG,
@@ -363,11 +346,10 @@ static kiln_status tc_layout(const kiln_target *t, const kiln_linear_kernel *k,
 const kiln_backend kiln_backend_gemv_tc = {
     .name = "gemv_tc",
     .formats = 0 KILN_TC_FORMATS(TC_FORMAT_BIT),
-    .epilogues = KILN_EPI_BIAS | KILN_EPI_RESIDUAL | KILN_EPI_SILU_MUL,
+    .epilogues = KILN_EPI_ALL,
     .is_supported = tc_is_supported,
     .can_implement = tc_can_implement,
-    .act = tc_act,
-    .variant = tc_variant_name,
+    .variants = &variant_table,
     .emit = tc_emit,
     .launch = tc_launch,
     .layout = tc_layout,

@@ -65,13 +65,23 @@ static const char *row_name(const kiln_variant_table *t, size_t i)
     return *(const char *const *)((const char *)t->rows + i * t->stride + t->name_at);
 }
 
-const void *kiln_variant_for_bucket(const kiln_variant_table *t, int64_t m)
+static size_t row_for_bucket(const kiln_variant_table *t, int64_t m)
 {
     size_t i = 0;
     while (i + 1 < t->n &&
            m > *(const int64_t *)((const char *)t->rows + i * t->stride + t->max_m_at))
         i++;
-    return (const char *)t->rows + i * t->stride;
+    return i;
+}
+
+const void *kiln_variant_for_bucket(const kiln_variant_table *t, int64_t m)
+{
+    return (const char *)t->rows + row_for_bucket(t, m) * t->stride;
+}
+
+const char *kiln_variant_name_for_bucket(const kiln_variant_table *t, int64_t m)
+{
+    return row_name(t, row_for_bucket(t, m));
 }
 
 const void *kiln_variant_named(const kiln_variant_table *t, const char *name)
@@ -88,4 +98,42 @@ const kiln_backend *kiln_registry_find(const kiln_registry *r, const char *name)
         if (!strcmp(r->backends[i]->name, name))
             return r->backends[i];
     return NULL;
+}
+
+kiln_status kiln_linear_kernel_check(const char *backend, const kiln_linear_kernel *k)
+{
+    if (k->act != KILN_ACT_BF16)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: activations must be bf16, not %s", backend,
+                         kiln_act_name(k->act));
+    if ((k->cfg.epilogue & KILN_EPI_RESIDUAL) && (k->cfg.epilogue & KILN_EPI_SILU_MUL))
+        return kiln_fail(KILN_ERR_UNSUPPORTED,
+                         "%s: residual and silu_mul cannot both be fused (one aux input)", backend);
+    if (!kiln_format_get(k->cfg.format))
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: format %d is not a kiln_format", backend,
+                         (int)k->cfg.format);
+    return KILN_OK;
+}
+
+kiln_act kiln_backend_act(const kiln_backend *b, const kiln_target *t, const kiln_linear_cfg *c,
+                          int64_t bucket)
+{
+    return b->act ? b->act(t, c, bucket) : KILN_ACT_BF16;
+}
+
+void kiln_backend_variant(const kiln_backend *b, const kiln_target *t, const kiln_linear_cfg *c,
+                          int64_t bucket, char *buf, size_t size)
+{
+    if (b->variant)
+        b->variant(t, c, bucket, buf, size);
+    else
+        snprintf(buf, size, "%s",
+                 b->variants ? kiln_variant_name_for_bucket(b->variants, bucket) : "default");
+}
+
+int kiln_sm75_or_newer(const kiln_target *t, char *why, size_t size)
+{
+    if (t->sm >= 75)
+        return 1;
+    snprintf(why, size, "needs sm_75 or newer, target is %s", t->name);
+    return 0;
 }

@@ -18,6 +18,8 @@ enum {
     KILN_EPI_RESIDUAL = 1 << 1, /* + r[M,N] */
     KILN_EPI_SILU_MUL = 1 << 2, /* · silu(g[M,N]): the up projection of a gated FFN */
 };
+#define KILN_EPI_ALL (KILN_EPI_BIAS | KILN_EPI_RESIDUAL | KILN_EPI_SILU_MUL)
+#define KILN_FMT_ALL ((1u << KILN_FMT_COUNT) - 1)
 /* "none", "bias", "bias+residual", ... into buf; kiln_epilogue_str gives
  * the same text as a string with static storage ("?" for bits that are no
  * epilogue). */
@@ -43,6 +45,25 @@ typedef struct kiln_linear_kernel {
     char variant[64];
 } kiln_linear_kernel;
 
+/* A backend's variants (tiles, M classes) as a table of rows of its own
+ * struct, each with a `const char *name` and an `int64_t max_m`, the largest
+ * bucket the row serves, ascending. */
+typedef struct kiln_variant_table {
+    const void *rows;
+    size_t n, stride, name_at, max_m_at;
+} kiln_variant_table;
+
+#define KILN_VARIANT_TABLE(type, rows)                                                          \
+    { (rows), KILN_ARRAY_LEN(rows), sizeof(type), offsetof(type, name), offsetof(type, max_m) }
+
+/* The first row whose max_m covers bucket m (the last row past them all),
+ * and the row named name (NULL when there is none); the caller casts to its
+ * row type. */
+const void *kiln_variant_for_bucket(const kiln_variant_table *t, int64_t m);
+const void *kiln_variant_named(const kiln_variant_table *t, const char *name);
+/* The name of the row kiln_variant_for_bucket gives. */
+const char *kiln_variant_name_for_bucket(const kiln_variant_table *t, int64_t m);
+
 /* Capability checks write a reason into why (for the plan's report and the
  * no-fit error) and return 0 when they refuse. */
 typedef struct kiln_backend {
@@ -52,10 +73,14 @@ typedef struct kiln_backend {
     int (*is_supported)(const kiln_target *t, char *why, size_t size);
     int (*can_implement)(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket,
                          char *why, size_t size);
-    /* The activation scheme it consumes for this linear and bucket. */
+    /* The activation scheme it consumes for this linear and bucket;
+     * NULL: BF16. */
     kiln_act (*act)(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket);
     /* The variant (tile configuration, M class) for the signature; buckets
-     * that get the same variant share a kernel. */
+     * that get the same variant share a kernel. The row of variants that
+     * serves the bucket (kiln_variant_for_bucket), unless the variant hook
+     * is set; "default" when neither is. */
+    const kiln_variant_table *variants;
     void (*variant)(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket, char *buf,
                     size_t size);
     /* Code hooks, optional: NULL in a backend that only takes part in
@@ -81,6 +106,22 @@ typedef struct kiln_backend {
                           kiln_weight_layout *out);
 } kiln_backend;
 
+/* b's activation scheme and variant for linear c at bucket on t, as its
+ * hooks or its variant table give them (the defaults where it has
+ * neither). */
+kiln_act kiln_backend_act(const kiln_backend *b, const kiln_target *t, const kiln_linear_cfg *c,
+                          int64_t bucket);
+void kiln_backend_variant(const kiln_backend *b, const kiln_target *t, const kiln_linear_cfg *c,
+                          int64_t bucket, char *buf, size_t size);
+
+/* An is_supported hook: any target from sm_75 (kiln's oldest). */
+int kiln_sm75_or_newer(const kiln_target *t, char *why, size_t size);
+
+/* What every W*A16 kernel requires of k: BF16 activations, at most one
+ * aux input (residual or silu_mul), a kiln_format. KILN_ERR_UNSUPPORTED,
+ * naming backend, for anything else. */
+kiln_status kiln_linear_kernel_check(const char *backend, const kiln_linear_kernel *k);
+
 /* The portable fallback: dequantize + f32 FMA, every format, sm_75+. */
 extern const kiln_backend kiln_backend_simt;
 /* Decode (M bucket <= 16): bandwidth-bound matrix-vector products in f32
@@ -97,23 +138,6 @@ extern const kiln_backend kiln_backend_wgmma;
  * is unknown (a live device past kiln's table that did not say), the 48
  * KiB every CUDA device gives a block. */
 int64_t kiln_block_smem_limit(const kiln_target *t);
-
-/* A backend's variants (tiles, M classes) as a table of rows of its own
- * struct, each with a `const char *name` and an `int64_t max_m`, the largest
- * bucket the row serves, ascending. */
-typedef struct kiln_variant_table {
-    const void *rows;
-    size_t n, stride, name_at, max_m_at;
-} kiln_variant_table;
-
-#define KILN_VARIANT_TABLE(type, rows)                                                          \
-    { (rows), KILN_ARRAY_LEN(rows), sizeof(type), offsetof(type, name), offsetof(type, max_m) }
-
-/* The first row whose max_m covers bucket m (the last row past them all),
- * and the row named name (NULL when there is none); the caller casts to its
- * row type. */
-const void *kiln_variant_for_bucket(const kiln_variant_table *t, int64_t m);
-const void *kiln_variant_named(const kiln_variant_table *t, const char *name);
 
 #define KILN_MAX_BACKENDS 16
 

@@ -41,14 +41,6 @@ static const simt_tile *tile_named(const char *name)
     return kiln_variant_named(&tile_table, name);
 }
 
-static int simt_is_supported(const kiln_target *t, char *why, size_t size)
-{
-    if (t->sm >= 75)
-        return 1;
-    snprintf(why, size, "needs sm_75 or newer, target is %s", t->name);
-    return 0;
-}
-
 /* Any shape the format allows, within the kernel's int indexing (N and K
  * are template arguments of type int) and CUDA's grid limit on M. */
 static int simt_can_implement(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket,
@@ -69,19 +61,6 @@ static int simt_can_implement(const kiln_target *t, const kiln_linear_cfg *c, in
     return 1;
 }
 
-static kiln_act simt_act(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket)
-{
-    (void)t, (void)c, (void)bucket;
-    return KILN_ACT_BF16;
-}
-
-static void simt_variant(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket, char *buf,
-                         size_t size)
-{
-    (void)t, (void)c;
-    snprintf(buf, size, "%s", tile_for_bucket(bucket)->name);
-}
-
 /* The tile of k, or a refusal naming what simt does not build. *out is
  * NULL on a refusal, so it is defined on every path: the compiler cannot
  * see that kiln_fail never returns KILN_OK. */
@@ -92,15 +71,9 @@ static kiln_status simt_check(const kiln_linear_kernel *k, const simt_tile **out
     if (!tile)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "simt: no variant \"%s\" (t16x64, t64x64, t128x128)",
                          k->variant);
-    if (k->act != KILN_ACT_BF16)
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "simt: activations must be bf16, not %s",
-                         kiln_act_name(k->act));
-    if ((k->cfg.epilogue & KILN_EPI_RESIDUAL) && (k->cfg.epilogue & KILN_EPI_SILU_MUL))
-        return kiln_fail(KILN_ERR_UNSUPPORTED,
-                         "simt: residual and silu_mul cannot both be fused (one aux input)");
-    if (!kiln_format_get(k->cfg.format))
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "simt: format %d is not a kiln_format",
-                         (int)k->cfg.format);
+    kiln_status common = kiln_linear_kernel_check("simt", k);
+    if (common != KILN_OK)
+        return common;
     *out = tile;
     return KILN_OK;
 }
@@ -113,7 +86,6 @@ static kiln_status simt_emit(const kiln_target *t, const kiln_linear_kernel *k, 
     kiln_status st = simt_check(k, &tile);
     if (st != KILN_OK)
         return st;
-    unsigned epi = k->cfg.epilogue;
     char epi_args[96];
     int n = snprintf(
         buf, size,
@@ -129,7 +101,7 @@ static kiln_status simt_emit(const kiln_target *t, const kiln_linear_kernel *k, 
         "    kiln::simt_gemm<format, tile, epilogue, /*n*/ %lld, /*k*/ %lld>(args);\n"
         "}\n",
         kiln_format_get(k->cfg.format)->name, tile->bm, tile->bn, tile->bk, tile->tm, tile->tn,
-        kiln_epilogue_template_args(epi, epi_args, sizeof epi_args), entry, (long long)k->cfg.n,
+        kiln_epilogue_template_args(k->cfg.epilogue, epi_args, sizeof epi_args), entry, (long long)k->cfg.n,
         (long long)k->cfg.k);
     if (n < 0 || (size_t)n >= size)
         return kiln_fail(KILN_ERR_INVALID_ARG,
@@ -158,12 +130,11 @@ static kiln_status simt_launch(const kiln_target *t, const kiln_linear_kernel *k
 
 const kiln_backend kiln_backend_simt = {
     .name = "simt",
-    .formats = (1u << KILN_FMT_COUNT) - 1,
-    .epilogues = KILN_EPI_BIAS | KILN_EPI_RESIDUAL | KILN_EPI_SILU_MUL,
-    .is_supported = simt_is_supported,
+    .formats = KILN_FMT_ALL,
+    .epilogues = KILN_EPI_ALL,
+    .is_supported = kiln_sm75_or_newer,
     .can_implement = simt_can_implement,
-    .act = simt_act,
-    .variant = simt_variant,
+    .variants = &tile_table,
     .emit = simt_emit,
     .launch = simt_launch,
 };

@@ -36,11 +36,6 @@ static const wgmma_tile tiles[] = {
 
 static const kiln_variant_table tile_table = KILN_VARIANT_TABLE(wgmma_tile, tiles);
 
-static const wgmma_tile *tile_for_bucket(int64_t m)
-{
-    return kiln_variant_for_bucket(&tile_table, m);
-}
-
 static const wgmma_tile *tile_named(const char *name)
 {
     return kiln_variant_named(&tile_table, name);
@@ -95,19 +90,6 @@ static int wgmma_can_implement(const kiln_target *t, const kiln_linear_cfg *c, i
     return 1;
 }
 
-static kiln_act wgmma_act(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket)
-{
-    (void)t, (void)c, (void)bucket;
-    return KILN_ACT_BF16;
-}
-
-static void wgmma_variant(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket,
-                          char *buf, size_t size)
-{
-    (void)t, (void)c;
-    snprintf(buf, size, "%s", tile_for_bucket(bucket)->name);
-}
-
 /* The tile of k on t, or a refusal naming what wgmma does not build. */
 static kiln_status wgmma_check(const kiln_target *t, const kiln_linear_kernel *k,
                                const wgmma_tile **out)
@@ -119,15 +101,9 @@ static kiln_status wgmma_check(const kiln_target *t, const kiln_linear_kernel *k
                          k->variant);
     if (!wgmma_is_supported(t, why, sizeof why))
         return kiln_fail(KILN_ERR_UNSUPPORTED, "wgmma: %s", why);
-    if (k->act != KILN_ACT_BF16)
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "wgmma: activations must be bf16, not %s",
-                         kiln_act_name(k->act));
-    if ((k->cfg.epilogue & KILN_EPI_RESIDUAL) && (k->cfg.epilogue & KILN_EPI_SILU_MUL))
-        return kiln_fail(KILN_ERR_UNSUPPORTED,
-                         "wgmma: residual and silu_mul cannot both be fused (one aux input)");
-    if (!kiln_format_get(k->cfg.format))
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "wgmma: format %d is not a kiln_format",
-                         (int)k->cfg.format);
+    kiln_status common = kiln_linear_kernel_check("wgmma", k);
+    if (common != KILN_OK)
+        return common;
     if (shape_refused(&k->cfg, why, sizeof why))
         return kiln_fail(KILN_ERR_UNSUPPORTED, "wgmma: %s", why);
     *out = tile;
@@ -141,7 +117,6 @@ static kiln_status wgmma_emit(const kiln_target *t, const kiln_linear_kernel *k,
     kiln_status st = wgmma_check(t, k, &tile);
     if (st != KILN_OK)
         return st;
-    unsigned epi = k->cfg.epilogue;
     char epi_args[96];
     int n = snprintf(
         buf, size,
@@ -158,7 +133,7 @@ static kiln_status wgmma_emit(const kiln_target *t, const kiln_linear_kernel *k,
         "    kiln::wgmma_gemm<format, tile, epilogue, /*n*/ %lld, /*k*/ %lld>(args);\n"
         "}\n",
         kiln_format_get(k->cfg.format)->name, tile->bn,
-        kiln_epilogue_template_args(epi, epi_args, sizeof epi_args),
+        kiln_epilogue_template_args(k->cfg.epilogue, epi_args, sizeof epi_args),
         smem_bytes(tile), entry, (long long)k->cfg.n, (long long)k->cfg.k);
     if (n < 0 || (size_t)n >= size)
         return kiln_fail(KILN_ERR_INVALID_ARG,
@@ -187,12 +162,11 @@ static kiln_status wgmma_launch(const kiln_target *t, const kiln_linear_kernel *
 
 const kiln_backend kiln_backend_wgmma = {
     .name = "wgmma",
-    .formats = (1u << KILN_FMT_COUNT) - 1,
-    .epilogues = KILN_EPI_BIAS | KILN_EPI_RESIDUAL | KILN_EPI_SILU_MUL,
+    .formats = KILN_FMT_ALL,
+    .epilogues = KILN_EPI_ALL,
     .is_supported = wgmma_is_supported,
     .can_implement = wgmma_can_implement,
-    .act = wgmma_act,
-    .variant = wgmma_variant,
+    .variants = &tile_table,
     .emit = wgmma_emit,
     .launch = wgmma_launch,
 };

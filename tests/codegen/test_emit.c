@@ -294,7 +294,7 @@ Test(simt, takes_every_format_and_epilogue_with_bf16_activations)
     for (int f = 0; f < KILN_FMT_COUNT; f++) {
         kiln_linear_cfg c = { .format = (kiln_format)f, .n = 4096, .k = 4096 };
         cr_assert_eq(kiln_backend_simt.can_implement(&t, &c, 512, why, sizeof why), 1);
-        cr_assert_eq(kiln_backend_simt.act(&t, &c, 512), KILN_ACT_BF16);
+        cr_assert_eq(kiln_backend_act(&kiln_backend_simt, &t, &c, 512), KILN_ACT_BF16);
     }
 }
 
@@ -326,7 +326,7 @@ Test(simt, variants_follow_the_bucket)
     kiln_linear_cfg c = { .format = KILN_FMT_Q4_0, .n = 4096, .k = 4096 };
     for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
         char v[64];
-        kiln_backend_simt.variant(&t, &c, cases[i].m, v, sizeof v);
+        kiln_backend_variant(&kiln_backend_simt, &t, &c, cases[i].m, v, sizeof v);
         cr_assert_str_eq(v, cases[i].variant, "m=%lld", (long long)cases[i].m);
     }
 }

@@ -36,7 +36,7 @@ static const char *variant_of(const char *arch, kiln_format f, int64_t k, int64_
 {
     kiln_target t = target(arch);
     kiln_linear_cfg c = cfg(f, 4096, k);
-    gemv->variant(&t, &c, bucket, buf, size);
+    kiln_backend_variant(gemv, &t, &c, bucket, buf, size);
     return buf;
 }
 
@@ -125,7 +125,7 @@ Test(gemv, covers_every_format_and_epilogue_with_bf16_activations)
             char why[256] = "";
             cr_assert_eq(gemv->can_implement(&t, &c, m, why, sizeof why), 1, "%s m=%lld: %s",
                          kiln_format_get((kiln_format)f)->name, (long long)m, why);
-            cr_assert_eq(gemv->act(&t, &c, m), KILN_ACT_BF16);
+            cr_assert_eq(kiln_backend_act(gemv, &t, &c, m), KILN_ACT_BF16);
         }
     }
 }

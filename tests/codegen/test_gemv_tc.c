@@ -43,7 +43,7 @@ static const char *choice_on(const kiln_target *t, kiln_format f, int64_t n, int
     cr_assert_eq(kiln_backend_select(kiln_registry_default(), t, &c, m, NULL, "y", &ch), KILN_OK,
                  "%s", kiln_last_error());
     char v[KILN_SIG_MAX];
-    ch.backend->variant(t, &c, m, v, sizeof v);
+    kiln_backend_variant(ch.backend, t, &c, m, v, sizeof v);
     snprintf(buf, size, "%s %.32s", ch.backend->name, v);
     return buf;
 }
@@ -110,7 +110,7 @@ Test(gemv_tc, covers_every_format_exact_in_bf16)
             cr_assert_eq(tc->can_implement(&t, &c, m, why, sizeof why), f != KILN_FMT_F32,
                          "%s m=%lld: %s", kiln_format_get((kiln_format)f)->name, (long long)m,
                          why);
-            cr_assert_eq(tc->act(&t, &c, m), KILN_ACT_BF16);
+            cr_assert_eq(kiln_backend_act(tc, &t, &c, m), KILN_ACT_BF16);
         }
     }
     kiln_linear_cfg c = cfg(KILN_FMT_F32, 4096, 4096);
@@ -164,7 +164,7 @@ Test(gemv_tc, variants_follow_the_bucket)
                 kiln_target t = target(arches[a]);
                 kiln_linear_cfg c = cfg((kiln_format)f, 4096, 256);
                 char v[64];
-                tc->variant(&t, &c, m, v, sizeof v);
+                kiln_backend_variant(tc, &t, &c, m, v, sizeof v);
                 cr_assert_str_eq(v, want[m], "%s m=%lld", arches[a], (long long)m);
             }
 }
@@ -424,7 +424,7 @@ Test(gemv_tc, shared_memory_worked_by_hand)
         kiln_target t = target(cases[i].arch);
         kiln_linear_cfg c = cfg(cases[i].f, 4096, 4096);
         char v[64], why[256] = "", sig[512];
-        tc->variant(&t, &c, cases[i].m, v, sizeof v);
+        kiln_backend_variant(tc, &t, &c, cases[i].m, v, sizeof v);
         cr_assert_str_eq(v, cases[i].variant, "case %zu", i);
         cr_assert_eq(tc->can_implement(&t, &c, cases[i].m, why, sizeof why), 1, "%s", why);
         tc_sig(sig, sizeof sig, v, cases[i].f, 0, 4096, 4096, cases[i].arch);
@@ -902,7 +902,7 @@ Test(gemv_tc, launches_cover_every_row)
                     const int64_t n = shapes[s][0], k = shapes[s][1];
                     kiln_linear_cfg c = cfg((kiln_format)f, n, k);
                     char name[64], why[256] = "";
-                    tc->variant(&t, &c, variants[v].m, name, sizeof name);
+                    kiln_backend_variant(tc, &t, &c, variants[v].m, name, sizeof name);
                     if (!kiln_gemv_tc_serves(&t, (kiln_format)f, n, k)) {
                         cr_assert_eq(tc->can_implement(&t, &c, variants[v].m, why, sizeof why),
                                      0, "%s %s", arches[a], kiln_format_get((kiln_format)f)->name);
@@ -1323,7 +1323,7 @@ static void compile_every_class(const char *arch)
                 continue;
             }
             cr_assert_eq(tc->can_implement(&t, &c, classes[v].m, why, sizeof why), 1, "%s", why);
-            tc->variant(&t, &c, classes[v].m, sig, sizeof sig);
+            kiln_backend_variant(tc, &t, &c, classes[v].m, sig, sizeof sig);
             cr_assert_str_eq(sig, classes[v].name);
             batch_add(&b, tc_sig(sig, sizeof sig, classes[v].name, (kiln_format)f,
                                  epilogues[(f + v) % 5], shape[0], shape[1], arch));

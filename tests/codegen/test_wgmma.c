@@ -81,7 +81,7 @@ Test(wgmma, takes_every_format_and_epilogue_with_bf16_activations)
             kiln_linear_cfg c = { .format = (kiln_format)f, .n = 200, .k = 768 };
             cr_assert_eq(wg->can_implement(&t, &c, buckets[b], why, sizeof why), 1, "%s: %s",
                          kiln_format_get((kiln_format)f)->name, why);
-            cr_assert_eq(wg->act(&t, &c, buckets[b]), KILN_ACT_BF16);
+            cr_assert_eq(kiln_backend_act(wg, &t, &c, buckets[b]), KILN_ACT_BF16);
         }
 }
 
@@ -118,7 +118,7 @@ Test(wgmma, variants_follow_the_bucket)
     kiln_linear_cfg c = { .format = KILN_FMT_NVFP4, .n = 4096, .k = 4096 };
     for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
         char v[64];
-        wg->variant(&t, &c, cases[i].m, v, sizeof v);
+        kiln_backend_variant(wg, &t, &c, cases[i].m, v, sizeof v);
         cr_assert_str_eq(v, cases[i].variant, "m=%lld", (long long)cases[i].m);
     }
 }

@@ -150,7 +150,7 @@ static int run_case(const kiln_backend *b, const kiln_target *live, kiln_format 
                          (long long)takes[i]);
         char got[64], want[64];
         signature_variant(kiln_plan_signature(p, l.signature), got, sizeof got);
-        b->variant(live, &cfg, takes[i], want, sizeof want);
+        kiln_backend_variant(b, live, &cfg, takes[i], want, sizeof want);
         cr_assert_str_eq(got, want, "%s %s K=%lld bucket %lld", b->name, fname, (long long)k,
                          (long long)takes[i]);
         ++*ran;
