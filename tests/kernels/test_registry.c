@@ -59,7 +59,7 @@ Test(registry, each_format_lists_the_decode_backends_first)
             cr_assert_str_eq(r->priority[f][i], want[i], "%s, place %d", name, i);
         }
         for (int j = 0; j < r->n; j++) {
-            int in = 0;
+            unsigned in = 0;
             for (int i = 0; r->priority[f][i]; i++)
                 in |= !strcmp(r->priority[f][i], r->backends[j]->name);
             cr_assert_eq(in, (r->backends[j]->formats >> f) & 1, "%s and %s", name,
