@@ -156,6 +156,15 @@ kiln_status kiln_cache_store(kiln_cache *c, const uint8_t key[KILN_CACHE_KEY_BYT
 kiln_status kiln_cache_offline_miss(const kiln_cache *c, const char *signature,
                                     const uint8_t key[KILN_CACHE_KEY_BYTES]);
 
+/* For tests: hook(ctx, site, call) runs before every LMDB call of the
+ * cache that returns a status (site "cache/cache.c:236", call "mdb_put"),
+ * on the thread that makes it; a nonzero return is the code that call
+ * fails with instead of running (an LMDB code or an errno value), failed
+ * as LMDB fails it (cache/mdb.c). NULL removes it. Set it while no other
+ * thread is inside kiln and no transaction is open. */
+typedef int (*kiln_cache_mdb_hook)(void *ctx, const char *site, const char *call);
+void kiln_cache_set_mdb_hook(kiln_cache_mdb_hook hook, void *ctx);
+
 /* ---------------------------------------------------------- maintenance */
 
 /* Write a new cache file at path holding exactly the given keys, each taken
