@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <ftw.h>
+#include <lmdb.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -297,6 +298,61 @@ void kt_cache_intact(const char *path, int shipped, size_t at_least)
     kiln_cache_close(k);
     cr_assert_eq(bad, 0, "%s: %s holds %zu bad records", sweep_now, path, bad);
     cr_assert_geq(entries, at_least, "%s: %s holds %zu records", sweep_now, path, entries);
+}
+
+void kt_records_read(const char *path, kt_records *out)
+{
+    MDB_env *env;
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    MDB_cursor *cur;
+    MDB_val k, v;
+    *out = (kt_records){ 0 };
+    cr_assert_eq(mdb_env_create(&env), 0);
+    int rc = mdb_env_open(env, path, MDB_RDONLY | MDB_NOSUBDIR | MDB_NOLOCK, 0644);
+    cr_assert_eq(rc, 0, "%s: %s: %s", sweep_now, path, mdb_strerror(rc));
+    cr_assert_eq(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn), 0);
+    cr_assert_eq(mdb_dbi_open(txn, NULL, 0, &dbi), 0);
+    cr_assert_eq(mdb_cursor_open(txn, dbi, &cur), 0);
+    size_t cap = 0;
+    while (!(rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
+        if (out->n == cap) {
+            cap = cap ? 2 * cap : 16;
+            out->pair = realloc(out->pair, cap * sizeof *out->pair);
+            cr_assert_not_null(out->pair);
+        }
+        kt_buf *b = &out->pair[out->n++];
+        *b = (kt_buf){ 0 };
+        kt_put(b, k.mv_data, k.mv_size);
+        kt_put(b, v.mv_data, v.mv_size);
+    }
+    cr_assert_eq(rc, MDB_NOTFOUND, "%s: %s: %s", sweep_now, path, mdb_strerror(rc));
+    mdb_cursor_close(cur);
+    mdb_txn_abort(txn);
+    mdb_env_close(env);
+}
+
+void kt_records_free(kt_records *r)
+{
+    for (size_t i = 0; i < r->n; i++)
+        free(r->pair[i].p);
+    free(r->pair);
+    *r = (kt_records){ 0 };
+}
+
+void kt_records_within(const kt_records *want, const kt_records *have, int exact, const char *what)
+{
+    for (size_t i = 0; i < want->n; i++) {
+        const kt_buf *w = &want->pair[i];
+        size_t j = 0;
+        while (j < have->n && (have->pair[j].n != w->n || memcmp(have->pair[j].p, w->p, w->n)))
+            j++;
+        cr_assert_lt(j, have->n, "%s: %s: record %zu of %zu is gone or changed", sweep_now, what, i + 1,
+                     want->n);
+    }
+    if (exact)
+        cr_assert_eq(have->n, want->n, "%s: %s holds %zu records, not the %zu it held", sweep_now, what,
+                     have->n, want->n);
 }
 
 /* ------------------------------------------------------------ the model */

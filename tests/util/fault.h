@@ -83,6 +83,19 @@ void kt_pad(kt_buf *b, size_t align);
  * with no bad record and at least at_least records. */
 void kt_cache_intact(const char *path, int shipped, size_t at_least);
 
+/* The pairs an LMDB file holds, key and value bytes as LMDB stores them,
+ * read with LMDB itself (no lock file): to say that a file still holds
+ * what it held, byte for byte. The file must be closed by everyone else. */
+typedef struct kt_records {
+    size_t n;
+    kt_buf *pair; /* the key's 16 bytes, then the value */
+} kt_records;
+void kt_records_read(const char *path, kt_records *out);
+void kt_records_free(kt_records *r);
+/* Every pair of want is in have, byte for byte ("what: record 3 of 5 is
+ * gone" otherwise); exact: and nothing else is. */
+void kt_records_within(const kt_records *want, const kt_records *have, int exact, const char *what);
+
 /* The model the sweeps share, in the demo's shape: two FFN blocks, x +
  * down(silu(gate(rms(x))) * up(rms(x))), in Q4_K and block FP8, then a
  * norm and an NVFP4 head with a bias and a GELU; both the head and the
