@@ -59,7 +59,7 @@ typedef enum kiln_status {
     KILN_ERR_NOT_FOUND,    /* a named thing (tensor, key, kernel) does not exist */
     KILN_ERR_STATE,        /* the object is not in a state that allows the call */
     KILN_ERR_NO_KERNEL,    /* no backend can implement a node on the target */
-    KILN_ERR_COMPILE,      /* NVRTC rejected generated source */
+    KILN_ERR_COMPILE,      /* NVRTC rejected generated source, or did not finish in time */
     KILN_ERR_CACHE,        /* the kernel cache failed (LMDB error, corrupt record) */
     KILN_ERR_OFFLINE_MISS, /* offline mode and a kernel is not in any cache */
     KILN_ERR_CUDA,         /* a CUDA driver call failed */
@@ -624,6 +624,11 @@ typedef struct kiln_compile_options {
     const char *keep_source;    /* write sources, NVRTC logs and PTX here */
     int quiet;                  /* no progress line on a terminal */
     kiln_plan_options plan;
+    /* Seconds one kernel's compile may take; past it the kernel fails with
+     * KILN_ERR_COMPILE naming its signature (NVRTC cannot be stopped: its
+     * thread is left to finish on its own, its result dropped). 0:
+     * $KILN_COMPILE_TIMEOUT, else 600. A session's compiles take the same. */
+    double compile_timeout_s;
 } kiln_compile_options;
 
 typedef struct kiln_compile_result {
@@ -635,9 +640,11 @@ typedef struct kiln_compile_result {
                                    file is damaged and left out): nothing was stored */
 } kiln_compile_result;
 
-/* KILN_ERR_COMPILE with NVRTC's log when a kernel does not compile (the ones
- * that did are stored); KILN_ERR_NO_KERNEL from planning; KILN_ERR_OFFLINE_MISS
- * naming the signature (offline); KILN_ERR_CACHE and KILN_ERR_IO from the
+/* KILN_ERR_COMPILE with NVRTC's log when a kernel does not compile, or
+ * naming it when its compile ran past compile_timeout_s (the ones that did
+ * compile are stored); KILN_ERR_NOT_FOUND when NVRTC cannot be loaded;
+ * KILN_ERR_NO_KERNEL from planning; KILN_ERR_OFFLINE_MISS naming the
+ * signature (offline); KILN_ERR_CACHE and KILN_ERR_IO from the
  * caches, as kiln_cache_open. */
 KILN_API kiln_status kiln_compile(kiln_graph *g, const kiln_target *t,
                                   const kiln_compile_options *opts, kiln_compile_result *out);
