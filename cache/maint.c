@@ -400,7 +400,6 @@ kiln_status kiln_cache_merge(kiln_cache *c, const char *src, kiln_cache_visit_fn
 
 typedef struct export_ctx {
     kiln_cache *c;
-    const char *path;
     const uint8_t (*keys)[KILN_CACHE_KEY_BYTES];
     size_t n_keys;
 } export_ctx;
@@ -413,7 +412,7 @@ static kiln_status export_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int 
         kiln_cache_hit hit;
         kiln_cache_put put;
         if ((st = kiln_cache_lookup(x->c, x->keys[i], NULL, &hit)))
-            return kiln_fail_prefix(st, "export to %s", x->path);
+            return st;
         st = kiln_cache_file_put(f, txn, x->keys[i], hit.blob, hit.size, &put, rc_out);
         kiln_cache_hit_release(&hit);
     }
@@ -458,6 +457,9 @@ static kiln_status new_file_write(const char *path, int overwrite, size_t map, c
     if (!st)
         st = kiln_cache_file_write(&out, what, body, ctx);
     kiln_cache_file_close(&out);
+    /* The temporary name is gone with the file: name the one asked for. */
+    if (st)
+        kiln_fail_prefix(st, "%s to %s", what, path);
     /* link() refuses an existing name atomically, which rename() would
      * replace; either way the temporary name goes. */
     if (!st && (overwrite ? rename(tmp, path) : link(tmp, path)))
@@ -485,7 +487,7 @@ kiln_status kiln_cache_export_keys(kiln_cache *c, const uint8_t (*keys)[KILN_CAC
                              path, i == c->writable ? "writable" : "shipped", c->files[i].path);
         map += (size_t)fs.st_size;
     }
-    export_ctx x = { .c = c, .path = path, .keys = keys, .n_keys = n_keys };
+    export_ctx x = { .c = c, .keys = keys, .n_keys = n_keys };
     return new_file_write(path, overwrite, map, "export", export_body, &x);
 }
 

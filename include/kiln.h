@@ -381,7 +381,11 @@ KILN_API kiln_status kiln_plan_weight_bytes(const kiln_plan *p, size_t *storage,
  * determines the kernel; the compiler's version is recorded in the record,
  * not in the key. A cache file is untrusted input: its structure is checked
  * before LMDB maps it, and every record is checked against its key before
- * it is served. */
+ * it is served. Where a call below says "LMDB fails", the error names the
+ * file and carries LMDB's text and code: KILN_ERR_CACHE for LMDB's own
+ * codes (a full map that cannot grow, a full reader table), KILN_ERR_IO
+ * for the system's under it (a full disk, an I/O error). A write that
+ * fails writes nothing: every write is one LMDB transaction. */
 typedef struct kiln_cache kiln_cache;
 
 enum {
@@ -502,7 +506,8 @@ typedef kiln_status (*kiln_cache_visit_fn)(void *ctx, const kiln_cache_entry *e)
 
 /* Visit every entry of a layer in key order. KILN_ERR_INVALID_ARG for a
  * NULL c or fn or a layer out of range; KILN_ERR_CACHE, naming the file,
- * for a layer whose file was left out as damaged or when LMDB fails. */
+ * for a layer whose file was left out as damaged; KILN_ERR_CACHE or
+ * KILN_ERR_IO when LMDB fails. */
 KILN_API kiln_status kiln_cache_foreach(kiln_cache *c, int layer, kiln_cache_visit_fn fn,
                                         void *ctx);
 
@@ -549,8 +554,8 @@ typedef struct kiln_cache_gc_options {
 /* Remove from the writable cache what o selects, in one transaction.
  * *removed and *bytes (either may be NULL) say how much went.
  * KILN_ERR_INVALID_ARG for a NULL c or o; KILN_ERR_STATE when no writable
- * cache is open; KILN_ERR_CACHE, naming the file, when it is damaged or
- * LMDB fails. */
+ * cache is open; KILN_ERR_CACHE, naming the file, when it is damaged;
+ * KILN_ERR_CACHE or KILN_ERR_IO when LMDB fails. */
 KILN_API kiln_status kiln_cache_gc(kiln_cache *c, const kiln_cache_gc_options *o,
                                    size_t *removed, uint64_t *bytes);
 
@@ -588,8 +593,9 @@ KILN_API kiln_status kiln_cache_merge(kiln_cache *c, const char *src, kiln_cache
  * no layer holds a kernel (compile p first, with kiln_compile_plan and the
  * same caches); KILN_ERR_CACHE when a layer that may hold it was left out
  * as damaged; KILN_ERR_IO when path exists and overwrite is 0, or cannot be
- * written; KILN_ERR_INVALID_ARG for a NULL argument or when path is one of
- * c's own files. */
+ * written; KILN_ERR_CACHE or KILN_ERR_IO, naming path, when LMDB fails;
+ * KILN_ERR_INVALID_ARG for a NULL argument or when path is one of c's own
+ * files. */
 KILN_API kiln_status kiln_cache_export(kiln_cache *c, const kiln_plan *p, const char *path,
                                        int overwrite);
 
@@ -608,6 +614,7 @@ typedef struct kiln_cache_salvage_result {
  * damaged may come back. dst is written beside its name and renamed into
  * place; out may be NULL. KILN_ERR_IO, naming the file, when src cannot be
  * read or is not a regular file, or dst exists and overwrite is 0;
+ * KILN_ERR_CACHE or KILN_ERR_IO, naming dst, when LMDB fails writing it;
  * KILN_ERR_INVALID_ARG for a NULL path or when dst is src. */
 KILN_API kiln_status kiln_cache_salvage(const char *src, const char *dst, int overwrite,
                                         kiln_cache_salvage_result *out);
