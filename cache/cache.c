@@ -48,21 +48,21 @@ void kiln_cache_file_close(kiln_cache_file *f)
 
 static kiln_status file_env_open(kiln_cache_file *f, unsigned flags, size_t map_size)
 {
-    int rc = mdb_env_create(&f->env);
+    int rc = kiln_mdb_env_create(&f->env);
     if (rc)
         return kiln_cache_mdb_fail(rc, f->path, "create an LMDB environment");
     if (map_size)
-        rc = mdb_env_set_mapsize(f->env, map_size);
+        rc = kiln_mdb_env_set_mapsize(f->env, map_size);
     if (!rc)
-        rc = mdb_env_open(f->env, f->path, flags | MDB_NOSUBDIR, 0644);
+        rc = kiln_mdb_env_open(f->env, f->path, flags | MDB_NOSUBDIR, 0644);
     if (!rc && !(flags & MDB_NOLOCK)) {
         int dead;
-        rc = mdb_reader_check(f->env, &dead);
+        rc = kiln_mdb_reader_check(f->env, &dead);
     }
     mdb_filehandle_t fd;
     struct stat st;
     if (!rc)
-        rc = mdb_env_get_fd(f->env, &fd);
+        rc = kiln_mdb_env_get_fd(f->env, &fd);
     if (!rc && fstat(fd, &st))
         rc = errno;
     if (rc) {
@@ -87,16 +87,16 @@ kiln_status kiln_cache_file_begin(kiln_cache_file *f, unsigned flags, MDB_txn **
         return kiln_fail(KILN_ERR_STATE,
                          "%s: closed after its map could not grow; open the cache again",
                          f->path);
-    int rc = mdb_txn_begin(f->env, NULL, flags, txn);
+    int rc = kiln_mdb_txn_begin(f->env, NULL, flags, txn);
     for (int tries = 0; rc == MDB_MAP_RESIZED && tries < 8; tries++) {
-        if ((rc = mdb_env_set_mapsize(f->env, 0))) {
+        if ((rc = kiln_mdb_env_set_mapsize(f->env, 0))) {
             /* A failed remap leaves LMDB without a map: the file is unusable. */
             kiln_status st =
                 kiln_cache_mdb_fail(rc, f->path, "adopt the map size another process set");
             kiln_cache_file_close(f);
             return st;
         }
-        rc = mdb_txn_begin(f->env, NULL, flags, txn);
+        rc = kiln_mdb_txn_begin(f->env, NULL, flags, txn);
     }
     return rc ? kiln_cache_mdb_fail(rc, f->path, what) : KILN_OK;
 }
@@ -166,11 +166,11 @@ kiln_status kiln_cache_file_open(kiln_cache_file *f, const char *path, unsigned 
     }
     MDB_txn *txn;
     if (!s && !(s = kiln_cache_file_begin(f, MDB_RDONLY, &txn, "open the database"))) {
-        int rc = mdb_dbi_open(txn, NULL, 0, &f->dbi);
+        int rc = kiln_mdb_dbi_open(txn, NULL, 0, &f->dbi);
         if (!rc)
-            rc = mdb_txn_commit(txn);
+            rc = kiln_mdb_txn_commit(txn);
         else
-            mdb_txn_abort(txn);
+            kiln_mdb_txn_abort(txn);
         if (rc)
             s = kiln_cache_mdb_fail(rc, path, "open the database");
     }
@@ -179,16 +179,20 @@ kiln_status kiln_cache_file_open(kiln_cache_file *f, const char *path, unsigned 
     return s;
 }
 
+/* Double the map. A failed resize leaves LMDB without a map: the file is
+ * closed. */
 static kiln_status file_grow(kiln_cache_file *f)
 {
     MDB_envinfo info;
-    mdb_env_info(f->env, &info);
+    int rc = kiln_mdb_env_info(f->env, &info);
+    if (rc)
+        return kiln_cache_mdb_fail(rc, f->path, "the map is full, and its size cannot be read");
     size_t next;
-    int rc = kiln_mul_size(info.me_mapsize, 2, &next) ? mdb_env_set_mapsize(f->env, next) : ENOMEM;
+    rc = kiln_mul_size(info.me_mapsize, 2, &next) ? kiln_mdb_env_set_mapsize(f->env, next) : ENOMEM;
     if (!rc)
         return KILN_OK;
-    kiln_fail(KILN_ERR_CACHE, "%s: the map is full at %zu bytes and cannot grow: %s", f->path,
-              info.me_mapsize, mdb_strerror(rc));
+    kiln_fail(KILN_ERR_CACHE, "%s: the map is full at %zu bytes and cannot grow: %s (%d)", f->path,
+              info.me_mapsize, mdb_strerror(rc), rc);
     kiln_cache_file_close(f);
     return KILN_ERR_CACHE;
 }
@@ -203,10 +207,10 @@ kiln_status kiln_cache_file_write(kiln_cache_file *f, const char *what, kiln_cac
             return st;
         int rc = 0;
         if (!(st = body(f, txn, ctx, &rc))) {
-            if ((rc = mdb_txn_commit(txn)))
+            if ((rc = kiln_mdb_txn_commit(txn)))
                 st = kiln_cache_mdb_fail(rc, f->path, what);
         } else {
-            mdb_txn_abort(txn);
+            kiln_mdb_txn_abort(txn);
         }
         if (rc != MDB_MAP_FULL)
             return st;
@@ -233,7 +237,7 @@ kiln_status kiln_cache_file_put(kiln_cache_file *f, MDB_txn *txn, const uint8_t 
 {
     MDB_val k = { KILN_CACHE_KEY_BYTES, (void *)key }, v = { size, (void *)val };
     kiln_cache_record old, rec;
-    int rc = mdb_put(txn, f->dbi, &k, &v, MDB_NOOVERWRITE);
+    int rc = kiln_mdb_put(txn, f->dbi, &k, &v, MDB_NOOVERWRITE);
     *result = KILN_CACHE_ADDED;
     if (rc == MDB_KEYEXIST) {
         kiln_status st = kiln_cache_record_decode(v.mv_data, v.mv_size, key, &old);
@@ -249,7 +253,7 @@ kiln_status kiln_cache_file_put(kiln_cache_file *f, MDB_txn *txn, const uint8_t 
             return KILN_OK;
         }
         v = (MDB_val){ size, (void *)val };
-        rc = mdb_put(txn, f->dbi, &k, &v, 0);
+        rc = kiln_mdb_put(txn, f->dbi, &k, &v, 0);
         *result = KILN_CACHE_REPLACED;
     }
     return rc ? kiln_cache_body_fail(rc_out, rc, f, "store") : KILN_OK;
@@ -424,7 +428,7 @@ static kiln_status file_get(kiln_cache_file *f, const uint8_t *key, void **blob,
     if (st)
         return st;
     MDB_val k = { KILN_CACHE_KEY_BYTES, (void *)key }, v;
-    int rc = mdb_get(txn, f->dbi, &k, &v);
+    int rc = kiln_mdb_get(txn, f->dbi, &k, &v);
     *blob = NULL;
     if (!rc) {
         *blob = kiln_malloc(v.mv_size ? v.mv_size : 1);
@@ -438,7 +442,7 @@ static kiln_status file_get(kiln_cache_file *f, const uint8_t *key, void **blob,
     } else if (rc != MDB_NOTFOUND) {
         st = kiln_cache_mdb_fail(rc, f->path, "lookup");
     }
-    mdb_txn_abort(txn);
+    kiln_mdb_txn_abort(txn);
     return st;
 }
 

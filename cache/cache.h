@@ -125,8 +125,8 @@ typedef struct kiln_cache_hit {
  * (on_corrupt; kiln_cache_corrupt_seen counts the corrupt ones) and passed
  * over; a corrupt record or one of another target in the writable cache is
  * replaced by the next store of its key. KILN_ERR_NOT_FOUND on a miss (the
- * message says when a record was passed over); KILN_ERR_CACHE when LMDB
- * fails. */
+ * message says when a record was passed over); KILN_ERR_CACHE or
+ * KILN_ERR_IO (kiln.h) when LMDB fails. */
 kiln_status kiln_cache_lookup(kiln_cache *c, const uint8_t key[KILN_CACHE_KEY_BYTES],
                               const char *target, kiln_cache_hit *out);
 void kiln_cache_hit_release(kiln_cache_hit *h);
@@ -142,10 +142,10 @@ typedef enum kiln_cache_put {
 /* Store rec under key in the writable cache (rec->created 0: now). result
  * may be NULL. KILN_ERR_STATE when there is no writable cache;
  * KILN_ERR_INVALID_ARG as kiln_cache_record_encode; KILN_ERR_CACHE when the
- * key holds a record of another version (left alone), LMDB fails or the
- * map cannot grow (LMDB is left without a map then: the
- * writable file is closed, and later calls that reach it give
- * KILN_ERR_STATE). */
+ * key holds a record of another version (left alone) or the map cannot
+ * grow (LMDB is left without a map then: the writable file is closed, and
+ * later calls that reach it give KILN_ERR_STATE); KILN_ERR_CACHE or
+ * KILN_ERR_IO (kiln.h) when LMDB fails. */
 kiln_status kiln_cache_store(kiln_cache *c, const uint8_t key[KILN_CACHE_KEY_BYTES],
                              const kiln_cache_record *rec, kiln_cache_put *result);
 
@@ -155,6 +155,15 @@ kiln_status kiln_cache_store(kiln_cache *c, const uint8_t key[KILN_CACHE_KEY_BYT
  * naming the damaged files. */
 kiln_status kiln_cache_offline_miss(const kiln_cache *c, const char *signature,
                                     const uint8_t key[KILN_CACHE_KEY_BYTES]);
+
+/* For tests: hook(ctx, site, call) runs before every LMDB call of the
+ * cache that returns a status (site "cache/cache.c:236", call "mdb_put"),
+ * on the thread that makes it; a nonzero return is the code that call
+ * fails with instead of running (an LMDB code or an errno value), failed
+ * as LMDB fails it (cache/mdb.c). NULL removes it. Set it while no other
+ * thread is inside kiln and no transaction is open. */
+typedef int (*kiln_cache_mdb_hook)(void *ctx, const char *site, const char *call);
+void kiln_cache_set_mdb_hook(kiln_cache_mdb_hook hook, void *ctx);
 
 /* ---------------------------------------------------------- maintenance */
 

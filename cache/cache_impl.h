@@ -8,6 +8,56 @@
 #include <lmdb.h>
 #include <sys/types.h>
 
+/* LMDB's calls that return a status, each through kiln_mdb_<call>
+ * (cache/mdb.c), which runs LMDB's own unless the test hook
+ * (kiln_cache_set_mdb_hook) fails it. The cache never calls one of them
+ * directly; mdb_txn_abort goes through kiln_mdb_txn_abort, which ends a
+ * transaction as the gate sees it. Each call site passes its "file:line",
+ * the name the hook sees. */
+#define kiln_mdb_env_create(env) kiln_mdb_env_create_at((env), KILN_SITE)
+#define kiln_mdb_env_set_mapsize(env, size) kiln_mdb_env_set_mapsize_at((env), (size), KILN_SITE)
+#define kiln_mdb_env_open(env, path, flags, mode) \
+    kiln_mdb_env_open_at((env), (path), (flags), (mode), KILN_SITE)
+#define kiln_mdb_reader_check(env, dead) kiln_mdb_reader_check_at((env), (dead), KILN_SITE)
+#define kiln_mdb_env_get_fd(env, fd) kiln_mdb_env_get_fd_at((env), (fd), KILN_SITE)
+#define kiln_mdb_env_info(env, info) kiln_mdb_env_info_at((env), (info), KILN_SITE)
+#define kiln_mdb_txn_begin(env, parent, flags, txn) \
+    kiln_mdb_txn_begin_at((env), (parent), (flags), (txn), KILN_SITE)
+#define kiln_mdb_txn_commit(txn) kiln_mdb_txn_commit_at((txn), KILN_SITE)
+#define kiln_mdb_dbi_open(txn, name, flags, dbi) \
+    kiln_mdb_dbi_open_at((txn), (name), (flags), (dbi), KILN_SITE)
+#define kiln_mdb_get(txn, dbi, key, val) kiln_mdb_get_at((txn), (dbi), (key), (val), KILN_SITE)
+#define kiln_mdb_put(txn, dbi, key, val, flags) \
+    kiln_mdb_put_at((txn), (dbi), (key), (val), (flags), KILN_SITE)
+#define kiln_mdb_stat(txn, dbi, stat) kiln_mdb_stat_at((txn), (dbi), (stat), KILN_SITE)
+#define kiln_mdb_drop(txn, dbi, del) kiln_mdb_drop_at((txn), (dbi), (del), KILN_SITE)
+#define kiln_mdb_cursor_open(txn, dbi, cur) kiln_mdb_cursor_open_at((txn), (dbi), (cur), KILN_SITE)
+#define kiln_mdb_cursor_get(cur, key, val, op) \
+    kiln_mdb_cursor_get_at((cur), (key), (val), (op), KILN_SITE)
+#define kiln_mdb_cursor_del(cur, flags) kiln_mdb_cursor_del_at((cur), (flags), KILN_SITE)
+int kiln_mdb_env_create_at(MDB_env **env, const char *site);
+int kiln_mdb_env_set_mapsize_at(MDB_env *env, size_t size, const char *site);
+int kiln_mdb_env_open_at(MDB_env *env, const char *path, unsigned flags, mdb_mode_t mode,
+                         const char *site);
+int kiln_mdb_reader_check_at(MDB_env *env, int *dead, const char *site);
+int kiln_mdb_env_get_fd_at(MDB_env *env, mdb_filehandle_t *fd, const char *site);
+int kiln_mdb_env_info_at(MDB_env *env, MDB_envinfo *info, const char *site);
+int kiln_mdb_txn_begin_at(MDB_env *env, MDB_txn *parent, unsigned flags, MDB_txn **txn,
+                          const char *site);
+int kiln_mdb_txn_commit_at(MDB_txn *txn, const char *site);
+void kiln_mdb_txn_abort(MDB_txn *txn);
+int kiln_mdb_dbi_open_at(MDB_txn *txn, const char *name, unsigned flags, MDB_dbi *dbi,
+                         const char *site);
+int kiln_mdb_get_at(MDB_txn *txn, MDB_dbi dbi, MDB_val *key, MDB_val *val, const char *site);
+int kiln_mdb_put_at(MDB_txn *txn, MDB_dbi dbi, MDB_val *key, MDB_val *val, unsigned flags,
+                    const char *site);
+int kiln_mdb_stat_at(MDB_txn *txn, MDB_dbi dbi, MDB_stat *stat, const char *site);
+int kiln_mdb_drop_at(MDB_txn *txn, MDB_dbi dbi, int del, const char *site);
+int kiln_mdb_cursor_open_at(MDB_txn *txn, MDB_dbi dbi, MDB_cursor **cur, const char *site);
+int kiln_mdb_cursor_get_at(MDB_cursor *cur, MDB_val *key, MDB_val *val, MDB_cursor_op op,
+                           const char *site);
+int kiln_mdb_cursor_del_at(MDB_cursor *cur, unsigned flags, const char *site);
+
 /* One LMDB file. */
 typedef struct kiln_cache_file {
     MDB_env *env; /* NULL once closed (a map that could not grow) */

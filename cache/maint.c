@@ -51,13 +51,13 @@ static kiln_status file_foreach(kiln_cache_file *f, int layer, kiln_cache_visit_
     kiln_status st = kiln_cache_file_begin(f, MDB_RDONLY, &txn, "read");
     if (st)
         return st;
-    int rc = mdb_cursor_open(txn, f->dbi, &cur);
+    int rc = kiln_mdb_cursor_open(txn, f->dbi, &cur);
     if (rc) {
-        mdb_txn_abort(txn);
+        kiln_mdb_txn_abort(txn);
         return kiln_cache_mdb_fail(rc, f->path, "read");
     }
     MDB_val k, v;
-    while (!st && !(rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
+    while (!st && !(rc = kiln_mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
         kiln_cache_entry e = { .layer = layer };
         entry_check(f, &k, &v, &e);
         st = fn(ctx, &e);
@@ -65,7 +65,7 @@ static kiln_status file_foreach(kiln_cache_file *f, int layer, kiln_cache_visit_
     if (!st && rc != MDB_NOTFOUND)
         st = kiln_cache_mdb_fail(rc, f->path, "read");
     mdb_cursor_close(cur);
-    mdb_txn_abort(txn);
+    kiln_mdb_txn_abort(txn);
     return st;
 }
 
@@ -161,7 +161,11 @@ kiln_status kiln_cache_stat(kiln_cache *c, int layer, kiln_cache_stats *out)
     const kiln_cache_file *f = &c->files[layer];
     MDB_envinfo info;
     struct stat fs;
-    mdb_env_info(f->env, &info);
+    int rc = kiln_mdb_env_info(f->env, &info);
+    if (rc) {
+        kiln_cache_stats_free(&s);
+        return kiln_cache_mdb_fail(rc, f->path, "stat");
+    }
     s.map_bytes = info.me_mapsize;
     if (!stat(f->path, &fs))
         s.file_bytes = (uint64_t)fs.st_size;
@@ -215,14 +219,14 @@ static kiln_status gc_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int *rc_
     MDB_val k, v;
     g->removed = 0;
     g->bytes = 0;
-    int rc = mdb_cursor_open(txn, f->dbi, &cur);
+    int rc = kiln_mdb_cursor_open(txn, f->dbi, &cur);
     if (rc)
         return kiln_cache_body_fail(rc_out, rc, f, "gc");
-    while (!(rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
+    while (!(rc = kiln_mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
         if (!gc_drops(g, &k, &v))
             continue;
         size_t size = v.mv_size;
-        if ((rc = mdb_cursor_del(cur, 0)))
+        if ((rc = kiln_mdb_cursor_del(cur, 0)))
             break;
         g->removed++;
         g->bytes += size;
@@ -275,19 +279,19 @@ static kiln_status rm_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int *rc_
     r->removed = 0;
     int rc;
     if (!r->nibbles) {
-        if (!(rc = mdb_stat(txn, f->dbi, &ms)) && !(rc = mdb_drop(txn, f->dbi, 0)))
+        if (!(rc = kiln_mdb_stat(txn, f->dbi, &ms)) && !(rc = kiln_mdb_drop(txn, f->dbi, 0)))
             r->removed = ms.ms_entries;
         return rc ? kiln_cache_body_fail(rc_out, rc, f, "rm") : KILN_OK;
     }
-    if ((rc = mdb_cursor_open(txn, f->dbi, &cur)))
+    if ((rc = kiln_mdb_cursor_open(txn, f->dbi, &cur)))
         return kiln_cache_body_fail(rc_out, rc, f, "rm");
     MDB_val k = { (size_t)(r->nibbles + 1) / 2, r->prefix }, v;
-    rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+    rc = kiln_mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
     while (!rc && rm_matches(r, &k)) {
-        if ((rc = mdb_cursor_del(cur, 0)))
+        if ((rc = kiln_mdb_cursor_del(cur, 0)))
             break;
         r->removed++;
-        rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+        rc = kiln_mdb_cursor_get(cur, &k, &v, MDB_NEXT);
     }
     mdb_cursor_close(cur);
     return rc && rc != MDB_NOTFOUND ? kiln_cache_body_fail(rc_out, rc, f, "rm") : KILN_OK;
@@ -342,13 +346,13 @@ static kiln_status merge_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int *
     kiln_status st = kiln_cache_file_begin(m->src, MDB_RDONLY, &stxn, "merge");
     if (st)
         return st;
-    int rc = mdb_cursor_open(stxn, m->src->dbi, &cur);
+    int rc = kiln_mdb_cursor_open(stxn, m->src->dbi, &cur);
     if (rc) {
-        mdb_txn_abort(stxn);
+        kiln_mdb_txn_abort(stxn);
         return kiln_cache_mdb_fail(rc, m->src->path, "merge");
     }
     m->res.other = 0;
-    while (!st && !(rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
+    while (!st && !(rc = kiln_mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
         kiln_status rs = k.mv_size != KILN_CACHE_KEY_BYTES
                              ? KILN_ERR_CACHE
                              : kiln_cache_record_decode(v.mv_data, v.mv_size, k.mv_data, &r);
@@ -361,7 +365,7 @@ static kiln_status merge_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int *
     if (!st && rc != MDB_NOTFOUND)
         st = kiln_cache_mdb_fail(rc, m->src->path, "merge");
     mdb_cursor_close(cur);
-    mdb_txn_abort(stxn);
+    kiln_mdb_txn_abort(stxn);
     return st;
 }
 
@@ -396,7 +400,6 @@ kiln_status kiln_cache_merge(kiln_cache *c, const char *src, kiln_cache_visit_fn
 
 typedef struct export_ctx {
     kiln_cache *c;
-    const char *path;
     const uint8_t (*keys)[KILN_CACHE_KEY_BYTES];
     size_t n_keys;
 } export_ctx;
@@ -409,7 +412,7 @@ static kiln_status export_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int 
         kiln_cache_hit hit;
         kiln_cache_put put;
         if ((st = kiln_cache_lookup(x->c, x->keys[i], NULL, &hit)))
-            return kiln_fail_prefix(st, "export to %s", x->path);
+            return st;
         st = kiln_cache_file_put(f, txn, x->keys[i], hit.blob, hit.size, &put, rc_out);
         kiln_cache_hit_release(&hit);
     }
@@ -454,6 +457,9 @@ static kiln_status new_file_write(const char *path, int overwrite, size_t map, c
     if (!st)
         st = kiln_cache_file_write(&out, what, body, ctx);
     kiln_cache_file_close(&out);
+    /* The temporary name is gone with the file: name the one asked for. */
+    if (st)
+        kiln_fail_prefix(st, "%s to %s", what, path);
     /* link() refuses an existing name atomically, which rename() would
      * replace; either way the temporary name goes. */
     if (!st && (overwrite ? rename(tmp, path) : link(tmp, path)))
@@ -481,7 +487,7 @@ kiln_status kiln_cache_export_keys(kiln_cache *c, const uint8_t (*keys)[KILN_CAC
                              path, i == c->writable ? "writable" : "shipped", c->files[i].path);
         map += (size_t)fs.st_size;
     }
-    export_ctx x = { .c = c, .path = path, .keys = keys, .n_keys = n_keys };
+    export_ctx x = { .c = c, .keys = keys, .n_keys = n_keys };
     return new_file_write(path, overwrite, map, "export", export_body, &x);
 }
 
@@ -512,14 +518,14 @@ static kiln_status salvage_pair(void *ctx, const uint8_t *key, const uint8_t *va
         return KILN_OK;
     }
     MDB_val k = { KILN_CACHE_KEY_BYTES, (void *)key }, v = { size, (void *)val };
-    int rc = mdb_put(x->txn, x->f->dbi, &k, &v, MDB_NOOVERWRITE);
+    int rc = kiln_mdb_put(x->txn, x->f->dbi, &k, &v, MDB_NOOVERWRITE);
     if (rc == MDB_KEYEXIST) {
         x->res.duplicates++;
         kiln_status ost = kiln_cache_record_decode(v.mv_data, v.mv_size, key, &old);
         if ((ost != KILN_OK && ost != KILN_ERR_UNSUPPORTED) || old.created >= r.created)
             return KILN_OK;
         v = (MDB_val){ size, (void *)val };
-        rc = mdb_put(x->txn, x->f->dbi, &k, &v, 0);
+        rc = kiln_mdb_put(x->txn, x->f->dbi, &k, &v, 0);
     } else if (!rc) {
         x->res.records++;
     }

@@ -8,7 +8,8 @@ static void help(FILE *out)
 {
     fprintf(out,
             "usage: kiln compile MODEL|demo [--target T] [--cache FILE] [--shipped FILE]...\n"
-            "                    [-j N] [--keep-source DIR] [--quiet] [planning options]\n"
+            "                    [--offline] [-j N] [--keep-source DIR] [--compile-timeout S]\n"
+            "                    [--quiet] [planning options]\n"
             "\n"
             "Plans a model for a target, then compiles with NVRTC every kernel the plan\n"
             "needs that no cache holds, and stores it in the writable cache. Needs no GPU.\n"
@@ -18,9 +19,14 @@ static void help(FILE *out)
             "  --cache FILE      the writable cache (default $KILN_CACHE, else\n"
             "                    $XDG_CACHE_HOME/kiln/kernels.kiln)\n"
             "  --shipped FILE    a read-only cache searched first (repeatable)\n"
+            "  --offline         compile nothing: a kernel missing from every cache is an\n"
+            "                    error naming it (a check that a shipped cache is whole)\n"
             "  -j, --jobs N      compiles at once (default: one per core)\n"
             "  --keep-source DIR write each kernel's source, NVRTC log and PTX to DIR\n"
             "                    (also $KILN_DUMP_SOURCE)\n"
+            "  --compile-timeout S\n"
+            "                    a kernel whose compile takes more than S seconds fails\n"
+            "                    (default $KILN_COMPILE_TIMEOUT, else 600)\n"
             "  --quiet           no progress line\n"
             "\n"
             "planning options, as for kiln plan:\n" CLI_PLAN_HELP);
@@ -41,6 +47,8 @@ static int run(int argc, char **argv)
         { "jobs", required_argument, NULL, 'j' },
         { "keep-source", required_argument, NULL, 'k' },
         { "quiet", no_argument, NULL, 'q' },
+        { "compile-timeout", required_argument, NULL, 't' },
+        { "offline", no_argument, NULL, 'o' },
         { 0 },
     };
     cli_plan_args a;
@@ -70,7 +78,14 @@ static int run(int argc, char **argv)
             co.jobs = (int)v;
             break;
         case 'k': co.keep_source = optarg; break;
+        case 't':
+            if (cli_parse_int(optarg, 1, 1 << 30, &v))
+                return cli_usage(&cli_cmd_compile, "bad --compile-timeout '%s' (want whole seconds)",
+                                 optarg);
+            co.compile_timeout_s = (double)v;
+            break;
         case 'q': co.quiet = 1; break;
+        case 'o': co.cache.offline = 1; break;
         case ':': return cli_usage(&cli_cmd_compile, "%s needs a value", argv[optind - 1]);
         default: return cli_usage(&cli_cmd_compile, "unknown option '%s'", argv[optind - 1]);
         }

@@ -2,6 +2,7 @@
 
 #include "codegen/nvrtc.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,14 @@ static kiln_status record_fits(const kiln_cache_record *r, const kiln_kernel *k,
                      "kernel %s: its cache record says %u threads and %u bytes of shared "
                      "memory a block, the plan launches %u and %u",
                      k->signature, r->threads, r->smem, k->threads, smem);
+}
+
+static bool jobs_failed(const kiln_compile_job *jobs, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (jobs[i].status != KILN_OK)
+            return true;
+    return false;
 }
 
 kiln_status kiln_build_plan(const kiln_plan *p, kiln_cache *c, const kiln_build_options *opts,
@@ -157,13 +166,25 @@ kiln_status kiln_build_plan(const kiln_plan *p, kiln_cache *c, const kiln_build_
                                              .source = srcs[i].text, .target = &p->target };
     }
     if (st == KILN_OK && n_jobs) {
-        if ((st = kiln_nvrtc_open(&nv)))
+        if ((st = kiln_nvrtc_open(&nv))) {
+            kiln_fail_prefix(st, "%d kernel%s to compile, the first \"%s\"", n_jobs,
+                             n_jobs > 1 ? "s" : "", jobs[0].name);
             goto done;
+        }
         snprintf(b.compiler, sizeof b.compiler, "%s", kiln_nvrtc_version(nv));
+        kiln_env env;
+        kiln_env_read(&env);
         kiln_nvrtc_pool co = { .threads = o->jobs,
-                                    .keep_dir = kiln_emit_keep_dir(o->keep_source),
-                                    .quiet = o->quiet };
+                               .keep_dir = kiln_emit_keep_dir(o->keep_source),
+                               .quiet = o->quiet,
+                               .timeout_s = o->timeout_s > 0           ? o->timeout_s
+                                            : env.compile_timeout_s > 0 ? env.compile_timeout_s
+                                                                        : KILN_COMPILE_TIMEOUT_S };
         kiln_status cst = kiln_nvrtc_compile_all(nv, jobs, n_jobs, &co);
+        if (cst != KILN_OK && !jobs_failed(jobs, n_jobs)) {
+            st = cst; /* the pool failed before it compiled anything */
+            goto done;
+        }
         /* Store every kernel that compiled, even when another failed: the
          * next build finds them. The first failure is the error. */
         for (int j = 0; j < n_jobs; j++) {
@@ -178,16 +199,9 @@ kiln_status kiln_build_plan(const kiln_plan *p, kiln_cache *c, const kiln_build_
             if (kiln_cache_writable_layer(c) >= 0 && st == KILN_OK)
                 st = store(c, &p->signatures[job_of[j]].desc, k, smem[job_of[j]], b.compiler);
         }
-        if (cst != KILN_OK) {
-            for (int j = 0; j < n_jobs; j++)
-                if (jobs[j].status != KILN_OK) {
-                    st = kiln_fail(jobs[j].status, "%s", jobs[j].message ? jobs[j].message
-                                                                          : kiln_last_error());
-                    break;
-                }
-            if (st == KILN_OK)
-                st = cst;
-        }
+        /* A store since may have replaced the message. */
+        if (cst != KILN_OK)
+            st = kiln_compile_jobs_status(jobs, n_jobs);
     }
 done:
     for (int j = 0; jobs && j < n_jobs; j++)
@@ -216,7 +230,8 @@ kiln_status kiln_compile_plan(const kiln_plan *p, const kiln_compile_options *op
     const kiln_compile_options defaults = { 0 };
     const kiln_compile_options *o = opts ? opts : &defaults;
     kiln_build_options bo = { .jobs = o->jobs, .offline = o->cache.offline,
-                              .keep_source = o->keep_source, .quiet = o->quiet, .no_cubins = 1 };
+                              .keep_source = o->keep_source, .quiet = o->quiet, .no_cubins = 1,
+                              .timeout_s = o->compile_timeout_s };
     kiln_cache *c = NULL;
     kiln_build b;
     kiln_status st = kiln_cache_open(&o->cache, &c);

@@ -20,8 +20,11 @@
 #include "codegen/emit.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <nvrtc.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +40,7 @@ typedef nvrtcResult (*nvrtc_size_fn)(nvrtcProgram, size_t *);
 typedef nvrtcResult (*nvrtc_get_fn)(nvrtcProgram, char *);
 
 struct kiln_nvrtc {
+    atomic_int refs; /* the opener's, and one per compile pool still running */
     void *lib;
     char library[256];
     char version_text[32];
@@ -98,6 +102,7 @@ kiln_status kiln_nvrtc_open(kiln_nvrtc **out)
     kiln_nvrtc *nv = kiln_calloc(1, sizeof *nv);
     if (!nv)
         return kiln_fail(KILN_ERR_NOMEM, "kiln_nvrtc_open: out of memory");
+    atomic_init(&nv->refs, 1);
     kiln_env e;
     kiln_env_read(&e);
     const char *env = e.nvrtc;
@@ -145,10 +150,11 @@ kiln_status kiln_nvrtc_open(kiln_nvrtc **out)
 
 /* libnvrtc stays mapped once loaded: it carries its own C++ runtime, whose
  * process-lifetime allocations would be orphaned by an unload (and leak
- * checkers report them), and a later open finds it loaded. */
+ * checkers report them), and a later open finds it loaded. A compile
+ * abandoned past its time limit holds a reference until it returns. */
 void kiln_nvrtc_close(kiln_nvrtc *nv)
 {
-    if (!nv)
+    if (!nv || atomic_fetch_sub(&nv->refs, 1) > 1)
         return;
     free(nv->header_text);
     free(nv->header_name);
@@ -287,46 +293,250 @@ kiln_status kiln_nvrtc_compile(kiln_nvrtc *nv, kiln_compile_job *job, const char
 
 /* ------------------------------------------------------------ the pool */
 
+/* The caller watches the clock while threads compile. A compile past its
+ * time limit cannot be stopped (NVRTC has no cancel, and killing a thread
+ * inside it would leave its locks held), so it is abandoned: its job fails,
+ * a new thread takes its place, and the thread is left to finish on its
+ * own. So that such a thread touches nothing of the caller's once the call
+ * returns, the pool holds its own copy of every job's inputs and outputs,
+ * and a reference to the NVRTC handle; the last of the caller and its
+ * threads to leave frees it. */
+typedef enum pool_state { JOB_WAITING = 0, JOB_RUNNING, JOB_DONE, JOB_ABANDONED } pool_state;
+
+typedef struct pool_worker {
+    struct compile_pool *pool;
+    pthread_t tid;
+    int abandoned; /* its job was: it leaves once the compile returns */
+} pool_worker;
+
+typedef struct pool_job {
+    kiln_compile_job job; /* inputs copied into text */
+    kiln_target target;
+    pool_state state;
+    double started;
+    pool_worker *worker;  /* running it; NULL: the caller */
+    char *text;
+} pool_job;
+
 typedef struct compile_pool {
-    kiln_nvrtc *nv;
-    kiln_compile_job *jobs;
-    int n;
-    const char *keep;
     pthread_mutex_t mu;
-    int next, done;
-    int progress; /* stderr is a terminal and the caller wants the line */
+    pthread_cond_t changed; /* a job finished or a thread left */
+    int refs;               /* the caller and every thread still running */
+    kiln_nvrtc *nv;
+    pool_job *jobs;
+    int n, next, finished;  /* finished: done or abandoned */
+    pool_worker *workers;   /* one per thread ever started, room for n more */
+    int n_workers, cap_workers;
+    int live;               /* threads taking jobs (not abandoned, not left) */
+    char *keep;
+    int progress;           /* stderr is a terminal and the caller wants the line */
     double start;
 } compile_pool;
+
+static void pool_free(compile_pool *p)
+{
+    for (int i = 0; p->jobs && i < p->n; i++) {
+        kiln_compile_job_reset(&p->jobs[i].job);
+        free(p->jobs[i].text);
+    }
+    kiln_nvrtc_close(p->nv);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->changed);
+    free(p->jobs);
+    free(p->workers);
+    free(p->keep);
+    free(p);
+}
+
+/* Drop one reference; called with mu held, returns with it released. */
+static void pool_leave(compile_pool *p)
+{
+    bool last = --p->refs == 0;
+    pthread_mutex_unlock(&p->mu);
+    if (last)
+        pool_free(p);
+}
+
+static char *copy_text(char **at, const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *out = memcpy(*at, s, n);
+    *at += n;
+    return out;
+}
+
+static kiln_status pool_create(kiln_nvrtc *nv, const kiln_compile_job *jobs, int n, int threads,
+                               const char *keep, compile_pool **out)
+{
+    compile_pool *p = kiln_calloc(1, sizeof *p);
+    pthread_condattr_t ca;
+    int cond = p && !pthread_condattr_init(&ca);
+    if (cond) {
+        cond = !pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) && !pthread_cond_init(&p->changed, &ca);
+        pthread_condattr_destroy(&ca);
+    }
+    if (!cond) {
+        free(p);
+        return kiln_fail(KILN_ERR_NOMEM, "NVRTC: out of memory for the compile pool of %d kernels", n);
+    }
+    pthread_mutex_init(&p->mu, NULL);
+    p->refs = 1;
+    p->n = n;
+    p->cap_workers = threads + n;
+    p->jobs = kiln_calloc((size_t)n, sizeof *p->jobs);
+    p->workers = kiln_calloc((size_t)p->cap_workers, sizeof *p->workers);
+    p->keep = keep ? kiln_strdup(keep) : NULL;
+    kiln_status st = p->jobs && p->workers && (!keep || p->keep) ? KILN_OK : KILN_ERR_NOMEM;
+    for (int i = 0; i < n && !st; i++) {
+        const kiln_compile_job *j = &jobs[i];
+        pool_job *pj = &p->jobs[i];
+        char *at = pj->text = kiln_malloc(strlen(j->name) + strlen(j->entry) + strlen(j->source) + 3);
+        if (!at) {
+            st = KILN_ERR_NOMEM;
+            break;
+        }
+        pj->target = *j->target;
+        pj->job = (kiln_compile_job){ .name = copy_text(&at, j->name),
+                                      .entry = copy_text(&at, j->entry),
+                                      .source = copy_text(&at, j->source),
+                                      .target = &pj->target };
+    }
+    if (st) {
+        pool_free(p);
+        return kiln_fail(st, "NVRTC: out of memory for the compile pool of %d kernels", n);
+    }
+    atomic_fetch_add(&nv->refs, 1);
+    p->nv = nv;
+    *out = p;
+    return KILN_OK;
+}
 
 /* "\rcompiling kernels: 12/40, ETA 9 s" — the ETA from the mean time per
  * finished job so far, over the jobs left. Called with mu held. */
 static void progress_line(const compile_pool *p)
 {
     double elapsed = kiln_now() - p->start;
-    double eta = elapsed / p->done * (p->n - p->done);
-    fprintf(stderr, "\rcompiling kernels: %d/%d, %.0f s, ETA %.0f s   ", p->done, p->n, elapsed,
+    double eta = elapsed / p->finished * (p->n - p->finished);
+    fprintf(stderr, "\rcompiling kernels: %d/%d, %.0f s, ETA %.0f s   ", p->finished, p->n, elapsed,
             eta);
-    if (p->done == p->n)
+    if (p->finished == p->n)
         fputc('\n', stderr);
     fflush(stderr);
 }
 
-static void *compile_worker(void *arg)
+/* Compile jobs until none is waiting, or until the caller abandons w's
+ * job; w NULL: the caller itself. Called and returns with mu held. */
+static void pool_run(compile_pool *p, pool_worker *w)
 {
-    compile_pool *p = arg;
-    for (;;) {
-        pthread_mutex_lock(&p->mu);
-        int i = p->next < p->n ? p->next++ : -1;
+    while (p->next < p->n) {
+        pool_job *j = &p->jobs[p->next++];
+        j->state = JOB_RUNNING;
+        j->started = kiln_now();
+        j->worker = w;
+        pthread_cond_signal(&p->changed); /* the caller sets its clock by it */
         pthread_mutex_unlock(&p->mu);
-        if (i < 0)
-            return NULL;
-        kiln_nvrtc_compile(p->nv, &p->jobs[i], p->keep);
+        kiln_nvrtc_compile(p->nv, &j->job, p->keep);
         pthread_mutex_lock(&p->mu);
-        p->done++;
+        if (j->state == JOB_ABANDONED)
+            return;
+        j->state = JOB_DONE;
+        p->finished++;
         if (p->progress)
             progress_line(p);
-        pthread_mutex_unlock(&p->mu);
+        pthread_cond_signal(&p->changed);
     }
+}
+
+static void *compile_worker(void *arg)
+{
+    pool_worker *w = arg;
+    compile_pool *p = w->pool;
+    pthread_mutex_lock(&p->mu);
+    pool_run(p, w);
+    if (!w->abandoned)
+        p->live--;
+    pthread_cond_signal(&p->changed);
+    pool_leave(p);
+    return NULL;
+}
+
+/* Start a thread that takes jobs; called with mu held. A thread that
+ * cannot be started only makes the pool smaller. */
+static void pool_start(compile_pool *p)
+{
+    if (p->n_workers == p->cap_workers)
+        return;
+    pool_worker *w = &p->workers[p->n_workers];
+    *w = (pool_worker){ .pool = p };
+    p->refs++;
+    if (pthread_create(&w->tid, NULL, compile_worker, w)) {
+        p->refs--;
+        return;
+    }
+    p->n_workers++;
+    p->live++;
+}
+
+/* Abandon every job past the limit, and start a thread in place of each
+ * one's while jobs wait; the time of the next check, 0 for none. Called
+ * with mu held. */
+static double pool_watch(compile_pool *p, double limit)
+{
+    double now = kiln_now(), next = 0;
+    for (int i = 0; i < p->n; i++) {
+        pool_job *j = &p->jobs[i];
+        if (j->state != JOB_RUNNING || !j->worker || limit <= 0)
+            continue;
+        if (now - j->started < limit) {
+            if (!next || j->started + limit < next)
+                next = j->started + limit;
+            continue;
+        }
+        j->state = JOB_ABANDONED;
+        j->worker->abandoned = 1;
+        p->finished++;
+        p->live--;
+        if (p->next < p->n)
+            pool_start(p);
+    }
+    return next;
+}
+
+static void pool_wait(compile_pool *p, double until)
+{
+    if (!until) {
+        pthread_cond_wait(&p->changed, &p->mu);
+        return;
+    }
+    struct timespec ts = { .tv_sec = (time_t)until };
+    ts.tv_nsec = (long)((until - (double)ts.tv_sec) * 1e9);
+    if (ts.tv_nsec >= 1000000000L)
+        ts = (struct timespec){ .tv_sec = ts.tv_sec + 1 };
+    pthread_cond_timedwait(&p->changed, &p->mu, &ts);
+}
+
+/* Move a finished job's outputs to the caller's job; an abandoned one fails. */
+static void pool_result(const compile_pool *p, pool_job *j, kiln_compile_job *out, double limit)
+{
+    kiln_compile_job_reset(out);
+    if (j->state == JOB_DONE) {
+        out->status = j->job.status;
+        out->message = j->job.message;
+        out->log = j->job.log;
+        out->ptx = j->job.ptx;
+        out->cubin = j->job.cubin;
+        out->cubin_size = j->job.cubin_size;
+        out->seconds = j->job.seconds;
+        j->job.message = j->job.log = j->job.ptx = NULL;
+        j->job.cubin = NULL;
+        return;
+    }
+    out->status = kiln_fail(KILN_ERR_COMPILE,
+                            "NVRTC: %s for %s: no result after %.0f s, the time limit of one "
+                            "compile (%s; a longer limit: KILN_COMPILE_TIMEOUT)",
+                            out->name, out->target->name, limit, kiln_nvrtc_library(p->nv));
+    out->message = kiln_strdup(kiln_last_error());
+    out->seconds = limit;
 }
 
 kiln_status kiln_nvrtc_compile_all(kiln_nvrtc *nv, kiln_compile_job *jobs, int n,
@@ -337,31 +547,55 @@ kiln_status kiln_nvrtc_compile_all(kiln_nvrtc *nv, kiln_compile_job *jobs, int n
         o = &defaults;
     if (!nv || (n > 0 && !jobs) || n < 0)
         return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_nvrtc_compile_all: nvrtc and %d jobs", n);
-    compile_pool p = {
-        .nv = nv,
-        .jobs = jobs,
-        .n = n,
-        .keep = o->keep_dir,
-        .mu = PTHREAD_MUTEX_INITIALIZER,
-        .progress = !o->quiet && n > 1 && isatty(STDERR_FILENO),
-        .start = kiln_now(),
-    };
+    for (int i = 0; i < n; i++)
+        if (!jobs[i].name || !jobs[i].entry || !jobs[i].source || !jobs[i].target)
+            return kiln_fail(KILN_ERR_INVALID_ARG,
+                             "kiln_nvrtc_compile_all: job %d needs name, entry, source and target", i);
+    if (n == 0)
+        return KILN_OK;
     int threads = o->threads > 0 ? o->threads : kiln_cpu_count();
     if (threads > n)
         threads = n;
-    /* The caller is one of the workers; a thread that cannot be started
-     * only makes the pool smaller. */
-    pthread_t *tids = threads > 1 ? kiln_malloc((size_t)(threads - 1) * sizeof *tids) : NULL;
-    int started = 0;
-    for (int i = 0; tids && i < threads - 1; i++)
-        if (pthread_create(&tids[started], NULL, compile_worker, &p) == 0)
-            started++;
-    compile_worker(&p);
-    for (int i = 0; i < started; i++)
-        pthread_join(tids[i], NULL);
-    free(tids);
-    pthread_mutex_destroy(&p.mu);
+    compile_pool *p = NULL;
+    kiln_status st = pool_create(nv, jobs, n, threads, o->keep_dir, &p);
+    if (st)
+        return st;
+    p->progress = !o->quiet && n > 1 && isatty(STDERR_FILENO);
+    p->start = kiln_now();
 
+    /* With no thread to compile, the caller compiles, and nothing watches
+     * the clock. */
+    pthread_mutex_lock(&p->mu);
+    for (int i = 0; i < threads; i++)
+        pool_start(p);
+    while (p->finished < n) {
+        if (!p->live && p->next < n) {
+            pool_run(p, NULL);
+            continue;
+        }
+        double next = pool_watch(p, o->timeout_s);
+        if (p->finished < n)
+            pool_wait(p, next);
+    }
+    p->next = n;
+    for (int i = 0; i < n; i++)
+        pool_result(p, &p->jobs[i], &jobs[i], o->timeout_s);
+    pthread_mutex_unlock(&p->mu);
+    /* Threads whose job was abandoned are left running, detached; the
+     * others have taken their last job and leave. */
+    for (int i = 0; i < p->n_workers; i++) {
+        if (p->workers[i].abandoned)
+            pthread_detach(p->workers[i].tid);
+        else
+            pthread_join(p->workers[i].tid, NULL);
+    }
+    pthread_mutex_lock(&p->mu);
+    pool_leave(p);
+    return kiln_compile_jobs_status(jobs, n);
+}
+
+kiln_status kiln_compile_jobs_status(const kiln_compile_job *jobs, int n)
+{
     int failed = 0, first = -1;
     for (int i = 0; i < n; i++)
         if (jobs[i].status != KILN_OK) {

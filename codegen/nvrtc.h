@@ -55,13 +55,26 @@ typedef struct kiln_nvrtc_pool {
     int threads;          /* compiles at once; 0: one per online core */
     const char *keep_dir; /* as kiln_nvrtc_compile's */
     int quiet;            /* no progress line, even on a terminal */
+    double timeout_s;     /* the time one compile may take; 0: no limit */
 } kiln_nvrtc_pool;
 
-/* Compile every job, `threads` at a time; every job runs even when some
- * fail. On a terminal stderr shows "done/total" and an ETA. Returns the
- * first failed job's status (lowest index) with its message, prefixed
- * with the failure count when more than one failed. o may be NULL. */
+/* Compile every job, `threads` at a time on threads of the pool's own
+ * while the caller watches the clock; every job runs even when some fail.
+ * A compile past timeout_s fails its job with KILN_ERR_COMPILE naming the
+ * signature and the limit; its thread, which nothing can stop inside
+ * NVRTC, is left to finish on its own, its result dropped, and another
+ * takes its place. When no thread can be started the caller compiles, with
+ * no limit. On a terminal stderr shows "done/total" and an ETA. Returns the
+ * first failed job's status (lowest index) with its message, prefixed with
+ * the failure count when more than one failed; KILN_ERR_INVALID_ARG, and
+ * nothing compiled, when a job lacks an input; KILN_ERR_NOMEM. o may be
+ * NULL. */
 kiln_status kiln_nvrtc_compile_all(kiln_nvrtc *nv, kiln_compile_job *jobs, int n,
                                    const kiln_nvrtc_pool *o);
+
+/* What kiln_nvrtc_compile_all returns for jobs it ran, again: KILN_OK, or
+ * the first failure's status and message, with the count when more than
+ * one failed. */
+kiln_status kiln_compile_jobs_status(const kiln_compile_job *jobs, int n);
 
 #endif

@@ -136,7 +136,13 @@ typedef struct kiln_build_options {
     const char *keep_source; /* write sources, logs and PTX here (or $KILN_DUMP_SOURCE) */
     int quiet;               /* no progress line */
     int no_cubins;           /* keys and hits only: do not keep cubins in memory */
+    double timeout_s;        /* one compile's time limit; 0: $KILN_COMPILE_TIMEOUT, else
+                                KILN_COMPILE_TIMEOUT_S */
 } kiln_build_options;
+
+/* One compile's time limit when nothing sets one. A kernel of the slowest
+ * backend (wgmma) compiles in about 10 s; this is for a compiler that hangs. */
+#define KILN_COMPILE_TIMEOUT_S 600.0
 
 /* Build every kernel of p (codegen/compile.c): emitted, keyed, looked up
  * in c's layers and, on a miss, compiled with NVRTC and stored. c may hold

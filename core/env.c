@@ -1,5 +1,6 @@
 #include "core.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -7,6 +8,14 @@ static const char *text(const char *name)
 {
     const char *v = getenv(name);
     return v && *v ? v : NULL;
+}
+
+static double seconds(const char *name)
+{
+    const char *v = text(name);
+    char *end;
+    double s = v ? strtod(v, &end) : 0;
+    return v && !*end && isfinite(s) && s > 0 ? s : 0;
 }
 
 static int flag(const char *name)
@@ -26,5 +35,6 @@ void kiln_env_read(kiln_env *out)
         .libcuda = text("KILN_LIBCUDA"),
         .offline = flag("KILN_OFFLINE"),
         .serial = flag("KILN_SERIAL"),
+        .compile_timeout_s = seconds("KILN_COMPILE_TIMEOUT"),
     };
 }

@@ -59,7 +59,7 @@ typedef enum kiln_status {
     KILN_ERR_NOT_FOUND,    /* a named thing (tensor, key, kernel) does not exist */
     KILN_ERR_STATE,        /* the object is not in a state that allows the call */
     KILN_ERR_NO_KERNEL,    /* no backend can implement a node on the target */
-    KILN_ERR_COMPILE,      /* NVRTC rejected generated source */
+    KILN_ERR_COMPILE,      /* NVRTC rejected generated source, or did not finish in time */
     KILN_ERR_CACHE,        /* the kernel cache failed (LMDB error, corrupt record) */
     KILN_ERR_OFFLINE_MISS, /* offline mode and a kernel is not in any cache */
     KILN_ERR_CUDA,         /* a CUDA driver call failed */
@@ -381,7 +381,11 @@ KILN_API kiln_status kiln_plan_weight_bytes(const kiln_plan *p, size_t *storage,
  * determines the kernel; the compiler's version is recorded in the record,
  * not in the key. A cache file is untrusted input: its structure is checked
  * before LMDB maps it, and every record is checked against its key before
- * it is served. */
+ * it is served. Where a call below says "LMDB fails", the error names the
+ * file and carries LMDB's text and code: KILN_ERR_CACHE for LMDB's own
+ * codes (a full map that cannot grow, a full reader table), KILN_ERR_IO
+ * for the system's under it (a full disk, an I/O error). A write that
+ * fails writes nothing: every write is one LMDB transaction. */
 typedef struct kiln_cache kiln_cache;
 
 enum {
@@ -502,7 +506,8 @@ typedef kiln_status (*kiln_cache_visit_fn)(void *ctx, const kiln_cache_entry *e)
 
 /* Visit every entry of a layer in key order. KILN_ERR_INVALID_ARG for a
  * NULL c or fn or a layer out of range; KILN_ERR_CACHE, naming the file,
- * for a layer whose file was left out as damaged or when LMDB fails. */
+ * for a layer whose file was left out as damaged; KILN_ERR_CACHE or
+ * KILN_ERR_IO when LMDB fails. */
 KILN_API kiln_status kiln_cache_foreach(kiln_cache *c, int layer, kiln_cache_visit_fn fn,
                                         void *ctx);
 
@@ -549,8 +554,8 @@ typedef struct kiln_cache_gc_options {
 /* Remove from the writable cache what o selects, in one transaction.
  * *removed and *bytes (either may be NULL) say how much went.
  * KILN_ERR_INVALID_ARG for a NULL c or o; KILN_ERR_STATE when no writable
- * cache is open; KILN_ERR_CACHE, naming the file, when it is damaged or
- * LMDB fails. */
+ * cache is open; KILN_ERR_CACHE, naming the file, when it is damaged;
+ * KILN_ERR_CACHE or KILN_ERR_IO when LMDB fails. */
 KILN_API kiln_status kiln_cache_gc(kiln_cache *c, const kiln_cache_gc_options *o,
                                    size_t *removed, uint64_t *bytes);
 
@@ -588,8 +593,9 @@ KILN_API kiln_status kiln_cache_merge(kiln_cache *c, const char *src, kiln_cache
  * no layer holds a kernel (compile p first, with kiln_compile_plan and the
  * same caches); KILN_ERR_CACHE when a layer that may hold it was left out
  * as damaged; KILN_ERR_IO when path exists and overwrite is 0, or cannot be
- * written; KILN_ERR_INVALID_ARG for a NULL argument or when path is one of
- * c's own files. */
+ * written; KILN_ERR_CACHE or KILN_ERR_IO, naming path, when LMDB fails;
+ * KILN_ERR_INVALID_ARG for a NULL argument or when path is one of c's own
+ * files. */
 KILN_API kiln_status kiln_cache_export(kiln_cache *c, const kiln_plan *p, const char *path,
                                        int overwrite);
 
@@ -608,6 +614,7 @@ typedef struct kiln_cache_salvage_result {
  * damaged may come back. dst is written beside its name and renamed into
  * place; out may be NULL. KILN_ERR_IO, naming the file, when src cannot be
  * read or is not a regular file, or dst exists and overwrite is 0;
+ * KILN_ERR_CACHE or KILN_ERR_IO, naming dst, when LMDB fails writing it;
  * KILN_ERR_INVALID_ARG for a NULL path or when dst is src. */
 KILN_API kiln_status kiln_cache_salvage(const char *src, const char *dst, int overwrite,
                                         kiln_cache_salvage_result *out);
@@ -624,6 +631,11 @@ typedef struct kiln_compile_options {
     const char *keep_source;    /* write sources, NVRTC logs and PTX here */
     int quiet;                  /* no progress line on a terminal */
     kiln_plan_options plan;
+    /* Seconds one kernel's compile may take; past it the kernel fails with
+     * KILN_ERR_COMPILE naming its signature (NVRTC cannot be stopped: its
+     * thread is left to finish on its own, its result dropped). 0:
+     * $KILN_COMPILE_TIMEOUT, else 600. A session's compiles take the same. */
+    double compile_timeout_s;
 } kiln_compile_options;
 
 typedef struct kiln_compile_result {
@@ -635,9 +647,11 @@ typedef struct kiln_compile_result {
                                    file is damaged and left out): nothing was stored */
 } kiln_compile_result;
 
-/* KILN_ERR_COMPILE with NVRTC's log when a kernel does not compile (the ones
- * that did are stored); KILN_ERR_NO_KERNEL from planning; KILN_ERR_OFFLINE_MISS
- * naming the signature (offline); KILN_ERR_CACHE and KILN_ERR_IO from the
+/* KILN_ERR_COMPILE with NVRTC's log when a kernel does not compile, or
+ * naming it when its compile ran past compile_timeout_s (the ones that did
+ * compile are stored); KILN_ERR_NOT_FOUND when NVRTC cannot be loaded;
+ * KILN_ERR_NO_KERNEL from planning; KILN_ERR_OFFLINE_MISS naming the
+ * signature (offline); KILN_ERR_CACHE and KILN_ERR_IO from the
  * caches, as kiln_cache_open. */
 KILN_API kiln_status kiln_compile(kiln_graph *g, const kiln_target *t,
                                   const kiln_compile_options *opts, kiln_compile_result *out);

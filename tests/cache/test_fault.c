@@ -6,7 +6,7 @@
  * temporary one. */
 #include "cache/cache.h"
 #include "fault.h"
-#include "tests/cache/fake_cubin.h"
+#include "tests/cache/fake_record.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -15,36 +15,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* A kernel record with a fake cubin; everything follows from i. Record 3's
- * is larger than a page: LMDB keeps it on overflow pages. */
-typedef struct made {
-    uint8_t key[KILN_CACHE_KEY_BYTES];
-    char sig[128], entry[32];
-    uint8_t cubin[6000];
-    kiln_cache_record rec;
-} made;
-
-static void make(made *m, int i)
-{
-    size_t size = i == 3 ? sizeof m->cubin : 512;
-    snprintf(m->sig, sizeof m->sig, "linear backend=simt format=q8_0 n=%d k=4096 target=sm_90a", i);
-    snprintf(m->entry, sizeof m->entry, "kiln_linear_%d", i);
-    cr_assert_eq(kiln_cache_key("sm_90a", "", m->sig, strlen(m->sig), m->key), KILN_OK);
-    for (size_t j = 0; j < size; j++)
-        m->cubin[j] = (uint8_t)(j * 31 + (size_t)i);
-    kt_elf_header(m->cubin, 90);
-    m->rec = (kiln_cache_record){ .compiler = "nvrtc 13.0", .entry = m->entry, .target = "sm_90a",
-                                  .kind = i % 2 ? "simt" : "gemv", .signature = m->sig, .threads = 128,
-                                  .cubin = m->cubin, .cubin_size = size };
-}
-
 /* Records 0-2 in the writable cache as each run finds it, 3-4 in the
  * shipped one, 2 and 5 in the file merged in; 6 is stored by the run. A
  * second shipped file, truncated, is left out as damaged. */
 enum { REC_COUNT = 7 };
 
 typedef struct cache_ctx {
-    made rec[REC_COUNT];
+    kt_made rec[REC_COUNT];
     char pristine[128], shipped[128], damaged[128], merged[128];
     char run_dir[128], writable[160], lock[160], exported[160], salvaged[160];
     int did_export, did_salvage;
@@ -183,7 +160,7 @@ Test(fault, cache, .init = kt_tmp_setup, .fini = kt_tmp_teardown)
 {
     static cache_ctx c;
     for (int i = 0; i < REC_COUNT; i++)
-        make(&c.rec[i], i);
+        kt_made_init(&c.rec[i], i);
     kt_in_tmp(c.pristine, sizeof c.pristine, "pristine.kiln");
     kt_in_tmp(c.shipped, sizeof c.shipped, "shipped.kiln");
     kt_in_tmp(c.merged, sizeof c.merged, "merged.kiln");

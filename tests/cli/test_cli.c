@@ -95,6 +95,8 @@ Test(cli, numbers_are_taken_whole_or_refused)
     } bad[] = {
         { "compile demo -j 4294967297", "bad --jobs '4294967297'" },
         { "compile demo -j 1x", "bad --jobs" },
+        { "compile demo --compile-timeout 0", "bad --compile-timeout '0'" },
+        { "compile demo --compile-timeout 1.5", "bad --compile-timeout" },
         { "run demo --device cuda:4294967296", "bad --device 'cuda:4294967296'" },
         { "run demo --device cuda:-1", "bad --device" },
         { "run demo --steps 99999999999999999999", "bad --steps" },

@@ -102,6 +102,18 @@ Test(cli_plan_run, compile_twice_compiles_nothing_the_second_time, .timeout = 30
     cr_assert(strstr(b.out, want), "%s", b.out);
     kt_cli_free(&a);
     kt_cli_free(&b);
+    /* --offline finds every kernel, and in an empty cache names the first
+     * it misses. */
+    snprintf(args, sizeof args, "compile demo --target sm_80 --cache %s/c.kiln --offline", dir);
+    a = kt_cli_run(args);
+    cr_assert_eq(a.status, 0, "%s", a.err);
+    cr_assert(strstr(a.out, want), "%s", a.out);
+    snprintf(args, sizeof args, "compile demo --target sm_80 --cache %s/empty.kiln --offline", dir);
+    b = kt_cli_run(args);
+    cr_assert_eq(b.status, 1, "%s", b.out);
+    cr_assert(strstr(b.err, "offline, and kernel \"linear backend="), "%s", b.err);
+    kt_cli_free(&a);
+    kt_cli_free(&b);
 }
 
 Test(cli_plan_run, run_on_the_cpu_matches_the_demo)

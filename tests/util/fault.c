@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <ftw.h>
+#include <lmdb.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,6 +97,7 @@ void kt_dig_str(kt_digest *d, const char *s)
 void kt_dig_int(kt_digest *d, int64_t v) { kt_dig(d, &v, sizeof v); }
 
 static char sweep_now[512];
+static char tmp_root[64];
 
 const char *kt_sweep_now(void) { return sweep_now; }
 
@@ -113,6 +115,30 @@ static site_tally *tally_of(site_tally *t, int *n, const char *site)
             return &t[i];
     t[*n] = (site_tally){ .site = site };
     return &t[(*n)++];
+}
+
+/* Which of n calls, their sites in seq, a sweep of budget runs fails
+ * (pick[i], from 1): every one when they fit, else each site's first and
+ * last and an even spread of the rest. The sites go to sites. */
+static char *sweep_pick(const char *name, const char *const *seq, long n, long budget,
+                        site_tally *sites, int *n_sites)
+{
+    for (long i = 1; i <= n; i++) {
+        site_tally *t = tally_of(sites, n_sites, seq[i - 1]);
+        if (!t->first)
+            t->first = i;
+        t->last = i;
+    }
+    char *pick = calloc((size_t)n + 1, 1);
+    cr_assert_not_null(pick);
+    long room = budget - 2L * *n_sites;
+    cr_assert_gt(room, 0, "%s: %d sites leave no budget for a spread", name, *n_sites);
+    long stride = n <= budget ? 1 : (n + room - 1) / room;
+    for (long i = 1; i <= n; i += stride)
+        pick[i] = 1;
+    for (int i = 0; i < *n_sites; i++)
+        pick[sites[i].first] = pick[sites[i].last] = 1;
+    return pick;
 }
 
 static kiln_status sweep_one(const kt_scenario *s, long fail_at, int recording, kt_digest *d)
@@ -141,21 +167,7 @@ void kt_sweep(const kt_scenario *s)
     site_tally *sites = calloc((size_t)n, sizeof *sites);
     int n_sites = 0;
     cr_assert_not_null(sites);
-    for (long i = 1; i <= n; i++) {
-        site_tally *t = tally_of(sites, &n_sites, hook.seq[i - 1]);
-        if (!t->first)
-            t->first = i;
-        t->last = i;
-    }
-    char *pick = calloc((size_t)n + 1, 1);
-    cr_assert_not_null(pick);
-    long room = KT_SWEEP_BUDGET - 2L * n_sites;
-    cr_assert_gt(room, 0, "%s: %d sites leave no budget for a spread", s->name, n_sites);
-    long stride = n <= KT_SWEEP_BUDGET ? 1 : (n + room - 1) / room;
-    for (long i = 1; i <= n; i += stride)
-        pick[i] = 1;
-    for (int i = 0; i < n_sites; i++)
-        pick[sites[i].first] = pick[sites[i].last] = 1;
+    char *pick = sweep_pick(s->name, hook.seq, n, KT_SWEEP_BUDGET, sites, &n_sites);
 
     long runs = 0, nomem = 0, absorbed = 0;
     for (long i = 1; i <= n; i++) {
@@ -205,9 +217,158 @@ void kt_sweep(const kt_scenario *s)
     free(pick);
 }
 
-/* -------------------------------------------------------------- files */
+/* -------------------------------------------------------- the LMDB sweep */
 
-static char tmp_root[64];
+const int kt_mdb_codes[4] = { MDB_MAP_FULL, ENOSPC, EIO, MDB_READERS_FULL };
+
+static struct {
+    long count;         /* LMDB calls of this run */
+    long fail_at;       /* the one to fail, from 1; 0: none */
+    int code;           /* with this code */
+    const char *failed; /* its site */
+    const char **seq;   /* the recording run's site of each call */
+    const char **calls; /* and the call ("mdb_put") */
+    long seq_cap;
+    int recording;
+    const char **swept; /* every site failed in this process */
+    int n_swept, cap_swept;
+} mdb;
+
+static int mdb_hook_fn(void *ctx, const char *site, const char *call)
+{
+    (void)ctx;
+    pthread_mutex_lock(&hook.mu);
+    long i = ++mdb.count;
+    if (mdb.recording) {
+        if (i > mdb.seq_cap) {
+            mdb.seq_cap = mdb.seq_cap ? 2 * mdb.seq_cap : 256;
+            mdb.seq = realloc(mdb.seq, (size_t)mdb.seq_cap * sizeof *mdb.seq);
+            mdb.calls = realloc(mdb.calls, (size_t)mdb.seq_cap * sizeof *mdb.calls);
+            cr_assert(mdb.seq && mdb.calls);
+        }
+        mdb.seq[i - 1] = site;
+        mdb.calls[i - 1] = call;
+    }
+    int fail = i == mdb.fail_at;
+    if (fail)
+        mdb.failed = site;
+    pthread_mutex_unlock(&hook.mu);
+    return fail ? mdb.code : 0;
+}
+
+static kiln_status mdb_sweep_one(const kt_scenario *s, long fail_at, int code, int recording,
+                                 kt_digest *d)
+{
+    if (s->reset)
+        s->reset(s->ctx);
+    kiln_clear_error();
+    *d = (kt_digest){ 0xcbf29ce484222325ull };
+    mdb.count = 0;
+    mdb.fail_at = fail_at;
+    mdb.code = code;
+    mdb.failed = NULL;
+    mdb.recording = recording;
+    kiln_cache_set_mdb_hook(mdb_hook_fn, NULL);
+    kiln_status st = s->run(s->ctx, d);
+    kiln_cache_set_mdb_hook(NULL, NULL);
+    return st;
+}
+
+static void mdb_swept_add(const char *site)
+{
+    for (int i = 0; i < mdb.n_swept; i++)
+        if (!strcmp(mdb.swept[i], site))
+            return;
+    if (mdb.n_swept == mdb.cap_swept) {
+        mdb.cap_swept = mdb.cap_swept ? 2 * mdb.cap_swept : 64;
+        mdb.swept = realloc(mdb.swept, (size_t)mdb.cap_swept * sizeof *mdb.swept);
+        cr_assert_not_null(mdb.swept);
+    }
+    mdb.swept[mdb.n_swept++] = site;
+}
+
+int kt_mdb_n_swept(void) { return mdb.n_swept; }
+
+const char *kt_mdb_swept(int i) { return kt_site_name(mdb.swept[i]); }
+
+void kt_mdb_sweep(const kt_scenario *s)
+{
+    enum { N_CODES = KILN_ARRAY_LEN(kt_mdb_codes) };
+    kt_digest want, got;
+    snprintf(sweep_now, sizeof sweep_now, "%s, failing nothing", s->name);
+    kiln_status st = mdb_sweep_one(s, 0, 0, 1, &want);
+    cr_assert_eq(st, KILN_OK, "%s: %s", sweep_now, kiln_last_error());
+    if (s->check)
+        s->check(s->ctx, st);
+    long n = mdb.count;
+    cr_assert_gt(n, 0, "%s makes no LMDB call: the sweep would prove nothing", s->name);
+
+    site_tally *sites = calloc((size_t)n, sizeof *sites);
+    int n_sites = 0, commits = 0;
+    cr_assert_not_null(sites);
+    char *pick = sweep_pick(s->name, mdb.seq, n, KT_SWEEP_BUDGET / N_CODES, sites, &n_sites);
+    for (int i = 0; i < n_sites; i++)
+        commits += !strcmp(mdb.calls[sites[i].first - 1], "mdb_txn_commit");
+
+    long runs = 0, by_status[KILN_STATUS_COUNT] = { 0 }, absorbed = 0;
+    for (long i = 1; i <= n; i++) {
+        if (!pick[i])
+            continue;
+        const char *expected = mdb.seq[i - 1], *call = mdb.calls[i - 1];
+        for (int e = 0; e < N_CODES; e++) {
+            int code = kt_mdb_codes[e];
+            snprintf(sweep_now, sizeof sweep_now, "%s, LMDB call %ld of %ld (%s, %s) failing with %s",
+                     s->name, i, n, call, kt_site_name(expected), mdb_strerror(code));
+            st = mdb_sweep_one(s, i, code, 0, &got);
+            cr_assert_not_null(mdb.failed, "%s: the run made only %ld LMDB calls", sweep_now,
+                               mdb.count);
+            cr_assert_str_eq(mdb.failed, expected, "%s: the run failed %s instead: runs differ",
+                             sweep_now, kt_site_name(mdb.failed));
+            site_tally *t = tally_of(sites, &n_sites, mdb.failed);
+            t->failed++;
+            runs++;
+            if (st == KILN_OK) {
+                cr_assert_eq(got.h, want.h, "%s: the call succeeded with another result", sweep_now);
+                t->absorbed++;
+                absorbed++;
+            } else {
+                const char *msg = kiln_last_error();
+                cr_assert(st == KILN_ERR_CACHE || st == KILN_ERR_IO, "%s: %s, not KILN_ERR_CACHE or "
+                          "KILN_ERR_IO: %s", sweep_now, kiln_strerror(st), msg);
+                cr_assert(strstr(msg, tmp_root), "%s: the message names no file of %s: \"%s\"",
+                          sweep_now, tmp_root, msg);
+                cr_assert(strstr(msg, mdb_strerror(code)), "%s: the message does not say what "
+                          "failed: \"%s\"", sweep_now, msg);
+                if (!t->message[0])
+                    snprintf(t->message, sizeof t->message, "%s", msg);
+                by_status[st]++;
+            }
+            if (s->check)
+                s->check(s->ctx, st);
+        }
+    }
+#ifdef KT_LEAK_CHECK
+    cr_assert_eq(__lsan_do_recoverable_leak_check(), 0, "%s: a failing run leaked (report above)",
+                 s->name);
+#endif
+    printf("lmdb sweep: %-9s %4ld calls at %2d sites (%d commits): %5ld runs, %ld KILN_ERR_CACHE, "
+           "%ld KILN_ERR_IO, %ld absorbed\n", s->name, n, n_sites, commits, runs,
+           by_status[KILN_ERR_CACHE], by_status[KILN_ERR_IO], absorbed);
+    for (int i = 0; i < n_sites; i++) {
+        cr_assert_gt(sites[i].failed, 0, "%s: site %s was never failed", s->name,
+                     kt_site_name(sites[i].site));
+        mdb_swept_add(sites[i].site);
+        if (getenv("KILN_FAULT_SITES"))
+            printf("  %-22s %-19s %ld of %ld absorbed; %s\n", kt_site_name(sites[i].site),
+                   mdb.calls[sites[i].first - 1], sites[i].absorbed, sites[i].failed,
+                   sites[i].message[0] ? sites[i].message : "never an error");
+    }
+    fflush(stdout);
+    free(sites);
+    free(pick);
+}
+
+/* -------------------------------------------------------------- files */
 
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
@@ -297,6 +458,61 @@ void kt_cache_intact(const char *path, int shipped, size_t at_least)
     kiln_cache_close(k);
     cr_assert_eq(bad, 0, "%s: %s holds %zu bad records", sweep_now, path, bad);
     cr_assert_geq(entries, at_least, "%s: %s holds %zu records", sweep_now, path, entries);
+}
+
+void kt_records_read(const char *path, kt_records *out)
+{
+    MDB_env *env;
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    MDB_cursor *cur;
+    MDB_val k, v;
+    *out = (kt_records){ 0 };
+    cr_assert_eq(mdb_env_create(&env), 0);
+    int rc = mdb_env_open(env, path, MDB_RDONLY | MDB_NOSUBDIR | MDB_NOLOCK, 0644);
+    cr_assert_eq(rc, 0, "%s: %s: %s", sweep_now, path, mdb_strerror(rc));
+    cr_assert_eq(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn), 0);
+    cr_assert_eq(mdb_dbi_open(txn, NULL, 0, &dbi), 0);
+    cr_assert_eq(mdb_cursor_open(txn, dbi, &cur), 0);
+    size_t cap = 0;
+    while (!(rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
+        if (out->n == cap) {
+            cap = cap ? 2 * cap : 16;
+            out->pair = realloc(out->pair, cap * sizeof *out->pair);
+            cr_assert_not_null(out->pair);
+        }
+        kt_buf *b = &out->pair[out->n++];
+        *b = (kt_buf){ 0 };
+        kt_put(b, k.mv_data, k.mv_size);
+        kt_put(b, v.mv_data, v.mv_size);
+    }
+    cr_assert_eq(rc, MDB_NOTFOUND, "%s: %s: %s", sweep_now, path, mdb_strerror(rc));
+    mdb_cursor_close(cur);
+    mdb_txn_abort(txn);
+    mdb_env_close(env);
+}
+
+void kt_records_free(kt_records *r)
+{
+    for (size_t i = 0; i < r->n; i++)
+        free(r->pair[i].p);
+    free(r->pair);
+    *r = (kt_records){ 0 };
+}
+
+void kt_records_within(const kt_records *want, const kt_records *have, int exact, const char *what)
+{
+    for (size_t i = 0; i < want->n; i++) {
+        const kt_buf *w = &want->pair[i];
+        size_t j = 0;
+        while (j < have->n && (have->pair[j].n != w->n || memcmp(have->pair[j].p, w->p, w->n)))
+            j++;
+        cr_assert_lt(j, have->n, "%s: %s: record %zu of %zu is gone or changed", sweep_now, what, i + 1,
+                     want->n);
+    }
+    if (exact)
+        cr_assert_eq(have->n, want->n, "%s: %s holds %zu records, not the %zu it held", sweep_now, what,
+                     have->n, want->n);
 }
 
 /* ------------------------------------------------------------ the model */

@@ -51,6 +51,24 @@ void kt_sweep(const kt_scenario *s);
  * for a scenario's own assertions. */
 const char *kt_sweep_now(void);
 
+/* The same sweep over the kernel cache's LMDB calls (cache/mdb.c's hook):
+ * a recording run lists the calls a scenario makes and their sites, then
+ * each call is failed in turn with each code of kt_mdb_codes (a full map,
+ * a full disk, an I/O error, a full reader table), from the state reset
+ * gives. Each such run either fails with KILN_ERR_CACHE or KILN_ERR_IO and
+ * a message that names a file of the test's folder (kt_in_tmp) and the
+ * error (mdb_strerror), or succeeds with the very result of the run that
+ * failed nothing (the cache absorbed the failure: a full map grows and the
+ * write runs again). Past KT_SWEEP_BUDGET runs, each site's first and last
+ * call and an even spread of the rest are failed. kt_mdb_sweep prints the
+ * count of calls, sites and runs; KILN_FAULT_SITES=1 lists every site with
+ * the message its first failure gave. */
+extern const int kt_mdb_codes[4];
+void kt_mdb_sweep(const kt_scenario *s);
+/* Every site the LMDB sweeps of this process failed so far ("cache/cache.c:236"). */
+int kt_mdb_n_swept(void);
+const char *kt_mdb_swept(int i);
+
 /* The hook by itself: count the allocations from now on, recording each
  * one's site when asked, and fail the fail_at-th (from 1; 0: none). */
 void kt_hook_arm(long fail_at, int recording);
@@ -82,6 +100,19 @@ void kt_pad(kt_buf *b, size_t align);
 /* The cache file at path (a shipped layer, or the writable one) verifies,
  * with no bad record and at least at_least records. */
 void kt_cache_intact(const char *path, int shipped, size_t at_least);
+
+/* The pairs an LMDB file holds, key and value bytes as LMDB stores them,
+ * read with LMDB itself (no lock file): to say that a file still holds
+ * what it held, byte for byte. The file must be closed by everyone else. */
+typedef struct kt_records {
+    size_t n;
+    kt_buf *pair; /* the key's 16 bytes, then the value */
+} kt_records;
+void kt_records_read(const char *path, kt_records *out);
+void kt_records_free(kt_records *r);
+/* Every pair of want is in have, byte for byte ("what: record 3 of 5 is
+ * gone" otherwise); exact: and nothing else is. */
+void kt_records_within(const kt_records *want, const kt_records *have, int exact, const char *what);
 
 /* The model the sweeps share, in the demo's shape: two FFN blocks, x +
  * down(silu(gate(rms(x))) * up(rms(x))), in Q4_K and block FP8, then a
