@@ -417,8 +417,11 @@ def make(out):
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: hostile_models.py OUTDIR")
+    if len(sys.argv) == 2 and sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        return
+    if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
+        sys.exit("usage: hostile_models.py OUTDIR (new or empty); --help says more")
     for path, (inspect, plan, compile_) in make(sys.argv[1]):
         print(f"{os.path.basename(path)} {inspect} {plan} {compile_}")
 
