@@ -532,7 +532,7 @@ static void pool_result(const compile_pool *p, pool_job *j, kiln_compile_job *ou
         return;
     }
     out->status = kiln_fail(KILN_ERR_COMPILE,
-                            "NVRTC: %s for %s: no result after %.0f s, the time limit of one "
+                            "NVRTC: %s for %s: no result after %g s, the time limit of one "
                             "compile (%s; a longer limit: KILN_COMPILE_TIMEOUT)",
                             out->name, out->target->name, limit, kiln_nvrtc_library(p->nv));
     out->message = kiln_strdup(kiln_last_error());
