@@ -174,6 +174,12 @@ kiln_status kiln_build_plan(const kiln_plan *p, kiln_cache *c, const kiln_build_
         snprintf(b.compiler, sizeof b.compiler, "%s", kiln_nvrtc_version(nv));
         kiln_env env;
         kiln_env_read(&env);
+        if (o->timeout_s <= 0 && env.compile_timeout_s < 0) {
+            st = kiln_fail(KILN_ERR_INVALID_ARG,
+                           "KILN_COMPILE_TIMEOUT=%s: not a positive number of seconds",
+                           env.compile_timeout);
+            goto done;
+        }
         kiln_nvrtc_pool co = { .threads = o->jobs,
                                .keep_dir = kiln_emit_keep_dir(o->keep_source),
                                .quiet = o->quiet,

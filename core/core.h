@@ -89,8 +89,9 @@ typedef struct kiln_env {
     const char *libcuda;        /* KILN_LIBCUDA: the CUDA driver library to load */
     int offline;                /* KILN_OFFLINE: a kernel missing from every cache is an error */
     int serial;                 /* KILN_SERIAL: every kernel starts after the one before ends */
+    const char *compile_timeout;
     double compile_timeout_s;   /* KILN_COMPILE_TIMEOUT: seconds one compile may take; 0 when
-                                   unset or not a positive number */
+                                   unset, -1 when it is not a positive number */
 } kiln_env;
 void kiln_env_read(kiln_env *out);
 

@@ -10,12 +10,15 @@ static const char *text(const char *name)
     return v && *v ? v : NULL;
 }
 
+/* A positive number of seconds; 0 when unset, -1 when set to anything else. */
 static double seconds(const char *name)
 {
     const char *v = text(name);
+    if (!v)
+        return 0;
     char *end;
-    double s = v ? strtod(v, &end) : 0;
-    return v && !*end && isfinite(s) && s > 0 ? s : 0;
+    double s = strtod(v, &end);
+    return !*end && isfinite(s) && s > 0 ? s : -1;
 }
 
 static int flag(const char *name)
@@ -35,6 +38,7 @@ void kiln_env_read(kiln_env *out)
         .libcuda = text("KILN_LIBCUDA"),
         .offline = flag("KILN_OFFLINE"),
         .serial = flag("KILN_SERIAL"),
+        .compile_timeout = text("KILN_COMPILE_TIMEOUT"),
         .compile_timeout_s = seconds("KILN_COMPILE_TIMEOUT"),
     };
 }

@@ -194,7 +194,16 @@ Test(nvrtc_fault, the_command_takes_the_limit)
     kt_records_within(&c.seeded, &have, 0, c.cache);
     kt_records_free(&have);
     unsetenv("KT_FAKE_NVRTC");
+    /* A limit that is not a positive number is refused by name, never
+     * passed over: nothing is compiled. */
     snprintf(args, sizeof args, "compile demo --target sm_90a --tokens 1 --quiet --cache %s", c.cache);
+    setenv("KILN_COMPILE_TIMEOUT", "10s", 1);
+    kt_cli bad = kt_cli_run(args);
+    unsetenv("KILN_COMPILE_TIMEOUT");
+    cr_assert_eq(bad.status, 1, "exit %d: %s", bad.status, bad.err);
+    cr_assert(strstr(bad.err, "KILN_COMPILE_TIMEOUT=10s: not a positive number of seconds"), "%s",
+              bad.err);
+    kt_cli_free(&bad);
     kt_cli run = kt_cli_run(args);
     cr_assert_eq(run.status, 0, "kiln %s: %s", args, run.err);
     cr_assert(strstr(run.out, "19 signatures: 16 cached, 3 compiled"), "kiln %s: %s", args, run.out);

@@ -35,3 +35,24 @@ Test(env, texts_and_flags)
     cr_assert_eq(e.offline, 1);
     cr_assert_eq(e.serial, 0, "only \"1\" sets a flag");
 }
+
+/* A time limit is a positive number of seconds; anything else set is -1,
+ * which the compile refuses by name rather than ignore. */
+Test(env, compile_timeout)
+{
+    static const struct {
+        const char *value;
+        double want;
+    } cases[] = { { NULL, 0 }, { "", 0 }, { "30", 30 }, { "0.5", 0.5 }, { "0", -1 },
+                  { "-3", -1 }, { "abc", -1 }, { "10s", -1 }, { "inf", -1 } };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (cases[i].value)
+            setenv("KILN_COMPILE_TIMEOUT", cases[i].value, 1);
+        else
+            unsetenv("KILN_COMPILE_TIMEOUT");
+        kiln_env e;
+        kiln_env_read(&e);
+        cr_assert_eq(e.compile_timeout_s, cases[i].want, "'%s': %g", cases[i].value ? cases[i].value : "(unset)",
+                     e.compile_timeout_s);
+    }
+}
