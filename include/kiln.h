@@ -634,8 +634,9 @@ typedef struct kiln_compile_options {
     /* Seconds one kernel's compile may take; past it the kernel fails with
      * KILN_ERR_COMPILE naming its signature (NVRTC cannot be stopped: its
      * thread is left to finish on its own, its result dropped). 0:
-     * $KILN_COMPILE_TIMEOUT, else 600 (a $KILN_COMPILE_TIMEOUT that is not a positive
-     * number fails a compile with KILN_ERR_INVALID_ARG). A session's compiles take the same. */
+     * $KILN_COMPILE_TIMEOUT, else 600; a $KILN_COMPILE_TIMEOUT that is not a
+     * positive number fails a compile with KILN_ERR_INVALID_ARG. A session's
+     * compiles take the same. */
     double compile_timeout_s;
 } kiln_compile_options;
 

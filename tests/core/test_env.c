@@ -52,7 +52,7 @@ Test(env, compile_timeout)
             unsetenv("KILN_COMPILE_TIMEOUT");
         kiln_env e;
         kiln_env_read(&e);
-        cr_assert_eq(e.compile_timeout_s, cases[i].want, "'%s': %g", cases[i].value ? cases[i].value : "(unset)",
-                     e.compile_timeout_s);
+        cr_assert_eq(e.compile_timeout_s, cases[i].want, "'%s': %g",
+                     cases[i].value ? cases[i].value : "(unset)", e.compile_timeout_s);
     }
 }
