@@ -32,6 +32,29 @@ enum {
     KILN_STEP_MAX_SRC = 3,
 };
 
+/* What a TMA tensor map of a launch describes. */
+typedef enum kiln_tma_source {
+    KILN_TMA_NONE = 0,
+    KILN_TMA_X,      /* the step's activations, src[0] */
+    KILN_TMA_W,      /* its weight data, in the step's layout */
+} kiln_tma_source;
+
+enum { KILN_MAX_TMA = 2 };
+
+/* A 2-D tiled tensor map (sm_90+) a kernel takes after its args, in
+ * order: the session encodes it once for its device addresses. The matrix
+ * is row-major: dims[0] elements a row, dims[1] rows, row_bytes apart; a
+ * copy moves box[0] × box[1] of them into shared memory, swizzled. Boxes
+ * past the matrix read zeros. */
+typedef struct kiln_tma {
+    kiln_tma_source source;
+    unsigned elem_bytes;  /* 1, 2 or 4: the copies are typeless */
+    uint64_t dims[2];
+    uint64_t row_bytes;
+    unsigned box[2];
+    unsigned swizzle;     /* 0, 32, 64 or 128 bytes */
+} kiln_tma;
+
 /* One kernel launch. */
 typedef struct kiln_launch {
     unsigned grid[3];
@@ -44,6 +67,12 @@ typedef struct kiln_launch {
      * plan gives it, a permission; kiln_launch_finalise decides for the
      * device. 0: it must start after. */
     int overlap;
+    /* 1: the kernel loops over its grid.x work units with a stride of
+     * gridDim.x, so the session may launch fewer blocks, as many as the
+     * device holds at once (kiln_launch_finalise). */
+    int persistent;
+    kiln_tma tma[KILN_MAX_TMA];
+    int n_tma;
 } kiln_launch;
 
 /* Weights in a kernel's own layout: pack writes src (kiln's storage
@@ -165,7 +194,9 @@ typedef struct kiln_device_caps {
     int warps_per_sm;      /* resident warps an SM holds */
 } kiln_device_caps;
 
-/* Launch l as device d runs it (runtime/launch.c). A launch the plan lets
+/* Launch l as device d runs it (runtime/launch.c). A persistent launch
+ * gets at most the blocks d holds at once, by shared memory and warps. A
+ * launch the plan lets
  * overlap (l->overlap) does so where d has an SM count. Then one whose
  * blocks fit in a wave holds p = ceil(blocks / SMs) blocks an SM and no
  * more: where its own shared memory would let more in, it asks for the

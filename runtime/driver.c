@@ -26,7 +26,7 @@ static const struct {
     SYM(LaunchKernelEx), SYM(StreamBeginCapture), SYM(StreamEndCapture),
     SYM(GraphInstantiateWithFlags), SYM(GraphLaunch), SYM(GraphExecDestroy), SYM(GraphDestroy),
     SYM(EventCreate), SYM(EventRecord), SYM(EventSynchronize), SYM(EventElapsedTime),
-    SYM(EventDestroy),
+    SYM(EventDestroy), SYM(TensorMapEncodeTiled),
 #undef SYM
 };
 

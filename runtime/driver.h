@@ -52,6 +52,10 @@ typedef struct kiln_cu {
     CUresult (*EventSynchronize)(CUevent);
     CUresult (*EventElapsedTime)(float *, CUevent, CUevent);
     CUresult (*EventDestroy)(CUevent);
+    CUresult (*TensorMapEncodeTiled)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                     const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                                     const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                     CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 } kiln_cu;
 
 /* The driver, loaded and initialized once per process. KILN_ERR_NO_DEVICE

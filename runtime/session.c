@@ -39,6 +39,7 @@ struct kiln_session {
     kiln_build build;
     kiln_target target;       /* the plan's, which weights are packed for */
     kiln_launch **launches;   /* [program][step * KILN_MAX_LAUNCHES + f], finalised */
+    CUtensorMap **maps;       /* [program][(step * KILN_MAX_LAUNCHES + f) * KILN_MAX_TMA + i] */
     dev_kernel *kernels;      /* [build.n] */
     dev_weight *weights;      /* one per weight tensor used */
     int n_weights;
@@ -353,6 +354,75 @@ static CUdeviceptr value_ptr(const kiln_session *s, const kiln_program *bk, int 
     return v < 0 ? 0 : s->arena + bk->values[v].offset;
 }
 
+/* The tensor map l->tma[i] of step st of bucket b, for this session's
+ * device addresses. */
+static kiln_status map_encode(kiln_session *s, int b, const kiln_step *st, const kiln_tma *t,
+                              CUtensorMap *out)
+{
+    const kiln_program *bk = &s->build.programs[b];
+    CUdeviceptr at = 0;
+    if (t->source == KILN_TMA_X) {
+        at = value_ptr(s, bk, st->src[0]);
+    } else if (t->source == KILN_TMA_W) {
+        const dev_weight *w = weight_of(s, st->weight, st->layout.pack);
+        at = w ? w->data : 0;
+    }
+    static const CUtensorMapDataType types[] = { [1] = CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                                                 [2] = CU_TENSOR_MAP_DATA_TYPE_UINT16,
+                                                 [4] = CU_TENSOR_MAP_DATA_TYPE_UINT32 };
+    CUtensorMapSwizzle swizzle = t->swizzle == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
+                                 : t->swizzle == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                 : t->swizzle == 32 ? CU_TENSOR_MAP_SWIZZLE_32B
+                                                    : CU_TENSOR_MAP_SWIZZLE_NONE;
+    if (!at || t->elem_bytes > 4 || (t->elem_bytes != 1 && t->elem_bytes != 2 &&
+                                     t->elem_bytes != 4))
+        return kiln_fail(KILN_ERR_STATE, "tensor map %d of %s: no buffer or element size %u",
+                         (int)t->source, st->node ? st->node->name : "?", t->elem_bytes);
+    const cuuint64_t dims[2] = { t->dims[0], t->dims[1] }, strides[1] = { t->row_bytes };
+    const cuuint32_t box[2] = { t->box[0], t->box[1] }, unit[2] = { 1, 1 };
+    CU(s->cu->TensorMapEncodeTiled(out, types[t->elem_bytes], 2, (void *)at, dims, strides, box,
+                                   unit, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+       "cuTensorMapEncodeTiled");
+    return KILN_OK;
+}
+
+/* Every launch's tensor maps, encoded once the arena and the weights are
+ * on the device. */
+static kiln_status maps_create(kiln_session *s)
+{
+    const kiln_build *b = &s->build;
+    s->maps = kiln_calloc((size_t)b->n_programs + 1, sizeof *s->maps);
+    if (!s->maps)
+        return kiln_fail(KILN_ERR_NOMEM, "session: out of memory for the tensor maps");
+    for (int p = 0; p < b->n_programs; p++) {
+        const kiln_program *bk = &b->programs[p];
+        int any = 0;
+        for (int i = 0; i < bk->n_steps; i++)
+            for (int f = 0; f < bk->steps[i].n_launch; f++)
+                any |= bk->steps[i].launch[f].n_tma > 0;
+        if (!any)
+            continue;
+        CUtensorMap *m = s->maps[p] = kiln_calloc(
+            (size_t)bk->n_steps * KILN_MAX_LAUNCHES * KILN_MAX_TMA, sizeof *m);
+        if (!m)
+            return kiln_fail(KILN_ERR_NOMEM, "session: out of memory for the tensor maps");
+        for (int i = 0; i < bk->n_steps; i++)
+            for (int f = 0; f < bk->steps[i].n_launch; f++) {
+                const kiln_launch *l = &bk->steps[i].launch[f];
+                for (int t = 0; t < l->n_tma; t++) {
+                    kiln_status st = map_encode(
+                        s, p, &bk->steps[i], &l->tma[t],
+                        &m[(i * KILN_MAX_LAUNCHES + f) * KILN_MAX_TMA + t]);
+                    if (st != KILN_OK)
+                        return kiln_fail_prefix(st, "bucket %lld, step %d", (long long)bk->m, i);
+                }
+            }
+    }
+    return KILN_OK;
+}
+
 static kiln_status launch_step(kiln_session *s, int b, int si)
 {
     const kiln_program *bk = &s->build.programs[b];
@@ -413,9 +483,11 @@ static kiln_status launch_step(kiln_session *s, int b, int si)
         };
         break;
     }
-    void *params[] = { &a };
     for (int f = 0; f < d->n_fn; f++) {
         const kiln_launch *c = &s->launches[b][si * KILN_MAX_LAUNCHES + f];
+        void *params[1 + KILN_MAX_TMA] = { &a };
+        for (int t = 0; t < c->n_tma; t++)
+            params[1 + t] = &s->maps[b][(si * KILN_MAX_LAUNCHES + f) * KILN_MAX_TMA + t];
         /* A kernel that waits for its predecessor itself may start while
          * that one drains (kiln_launch.overlap). */
         CUlaunchAttribute overlap = {
@@ -518,6 +590,9 @@ void kiln_session_destroy(kiln_session *s)
     free(s->execs);
     for (int p = 0; s->launches && p < s->build.n_programs; p++)
         free(s->launches[p]);
+    for (int p = 0; s->maps && p < s->build.n_programs; p++)
+        free(s->maps[p]);
+    free(s->maps);
     free(s->launches);
     free(s->kernels);
     free(s->weights);
@@ -608,6 +683,9 @@ static kiln_status session_init(kiln_session *s, const kiln_session_options *o)
     s->staging_elems = staging;
     CU(s->cu->CtxSynchronize(), "weight upload");
     s->stats.weights_s = kiln_now() - t0;
+
+    if ((st = maps_create(s)))
+        return st;
 
     t0 = kiln_now();
     if (!s->eager && (st = graphs_create(s)))

@@ -208,8 +208,7 @@ static kiln_status gemv_emit(const kiln_target *t, const kiln_linear_kernel *k, 
     if (st != KILN_OK)
         return st;
     char epi_args[96];
-    int n = snprintf(
-        buf, size,
+    return kiln_backend_source(buf, size, "gemv",
         "#include \"kiln/gemv.cuh\"\n"
         "\n"
         "using format = kiln::gemv_%s;\n"
@@ -228,10 +227,6 @@ static kiln_status gemv_emit(const kiln_target *t, const kiln_linear_kernel *k, 
         c.k_split, c.units, c.v->stages, c.tile_k, c.v->min_blocks,
         kiln_epilogue_template_args(k->cfg.epilogue, epi_args, sizeof epi_args), entry, (long long)k->cfg.n,
         (long long)k->cfg.k, c.smem);
-    if (n < 0 || (size_t)n >= size)
-        return kiln_fail(KILN_ERR_INVALID_ARG,
-                         "gemv: the source needs %d bytes, the buffer has %zu", n + 1, size);
-    return KILN_OK;
 }
 
 /* The f32 kernel reads x from its first instruction: it never overlaps

@@ -263,8 +263,7 @@ static kiln_status tc_emit(const kiln_target *t, const kiln_linear_kernel *k, co
     if (st != KILN_OK)
         return st;
     char epi_args[96];
-    int n = snprintf(
-        buf, size,
+    return kiln_backend_source(buf, size, "gemv_tc",
         "#include \"kiln/tc.cuh\"\n"
         "\n"
         "using format = kiln::tc_%s;\n"
@@ -282,10 +281,6 @@ static kiln_status tc_emit(const kiln_target *t, const kiln_linear_kernel *k, co
         kiln_format_get(k->cfg.format)->name, (long long)v->max_m, c.row_tiles, c.warps,
         c.k_split, c.batch, c.stages, kiln_epilogue_template_args(k->cfg.epilogue, epi_args, sizeof epi_args),
         entry, (long long)k->cfg.n, (long long)k->cfg.k, c.smem);
-    if (n < 0 || (size_t)n >= size)
-        return kiln_fail(KILN_ERR_INVALID_ARG,
-                         "gemv_tc: the source needs %d bytes, the buffer has %zu", n + 1, size);
-    return KILN_OK;
 }
 
 /* The kernels copy weights only before they wait for the kernel before

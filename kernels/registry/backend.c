@@ -1,5 +1,6 @@
 #include "kernels/registry/backend.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -128,6 +129,18 @@ void kiln_backend_variant(const kiln_backend *b, const kiln_target *t, const kil
     else
         snprintf(buf, size, "%s",
                  b->variants ? kiln_variant_name_for_bucket(b->variants, bucket) : "default");
+}
+
+kiln_status kiln_backend_source(char *buf, size_t size, const char *backend, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, size, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= size)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "%s: the source needs %d bytes, the buffer has %zu",
+                         backend, n + 1, size);
+    return KILN_OK;
 }
 
 int kiln_sm75_or_newer(const kiln_target *t, char *why, size_t size)

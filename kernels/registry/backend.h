@@ -114,6 +114,11 @@ kiln_act kiln_backend_act(const kiln_backend *b, const kiln_target *t, const kil
 void kiln_backend_variant(const kiln_backend *b, const kiln_target *t, const kiln_linear_cfg *c,
                           int64_t bucket, char *buf, size_t size);
 
+/* An emit hook's source, printed into buf as printf would:
+ * KILN_ERR_INVALID_ARG, naming backend, when size bytes cannot hold it. */
+kiln_status kiln_backend_source(char *buf, size_t size, const char *backend, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* An is_supported hook: any target from sm_75 (kiln's oldest). */
 int kiln_sm75_or_newer(const kiln_target *t, char *why, size_t size);
 

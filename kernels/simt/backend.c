@@ -87,8 +87,7 @@ static kiln_status simt_emit(const kiln_target *t, const kiln_linear_kernel *k, 
     if (st != KILN_OK)
         return st;
     char epi_args[96];
-    int n = snprintf(
-        buf, size,
+    return kiln_backend_source(buf, size, "simt",
         "#include \"kiln/simt.cuh\"\n"
         "\n"
         "using format = kiln::fmt_%s;\n"
@@ -103,10 +102,6 @@ static kiln_status simt_emit(const kiln_target *t, const kiln_linear_kernel *k, 
         kiln_format_get(k->cfg.format)->name, tile->bm, tile->bn, tile->bk, tile->tm, tile->tn,
         kiln_epilogue_template_args(k->cfg.epilogue, epi_args, sizeof epi_args), entry, (long long)k->cfg.n,
         (long long)k->cfg.k);
-    if (n < 0 || (size_t)n >= size)
-        return kiln_fail(KILN_ERR_INVALID_ARG,
-                         "simt: the source needs %d bytes, the buffer has %zu", n + 1, size);
-    return KILN_OK;
 }
 
 static kiln_status simt_launch(const kiln_target *t, const kiln_linear_kernel *k, int64_t m,

@@ -1,15 +1,20 @@
 /* The wgmma backend's host side: Hopper's warpgroup MMA (sm_90a only),
- * capability checks, the tile variant per token bucket, the instantiation
- * of kernels/wgmma/wgmma.cuh and its launch shape. Weights stay in kiln's
- * storage layout and are dequantized to BF16 in the kernel's main loop:
- * nothing to pack. */
+ * capability checks, the tile per signature and bucket, the instantiation
+ * of its templates and their launch shapes. Weights stay in kiln's storage
+ * layout: nothing to pack.
+ *
+ * Two kernels. BF16 weights run kernels/wgmma/tma.cuh: TMA copies of both
+ * operands into a multi-stage ring, a producer warpgroup and two consumer
+ * warpgroups, persistent tiles. Every other format runs
+ * kernels/wgmma/wgmma.cuh, which dequantizes the weight to BF16 in the
+ * main loop with one warpgroup a tile. */
 #include "kernels/registry/backend.h"
 
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
-/* The block, as kernels/wgmma/wgmma.cuh's wgmma_tile fixes it (the
+/* The dequantizing kernel's block, as wgmma.cuh's wgmma_tile fixes it (the
  * emitted source asserts its shared memory); the variants differ in the
  * tile's width. */
 enum {
@@ -46,6 +51,90 @@ static const wgmma_tile *tile_named(const char *name)
 static unsigned smem_bytes(const wgmma_tile *tile)
 {
     return (unsigned)(WGMMA_STAGES * (WGMMA_BM + tile->bn) * WGMMA_BK * 2);
+}
+
+/* The TMA kernel's block, as tma.cuh's tma_tile fixes it. */
+enum {
+    TMA_BK = 64,             /* K a stage: 128 bytes of BF16, the swizzle's span */
+    TMA_THREADS = 384,       /* a producer and two consumer warpgroups */
+    TMA_STAGE_BUDGET = 200 * 1024, /* the ring's bytes: room for the barriers, and L1 */
+    TMA_MAX_STAGES = 8,
+};
+
+typedef struct tma_tile {
+    const char *name;
+    int64_t max_m; /* unused: the tile is chosen by tma_choose */
+    int bm, bn;
+    double speed; /* tensor-core throughput of a full tile, relative to the best */
+} tma_tile;
+
+/* The tiles, each one's reason in a line. A consumer warpgroup owns 64
+ * rows × bn columns when bm = 128, 64 × bn / 2 when bm = 64. */
+static const tma_tile tma_tiles[] = {
+    /* the most outputs an operand byte feeds: large M and N */
+    { "tma_bm128bn256", 0, 128, 256, 1.0 },
+    /* half the columns: twice the tiles where N is short */
+    { "tma_bm128bn128", 0, 128, 128, 0.9 },
+    /* half the rows: small buckets waste no tensor-core rows */
+    { "tma_bm64bn256", 0, 64, 256, 0.85 },
+    /* the most tiles: fills the SMs for small M and N */
+    { "tma_bm64bn128", 0, 64, 128, 0.75 },
+};
+
+static const kiln_variant_table tma_table = KILN_VARIANT_TABLE(tma_tile, tma_tiles);
+
+static int tma_stages(const tma_tile *tile)
+{
+    int stages = TMA_STAGE_BUDGET / ((tile->bm + tile->bn) * TMA_BK * 2);
+    return stages > TMA_MAX_STAGES ? TMA_MAX_STAGES : stages;
+}
+
+/* tma.cuh's tma_tile::smem_bytes: alignment slack, the ring, the barriers. */
+static unsigned tma_smem_bytes(const tma_tile *tile)
+{
+    int stages = tma_stages(tile);
+    return (unsigned)(1024 + stages * (tile->bm + tile->bn) * TMA_BK * 2 + 2 * stages * 8);
+}
+
+/* The formats the TMA kernel multiplies as they are stored. */
+static int tma_format(kiln_format f)
+{
+    return f == KILN_FMT_BF16;
+}
+
+/* SMs the tiles are spread over: the target's, or an H100's where the
+ * name does not fix it. */
+static int64_t tma_sms(const kiln_target *t)
+{
+    return t->sm_count > 0 ? t->sm_count : 132;
+}
+
+/* The tile of least estimated time for m × n on t: whole waves of tiles
+ * over the SMs, each tile's work at its speed. Ties go to the larger. */
+static const tma_tile *tma_choose(const kiln_target *t, int64_t m, int64_t n)
+{
+    const int64_t sms = tma_sms(t);
+    const tma_tile *best = NULL;
+    double best_time = 0;
+    for (size_t i = 0; i < KILN_ARRAY_LEN(tma_tiles); i++) {
+        const tma_tile *tile = &tma_tiles[i];
+        int64_t count = kiln_ceil_div(m, tile->bm) * kiln_ceil_div(n, tile->bn);
+        double waves = (double)kiln_ceil_div(count, sms);
+        double time = waves * tile->bm * tile->bn / tile->speed;
+        if (!best || time < best_time) {
+            best = tile;
+            best_time = time;
+        }
+    }
+    return best;
+}
+
+static void wgmma_variant(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket,
+                          char *buf, size_t size)
+{
+    const char *name = tma_format(c->format) ? tma_choose(t, bucket, c->n)->name
+                                             : kiln_variant_name_for_bucket(&tile_table, bucket);
+    snprintf(buf, size, "%s", name);
 }
 
 static int wgmma_is_supported(const kiln_target *t, char *why, size_t size)
@@ -90,15 +179,24 @@ static int wgmma_can_implement(const kiln_target *t, const kiln_linear_cfg *c, i
     return 1;
 }
 
-/* The tile of k on t, or a refusal naming what wgmma does not build. */
+/* The tile of k on t (one of *out and *tma, the other NULL), or a refusal
+ * naming what wgmma does not build. */
 static kiln_status wgmma_check(const kiln_target *t, const kiln_linear_kernel *k,
-                               const wgmma_tile **out)
+                               const wgmma_tile **out, const tma_tile **tma)
 {
     char why[128];
-    const wgmma_tile *tile = tile_named(k->variant);
-    if (!tile)
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "wgmma: no variant \"%s\" (bm64bn64, bm64bn128)",
-                         k->variant);
+    *out = tile_named(k->variant);
+    *tma = kiln_variant_named(&tma_table, k->variant);
+    if (tma_format(k->cfg.format) ? !*tma : !*out)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "wgmma: no variant \"%s\" for %s (%s)", k->variant,
+                         kiln_format_get(k->cfg.format)->name,
+                         tma_format(k->cfg.format)
+                             ? "tma_bm128bn256, tma_bm128bn128, tma_bm64bn256, tma_bm64bn128"
+                             : "bm64bn64, bm64bn128");
+    if (tma_format(k->cfg.format))
+        *out = NULL;
+    else
+        *tma = NULL;
     if (!wgmma_is_supported(t, why, sizeof why))
         return kiln_fail(KILN_ERR_UNSUPPORTED, "wgmma: %s", why);
     kiln_status common = kiln_linear_kernel_check("wgmma", k);
@@ -106,20 +204,45 @@ static kiln_status wgmma_check(const kiln_target *t, const kiln_linear_kernel *k
         return common;
     if (shape_refused(&k->cfg, why, sizeof why))
         return kiln_fail(KILN_ERR_UNSUPPORTED, "wgmma: %s", why);
-    *out = tile;
     return KILN_OK;
+}
+
+static kiln_status emit_tma(const kiln_linear_kernel *k, const tma_tile *tile, const char *entry,
+                            char *buf, size_t size)
+{
+    char epi_args[96];
+    return kiln_backend_source(
+        buf, size, "wgmma",
+        "#include \"kiln/tma.cuh\"\n"
+        "\n"
+        "using tile = kiln::tma_tile</*bm*/ %d, /*bn*/ %d, /*stages*/ %d>;\n"
+        "using epilogue = kiln::epilogue<%s>;\n"
+        "static_assert(tile::smem_bytes == %u, \"the launch's dynamic shared memory\");\n"
+        "\n"
+        "extern \"C\" __global__ void __launch_bounds__(tile::threads, 1)\n"
+        "%s(const kiln_linear_args args, const __grid_constant__ kiln::tma_map x,\n"
+        "    const __grid_constant__ kiln::tma_map w)\n"
+        "{\n"
+        "    kiln::tma_gemm<kiln::tma_bf16, tile, epilogue, /*n*/ %lld, /*k*/ %lld>(args, x, w);\n"
+        "}\n",
+        tile->bm, tile->bn, tma_stages(tile),
+        kiln_epilogue_template_args(k->cfg.epilogue, epi_args, sizeof epi_args),
+        tma_smem_bytes(tile), entry, (long long)k->cfg.n, (long long)k->cfg.k);
 }
 
 static kiln_status wgmma_emit(const kiln_target *t, const kiln_linear_kernel *k, const char *entry,
                               char *buf, size_t size)
 {
     const wgmma_tile *tile = NULL;
-    kiln_status st = wgmma_check(t, k, &tile);
+    const tma_tile *tma = NULL;
+    kiln_status st = wgmma_check(t, k, &tile, &tma);
     if (st != KILN_OK)
         return st;
+    if (tma)
+        return emit_tma(k, tma, entry, buf, size);
     char epi_args[96];
-    int n = snprintf(
-        buf, size,
+    return kiln_backend_source(
+        buf, size, "wgmma",
         "#include \"kiln/wgmma.cuh\"\n"
         "\n"
         "using format = kiln::fmt_%s;\n"
@@ -135,22 +258,41 @@ static kiln_status wgmma_emit(const kiln_target *t, const kiln_linear_kernel *k,
         kiln_format_get(k->cfg.format)->name, tile->bn,
         kiln_epilogue_template_args(k->cfg.epilogue, epi_args, sizeof epi_args),
         smem_bytes(tile), entry, (long long)k->cfg.n, (long long)k->cfg.k);
-    if (n < 0 || (size_t)n >= size)
-        return kiln_fail(KILN_ERR_INVALID_ARG,
-                         "wgmma: the source needs %d bytes, the buffer has %zu", n + 1, size);
-    return KILN_OK;
+}
+
+/* A 2-D map of a row-major BF16 matrix of rows × k, read in boxes of
+ * TMA_BK × box_rows with the 128-byte swizzle. */
+static kiln_tma tma_bf16_map(kiln_tma_source source, int64_t rows, int64_t k, int box_rows)
+{
+    return (kiln_tma){ .source = source, .elem_bytes = 2,
+                       .dims = { (uint64_t)k, (uint64_t)rows }, .row_bytes = (uint64_t)k * 2,
+                       .box = { TMA_BK, (unsigned)box_rows }, .swizzle = 128 };
 }
 
 static kiln_status wgmma_launch(const kiln_target *t, const kiln_linear_kernel *k, int64_t m,
                                 kiln_launch *out)
 {
     const wgmma_tile *tile = NULL;
-    kiln_status st = wgmma_check(t, k, &tile);
+    const tma_tile *tma = NULL;
+    kiln_status st = wgmma_check(t, k, &tile, &tma);
     if (st != KILN_OK)
         return st;
     if (m < 1 || kiln_ceil_div(m, WGMMA_BM) > WGMMA_MAX_GRID_Y)
         return kiln_fail(KILN_ERR_SHAPE, "wgmma %s: cannot launch for M = %lld (1 to %lld)",
-                         tile->name, (long long)m, (long long)WGMMA_MAX_GRID_Y * WGMMA_BM);
+                         k->variant, (long long)m, (long long)WGMMA_MAX_GRID_Y * WGMMA_BM);
+    if (tma) {
+        *out = (kiln_launch){
+            .grid = { (unsigned)(kiln_ceil_div(m, tma->bm) * kiln_ceil_div(k->cfg.n, tma->bn)),
+                      1, 1 },
+            .block = { TMA_THREADS, 1, 1 },
+            .smem = tma_smem_bytes(tma),
+            .persistent = 1,
+            .tma = { tma_bf16_map(KILN_TMA_X, m, k->cfg.k, tma->bm),
+                     tma_bf16_map(KILN_TMA_W, k->cfg.n, k->cfg.k, tma->bn) },
+            .n_tma = 2,
+        };
+        return KILN_OK;
+    }
     *out = (kiln_launch){
         .grid = { (unsigned)kiln_ceil_div(k->cfg.n, tile->bn), (unsigned)kiln_ceil_div(m, WGMMA_BM),
                   1 },
@@ -166,7 +308,7 @@ const kiln_backend kiln_backend_wgmma = {
     .epilogues = KILN_EPI_ALL,
     .is_supported = wgmma_is_supported,
     .can_implement = wgmma_can_implement,
-    .variants = &tile_table,
+    .variant = wgmma_variant,
     .emit = wgmma_emit,
     .launch = wgmma_launch,
 };

@@ -124,7 +124,7 @@ Test(launch, quantizer_launches_are_the_kernels_of_its_source)
         cr_assert_eq(kernels, n, "%s", s.text);
         for (int i = 0; i < n; i++) {
             char decl[256];
-            snprintf(decl, sizeof decl, "\n%s(const ", l[i].entry);
+            snprintf(decl, sizeof decl, "\n%.*s(const ", (int)KILN_ENTRY_MAX, l[i].entry);
             cr_assert(strstr(s.text, decl), "%s launches %s:\n%s", sig, l[i].entry, s.text);
         }
         cr_assert_str_eq(l[n - 1].entry, s.desc.entry, "the entry runs last");

@@ -123,6 +123,39 @@ Test(wgmma, variants_follow_the_bucket)
     }
 }
 
+/* BF16 runs the TMA kernel, whose tile is the one of least estimated
+ * time over whole waves of H200's 132 SMs; the GPU suite runs these very
+ * shapes. */
+Test(wgmma, bf16_tiles_fill_the_sms)
+{
+    static const struct {
+        int64_t m, n;
+        const char *variant;
+    } cases[] = {
+        { 2048, 4096, "tma_bm128bn256" },  /* 256 tiles: two whole waves */
+        { 4096, 28672, "tma_bm128bn256" },
+        { 2048, 4099, "tma_bm128bn128" },  /* 272 of the widest would be three waves */
+        { 64, 33792, "tma_bm64bn256" },    /* 132 tiles: one wave */
+        { 64, 4099, "tma_bm64bn128" },
+        { 256, 4096, "tma_bm64bn128" },    /* 128 tiles, where the widest leaves 100 SMs idle */
+        { 32, 1536, "tma_bm64bn128" },
+    };
+    kiln_target t = target("h200");
+    cr_assert_eq(t.sm_count, 132);
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+        kiln_linear_cfg c = { .format = KILN_FMT_BF16, .n = cases[i].n, .k = 4096 };
+        char v[64];
+        kiln_backend_variant(wg, &t, &c, cases[i].m, v, sizeof v);
+        cr_assert_str_eq(v, cases[i].variant, "m=%lld n=%lld", (long long)cases[i].m,
+                         (long long)cases[i].n);
+    }
+    /* Other formats keep the dequantizing kernel's tiles. */
+    kiln_linear_cfg c = { .format = KILN_FMT_Q8_0, .n = 4096, .k = 4096 };
+    char v[64];
+    kiln_backend_variant(wg, &t, &c, 4096, v, sizeof v);
+    cr_assert_str_eq(v, "bm64bn128");
+}
+
 /* ------------------------------------------------------- emit and launch */
 
 Test(wgmma, source_is_stable)
@@ -194,13 +227,92 @@ Test(wgmma, launches_cover_the_output)
     }
 }
 
+/* The TMA kernel: one block per tile, which the session may clamp to the
+ * SMs, and the maps of x (the bucket's rows) and W (N rows). */
+Test(wgmma, tma_launch_is_persistent_with_two_maps)
+{
+    static const struct {
+        const char *variant;
+        int64_t m;
+        unsigned tiles, bm, bn, smem;
+    } cases[] = {
+        { "tma_bm128bn256", 2048, 16 * 17, 128, 256, 1024 + 4 * 49152 + 64 },
+        { "tma_bm128bn128", 129, 2 * 33, 128, 128, 1024 + 6 * 32768 + 96 },
+        { "tma_bm64bn256", 64, 17, 64, 256, 1024 + 5 * 40960 + 80 },
+        { "tma_bm64bn128", 65, 2 * 33, 64, 128, 1024 + 8 * 24576 + 128 },
+    };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+        char sig[512];
+        wgmma_sig(sig, sizeof sig, cases[i].variant, KILN_FMT_BF16, "bf16", 4099, 192, 0,
+                  "sm_90a");
+        kiln_kernel_desc d;
+        cr_assert_eq(kiln_sig_parse(kiln_registry_default(), sig, &d), KILN_OK, "%s",
+                     kiln_last_error());
+        kiln_kernel_launch l[KILN_MAX_LAUNCHES];
+        int n = 0;
+        cr_assert_eq(kiln_kernel_launches(&d, cases[i].m, l, &n), KILN_OK, "%s",
+                     kiln_last_error());
+        const kiln_launch *c = &l[0].cfg;
+        cr_assert_eq(n, 1);
+        cr_assert_eq(c->grid[0], cases[i].tiles, "%s", cases[i].variant);
+        cr_assert_eq(c->grid[1] * c->grid[2], 1);
+        cr_assert_eq(c->block[0], 384, "a producer and two consumer warpgroups");
+        cr_assert_eq(c->smem, cases[i].smem, "%s", cases[i].variant);
+        cr_assert(c->persistent);
+        cr_assert_eq(c->overlap, 0);
+        cr_assert_eq(c->n_tma, 2);
+        const kiln_tma *x = &c->tma[0], *w = &c->tma[1];
+        cr_assert_eq(x->source, KILN_TMA_X);
+        cr_assert_eq(w->source, KILN_TMA_W);
+        for (int t = 0; t < 2; t++) {
+            cr_assert_eq(c->tma[t].elem_bytes, 2);
+            cr_assert_eq(c->tma[t].dims[0], 192);
+            cr_assert_eq(c->tma[t].row_bytes, 384);
+            cr_assert_eq(c->tma[t].box[0], 64, "128 bytes of K: the swizzle's span");
+            cr_assert_eq(c->tma[t].swizzle, 128);
+        }
+        cr_assert_eq(x->dims[1], (uint64_t)cases[i].m);
+        cr_assert_eq(x->box[1], cases[i].bm);
+        cr_assert_eq(w->dims[1], 4099);
+        cr_assert_eq(w->box[1], cases[i].bn);
+    }
+}
+
+/* A persistent launch gets the blocks the device holds at once and no
+ * more; without an SM count it keeps one block per tile. */
+Test(wgmma, persistent_launches_are_clamped_to_the_device)
+{
+    const kiln_device_caps h200 = { .sm_count = 132, .smem_per_sm = 233472,
+                                    .smem_per_block_reserved = 1024, .warps_per_sm = 64 };
+    kiln_launch l = { .grid = { 272, 1, 1 }, .block = { 384, 1, 1 }, .smem = 197696,
+                      .persistent = 1 };
+    kiln_launch_finalise(&h200, &l);
+    cr_assert_eq(l.grid[0], 132, "one block an SM by shared memory");
+    l = (kiln_launch){ .grid = { 100, 1, 1 }, .block = { 384, 1, 1 }, .smem = 197696,
+                       .persistent = 1 };
+    kiln_launch_finalise(&h200, &l);
+    cr_assert_eq(l.grid[0], 100, "fewer tiles than SMs: one block each");
+    l = (kiln_launch){ .grid = { 1000, 1, 1 }, .block = { 384, 1, 1 }, .smem = 50000,
+                       .persistent = 1 };
+    kiln_launch_finalise(&h200, &l);
+    cr_assert_eq(l.grid[0], 4 * 132, "four blocks an SM fit");
+    const kiln_device_caps none = { 0 };
+    l = (kiln_launch){ .grid = { 1000, 1, 1 }, .block = { 384, 1, 1 }, .smem = 50000,
+                       .persistent = 1 };
+    kiln_launch_finalise(&none, &l);
+    cr_assert_eq(l.grid[0], 1000);
+    l = (kiln_launch){ .grid = { 1000, 1, 1 }, .block = { 384, 1, 1 }, .smem = 197696 };
+    kiln_launch_finalise(&h200, &l);
+    cr_assert_eq(l.grid[0], 1000, "not persistent: every block launches");
+}
+
 Test(wgmma, launch_refuses_impossible_token_counts)
 {
     char sig[512];
     kiln_kernel_desc d;
     kiln_kernel_launch l[KILN_MAX_LAUNCHES];
     int n;
-    wgmma_sig(sig, sizeof sig, "bm64bn64", KILN_FMT_BF16, "bf16", 64, 64, 0, "sm_90a");
+    wgmma_sig(sig, sizeof sig, "bm64bn64", KILN_FMT_Q8_0, "bf16", 64, 64, 0, "sm_90a");
     cr_assert_eq(kiln_sig_parse(kiln_registry_default(), sig, &d), KILN_OK);
     cr_assert_eq(kiln_kernel_launches(&d, 64 * 65535, l, &n), KILN_OK, "%s", kiln_last_error());
     cr_assert_eq(kiln_kernel_launches(&d, 64 * 65535 + 1, l, &n), KILN_ERR_SHAPE);
@@ -217,7 +329,7 @@ Test(wgmma, launch_refuses_impossible_token_counts)
 /* Every kernel emit refuses, with the reason in the message. */
 Test(wgmma, emit_refuses_kernels_it_does_not_build)
 {
-    char sigs[7][512];
+    char sigs[9][512];
     static const char *const reasons[] = {
         "no variant \"t64x64\"",
         "activations must be bf16, not fp8-token",
@@ -226,16 +338,20 @@ Test(wgmma, emit_refuses_kernels_it_does_not_build)
         "needs wgmma (sm_90a), target is sm_89",
         "K=96 is not a multiple of 64",
         "N=2147483648, K=64: both must be below 2^31",
+        "no variant \"bm64bn64\" for bf16 (tma_bm128bn256,",
+        "no variant \"tma_bm64bn128\" for q8_0 (bm64bn64, bm64bn128)",
     };
     wgmma_sig(sigs[0], 512, "t64x64", KILN_FMT_BF16, "bf16", 64, 64, 0, "sm_90a");
     wgmma_sig(sigs[1], 512, "bm64bn64", KILN_FMT_FP8_CHANNEL, "fp8-token", 64, 64, 0, "sm_90a");
-    wgmma_sig(sigs[2], 512, "bm64bn64", KILN_FMT_BF16, "bf16", 64, 64,
+    wgmma_sig(sigs[2], 512, "tma_bm64bn128", KILN_FMT_BF16, "bf16", 64, 64,
               KILN_EPI_RESIDUAL | KILN_EPI_SILU_MUL, "sm_90a");
-    wgmma_sig(sigs[3], 512, "bm64bn64", KILN_FMT_BF16, "bf16", 64, 64, 0, "sm_90");
+    wgmma_sig(sigs[3], 512, "tma_bm64bn128", KILN_FMT_BF16, "bf16", 64, 64, 0, "sm_90");
     wgmma_sig(sigs[4], 512, "bm64bn128", KILN_FMT_Q4_0, "bf16", 64, 64, 0, "sm_89");
-    wgmma_sig(sigs[5], 512, "bm64bn64", KILN_FMT_BF16, "bf16", 64, 96, 0, "sm_90a");
-    wgmma_sig(sigs[6], 512, "bm64bn64", KILN_FMT_BF16, "bf16", (long long)INT_MAX + 1, 64, 0,
+    wgmma_sig(sigs[5], 512, "tma_bm128bn256", KILN_FMT_BF16, "bf16", 64, 96, 0, "sm_90a");
+    wgmma_sig(sigs[6], 512, "bm64bn64", KILN_FMT_Q8_0, "bf16", (long long)INT_MAX + 1, 64, 0,
               "sm_90a");
+    wgmma_sig(sigs[7], 512, "bm64bn64", KILN_FMT_BF16, "bf16", 64, 64, 0, "sm_90a");
+    wgmma_sig(sigs[8], 512, "tma_bm64bn128", KILN_FMT_Q8_0, "bf16", 64, 64, 0, "sm_90a");
     for (size_t i = 0; i < KILN_ARRAY_LEN(sigs); i++) {
         kiln_kernel_source s = { .text = NULL };
         cr_assert_eq(kiln_emit_text(kiln_registry_default(), sigs[i], &s), KILN_ERR_UNSUPPORTED,
@@ -466,35 +582,40 @@ static const unsigned epilogues[] = {
     KILN_EPI_BIAS | KILN_EPI_SILU_MUL,
 };
 static const char *const variants[] = { "bm64bn64", "bm64bn128" };
+static const char *const tma_variants[] = { "tma_bm128bn256", "tma_bm128bn128", "tma_bm64bn256",
+                                            "tma_bm64bn128" };
 
 /* K: whole steps of 64 and whole blocks of every format (Q4_K, Q6_K: 256),
  * more than two steps so both stages turn over. N = 1000 + f leaves a
  * partial column tile, odd N included, so both epilogue store paths
- * compile. */
-static void sig_for(char *buf, size_t size, int f, int v, int e)
+ * compile. BF16 has the TMA kernel's variants. */
+static void sig_for(char *buf, size_t size, int f, const char *variant, int e)
 {
-    wgmma_sig(buf, size, variants[v], (kiln_format)f, "bf16", 1000 + f, 768, epilogues[e],
-              "sm_90a");
+    wgmma_sig(buf, size, variant, (kiln_format)f, "bf16", 1000 + f, 768, epilogues[e], "sm_90a");
 }
 
 Test(wgmma, every_format_variant_and_epilogue_compiles_for_sm_90a, .timeout = 1200)
 {
-    enum { NV = KILN_ARRAY_LEN(variants), NE = KILN_ARRAY_LEN(epilogues) };
-    enum { JOBS = KILN_FMT_COUNT * NV * NE };
+    enum { NV = KILN_ARRAY_LEN(variants), NT = KILN_ARRAY_LEN(tma_variants) };
+    enum { NE = KILN_ARRAY_LEN(epilogues) };
+    enum { JOBS = (KILN_FMT_COUNT - 1) * NV * NE + NT * NE };
     static kiln_kernel_source src[JOBS];
     static kiln_compile_job jobs[JOBS];
     static char sigs[JOBS][512];
     int n = 0;
-    for (int f = 0; f < KILN_FMT_COUNT; f++)
-        for (int v = 0; v < NV; v++)
+    for (int f = 0; f < KILN_FMT_COUNT; f++) {
+        const int bf16 = f == KILN_FMT_BF16;
+        for (int v = 0; v < (bf16 ? NT : NV); v++)
             for (int e = 0; e < NE; e++, n++) {
-                sig_for(sigs[n], sizeof sigs[n], f, v, e);
+                sig_for(sigs[n], sizeof sigs[n], f, bf16 ? tma_variants[v] : variants[v], e);
                 cr_assert_eq(kiln_emit_text(kiln_registry_default(), sigs[n], &src[n]), KILN_OK,
                              "%s: %s", sigs[n], kiln_last_error());
                 jobs[n] = (kiln_compile_job){ .name = sigs[n], .entry = src[n].desc.entry,
                                               .source = src[n].text,
                                               .target = &src[n].desc.target };
             }
+    }
+    cr_assert_eq(n, JOBS);
     kiln_nvrtc *nv = open_nvrtc();
     const kiln_nvrtc_pool quiet = { .quiet = 1 };
     double start = kiln_now();
@@ -561,10 +682,13 @@ Test(wgmma, sass_runs_the_main_loop_on_hgmma, .timeout = 300)
         const char *variant;
         kiln_format f;
         const char *hgmma;
+        int tma; /* copies by TMA into mbarrier stages, else stores and a proxy fence */
     } cases[] = {
-        { "bm64bn64", KILN_FMT_BF16, "HGMMA.64x64x16.F32.BF16" },
-        { "bm64bn128", KILN_FMT_Q4_K, "HGMMA.64x128x16.F32.BF16" },
-        { "bm64bn128", KILN_FMT_NVFP4, "HGMMA.64x128x16.F32.BF16" },
+        { "bm64bn64", KILN_FMT_Q8_0, "HGMMA.64x64x16.F32.BF16", 0 },
+        { "bm64bn128", KILN_FMT_Q4_K, "HGMMA.64x128x16.F32.BF16", 0 },
+        { "bm64bn128", KILN_FMT_NVFP4, "HGMMA.64x128x16.F32.BF16", 0 },
+        { "tma_bm128bn256", KILN_FMT_BF16, "HGMMA.64x256x16.F32.BF16", 1 },
+        { "tma_bm64bn128", KILN_FMT_BF16, "HGMMA.64x64x16.F32.BF16", 1 },
     };
     kiln_nvrtc *nv = open_nvrtc();
     for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
@@ -590,7 +714,15 @@ Test(wgmma, sass_runs_the_main_loop_on_hgmma, .timeout = 300)
         cr_assert_eq(count(sass, "GMMA"), mma, "%s: no other MMA", sig);
         cr_assert_geq(count(sass, "WARPGROUP.ARRIVE"), 1, "%s", sig);
         cr_assert_geq(count(sass, "WARPGROUP.DEPBAR.LE gsb0, 0x0"), 1, "%s", sig);
-        cr_assert_geq(count(sass, "FENCE.VIEW.ASYNC.S"), 1, "%s: after a stage's stores", sig);
+        if (cases[i].tma) {
+            cr_assert_geq(count(sass, "UTMALDG.2D"), 2, "%s: x and W by TMA", sig);
+            cr_assert_geq(count(sass, "SYNCS"), 1, "%s: stages behind mbarriers", sig);
+            cr_assert_geq(count(sass, "WARPGROUP.DEPBAR.LE gsb0, 0x1"), 1,
+                          "%s: one stage of MMAs stays queued", sig);
+        } else {
+            cr_assert_geq(count(sass, "FENCE.VIEW.ASYNC.S"), 1, "%s: after a stage's stores",
+                          sig);
+        }
         cr_assert_eq(count(sass, "LDL"), 0, "%s: nothing in local memory", sig);
         cr_assert_eq(count(sass, "STL"), 0, "%s: nothing in local memory", sig);
         free(sass);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/plan.h"
 #include "core.h"
 #include "gpuutil.h"
 
@@ -62,6 +63,78 @@ Test(gpu_wgmma, every_format_matches_the_cpu, .timeout = 1200)
             kiln_graph_destroy(g);
             kt_weight_free(&w);
         }
+}
+
+/* How many of the plan's signatures name variant. */
+static int signatures_with(const kiln_plan *p, const char *variant)
+{
+    char want[64];
+    snprintf(want, sizeof want, "variant=%s ", variant);
+    int n = 0;
+    for (int i = 0; i < p->n_signatures; i++)
+        n += strstr(p->signatures[i].text, want) != NULL;
+    return n;
+}
+
+/* BF16 on the TMA kernel in each of its four tiles (the shapes
+ * bf16_tiles_fill_the_sms of the codegen suite picks them for on 132 SMs),
+ * with partial row and column tiles, odd N, more tiles than SMs (blocks
+ * loop over tiles), and K of one step, of fewer steps than stages and of
+ * more (the ring wraps inside a tile). */
+Test(gpu_wgmma, bf16_tma_tiles_match_the_cpu, .timeout = 1200)
+{
+    need_hopper();
+    fresh_cache();
+    kiln_target live;
+    cr_assert_eq(kiln_target_live(0, &live), KILN_OK, "%s", kiln_last_error());
+    kt_rng r = kt_rng_new(23);
+    static const struct {
+        int64_t n, k;
+        int64_t capture[2];
+        const char *variant[2]; /* on 132 SMs */
+        int64_t tokens[6];
+    } cases[] = {
+        { 4096, 128, { 64, 2048 }, { "tma_bm64bn128", "tma_bm128bn256" },
+          { 1, 63, 64, 65, 1000, 2048 } },
+        { 4099, 576, { 64, 2048 }, { "tma_bm64bn128", "tma_bm128bn128" },
+          { 2, 64, 127, 129, 1500, 2048 } },
+        { 33792, 64, { 64, 256 }, { "tma_bm64bn256", "tma_bm128bn256" },
+          { 1, 17, 64, 65, 200, 256 } },
+    };
+    int seen[4] = { 0 };
+    static const char *const all[] = { "tma_bm128bn256", "tma_bm128bn128", "tma_bm64bn256",
+                                       "tma_bm64bn128" };
+    for (size_t c = 0; c < KILN_ARRAY_LEN(cases); c++) {
+        kt_weight w;
+        kt_weight_make(&w, &r, KILN_FMT_BF16, cases[c].n, cases[c].k);
+        kiln_graph *g = kt_linear_graph(&w);
+        kiln_session_options o = { .cache.path = cache_path, .quiet = 1,
+                                    .plan = { .backend = "wgmma", .strict_backend = 1,
+                                              .capture = cases[c].capture, .n_capture = 2 } };
+        kiln_session *s = kt_session_create(g, &o);
+        const kiln_plan *p = kt_session_plan(s);
+        for (int v = 0; v < 2; v++)
+            if (live.sm_count == 132)
+                cr_assert_eq(signatures_with(p, cases[c].variant[v]), 1, "%lldx%lld: %s",
+                             (long long)cases[c].n, (long long)cases[c].k, cases[c].variant[v]);
+        for (size_t v = 0; v < KILN_ARRAY_LEN(all); v++)
+            seen[v] += signatures_with(p, all[v]);
+        char what[64];
+        snprintf(what, sizeof what, "bf16 %lldx%lld", (long long)cases[c].n,
+                 (long long)cases[c].k);
+        double worst = 0;
+        for (size_t i = 0; i < KILN_ARRAY_LEN(cases[c].tokens); i++)
+            worst = fmax(worst, kt_check_session(s, g, cases[c].tokens[i], &r, what, NULL));
+        fprintf(stderr, "wgmma tma %-16s |gpu-ref| <= %.2f of the bound\n", what, worst);
+        kt_session_destroy(s);
+        kiln_graph_destroy(g);
+        kt_weight_free(&w);
+    }
+    for (size_t v = 0; v < KILN_ARRAY_LEN(all); v++)
+        if (live.sm_count == 132)
+            cr_assert_gt(seen[v], 0, "%s ran", all[v]);
+        else if (!seen[v])
+            fprintf(stderr, "wgmma tma: %s not chosen on %d SMs\n", all[v], live.sm_count);
 }
 
 Test(gpu_wgmma, fused_ffn_matches_the_cpu, .timeout = 1200)

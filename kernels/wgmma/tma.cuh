@@ -1,0 +1,363 @@
+// The wgmma backend's Hopper GEMM for weights whose values are the
+// operand type itself (BF16, F16): y[m, N] = epilogue(x[m, K] · W[N, K]ᵀ)
+// with both operands brought into shared memory by the tensor memory
+// accelerator and multiplied by warpgroup MMAs reading them from there.
+//
+// Warp specialization. A block is three warpgroups. The first is the
+// producer: one thread of it issues the TMA copies of x[BM, 64] and
+// W[BN, 64] into a ring of Stages stages, each guarded by two mbarriers:
+// `full` completes when a stage's bytes have landed (the copies count
+// their bytes against it), `empty` when every consumer warp is done
+// reading it. The other two warpgroups consume: each owns a 64 × WN part
+// of the block's BM × BN tile (the two row halves when BM = 128, the
+// two column halves when BM = 64) and issues four wgmma k16 steps a stage,
+// reading both operands from shared memory. A consumer releases a stage
+// once the MMAs of the stage after it are issued and its own have
+// completed (wgmma.wait_group 1), so one stage of MMAs is always queued.
+//
+// Persistent tiles. grid.x is at most the SM count (the session clamps
+// it, kiln_launch.persistent); block b takes tiles b, b + grid.x, ...
+// in an order that walks GROUP row tiles down one column of tiles before
+// moving right, so the blocks running at once share the W tiles of a
+// column and the x tiles of a band in L2. The producer runs ahead into
+// the next tile while the consumers store this one.
+//
+// Shared layout. TMA writes each operand tile with the 128-byte swizzle:
+// row r of 64 BF16 (128 bytes) at r·128, its 16-byte chunk c at chunk c
+// ^ (r % 8). That is wgmma's K-major SWIZZLE_128B canonical layout with
+// 8-row groups 1024 bytes apart, so a descriptor of the tile's start
+// (1024-aligned) with SBO = 1024 reads it, and k16 step j is the same
+// descriptor 32·j bytes on.
+//
+// Bounds. x's map spans the bucket's rows and W's the N rows: TMA fills
+// boxes past either with zeros, so partial tiles need no code; their rows
+// and columns are computed and never stored. Rows past args.m (a bucket
+// run with fewer tokens) are not stored either.
+//
+// Registers. A consumer holds WN / 2 f32 accumulators a thread; at WN =
+// 256 (128 of them) the producer gives its registers back with
+// setmaxnreg so the consumers may hold 232.
+//
+// grid = (min(tiles, SMs)), block = 384 threads, dynamic shared memory
+// tile::smem_bytes, two __grid_constant__ tensor maps after the args: x
+// then W, both 2-D (K, rows), box (64, BM) and (64, BN), SWIZZLE_128B.
+#pragma once
+
+#include "kiln/epilogue.cuh"
+#include "kiln/kiln_args.h"
+#include "kiln/kiln_types.cuh"
+
+namespace kiln {
+
+// A CUtensorMap: 128 opaque bytes the driver encodes on the host.
+struct alignas(64) tma_map {
+    unsigned long long v[16];
+};
+
+template <int BM, int BN, int Stages>
+struct tma_tile {
+    static_assert(BM == 64 || BM == 128, "one or two consumer row halves of 64");
+    static constexpr int bm = BM, bn = BN, bk = 64, stages = Stages;
+    static constexpr int consumers = 2, threads = 128 * (consumers + 1);
+    // a consumer's columns: all of them, or half when the two split N
+    static constexpr int wn = BM == 128 ? BN : BN / 2;
+    static_assert(wn == 64 || wn == 128 || wn == 256, "wgmma has n64, n128 and n256 here");
+    static constexpr int x_bytes = bm * bk * 2, w_bytes = bn * bk * 2;
+    static constexpr int stage_bytes = x_bytes + w_bytes;
+    // 1024 bytes of slack to align the tiles for the swizzle, then the
+    // full and empty barriers
+    static constexpr int smem_bytes = 1024 + stages * stage_bytes + 2 * stages * 8;
+    // row tiles walked down a column before the next column
+    static constexpr int group = 8;
+};
+
+// The operand types, each a set of tma_mma specializations.
+struct tma_bf16 {
+};
+
+#define KILN_TMA_ACC8(d, i)                                                                       \
+    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]),   \
+        "+f"(d[i + 6]), "+f"(d[i + 7])
+
+// d[64 x 64] (+)= A · B: 32 accumulators a thread.
+#define KILN_TMA_MMA_N64(instr, tail, d, a, b, scale_d)                                  \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" instr " {"         \
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "  \
+                 "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "  \
+                 "%24, %25, %26, %27, %28, %29, %30, %31"  \
+                 "}, %32, %33, p" tail ";\n}\n"                                       \
+                 : KILN_TMA_ACC8(d, 0), KILN_TMA_ACC8(d, 8), KILN_TMA_ACC8(d, 16),  \
+                   KILN_TMA_ACC8(d, 24)  \
+                 : "l"(a), "l"(b), "r"(scale_d))
+
+// d[64 x 128] (+)= A · B: 64 accumulators a thread.
+#define KILN_TMA_MMA_N128(instr, tail, d, a, b, scale_d)                                  \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" instr " {"         \
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "  \
+                 "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "  \
+                 "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "  \
+                 "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "  \
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, "  \
+                 "%60, %61, %62, %63"  \
+                 "}, %64, %65, p" tail ";\n}\n"                                       \
+                 : KILN_TMA_ACC8(d, 0), KILN_TMA_ACC8(d, 8), KILN_TMA_ACC8(d, 16),  \
+                   KILN_TMA_ACC8(d, 24), KILN_TMA_ACC8(d, 32), KILN_TMA_ACC8(d, 40),  \
+                   KILN_TMA_ACC8(d, 48), KILN_TMA_ACC8(d, 56)  \
+                 : "l"(a), "l"(b), "r"(scale_d))
+
+// d[64 x 256] (+)= A · B: 128 accumulators a thread.
+#define KILN_TMA_MMA_N256(instr, tail, d, a, b, scale_d)                                  \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n" instr " {"         \
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "  \
+                 "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "  \
+                 "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "  \
+                 "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "  \
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, "  \
+                 "%60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, "  \
+                 "%72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, "  \
+                 "%84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "  \
+                 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, "  \
+                 "%108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, "  \
+                 "%120, %121, %122, %123, %124, %125, %126, %127"  \
+                 "}, %128, %129, p" tail ";\n}\n"                                       \
+                 : KILN_TMA_ACC8(d, 0), KILN_TMA_ACC8(d, 8), KILN_TMA_ACC8(d, 16),  \
+                   KILN_TMA_ACC8(d, 24), KILN_TMA_ACC8(d, 32), KILN_TMA_ACC8(d, 40),  \
+                   KILN_TMA_ACC8(d, 48), KILN_TMA_ACC8(d, 56), KILN_TMA_ACC8(d, 64),  \
+                   KILN_TMA_ACC8(d, 72), KILN_TMA_ACC8(d, 80), KILN_TMA_ACC8(d, 88),  \
+                   KILN_TMA_ACC8(d, 96), KILN_TMA_ACC8(d, 104), KILN_TMA_ACC8(d, 112),  \
+                   KILN_TMA_ACC8(d, 120)  \
+                 : "l"(a), "l"(b), "r"(scale_d))
+
+// d[64 x N] (+)= A[64 x 16] · B[N x 16]ᵀ, both K-major in shared memory;
+// scale_d 0 starts the sum.
+template <class Op, int N>
+struct tma_mma;
+
+#define KILN_TMA_MMA(Op, n, type)                                                                 \
+    template <>                                                                                   \
+    struct tma_mma<Op, n> {                                                                       \
+        static __device__ __forceinline__ void run(float (&d)[n / 2], unsigned long long a,      \
+                                                   unsigned long long b, int scale_d)             \
+        {                                                                                         \
+            KILN_TMA_MMA_N##n("wgmma.mma_async.sync.aligned.m64n" #n "k16.f32." type "." type,  \
+                              ", 1, 1, 0, 0", d, a, b, scale_d);                                 \
+        }                                                                                         \
+    };
+
+KILN_TMA_MMA(tma_bf16, 64, "bf16")
+KILN_TMA_MMA(tma_bf16, 128, "bf16")
+KILN_TMA_MMA(tma_bf16, 256, "bf16")
+
+#undef KILN_TMA_MMA
+#undef KILN_TMA_MMA_N64
+#undef KILN_TMA_MMA_N128
+#undef KILN_TMA_MMA_N256
+#undef KILN_TMA_ACC8
+
+__device__ __forceinline__ u32 tma_smem_address(const void *p)
+{
+    return (u32)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void tma_bar_init(u32 bar, u32 count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void tma_bar_expect(u32 bar, u32 bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void tma_bar_arrive(u32 bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+// Until the phase of parity `parity` of bar has completed.
+__device__ __forceinline__ void tma_bar_wait(u32 bar, u32 parity)
+{
+    u32 done;
+    do {
+        asm volatile("{\n"
+                     ".reg .pred p;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n"
+                     "}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+
+// The box of map at (c0 along K, c1 rows) into dst, counted on bar.
+__device__ __forceinline__ void tma_load(u32 dst, const tma_map &map, u32 bar, int c0, int c1)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
+                 "l"(reinterpret_cast<unsigned long long>(&map)), "r"(bar), "r"(c0), "r"(c1)
+                 : "memory");
+}
+
+// The SWIZZLE_128B K-major descriptor of a tile at addr: start address,
+// LBO 1 (unused by swizzled K-major layouts), SBO 1024 bytes, base offset
+// 0 (the tile is 1024-aligned), layout 1 (128-byte swizzle).
+__device__ __forceinline__ unsigned long long tma_desc(u32 addr)
+{
+    return (unsigned long long)((addr & 0x3FFFFu) >> 4) | (1ull << 16) |
+           ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);
+}
+
+template <int R>
+__device__ __forceinline__ void tma_pin(float (&acc)[R])
+{
+#pragma unroll
+    for (int i = 0; i < R; i++)
+        asm volatile("" : "+f"(acc[i])::"memory");
+}
+
+// Tile t of a (rows × cols) grid of tiles, GROUP rows down a column at a
+// time.
+template <int Group>
+__device__ __forceinline__ void tma_tile_at(int t, int rows, int cols, int &row, int &col)
+{
+    const int band = t / (Group * cols), first = band * Group;
+    const int height = rows - first < Group ? rows - first : Group;
+    const int in = t - band * Group * cols;
+    row = first + in % height;
+    col = in / height;
+}
+
+template <class Op, class Tile, class Epilogue, int N, int K>
+__device__ void tma_gemm(const kiln_linear_args &args, const tma_map &tx, const tma_map &tw)
+{
+    static_assert(K % Tile::bk == 0, "K is whole steps of 64");
+    constexpr int steps = K / Tile::bk, k16 = Tile::bk / 16;
+    constexpr int col_tiles = (N + Tile::bn - 1) / Tile::bn;
+
+    extern __shared__ u8 smem_raw[];
+    const u32 raw = tma_smem_address(smem_raw);
+    const u32 tiles_at = (raw + 1023) & ~1023u;
+    const u32 full_at = tiles_at + Tile::stages * Tile::stage_bytes;
+    const u32 empty_at = full_at + Tile::stages * 8;
+
+    const int warpgroup = threadIdx.x / 128;
+    const int m = args.m;
+    const int row_tiles = (m + Tile::bm - 1) / Tile::bm;
+    const int tiles = row_tiles * col_tiles;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < Tile::stages; s++) {
+            tma_bar_init(full_at + 8 * s, 1);
+            tma_bar_init(empty_at + 8 * s, 4 * Tile::consumers);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {
+        if constexpr (Tile::wn == 256)
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (threadIdx.x != 0)
+            return;
+        int stage = 0;
+        u32 phase = 0;
+        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+            int tr, tc;
+            tma_tile_at<Tile::group>(t, row_tiles, col_tiles, tr, tc);
+            for (int s = 0; s < steps; s++) {
+                const u32 full = full_at + 8 * stage;
+                tma_bar_wait(empty_at + 8 * stage, phase ^ 1);
+                tma_bar_expect(full, Tile::stage_bytes);
+                const u32 xs = tiles_at + stage * Tile::stage_bytes;
+                tma_load(xs, tx, full, s * Tile::bk, tr * Tile::bm);
+                tma_load(xs + Tile::x_bytes, tw, full, s * Tile::bk, tc * Tile::bn);
+                if (++stage == Tile::stages) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+        }
+        return;
+    }
+
+    if constexpr (Tile::wn == 256)
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    const int c = warpgroup - 1;
+    const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+    // this consumer's part of the tile: rows and columns from its corner
+    const int part_row = Tile::bm == 128 ? 64 * c : 0;
+    const int part_col = Tile::bm == 128 ? 0 : Tile::wn * c;
+    int stage = 0;
+    u32 phase = 0;
+    float acc[Tile::wn / 2];
+    u16 *__restrict__ y = static_cast<u16 *>(args.y);
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        int tr, tc;
+        tma_tile_at<Tile::group>(t, row_tiles, col_tiles, tr, tc);
+#pragma unroll
+        for (int i = 0; i < Tile::wn / 2; i++)
+            acc[i] = 0.0f;
+        int last = 0;
+#pragma unroll 1
+        for (int s = 0; s < steps; s++) {
+            tma_bar_wait(full_at + 8 * stage, phase);
+            const u32 xs = tiles_at + stage * Tile::stage_bytes;
+            const unsigned long long a = tma_desc(xs + part_row * 128);
+            const unsigned long long b = tma_desc(xs + Tile::x_bytes + part_col * 128);
+            tma_pin(acc);
+            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+            for (int j = 0; j < k16; j++)
+                tma_mma<Op, Tile::wn>::run(acc, a + 2 * j, b + 2 * j, 1);
+            asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+            tma_pin(acc);
+            if (s > 0 && lane == 0)
+                tma_bar_arrive(empty_at + 8 * last);
+            last = stage;
+            if (++stage == Tile::stages) {
+                stage = 0;
+                phase ^= 1;
+            }
+        }
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        tma_pin(acc);
+        if (lane == 0)
+            tma_bar_arrive(empty_at + 8 * last);
+
+        // Accumulator (PTX ISA, wgmma D fragment): warp w holds rows
+        // 16w..16w+15; lane l rows 16w + l/4 (+ 8), in each 8-column
+        // group j the columns 8j + 2(l%4) and the next.
+        const int row0 = tr * Tile::bm + part_row + 16 * warp + lane / 4;
+        const int col0 = tc * Tile::bn + part_col + 2 * (lane % 4);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int row = row0 + 8 * h;
+            if (row >= m)
+                continue;
+#pragma unroll
+            for (int j = 0; j < Tile::wn / 8; j++) {
+                const int col = col0 + 8 * j;
+                const i64 at = (i64)row * N + col;
+                const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+                if constexpr (N % 2 == 0) {
+                    if (col < N)
+                        *reinterpret_cast<u32 *>(y + at) =
+                            (u32)f32_to_bf16(epilogue_apply<Epilogue>(args, v0, col, at)) |
+                            ((u32)f32_to_bf16(epilogue_apply<Epilogue>(args, v1, col + 1, at + 1))
+                             << 16);
+                } else {
+                    if (col < N)
+                        y[at] = f32_to_bf16(epilogue_apply<Epilogue>(args, v0, col, at));
+                    if (col + 1 < N)
+                        y[at + 1] =
+                            f32_to_bf16(epilogue_apply<Epilogue>(args, v1, col + 1, at + 1));
+                }
+            }
+        }
+    }
+}
+
+} // namespace kiln
