@@ -191,7 +191,7 @@ static kiln_status gemv_check(const kiln_target *t, const kiln_linear_kernel *k,
     if (!v)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv: no variant \"%s\" (m1, m2, m4, m8, m16)",
                          k->variant);
-    kiln_status common = kiln_linear_kernel_check("gemv", k);
+    kiln_status common = kiln_linear_kernel_check("gemv", k, KILN_ACT_BF16);
     if (common != KILN_OK)
         return common;
     char why[256];

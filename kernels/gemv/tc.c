@@ -239,7 +239,7 @@ static kiln_status tc_check(const kiln_target *t, const kiln_linear_kernel *k,
     if (!(*v = variant_named(k->variant)))
         return kiln_fail(KILN_ERR_UNSUPPORTED,
                          "gemv_tc: no variant \"%s\" (tc1, tc2, tc4, tc8, tc16)", k->variant);
-    kiln_status common = kiln_linear_kernel_check("gemv_tc", k);
+    kiln_status common = kiln_linear_kernel_check("gemv_tc", k, KILN_ACT_BF16);
     if (common != KILN_OK)
         return common;
     char why[256];

@@ -101,11 +101,12 @@ const kiln_backend *kiln_registry_find(const kiln_registry *r, const char *name)
     return NULL;
 }
 
-kiln_status kiln_linear_kernel_check(const char *backend, const kiln_linear_kernel *k)
+kiln_status kiln_linear_kernel_check(const char *backend, const kiln_linear_kernel *k,
+                                     kiln_act act)
 {
-    if (k->act != KILN_ACT_BF16)
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: activations must be bf16, not %s", backend,
-                         kiln_act_name(k->act));
+    if (k->act != act)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: activations must be %s, not %s", backend,
+                         kiln_act_name(act), kiln_act_name(k->act));
     if ((k->cfg.epilogue & KILN_EPI_RESIDUAL) && (k->cfg.epilogue & KILN_EPI_SILU_MUL))
         return kiln_fail(KILN_ERR_UNSUPPORTED,
                          "%s: residual and silu_mul cannot both be fused (one aux input)", backend);

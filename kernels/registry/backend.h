@@ -122,10 +122,11 @@ kiln_status kiln_backend_source(char *buf, size_t size, const char *backend, con
 /* An is_supported hook: any target from sm_75 (kiln's oldest). */
 int kiln_sm75_or_newer(const kiln_target *t, char *why, size_t size);
 
-/* What every W*A16 kernel requires of k: BF16 activations, at most one
- * aux input (residual or silu_mul), a kiln_format. KILN_ERR_UNSUPPORTED,
- * naming backend, for anything else. */
-kiln_status kiln_linear_kernel_check(const char *backend, const kiln_linear_kernel *k);
+/* What every linear kernel requires of k: activations in scheme act (BF16
+ * for every W*A16 kernel), at most one aux input (residual or silu_mul), a
+ * kiln_format. KILN_ERR_UNSUPPORTED, naming backend, for anything else. */
+kiln_status kiln_linear_kernel_check(const char *backend, const kiln_linear_kernel *k,
+                                     kiln_act act);
 
 /* The portable fallback: dequantize + f32 FMA, every format, sm_75+. */
 extern const kiln_backend kiln_backend_simt;

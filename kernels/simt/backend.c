@@ -71,7 +71,7 @@ static kiln_status simt_check(const kiln_linear_kernel *k, const simt_tile **out
     if (!tile)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "simt: no variant \"%s\" (t16x64, t64x64, t128x128)",
                          k->variant);
-    kiln_status common = kiln_linear_kernel_check("simt", k);
+    kiln_status common = kiln_linear_kernel_check("simt", k, KILN_ACT_BF16);
     if (common != KILN_OK)
         return common;
     *out = tile;

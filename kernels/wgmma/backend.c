@@ -55,7 +55,7 @@ static unsigned smem_bytes(const wgmma_tile *tile)
 
 /* The TMA kernel's block, as tma.cuh's tma_tile fixes it. */
 enum {
-    TMA_BK = 64,             /* K a stage: 128 bytes of BF16, the swizzle's span */
+    TMA_ROW_BYTES = 128,     /* K a stage: 128 bytes of each row, the swizzle's span */
     TMA_THREADS = 384,       /* a producer and two consumer warpgroups */
     TMA_STAGE_BUDGET = 200 * 1024, /* the ring's bytes: room for the barriers, and L1 */
     TMA_MAX_STAGES = 8,
@@ -85,7 +85,7 @@ static const kiln_variant_table tma_table = KILN_VARIANT_TABLE(tma_tile, tma_til
 
 static int tma_stages(const tma_tile *tile)
 {
-    int stages = TMA_STAGE_BUDGET / ((tile->bm + tile->bn) * TMA_BK * 2);
+    int stages = TMA_STAGE_BUDGET / ((tile->bm + tile->bn) * TMA_ROW_BYTES);
     return stages > TMA_MAX_STAGES ? TMA_MAX_STAGES : stages;
 }
 
@@ -93,13 +93,40 @@ static int tma_stages(const tma_tile *tile)
 static unsigned tma_smem_bytes(const tma_tile *tile)
 {
     int stages = tma_stages(tile);
-    return (unsigned)(1024 + stages * (tile->bm + tile->bn) * TMA_BK * 2 + 2 * stages * 8);
+    return (unsigned)(1024 + stages * (tile->bm + tile->bn) * TMA_ROW_BYTES + 2 * stages * 8);
 }
 
-/* The formats the TMA kernel multiplies as they are stored. */
+/* The formats the TMA kernel multiplies as they are stored: BF16 on BF16
+ * activations, E4M3 with a scale for the tensor or each row on E4M3
+ * activations with a scale for each token. */
 static int tma_format(kiln_format f)
 {
-    return f == KILN_FMT_BF16;
+    return f == KILN_FMT_BF16 || f == KILN_FMT_FP8_TENSOR || f == KILN_FMT_FP8_CHANNEL;
+}
+
+static int tma_fp8(kiln_format f)
+{
+    return f == KILN_FMT_FP8_TENSOR || f == KILN_FMT_FP8_CHANNEL;
+}
+
+static kiln_act wgmma_act(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket)
+{
+    (void)t;
+    (void)bucket;
+    return tma_fp8(c->format) ? KILN_ACT_FP8_TOKEN : KILN_ACT_BF16;
+}
+
+/* A consumer's columns: the tile's, or half when the two split N. */
+static int tma_consumer_cols(const tma_tile *tile)
+{
+    return tile->bm == 128 ? tile->bn : tile->bn / 2;
+}
+
+/* E4M3 sums a stage in a second set of accumulators (tma.cuh), which 128
+ * columns a consumer leave room for. */
+static int tma_tile_takes(const tma_tile *tile, kiln_format f)
+{
+    return !tma_fp8(f) || tma_consumer_cols(tile) <= 128;
 }
 
 /* SMs the tiles are spread over: the target's, or an H100's where the
@@ -111,13 +138,15 @@ static int64_t tma_sms(const kiln_target *t)
 
 /* The tile of least estimated time for m × n on t: whole waves of tiles
  * over the SMs, each tile's work at its speed. Ties go to the larger. */
-static const tma_tile *tma_choose(const kiln_target *t, int64_t m, int64_t n)
+static const tma_tile *tma_choose(const kiln_target *t, kiln_format f, int64_t m, int64_t n)
 {
     const int64_t sms = tma_sms(t);
     const tma_tile *best = NULL;
     double best_time = 0;
     for (size_t i = 0; i < KILN_ARRAY_LEN(tma_tiles); i++) {
         const tma_tile *tile = &tma_tiles[i];
+        if (!tma_tile_takes(tile, f))
+            continue;
         int64_t count = kiln_ceil_div(m, tile->bm) * kiln_ceil_div(n, tile->bn);
         double waves = (double)kiln_ceil_div(count, sms);
         double time = waves * tile->bm * tile->bn / tile->speed;
@@ -132,7 +161,7 @@ static const tma_tile *tma_choose(const kiln_target *t, int64_t m, int64_t n)
 static void wgmma_variant(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket,
                           char *buf, size_t size)
 {
-    const char *name = tma_format(c->format) ? tma_choose(t, bucket, c->n)->name
+    const char *name = tma_format(c->format) ? tma_choose(t, c->format, bucket, c->n)->name
                                              : kiln_variant_name_for_bucket(&tile_table, bucket);
     snprintf(buf, size, "%s", name);
 }
@@ -185,21 +214,25 @@ static kiln_status wgmma_check(const kiln_target *t, const kiln_linear_kernel *k
                                const wgmma_tile **out, const tma_tile **tma)
 {
     char why[128];
-    *out = tile_named(k->variant);
-    *tma = kiln_variant_named(&tma_table, k->variant);
-    if (tma_format(k->cfg.format) ? !*tma : !*out)
+    if (!kiln_format_get(k->cfg.format))
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "wgmma: format %d is not a kiln_format",
+                         (int)k->cfg.format);
+    const int direct = tma_format(k->cfg.format);
+    *out = direct ? NULL : tile_named(k->variant);
+    *tma = direct ? kiln_variant_named(&tma_table, k->variant) : NULL;
+    if (!*out && !*tma)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "wgmma: no variant \"%s\" for %s (%s)", k->variant,
                          kiln_format_get(k->cfg.format)->name,
-                         tma_format(k->cfg.format)
-                             ? "tma_bm128bn256, tma_bm128bn128, tma_bm64bn256, tma_bm64bn128"
-                             : "bm64bn64, bm64bn128");
-    if (tma_format(k->cfg.format))
-        *out = NULL;
-    else
-        *tma = NULL;
+                         direct ? "tma_bm128bn256, tma_bm128bn128, tma_bm64bn256, tma_bm64bn128"
+                                : "bm64bn64, bm64bn128");
+    if (*tma && !tma_tile_takes(*tma, k->cfg.format))
+        return kiln_fail(KILN_ERR_UNSUPPORTED,
+                         "wgmma: %s sums E4M3 in two sets of accumulators, which %d columns a "
+                         "consumer leave no registers for",
+                         k->variant, tma_consumer_cols(*tma));
     if (!wgmma_is_supported(t, why, sizeof why))
         return kiln_fail(KILN_ERR_UNSUPPORTED, "wgmma: %s", why);
-    kiln_status common = kiln_linear_kernel_check("wgmma", k);
+    kiln_status common = kiln_linear_kernel_check("wgmma", k, wgmma_act(t, &k->cfg, 0));
     if (common != KILN_OK)
         return common;
     if (shape_refused(&k->cfg, why, sizeof why))
@@ -210,12 +243,16 @@ static kiln_status wgmma_check(const kiln_target *t, const kiln_linear_kernel *k
 static kiln_status emit_tma(const kiln_linear_kernel *k, const tma_tile *tile, const char *entry,
                             char *buf, size_t size)
 {
+    const char *scale = k->cfg.format == KILN_FMT_FP8_TENSOR    ? "tma_token_scaled<false>"
+                        : k->cfg.format == KILN_FMT_FP8_CHANNEL ? "tma_token_scaled<true>"
+                                                                : "tma_unscaled";
     char epi_args[96];
     return kiln_backend_source(
         buf, size, "wgmma",
         "#include \"kiln/tma.cuh\"\n"
         "\n"
         "using tile = kiln::tma_tile</*bm*/ %d, /*bn*/ %d, /*stages*/ %d>;\n"
+        "using scale = kiln::%s;\n"
         "using epilogue = kiln::epilogue<%s>;\n"
         "static_assert(tile::smem_bytes == %u, \"the launch's dynamic shared memory\");\n"
         "\n"
@@ -223,11 +260,12 @@ static kiln_status emit_tma(const kiln_linear_kernel *k, const tma_tile *tile, c
         "%s(const kiln_linear_args args, const __grid_constant__ kiln::tma_map x,\n"
         "    const __grid_constant__ kiln::tma_map w)\n"
         "{\n"
-        "    kiln::tma_gemm<kiln::tma_bf16, tile, epilogue, /*n*/ %lld, /*k*/ %lld>(args, x, w);\n"
+        "    kiln::tma_gemm<kiln::%s, tile, scale, epilogue, /*n*/ %lld, /*k*/ %lld>(args, x, w);\n"
         "}\n",
-        tile->bm, tile->bn, tma_stages(tile),
+        tile->bm, tile->bn, tma_stages(tile), scale,
         kiln_epilogue_template_args(k->cfg.epilogue, epi_args, sizeof epi_args),
-        tma_smem_bytes(tile), entry, (long long)k->cfg.n, (long long)k->cfg.k);
+        tma_smem_bytes(tile), entry, tma_fp8(k->cfg.format) ? "tma_e4m3" : "tma_bf16",
+        (long long)k->cfg.n, (long long)k->cfg.k);
 }
 
 static kiln_status wgmma_emit(const kiln_target *t, const kiln_linear_kernel *k, const char *entry,
@@ -260,13 +298,14 @@ static kiln_status wgmma_emit(const kiln_target *t, const kiln_linear_kernel *k,
         smem_bytes(tile), entry, (long long)k->cfg.n, (long long)k->cfg.k);
 }
 
-/* A 2-D map of a row-major BF16 matrix of rows × k, read in boxes of
- * TMA_BK × box_rows with the 128-byte swizzle. */
-static kiln_tma tma_bf16_map(kiln_tma_source source, int64_t rows, int64_t k, int box_rows)
+/* A 2-D map of a row-major matrix of rows × k values of elem bytes, read
+ * in boxes of 128 bytes of K × box_rows with the 128-byte swizzle. */
+static kiln_tma tma_map(kiln_tma_source source, unsigned elem, int64_t rows, int64_t k,
+                        int box_rows)
 {
-    return (kiln_tma){ .source = source, .elem_bytes = 2,
-                       .dims = { (uint64_t)k, (uint64_t)rows }, .row_bytes = (uint64_t)k * 2,
-                       .box = { TMA_BK, (unsigned)box_rows }, .swizzle = 128 };
+    return (kiln_tma){ .source = source, .elem_bytes = elem,
+                       .dims = { (uint64_t)k, (uint64_t)rows }, .row_bytes = (uint64_t)k * elem,
+                       .box = { TMA_ROW_BYTES / elem, (unsigned)box_rows }, .swizzle = 128 };
 }
 
 static kiln_status wgmma_launch(const kiln_target *t, const kiln_linear_kernel *k, int64_t m,
@@ -281,14 +320,15 @@ static kiln_status wgmma_launch(const kiln_target *t, const kiln_linear_kernel *
         return kiln_fail(KILN_ERR_SHAPE, "wgmma %s: cannot launch for M = %lld (1 to %lld)",
                          k->variant, (long long)m, (long long)WGMMA_MAX_GRID_Y * WGMMA_BM);
     if (tma) {
+        const unsigned elem = tma_fp8(k->cfg.format) ? 1 : 2;
         *out = (kiln_launch){
             .grid = { (unsigned)(kiln_ceil_div(m, tma->bm) * kiln_ceil_div(k->cfg.n, tma->bn)),
                       1, 1 },
             .block = { TMA_THREADS, 1, 1 },
             .smem = tma_smem_bytes(tma),
             .persistent = 1,
-            .tma = { tma_bf16_map(KILN_TMA_X, m, k->cfg.k, tma->bm),
-                     tma_bf16_map(KILN_TMA_W, k->cfg.n, k->cfg.k, tma->bn) },
+            .tma = { tma_map(KILN_TMA_X, elem, m, k->cfg.k, tma->bm),
+                     tma_map(KILN_TMA_W, elem, k->cfg.n, k->cfg.k, tma->bn) },
             .n_tma = 2,
         };
         return KILN_OK;
@@ -308,6 +348,7 @@ const kiln_backend kiln_backend_wgmma = {
     .epilogues = KILN_EPI_ALL,
     .is_supported = wgmma_is_supported,
     .can_implement = wgmma_can_implement,
+    .act = wgmma_act,
     .variant = wgmma_variant,
     .emit = wgmma_emit,
     .launch = wgmma_launch,

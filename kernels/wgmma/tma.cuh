@@ -54,15 +54,17 @@ struct alignas(64) tma_map {
     unsigned long long v[16];
 };
 
+// A stage holds 128 bytes of K of every row, the swizzle's span: 64 BF16
+// or 128 E4M3 values, four MMA k-steps of 32 bytes either way.
 template <int BM, int BN, int Stages>
 struct tma_tile {
     static_assert(BM == 64 || BM == 128, "one or two consumer row halves of 64");
-    static constexpr int bm = BM, bn = BN, bk = 64, stages = Stages;
+    static constexpr int bm = BM, bn = BN, row_bytes = 128, stages = Stages;
     static constexpr int consumers = 2, threads = 128 * (consumers + 1);
     // a consumer's columns: all of them, or half when the two split N
     static constexpr int wn = BM == 128 ? BN : BN / 2;
     static_assert(wn == 64 || wn == 128 || wn == 256, "wgmma has n64, n128 and n256 here");
-    static constexpr int x_bytes = bm * bk * 2, w_bytes = bn * bk * 2;
+    static constexpr int x_bytes = bm * row_bytes, w_bytes = bn * row_bytes;
     static constexpr int stage_bytes = x_bytes + w_bytes;
     // 1024 bytes of slack to align the tiles for the swizzle, then the
     // full and empty barriers
@@ -71,8 +73,49 @@ struct tma_tile {
     static constexpr int group = 8;
 };
 
-// The operand types, each a set of tma_mma specializations.
+// The operand types, each with its tma_mma specializations. E4M3 sums are
+// promoted: the tensor cores add FP8 products with fewer bits than f32
+// holds, so each stage's MMAs start a fresh sum that is then added to the
+// f32 accumulators in registers (DeepGEMM's remedy), and a scale
+// policy turns the integer-scaled sum into the output.
 struct tma_bf16 {
+    static constexpr int elem_bytes = 2;
+    static constexpr bool promote = false;
+};
+struct tma_e4m3 {
+    static constexpr int elem_bytes = 1;
+    static constexpr bool promote = true;
+};
+
+// Scale policies, applied to a sum before the epilogue.
+struct tma_unscaled {
+    __device__ __forceinline__ tma_unscaled(const kiln_linear_args &, int) {}
+    __device__ __forceinline__ float row(int) const { return 1.0f; }
+    __device__ __forceinline__ float col(int) const { return 1.0f; }
+};
+
+// fp8-token activations (one f32 scale a row, stored byte by byte after
+// the bucket's [m, K] codes) times an E4M3 weight with one f32 scale, or
+// one a row of W (an output column).
+template <bool PerChannel>
+struct tma_token_scaled {
+    const u8 *x_scale;
+    const float *w_scale;
+    float tensor;
+    __device__ __forceinline__ tma_token_scaled(const kiln_linear_args &args, int k)
+        : x_scale(static_cast<const u8 *>(args.x) + (i64)args.m * k),
+          w_scale(static_cast<const float *>(args.w_scale)),
+          tensor(PerChannel ? 1.0f : *static_cast<const float *>(args.w_scale))
+    {
+    }
+    __device__ __forceinline__ float row(int r) const
+    {
+        const u8 *p = x_scale + 4 * (i64)r;
+        return __uint_as_float((u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) |
+                               ((u32)p[3] << 24)) *
+               tensor;
+    }
+    __device__ __forceinline__ float col(int c) const { return PerChannel ? w_scale[c] : 1.0f; }
 };
 
 #define KILN_TMA_ACC8(d, i)                                                                       \
@@ -133,20 +176,24 @@ struct tma_bf16 {
 template <class Op, int N>
 struct tma_mma;
 
-#define KILN_TMA_MMA(Op, n, type)                                                                 \
+// BF16 takes k16 steps with the transpose immediates (none), E4M3 k32
+// steps without them; both read 32 bytes of K a step.
+#define KILN_TMA_MMA(Op, n, kind, tail)                                                           \
     template <>                                                                                   \
     struct tma_mma<Op, n> {                                                                       \
         static __device__ __forceinline__ void run(float (&d)[n / 2], unsigned long long a,      \
                                                    unsigned long long b, int scale_d)             \
         {                                                                                         \
-            KILN_TMA_MMA_N##n("wgmma.mma_async.sync.aligned.m64n" #n "k16.f32." type "." type,  \
-                              ", 1, 1, 0, 0", d, a, b, scale_d);                                 \
+            KILN_TMA_MMA_N##n("wgmma.mma_async.sync.aligned.m64n" #n kind, tail, d, a, b,        \
+                              scale_d);                                                           \
         }                                                                                         \
     };
 
-KILN_TMA_MMA(tma_bf16, 64, "bf16")
-KILN_TMA_MMA(tma_bf16, 128, "bf16")
-KILN_TMA_MMA(tma_bf16, 256, "bf16")
+KILN_TMA_MMA(tma_bf16, 64, "k16.f32.bf16.bf16", ", 1, 1, 0, 0")
+KILN_TMA_MMA(tma_bf16, 128, "k16.f32.bf16.bf16", ", 1, 1, 0, 0")
+KILN_TMA_MMA(tma_bf16, 256, "k16.f32.bf16.bf16", ", 1, 1, 0, 0")
+KILN_TMA_MMA(tma_e4m3, 64, "k32.f32.e4m3.e4m3", ", 1, 1")
+KILN_TMA_MMA(tma_e4m3, 128, "k32.f32.e4m3.e4m3", ", 1, 1")
 
 #undef KILN_TMA_MMA
 #undef KILN_TMA_MMA_N64
@@ -229,11 +276,13 @@ __device__ __forceinline__ void tma_tile_at(int t, int rows, int cols, int &row,
     col = in / height;
 }
 
-template <class Op, class Tile, class Epilogue, int N, int K>
+template <class Op, class Tile, class Scale, class Epilogue, int N, int K>
 __device__ void tma_gemm(const kiln_linear_args &args, const tma_map &tx, const tma_map &tw)
 {
-    static_assert(K % Tile::bk == 0, "K is whole steps of 64");
-    constexpr int steps = K / Tile::bk, k16 = Tile::bk / 16;
+    constexpr int bk = Tile::row_bytes / Op::elem_bytes; // K a stage
+    static_assert(K % 64 == 0, "K is whole steps of 64; a last partial E4M3 stage reads zeros");
+    static_assert(!Op::promote || Tile::wn <= 128, "the promoted sum needs a second set");
+    constexpr int steps = (K + bk - 1) / bk, ksteps = Tile::row_bytes / 32;
     constexpr int col_tiles = (N + Tile::bn - 1) / Tile::bn;
 
     extern __shared__ u8 smem_raw[];
@@ -271,8 +320,8 @@ __device__ void tma_gemm(const kiln_linear_args &args, const tma_map &tx, const 
                 tma_bar_wait(empty_at + 8 * stage, phase ^ 1);
                 tma_bar_expect(full, Tile::stage_bytes);
                 const u32 xs = tiles_at + stage * Tile::stage_bytes;
-                tma_load(xs, tx, full, s * Tile::bk, tr * Tile::bm);
-                tma_load(xs + Tile::x_bytes, tw, full, s * Tile::bk, tc * Tile::bn);
+                tma_load(xs, tx, full, s * bk, tr * Tile::bm);
+                tma_load(xs + Tile::x_bytes, tw, full, s * bk, tc * Tile::bn);
                 if (++stage == Tile::stages) {
                     stage = 0;
                     phase ^= 1;
@@ -292,6 +341,9 @@ __device__ void tma_gemm(const kiln_linear_args &args, const tma_map &tx, const 
     int stage = 0;
     u32 phase = 0;
     float acc[Tile::wn / 2];
+    // the promoted formats' stage sum (unused by the others)
+    float part[Op::promote ? Tile::wn / 2 : 1];
+    const Scale scale(args, K);
     u16 *__restrict__ y = static_cast<u16 *>(args.y);
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
         int tr, tc;
@@ -306,26 +358,44 @@ __device__ void tma_gemm(const kiln_linear_args &args, const tma_map &tx, const 
             const u32 xs = tiles_at + stage * Tile::stage_bytes;
             const unsigned long long a = tma_desc(xs + part_row * 128);
             const unsigned long long b = tma_desc(xs + Tile::x_bytes + part_col * 128);
-            tma_pin(acc);
-            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+            if constexpr (Op::promote) {
+                tma_pin(part);
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-            for (int j = 0; j < k16; j++)
-                tma_mma<Op, Tile::wn>::run(acc, a + 2 * j, b + 2 * j, 1);
-            asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-            asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-            tma_pin(acc);
-            if (s > 0 && lane == 0)
-                tma_bar_arrive(empty_at + 8 * last);
+                for (int j = 0; j < ksteps; j++)
+                    tma_mma<Op, Tile::wn>::run(part, a + 2 * j, b + 2 * j, j > 0);
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+                tma_pin(part);
+                if (lane == 0)
+                    tma_bar_arrive(empty_at + 8 * stage);
+#pragma unroll
+                for (int i = 0; i < Tile::wn / 2; i++)
+                    acc[i] += part[i];
+            } else {
+                tma_pin(acc);
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+                for (int j = 0; j < ksteps; j++)
+                    tma_mma<Op, Tile::wn>::run(acc, a + 2 * j, b + 2 * j, 1);
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+                tma_pin(acc);
+                if (s > 0 && lane == 0)
+                    tma_bar_arrive(empty_at + 8 * last);
+            }
             last = stage;
             if (++stage == Tile::stages) {
                 stage = 0;
                 phase ^= 1;
             }
         }
-        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        tma_pin(acc);
-        if (lane == 0)
-            tma_bar_arrive(empty_at + 8 * last);
+        if constexpr (!Op::promote) {
+            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+            tma_pin(acc);
+            if (lane == 0)
+                tma_bar_arrive(empty_at + 8 * last);
+        }
 
         // Accumulator (PTX ISA, wgmma D fragment): warp w holds rows
         // 16w..16w+15; lane l rows 16w + l/4 (+ 8), in each 8-column
@@ -337,11 +407,13 @@ __device__ void tma_gemm(const kiln_linear_args &args, const tma_map &tx, const 
             const int row = row0 + 8 * h;
             if (row >= m)
                 continue;
+            const float rs = scale.row(row);
 #pragma unroll
             for (int j = 0; j < Tile::wn / 8; j++) {
                 const int col = col0 + 8 * j;
                 const i64 at = (i64)row * N + col;
-                const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+                const float v0 = acc[4 * j + 2 * h] * rs * scale.col(col < N ? col : 0);
+                const float v1 = acc[4 * j + 2 * h + 1] * rs * scale.col(col + 1 < N ? col + 1 : 0);
                 if constexpr (N % 2 == 0) {
                     if (col < N)
                         *reinterpret_cast<u32 *>(y + at) =

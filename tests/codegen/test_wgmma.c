@@ -26,6 +26,9 @@ static kiln_target target(const char *name)
     return t;
 }
 
+/* The formats the TMA kernel runs on E4M3 activations. */
+static int fp8_tma(int f) { return f == KILN_FMT_FP8_TENSOR || f == KILN_FMT_FP8_CHANNEL; }
+
 /* A wgmma linear with the fields that vary. */
 static char *wgmma_sig(char *buf, size_t size, const char *variant, kiln_format f, const char *act,
                        long long n, long long k, unsigned epi, const char *arch)
@@ -68,7 +71,9 @@ Test(wgmma, runs_only_where_wgmma_exists)
     }
 }
 
-Test(wgmma, takes_every_format_and_epilogue_with_bf16_activations)
+/* BF16 activations, but for E4M3 weights with a tensor or row scale, which
+ * the TMA kernel multiplies on per-token E4M3 activations. */
+Test(wgmma, takes_every_format_and_epilogue)
 {
     cr_assert_eq(wg->formats, (1u << KILN_FMT_COUNT) - 1);
     cr_assert_eq(wg->epilogues, KILN_EPI_BIAS | KILN_EPI_RESIDUAL | KILN_EPI_SILU_MUL);
@@ -81,7 +86,8 @@ Test(wgmma, takes_every_format_and_epilogue_with_bf16_activations)
             kiln_linear_cfg c = { .format = (kiln_format)f, .n = 200, .k = 768 };
             cr_assert_eq(wg->can_implement(&t, &c, buckets[b], why, sizeof why), 1, "%s: %s",
                          kiln_format_get((kiln_format)f)->name, why);
-            cr_assert_eq(kiln_backend_act(wg, &t, &c, buckets[b]), KILN_ACT_BF16);
+            cr_assert_eq(kiln_backend_act(wg, &t, &c, buckets[b]),
+                         fp8_tma(f) ? KILN_ACT_FP8_TOKEN : KILN_ACT_BF16);
         }
 }
 
@@ -148,6 +154,15 @@ Test(wgmma, bf16_tiles_fill_the_sms)
         kiln_backend_variant(wg, &t, &c, cases[i].m, v, sizeof v);
         cr_assert_str_eq(v, cases[i].variant, "m=%lld n=%lld", (long long)cases[i].m,
                          (long long)cases[i].n);
+    }
+    /* E4M3 promotes its sums into a second set of accumulators: at most
+     * 128 columns a consumer, and per-token FP8 activations. */
+    for (int f = KILN_FMT_FP8_TENSOR; f <= KILN_FMT_FP8_CHANNEL; f++) {
+        kiln_linear_cfg c = { .format = (kiln_format)f, .n = 28672, .k = 4096 };
+        char v[64];
+        kiln_backend_variant(wg, &t, &c, 4096, v, sizeof v);
+        cr_assert_str_eq(v, "tma_bm128bn128");
+        cr_assert_eq(kiln_backend_act(wg, &t, &c, 4096), KILN_ACT_FP8_TOKEN);
     }
     /* Other formats keep the dequantizing kernel's tiles. */
     kiln_linear_cfg c = { .format = KILN_FMT_Q8_0, .n = 4096, .k = 4096 };
@@ -329,7 +344,7 @@ Test(wgmma, launch_refuses_impossible_token_counts)
 /* Every kernel emit refuses, with the reason in the message. */
 Test(wgmma, emit_refuses_kernels_it_does_not_build)
 {
-    char sigs[9][512];
+    char sigs[11][512];
     static const char *const reasons[] = {
         "no variant \"t64x64\"",
         "activations must be bf16, not fp8-token",
@@ -340,9 +355,11 @@ Test(wgmma, emit_refuses_kernels_it_does_not_build)
         "N=2147483648, K=64: both must be below 2^31",
         "no variant \"bm64bn64\" for bf16 (tma_bm128bn256,",
         "no variant \"tma_bm64bn128\" for q8_0 (bm64bn64, bm64bn128)",
+        "activations must be fp8-token, not bf16",
+        "tma_bm128bn256 sums E4M3 in two sets of accumulators",
     };
     wgmma_sig(sigs[0], 512, "t64x64", KILN_FMT_BF16, "bf16", 64, 64, 0, "sm_90a");
-    wgmma_sig(sigs[1], 512, "bm64bn64", KILN_FMT_FP8_CHANNEL, "fp8-token", 64, 64, 0, "sm_90a");
+    wgmma_sig(sigs[1], 512, "bm64bn64", KILN_FMT_Q8_0, "fp8-token", 64, 64, 0, "sm_90a");
     wgmma_sig(sigs[2], 512, "tma_bm64bn128", KILN_FMT_BF16, "bf16", 64, 64,
               KILN_EPI_RESIDUAL | KILN_EPI_SILU_MUL, "sm_90a");
     wgmma_sig(sigs[3], 512, "tma_bm64bn128", KILN_FMT_BF16, "bf16", 64, 64, 0, "sm_90");
@@ -352,6 +369,9 @@ Test(wgmma, emit_refuses_kernels_it_does_not_build)
               "sm_90a");
     wgmma_sig(sigs[7], 512, "bm64bn64", KILN_FMT_BF16, "bf16", 64, 64, 0, "sm_90a");
     wgmma_sig(sigs[8], 512, "tma_bm64bn128", KILN_FMT_Q8_0, "bf16", 64, 64, 0, "sm_90a");
+    wgmma_sig(sigs[9], 512, "tma_bm64bn128", KILN_FMT_FP8_CHANNEL, "bf16", 64, 64, 0, "sm_90a");
+    wgmma_sig(sigs[10], 512, "tma_bm128bn256", KILN_FMT_FP8_TENSOR, "fp8-token", 64, 64, 0,
+              "sm_90a");
     for (size_t i = 0; i < KILN_ARRAY_LEN(sigs); i++) {
         kiln_kernel_source s = { .text = NULL };
         cr_assert_eq(kiln_emit_text(kiln_registry_default(), sigs[i], &s), KILN_ERR_UNSUPPORTED,
@@ -591,23 +611,25 @@ static const char *const tma_variants[] = { "tma_bm128bn256", "tma_bm128bn128", 
  * compile. BF16 has the TMA kernel's variants. */
 static void sig_for(char *buf, size_t size, int f, const char *variant, int e)
 {
-    wgmma_sig(buf, size, variant, (kiln_format)f, "bf16", 1000 + f, 768, epilogues[e], "sm_90a");
+    wgmma_sig(buf, size, variant, (kiln_format)f, fp8_tma(f) ? "fp8-token" : "bf16", 1000 + f,
+              768, epilogues[e], "sm_90a");
 }
 
 Test(wgmma, every_format_variant_and_epilogue_compiles_for_sm_90a, .timeout = 1200)
 {
     enum { NV = KILN_ARRAY_LEN(variants), NT = KILN_ARRAY_LEN(tma_variants) };
     enum { NE = KILN_ARRAY_LEN(epilogues) };
-    enum { JOBS = (KILN_FMT_COUNT - 1) * NV * NE + NT * NE };
+    /* BF16 on every TMA tile, E4M3 on all but the widest */
+    enum { JOBS = (KILN_FMT_COUNT - 3) * NV * NE + NT * NE + 2 * (NT - 1) * NE };
     static kiln_kernel_source src[JOBS];
     static kiln_compile_job jobs[JOBS];
     static char sigs[JOBS][512];
     int n = 0;
     for (int f = 0; f < KILN_FMT_COUNT; f++) {
-        const int bf16 = f == KILN_FMT_BF16;
-        for (int v = 0; v < (bf16 ? NT : NV); v++)
+        const int tma = f == KILN_FMT_BF16 || fp8_tma(f);
+        for (int v = fp8_tma(f); v < (tma ? NT : NV); v++)
             for (int e = 0; e < NE; e++, n++) {
-                sig_for(sigs[n], sizeof sigs[n], f, bf16 ? tma_variants[v] : variants[v], e);
+                sig_for(sigs[n], sizeof sigs[n], f, tma ? tma_variants[v] : variants[v], e);
                 cr_assert_eq(kiln_emit_text(kiln_registry_default(), sigs[n], &src[n]), KILN_OK,
                              "%s: %s", sigs[n], kiln_last_error());
                 jobs[n] = (kiln_compile_job){ .name = sigs[n], .entry = src[n].desc.entry,
@@ -689,11 +711,13 @@ Test(wgmma, sass_runs_the_main_loop_on_hgmma, .timeout = 300)
         { "bm64bn128", KILN_FMT_NVFP4, "HGMMA.64x128x16.F32.BF16", 0 },
         { "tma_bm128bn256", KILN_FMT_BF16, "HGMMA.64x256x16.F32.BF16", 1 },
         { "tma_bm64bn128", KILN_FMT_BF16, "HGMMA.64x64x16.F32.BF16", 1 },
+        { "tma_bm128bn128", KILN_FMT_FP8_CHANNEL, "QGMMA.64x128x32.F32.E4M3.E4M3", 1 },
     };
     kiln_nvrtc *nv = open_nvrtc();
     for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
         char sig[512];
-        wgmma_sig(sig, sizeof sig, cases[i].variant, cases[i].f, "bf16", 4096, 4096,
+        wgmma_sig(sig, sizeof sig, cases[i].variant, cases[i].f,
+                  fp8_tma(cases[i].f) ? "fp8-token" : "bf16", 4096, 4096,
                   KILN_EPI_BIAS | KILN_EPI_SILU_MUL, "sm_90a");
         kiln_kernel_source s;
         cr_assert_eq(kiln_emit_text(kiln_registry_default(), sig, &s), KILN_OK, "%s",
@@ -717,8 +741,10 @@ Test(wgmma, sass_runs_the_main_loop_on_hgmma, .timeout = 300)
         if (cases[i].tma) {
             cr_assert_geq(count(sass, "UTMALDG.2D"), 2, "%s: x and W by TMA", sig);
             cr_assert_geq(count(sass, "SYNCS"), 1, "%s: stages behind mbarriers", sig);
-            cr_assert_geq(count(sass, "WARPGROUP.DEPBAR.LE gsb0, 0x1"), 1,
-                          "%s: one stage of MMAs stays queued", sig);
+            /* E4M3 waits for each stage's sum to promote it */
+            if (!fp8_tma(cases[i].f))
+                cr_assert_geq(count(sass, "WARPGROUP.DEPBAR.LE gsb0, 0x1"), 1,
+                              "%s: one stage of MMAs stays queued", sig);
         } else {
             cr_assert_geq(count(sass, "FENCE.VIEW.ASYNC.S"), 1, "%s: after a stage's stores",
                           sig);

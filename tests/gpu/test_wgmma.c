@@ -80,7 +80,9 @@ static int signatures_with(const kiln_plan *p, const char *variant)
  * bf16_tiles_fill_the_sms of the codegen suite picks them for on 132 SMs),
  * with partial row and column tiles, odd N, more tiles than SMs (blocks
  * loop over tiles), and K of one step, of fewer steps than stages and of
- * more (the ring wraps inside a tile). */
+ * more (the ring wraps inside a tile). A bucket's kernel computes all its
+ * rows whatever the token count; the counts checked past 1024 reach the
+ * second band of row tiles. */
 Test(gpu_wgmma, bf16_tma_tiles_match_the_cpu, .timeout = 1200)
 {
     need_hopper();
@@ -97,7 +99,7 @@ Test(gpu_wgmma, bf16_tma_tiles_match_the_cpu, .timeout = 1200)
         { 4096, 128, { 64, 2048 }, { "tma_bm64bn128", "tma_bm128bn256" },
           { 1, 63, 64, 65, 1000, 2048 } },
         { 4099, 576, { 64, 2048 }, { "tma_bm64bn128", "tma_bm128bn128" },
-          { 2, 64, 127, 129, 1500, 2048 } },
+          { 2, 64, 127, 129, 600, 1100 } },
         { 33792, 64, { 64, 256 }, { "tma_bm64bn256", "tma_bm128bn256" },
           { 1, 17, 64, 65, 200, 256 } },
     };
@@ -135,6 +137,60 @@ Test(gpu_wgmma, bf16_tma_tiles_match_the_cpu, .timeout = 1200)
             cr_assert_gt(seen[v], 0, "%s ran", all[v]);
         else if (!seen[v])
             fprintf(stderr, "wgmma tma: %s not chosen on %d SMs\n", all[v], live.sm_count);
+}
+
+/* E4M3 weights with a tensor or a row scale on the TMA kernel, on per-token
+ * E4M3 activations: the three tiles it takes (the widest leaves no
+ * registers for the promoted sums), partial tiles, odd N, blocks looping
+ * over tiles, a last stage of K half past the end (K = 576: 4.5 stages
+ * of 128). */
+Test(gpu_wgmma, fp8_tma_tiles_match_the_cpu, .timeout = 1200)
+{
+    need_hopper();
+    fresh_cache();
+    kiln_target live;
+    cr_assert_eq(kiln_target_live(0, &live), KILN_OK, "%s", kiln_last_error());
+    kt_rng r = kt_rng_new(24);
+    static const struct {
+        kiln_format f;
+        int64_t n, k;
+        int64_t capture[2];
+        const char *variant[2]; /* on 132 SMs */
+        int64_t tokens[4];
+    } cases[] = {
+        { KILN_FMT_FP8_CHANNEL, 4099, 576, { 64, 2048 }, { "tma_bm64bn128", "tma_bm128bn128" },
+          { 1, 65, 300, 1100 } },
+        { KILN_FMT_FP8_TENSOR, 4099, 576, { 64, 2048 }, { "tma_bm64bn128", "tma_bm128bn128" },
+          { 3, 64, 129, 257 } },
+        { KILN_FMT_FP8_CHANNEL, 33792, 128, { 64, 64 }, { "tma_bm64bn256", "tma_bm64bn256" },
+          { 1, 17, 63, 64 } },
+    };
+    for (size_t c = 0; c < KILN_ARRAY_LEN(cases); c++) {
+        kt_weight w;
+        kt_weight_make(&w, &r, cases[c].f, cases[c].n, cases[c].k);
+        kiln_graph *g = kt_linear_graph(&w);
+        const int n_capture = cases[c].capture[0] == cases[c].capture[1] ? 1 : 2;
+        kiln_session_options o = { .cache.path = cache_path, .quiet = 1,
+                                    .plan = { .backend = "wgmma", .strict_backend = 1,
+                                              .capture = cases[c].capture,
+                                              .n_capture = n_capture } };
+        kiln_session *s = kt_session_create(g, &o);
+        const kiln_plan *p = kt_session_plan(s);
+        for (int v = 0; v < n_capture; v++)
+            if (live.sm_count == 132)
+                cr_assert_eq(signatures_with(p, cases[c].variant[v]), 1, "%lldx%lld: %s",
+                             (long long)cases[c].n, (long long)cases[c].k, cases[c].variant[v]);
+        char what[64];
+        snprintf(what, sizeof what, "%s %lldx%lld", kiln_format_get(cases[c].f)->name,
+                 (long long)cases[c].n, (long long)cases[c].k);
+        double worst = 0;
+        for (size_t i = 0; i < KILN_ARRAY_LEN(cases[c].tokens); i++)
+            worst = fmax(worst, kt_check_session(s, g, cases[c].tokens[i], &r, what, NULL));
+        fprintf(stderr, "wgmma tma %-22s |gpu-ref| <= %.2f of the bound\n", what, worst);
+        kt_session_destroy(s);
+        kiln_graph_destroy(g);
+        kt_weight_free(&w);
+    }
 }
 
 Test(gpu_wgmma, fused_ffn_matches_the_cpu, .timeout = 1200)

@@ -104,6 +104,97 @@ Test(gpuref, the_bound_passes_the_contract_and_catches_broken_kernels)
         }
 }
 
+typedef enum fp8_mutant {
+    FP8_NONE,    /* per-token E4M3 activations, as the wgmma FP8 kernels run */
+    FP8_DROPPED, /* the activation scale never applied */
+    FP8_DOUBLED, /* the activation scale applied twice over */
+    FP8_COUNT
+} fp8_mutant;
+
+static const char *const fp8_names[] = { "fp8-token", "dropped token scale",
+                                         "doubled token scale" };
+
+/* y = bf16(s_i · Σ q_il·ŵ_jl + b), q = e4m3(x̂ / s), s = amax / 448 per row. */
+static float *emulate_fp8(const kt_weight *w, const float *x, int64_t m, fp8_mutant mut)
+{
+    const int64_t n = w->q.n, k = w->q.k;
+    float *deq = malloc((size_t)(n * k) * sizeof *deq), *y = malloc((size_t)(m * n) * sizeof *y);
+    float *q = malloc((size_t)k * sizeof *q);
+    cr_assert(deq && y && q);
+    cr_assert_eq(kiln_dequantize(&w->q, deq), KILN_OK, "%s", kiln_last_error());
+    for (int64_t i = 0; i < m; i++) {
+        float amax = 0;
+        for (int64_t l = 0; l < k; l++)
+            amax = fmaxf(amax, fabsf(bf16(x[i * k + l])));
+        float s = amax / 448.0f;
+        for (int64_t l = 0; l < k; l++)
+            q[l] = kiln_e4m3_to_f32(kiln_f32_to_e4m3(bf16(x[i * k + l]) / s));
+        s = mut == FP8_DROPPED ? 1.0f : mut == FP8_DOUBLED ? 2 * s : s;
+        for (int64_t j = 0; j < n; j++) {
+            float acc = 0;
+            for (int64_t l = 0; l < k; l++)
+                acc += q[l] * deq[j * k + l];
+            y[i * n + j] = bf16(acc * s + w->bias[j]);
+        }
+    }
+    free(q);
+    free(deq);
+    return y;
+}
+
+/* The FP8 kernels' contract: each token's activations quantized to E4M3
+ * with its own scale. The bound takes it, for short and long K, and still
+ * catches a scale dropped or doubled. The plan is wgmma's on sm_90a, whose
+ * FP8 linears read fp8-token activations. */
+Test(gpuref, fp8_token_activations_pass_and_broken_scales_fail)
+{
+    kt_rng r = kt_rng_new(32);
+    static const kiln_format fs[] = { KILN_FMT_FP8_TENSOR, KILN_FMT_FP8_CHANNEL };
+    static const int64_t shapes[][2] = { { 128, 256 }, { 64, 4096 } };
+    static const int64_t capture[] = { 16 };
+    const int64_t m = 16;
+    kiln_target t;
+    cr_assert_eq(kiln_target_from_name("sm_90a", &t), KILN_OK);
+    for (size_t f = 0; f < sizeof fs / sizeof fs[0]; f++)
+        for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+            kt_weight w;
+            kt_weight_make(&w, &r, fs[f], shapes[sh][0], shapes[sh][1]);
+            kiln_graph *g = kt_linear_graph(&w);
+            const kiln_plan_options o = { .backend = "wgmma", .strict_backend = 1,
+                                          .capture = capture, .n_capture = 1 };
+            kiln_plan *p = NULL;
+            cr_assert_eq(kiln_plan_create(g, &t, &o, &p), KILN_OK, "%s", kiln_last_error());
+            kiln_plan_linear l;
+            cr_assert_eq(kiln_plan_linear_at(p, 0, 0, &l), KILN_OK);
+            cr_assert_str_eq(l.act, "fp8-token");
+            float *x = malloc((size_t)(m * shapes[sh][1]) * sizeof *x);
+            cr_assert_not_null(x);
+            kt_fill_normal(&r, x, (size_t)(m * shapes[sh][1]), 1.0f);
+            kt_ref want = kt_ref_eval(g, p, m, x);
+            for (int mu = 0; mu < FP8_COUNT; mu++) {
+                float *y = emulate_fp8(&w, x, m, (fp8_mutant)mu);
+                double worst;
+                char first[256];
+                int64_t bad = kt_ref_violations(&want, y, &worst, first, sizeof first);
+                const char *what = kiln_format_get(fs[f])->name;
+                if (mu == FP8_NONE)
+                    cr_assert_eq(bad, 0, "%s %lldx%lld, %s: %lld outside the bound; %s", what,
+                                 (long long)shapes[sh][0], (long long)shapes[sh][1],
+                                 fp8_names[mu], (long long)bad, first);
+                else
+                    cr_assert_gt(bad, 0, "%s %lldx%lld, %s passes (worst %.2f of the bound)",
+                                 what, (long long)shapes[sh][0], (long long)shapes[sh][1],
+                                 fp8_names[mu], worst);
+                free(y);
+            }
+            kt_ref_free(&want);
+            free(x);
+            kiln_plan_destroy(p);
+            kiln_graph_destroy(g);
+            kt_weight_free(&w);
+        }
+}
+
 /* The output's BF16 rounding is checked exactly: 1 within 0.001 may be
  * stored as 1 only (BF16 neighbours 1 − 2^-8 and 1 + 2^-7), 100 within
  * 0.6 as 99.5, 100 or 100.5; a NaN never passes. The first violation is

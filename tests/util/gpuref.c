@@ -100,8 +100,34 @@ static void weight_values(const kiln_qtensor *q, int round_bf16, float **w, floa
     }
 }
 
+/* How far an fp8-token kernel's product with w may land from the exact
+ * one for row x (values v, bounds e) of k: the row's scale s = amax / 448
+ * (amax at most max |v| + e) turns each value into s·q, q an E4M3 code
+ * rounded to nearest, off by at most 2^-4 of the value (3 significant
+ * bits) or 2^-10·s (below E4M3's normals), with 2^-8 of that again for a
+ * fast-math division landing on the other side of a rounding boundary.
+ * Those errors are independent and zero-mean across a row, so, as for the
+ * f32 sums (Higham–Mary, λ = 8), their sum over the products stays below
+ * 8·√(Σ (err·w)²). The tensor cores add a stage's 128 E4M3 products with
+ * fewer bits than f32: four k32 steps each within 2^-12 of the terms'
+ * magnitude, before the f32 promotion. */
+static double fp8_token_error(const double *v, const double *e, const float *w, int64_t k)
+{
+    double amax = 0;
+    for (int64_t l = 0; l < k; l++)
+        amax = fmax(amax, fabs(v[l]) + e[l]);
+    const double s = amax / 448.0;
+    double sq = 0, mag = 0;
+    for (int64_t l = 0; l < k; l++) {
+        double err = ((fabs(v[l]) + e[l]) * 0x1p-4 + s * 0x1p-10) * (1 + 0x1p-8);
+        sq += err * err * (double)w[l] * (double)w[l];
+        mag += (fabs(v[l]) + e[l] + err) * fabs(w[l]);
+    }
+    return 8.0 * sqrt(sq) + 4.0 * 0x1p-12 * mag;
+}
+
 static kt_ref ref_linear(const kt_ref *x, const kiln_qtensor *q, const float *bias,
-                         int round_bf16)
+                         int round_bf16, int fp8_token)
 {
     float *w, *size, *slack;
     weight_values(q, round_bf16, &w, &size, &slack);
@@ -123,6 +149,11 @@ static kt_ref ref_linear(const kt_ref *x, const kiln_qtensor *q, const float *bi
             }
             /* the largest sum of a contiguous K range */
             double partial = fmax(hi - lo, off_hi - off_lo);
+            if (fp8_token) {
+                prop += fp8_token_error(xr, er, wr, k);
+                /* the f32 scales multiply the sum: three roundings */
+                mag += 3 * fabs(s);
+            }
             if (bias) {
                 s += bias[j];
                 mag += fabs(bias[j]);
@@ -194,19 +225,29 @@ static kt_ref ref_binary(const kt_ref *a, const kt_ref *b, kiln_op op)
     return y;
 }
 
-/* The backend plan p runs linear t on for m tokens. */
-static const char *backend_of(const kiln_plan *p, const kiln_tensor *t, int64_t m)
+/* How plan p runs linear t for m tokens: its backend and activations. */
+static kiln_plan_linear linear_of(const kiln_plan *p, const kiln_tensor *t, int64_t m)
 {
     int bucket = kiln_plan_bucket_for(p, m);
     cr_assert_geq(bucket, 0, "m=%lld exceeds the plan's buckets", (long long)m);
+    kiln_plan_linear l = { 0 };
     for (int i = 0; i < kiln_plan_n_linears(p); i++) {
-        kiln_plan_linear l;
         cr_assert_eq(kiln_plan_linear_at(p, i, bucket, &l), KILN_OK);
         if (!strcmp(l.node, t->name))
-            return l.backend;
+            return l;
     }
     cr_assert_fail("linear %s is not in the plan", t->name);
-    return NULL;
+    return l;
+}
+
+/* The activation schemes the reference models: BF16, and fp8-token. */
+static int fp8_token(const kiln_plan_linear *l)
+{
+    if (!strcmp(l->act, "fp8-token"))
+        return 1;
+    cr_assert_str_eq(l->act, "bf16", "%s: activations %s have no reference in gpuref.c", l->node,
+                     l->act);
+    return 0;
 }
 
 kt_ref kt_ref_eval(kiln_graph *g, const kiln_plan *p, int64_t m, const float *x)
@@ -231,10 +272,14 @@ kt_ref kt_ref_eval(kiln_graph *g, const kiln_plan *p, int64_t m, const float *x)
         const kiln_tensor *t = topo[i];
         const kt_ref *a = t->src[0] ? &acts[t->src[0]->id] : NULL;
         switch (t->op) {
-        case KILN_OP_LINEAR:
+        case KILN_OP_LINEAR: {
+            kiln_plan_linear l = { .act = "bf16" };
+            if (p)
+                l = linear_of(p, t, m);
             acts[t->id] = ref_linear(a, &t->src[1]->weight, t->src[2] ? t->src[2]->param : NULL,
-                                     p && weight_bf16(backend_of(p, t, m)));
+                                     p && weight_bf16(l.backend), fp8_token(&l));
             break;
+        }
         case KILN_OP_RMS_NORM:
             acts[t->id] = ref_rms_norm(a, t->src[1]->param, t->eps);
             break;

@@ -6,7 +6,9 @@
  * inputs are rounded to BF16 once on upload; a weight is read as exactly
  * the value its format's CPU dequantizer gives, or (wgmma) that value
  * rounded to BF16; a linear multiplies BF16
- * activations by those values and accumulates in f32; every op computes in
+ * activations by those values and accumulates in f32, or (wgmma on FP8
+ * weights) first quantizes each token's activations to E4M3 with one f32
+ * scale (the bound of fp8_token_error in gpuref.c); every op computes in
  * f32 from its BF16 inputs and rounds once to BF16 when it stores. A fused
  * epilogue only removes stores, so a bound that rounds after every op holds
  * for every fusion.
