@@ -3,9 +3,11 @@
  * of its templates and their launch shapes. Weights stay in kiln's storage
  * layout: nothing to pack.
  *
- * Two kernels. BF16 weights run kernels/wgmma/tma.cuh: TMA copies of both
- * operands into a multi-stage ring, a producer warpgroup and two consumer
- * warpgroups, persistent tiles. Every other format runs
+ * Two kernels. BF16 and FP8 E4M3 weights (with a tensor, row or 128 x 128
+ * block scale) run kernels/wgmma/tma.cuh: TMA copies of both operands
+ * into a multi-stage ring, a producer warpgroup and two consumer
+ * warpgroups, persistent tiles; FP8 on activations the graph quantizes
+ * to E4M3 before. Every other format runs
  * kernels/wgmma/wgmma.cuh, which dequantizes the weight to BF16 in the
  * main loop with one warpgroup a tile. */
 #include "kernels/registry/backend.h"
@@ -97,22 +99,26 @@ static unsigned tma_smem_bytes(const tma_tile *tile)
 }
 
 /* The formats the TMA kernel multiplies as they are stored: BF16 on BF16
- * activations, E4M3 with a scale for the tensor or each row on E4M3
- * activations with a scale for each token. */
-static int tma_format(kiln_format f)
-{
-    return f == KILN_FMT_BF16 || f == KILN_FMT_FP8_TENSOR || f == KILN_FMT_FP8_CHANNEL;
-}
-
+ * activations; E4M3 with a scale for the tensor or each row on E4M3
+ * activations with a scale for each token, and E4M3 with a scale for each
+ * 128 x 128 block on E4M3 activations with one for each token's 128 of K
+ * (DeepSeek-V3's scheme). */
 static int tma_fp8(kiln_format f)
 {
-    return f == KILN_FMT_FP8_TENSOR || f == KILN_FMT_FP8_CHANNEL;
+    return f == KILN_FMT_FP8_TENSOR || f == KILN_FMT_FP8_CHANNEL || f == KILN_FMT_FP8_BLOCK;
+}
+
+static int tma_format(kiln_format f)
+{
+    return f == KILN_FMT_BF16 || tma_fp8(f);
 }
 
 static kiln_act wgmma_act(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket)
 {
     (void)t;
     (void)bucket;
+    if (c->format == KILN_FMT_FP8_BLOCK)
+        return KILN_ACT_FP8_G128;
     return tma_fp8(c->format) ? KILN_ACT_FP8_TOKEN : KILN_ACT_BF16;
 }
 
@@ -123,10 +129,11 @@ static int tma_consumer_cols(const tma_tile *tile)
 }
 
 /* E4M3 sums a stage in a second set of accumulators (tma.cuh), which 128
- * columns a consumer leave room for. */
+ * columns a consumer leave room for; each of those then lies in one
+ * 128-row block of a block-scaled W. */
 static int tma_tile_takes(const tma_tile *tile, kiln_format f)
 {
-    return !tma_fp8(f) || tma_consumer_cols(tile) <= 128;
+    return !tma_fp8(f) || (tma_consumer_cols(tile) <= 128 && tile->bn % 128 == 0);
 }
 
 /* SMs the tiles are spread over: the target's, or an H100's where the
@@ -245,6 +252,7 @@ static kiln_status emit_tma(const kiln_linear_kernel *k, const tma_tile *tile, c
 {
     const char *scale = k->cfg.format == KILN_FMT_FP8_TENSOR    ? "tma_token_scaled<false>"
                         : k->cfg.format == KILN_FMT_FP8_CHANNEL ? "tma_token_scaled<true>"
+                        : k->cfg.format == KILN_FMT_FP8_BLOCK   ? "tma_block_scaled"
                                                                 : "tma_unscaled";
     char epi_args[96];
     return kiln_backend_source(

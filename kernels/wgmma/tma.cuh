@@ -1,7 +1,10 @@
 // The wgmma backend's Hopper GEMM for weights whose values are the
-// operand type itself (BF16, F16): y[m, N] = epilogue(x[m, K] · W[N, K]ᵀ)
-// with both operands brought into shared memory by the tensor memory
-// accelerator and multiplied by warpgroup MMAs reading them from there.
+// operand type itself: y[m, N] = epilogue(x[m, K] · W[N, K]ᵀ) with both
+// operands brought into shared memory by the tensor memory accelerator and
+// multiplied by warpgroup MMAs reading them from there. BF16 weights on
+// BF16 activations; E4M3 weights (a scale for the tensor, each row, or
+// each 128 × 128 block) on E4M3 activations the graph quantized before
+// (a scale for each token, or each token's 128 of K).
 //
 // Warp specialization. A block is three warpgroups. The first is the
 // producer: one thread of it issues the TMA copies of x[BM, 64] and
@@ -29,8 +32,9 @@
 // (1024-aligned) with SBO = 1024 reads it, and k16 step j is the same
 // descriptor 32·j bytes on.
 //
-// Bounds. x's map spans the bucket's rows and W's the N rows: TMA fills
-// boxes past either with zeros, so partial tiles need no code; their rows
+// Bounds. x's map spans the bucket's rows and W's the N rows, both K
+// columns: TMA fills boxes past any of them with zeros, so partial tiles
+// and a last half stage of E4M3 (K a multiple of 64) need no code; their rows
 // and columns are computed and never stored. Rows past args.m (a bucket
 // run with fewer tokens) are not stored either.
 //
@@ -87,9 +91,13 @@ struct tma_e4m3 {
     static constexpr bool promote = true;
 };
 
-// Scale policies, applied to a sum before the epilogue.
+// Scale policies. A promoted format's stage sum is multiplied by
+// stage(s, row, col0) as it is added (per_stage: K-block scales), and the
+// total by row(r) · col(c) before the epilogue.
 struct tma_unscaled {
+    static constexpr bool per_stage = false;
     __device__ __forceinline__ tma_unscaled(const kiln_linear_args &, int) {}
+    __device__ __forceinline__ float stage(int, int, int) const { return 1.0f; }
     __device__ __forceinline__ float row(int) const { return 1.0f; }
     __device__ __forceinline__ float col(int) const { return 1.0f; }
 };
@@ -99,6 +107,8 @@ struct tma_unscaled {
 // one a row of W (an output column).
 template <bool PerChannel>
 struct tma_token_scaled {
+    static constexpr bool per_stage = false;
+    __device__ __forceinline__ float stage(int, int, int) const { return 1.0f; }
     const u8 *x_scale;
     const float *w_scale;
     float tensor;
@@ -116,6 +126,33 @@ struct tma_token_scaled {
                tensor;
     }
     __device__ __forceinline__ float col(int c) const { return PerChannel ? w_scale[c] : 1.0f; }
+};
+
+// fp8-1x128 activations (an f32 scale per token per 128 of K, stored
+// group-major after the bucket's [m, K] codes: 4-aligned, as m·K is a
+// multiple of 64) times a block-FP8 weight (an f32 scale per 128 × 128
+// tile, [ceil(N/128)][ceil(K/128)]). A stage is one 128 of K, and a
+// consumer's columns lie in one 128-row block of W, so a stage sum takes
+// one factor a row. Rows past the bucket read the last row's scale: they
+// are computed and never stored.
+struct tma_block_scaled {
+    static constexpr bool per_stage = true;
+    const float *x_scale;
+    const float *w_scale;
+    int m, kblocks;
+    __device__ __forceinline__ tma_block_scaled(const kiln_linear_args &args, int k)
+        : x_scale(reinterpret_cast<const float *>(static_cast<const u8 *>(args.x) +
+                                                  (i64)args.m * k)),
+          w_scale(static_cast<const float *>(args.w_scale)), m(args.m), kblocks((k + 127) / 128)
+    {
+    }
+    __device__ __forceinline__ float stage(int s, int r, int col0) const
+    {
+        return x_scale[(i64)s * m + (r < m ? r : m - 1)] *
+               w_scale[(i64)(col0 / 128) * kblocks + s];
+    }
+    __device__ __forceinline__ float row(int) const { return 1.0f; }
+    __device__ __forceinline__ float col(int) const { return 1.0f; }
 };
 
 #define KILN_TMA_ACC8(d, i)                                                                       \
@@ -351,6 +388,11 @@ __device__ void tma_gemm(const kiln_linear_args &args, const tma_map &tx, const 
 #pragma unroll
         for (int i = 0; i < Tile::wn / 2; i++)
             acc[i] = 0.0f;
+        // Accumulator (PTX ISA, wgmma D fragment): warp w holds rows
+        // 16w..16w+15; lane l rows 16w + l/4 (+ 8), in each 8-column
+        // group j the columns 8j + 2(l%4) and the next.
+        const int row0 = tr * Tile::bm + part_row + 16 * warp + lane / 4;
+        const int col0 = tc * Tile::bn + part_col + 2 * (lane % 4);
         int last = 0;
 #pragma unroll 1
         for (int s = 0; s < steps; s++) {
@@ -359,6 +401,10 @@ __device__ void tma_gemm(const kiln_linear_args &args, const tma_map &tx, const 
             const unsigned long long a = tma_desc(xs + part_row * 128);
             const unsigned long long b = tma_desc(xs + Tile::x_bytes + part_col * 128);
             if constexpr (Op::promote) {
+                float f[2] = { 1.0f, 1.0f };
+                if constexpr (Scale::per_stage)
+                    for (int h = 0; h < 2; h++)
+                        f[h] = scale.stage(s, row0 + 8 * h, col0);
                 tma_pin(part);
                 asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
@@ -371,7 +417,7 @@ __device__ void tma_gemm(const kiln_linear_args &args, const tma_map &tx, const 
                     tma_bar_arrive(empty_at + 8 * stage);
 #pragma unroll
                 for (int i = 0; i < Tile::wn / 2; i++)
-                    acc[i] += part[i];
+                    acc[i] += Scale::per_stage ? part[i] * f[(i / 2) % 2] : part[i];
             } else {
                 tma_pin(acc);
                 asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
@@ -397,11 +443,6 @@ __device__ void tma_gemm(const kiln_linear_args &args, const tma_map &tx, const 
                 tma_bar_arrive(empty_at + 8 * last);
         }
 
-        // Accumulator (PTX ISA, wgmma D fragment): warp w holds rows
-        // 16w..16w+15; lane l rows 16w + l/4 (+ 8), in each 8-column
-        // group j the columns 8j + 2(l%4) and the next.
-        const int row0 = tr * Tile::bm + part_row + 16 * warp + lane / 4;
-        const int col0 = tc * Tile::bn + part_col + 2 * (lane % 4);
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int row = row0 + 8 * h;

@@ -26,8 +26,17 @@ static kiln_target target(const char *name)
     return t;
 }
 
-/* The formats the TMA kernel runs on E4M3 activations. */
-static int fp8_tma(int f) { return f == KILN_FMT_FP8_TENSOR || f == KILN_FMT_FP8_CHANNEL; }
+/* The formats the TMA kernel runs on E4M3 activations, and the scheme
+ * each format's wgmma kernels read. */
+static int fp8_tma(int f)
+{
+    return f == KILN_FMT_FP8_TENSOR || f == KILN_FMT_FP8_CHANNEL || f == KILN_FMT_FP8_BLOCK;
+}
+
+static const char *act_of(int f)
+{
+    return f == KILN_FMT_FP8_BLOCK ? "fp8-1x128" : fp8_tma(f) ? "fp8-token" : "bf16";
+}
 
 /* A wgmma linear with the fields that vary. */
 static char *wgmma_sig(char *buf, size_t size, const char *variant, kiln_format f, const char *act,
@@ -87,7 +96,9 @@ Test(wgmma, takes_every_format_and_epilogue)
             cr_assert_eq(wg->can_implement(&t, &c, buckets[b], why, sizeof why), 1, "%s: %s",
                          kiln_format_get((kiln_format)f)->name, why);
             cr_assert_eq(kiln_backend_act(wg, &t, &c, buckets[b]),
-                         fp8_tma(f) ? KILN_ACT_FP8_TOKEN : KILN_ACT_BF16);
+                         f == KILN_FMT_FP8_BLOCK ? KILN_ACT_FP8_G128
+                         : fp8_tma(f)            ? KILN_ACT_FP8_TOKEN
+                                                 : KILN_ACT_BF16);
         }
 }
 
@@ -157,12 +168,12 @@ Test(wgmma, bf16_tiles_fill_the_sms)
     }
     /* E4M3 promotes its sums into a second set of accumulators: at most
      * 128 columns a consumer, and per-token FP8 activations. */
-    for (int f = KILN_FMT_FP8_TENSOR; f <= KILN_FMT_FP8_CHANNEL; f++) {
+    for (int f = KILN_FMT_FP8_TENSOR; f <= KILN_FMT_FP8_BLOCK; f++) {
         kiln_linear_cfg c = { .format = (kiln_format)f, .n = 28672, .k = 4096 };
         char v[64];
         kiln_backend_variant(wg, &t, &c, 4096, v, sizeof v);
         cr_assert_str_eq(v, "tma_bm128bn128");
-        cr_assert_eq(kiln_backend_act(wg, &t, &c, 4096), KILN_ACT_FP8_TOKEN);
+        cr_assert_str_eq(kiln_act_name(kiln_backend_act(wg, &t, &c, 4096)), act_of(f));
     }
     /* Other formats keep the dequantizing kernel's tiles. */
     kiln_linear_cfg c = { .format = KILN_FMT_Q8_0, .n = 4096, .k = 4096 };
@@ -486,10 +497,13 @@ Test(wgmma, default_plan_for_sm_90a_takes_wgmma)
                 continue;
             wgmma++;
             cr_assert_null(strstr(pl.refused, "wgmma"), "%s", pl.refused);
-            cr_assert_str_eq(pl.act, "bf16");
+            cr_assert_str_eq(pl.act, act_of(pl.format));
             const char *sig = kiln_plan_signature(p, pl.signature);
-            cr_assert(strstr(sig, m <= 64 ? "variant=bm64bn64 " : "variant=bm64bn128 "), "%s",
-                      sig);
+            if (fp8_tma(pl.format) || pl.format == KILN_FMT_BF16)
+                cr_assert(strstr(sig, "variant=tma_"), "%s", sig);
+            else
+                cr_assert(strstr(sig, m <= 64 ? "variant=bm64bn64 " : "variant=bm64bn128 "),
+                          "%s", sig);
             if (!strcmp(pl.node, "up"))
                 cr_assert_str_eq(pl.epilogue, "silu_mul");
             if (!strcmp(pl.node, "down"))
@@ -611,8 +625,8 @@ static const char *const tma_variants[] = { "tma_bm128bn256", "tma_bm128bn128", 
  * compile. BF16 has the TMA kernel's variants. */
 static void sig_for(char *buf, size_t size, int f, const char *variant, int e)
 {
-    wgmma_sig(buf, size, variant, (kiln_format)f, fp8_tma(f) ? "fp8-token" : "bf16", 1000 + f,
-              768, epilogues[e], "sm_90a");
+    wgmma_sig(buf, size, variant, (kiln_format)f, act_of(f), 1000 + f, 768, epilogues[e],
+              "sm_90a");
 }
 
 Test(wgmma, every_format_variant_and_epilogue_compiles_for_sm_90a, .timeout = 1200)
@@ -620,7 +634,7 @@ Test(wgmma, every_format_variant_and_epilogue_compiles_for_sm_90a, .timeout = 12
     enum { NV = KILN_ARRAY_LEN(variants), NT = KILN_ARRAY_LEN(tma_variants) };
     enum { NE = KILN_ARRAY_LEN(epilogues) };
     /* BF16 on every TMA tile, E4M3 on all but the widest */
-    enum { JOBS = (KILN_FMT_COUNT - 3) * NV * NE + NT * NE + 2 * (NT - 1) * NE };
+    enum { JOBS = (KILN_FMT_COUNT - 4) * NV * NE + NT * NE + 3 * (NT - 1) * NE };
     static kiln_kernel_source src[JOBS];
     static kiln_compile_job jobs[JOBS];
     static char sigs[JOBS][512];
@@ -712,12 +726,13 @@ Test(wgmma, sass_runs_the_main_loop_on_hgmma, .timeout = 300)
         { "tma_bm128bn256", KILN_FMT_BF16, "HGMMA.64x256x16.F32.BF16", 1 },
         { "tma_bm64bn128", KILN_FMT_BF16, "HGMMA.64x64x16.F32.BF16", 1 },
         { "tma_bm128bn128", KILN_FMT_FP8_CHANNEL, "QGMMA.64x128x32.F32.E4M3.E4M3", 1 },
+        { "tma_bm64bn256", KILN_FMT_FP8_BLOCK, "QGMMA.64x128x32.F32.E4M3.E4M3", 1 },
     };
     kiln_nvrtc *nv = open_nvrtc();
     for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
         char sig[512];
         wgmma_sig(sig, sizeof sig, cases[i].variant, cases[i].f,
-                  fp8_tma(cases[i].f) ? "fp8-token" : "bf16", 4096, 4096,
+                  act_of(cases[i].f), 4096, 4096,
                   KILN_EPI_BIAS | KILN_EPI_SILU_MUL, "sm_90a");
         kiln_kernel_source s;
         cr_assert_eq(kiln_emit_text(kiln_registry_default(), sig, &s), KILN_OK, "%s",

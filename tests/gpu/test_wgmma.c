@@ -139,11 +139,12 @@ Test(gpu_wgmma, bf16_tma_tiles_match_the_cpu, .timeout = 1200)
             fprintf(stderr, "wgmma tma: %s not chosen on %d SMs\n", all[v], live.sm_count);
 }
 
-/* E4M3 weights with a tensor or a row scale on the TMA kernel, on per-token
- * E4M3 activations: the three tiles it takes (the widest leaves no
- * registers for the promoted sums), partial tiles, odd N, blocks looping
- * over tiles, a last stage of K half past the end (K = 576: 4.5 stages
- * of 128). */
+/* E4M3 weights with a tensor, row or 128 x 128 block scale on the TMA
+ * kernel, on E4M3 activations with a scale per token (per token and 128
+ * of K for blocks): the three tiles it takes (the widest leaves no
+ * registers for the promoted sums), partial tiles and blocks, odd N,
+ * blocks looping over tiles, a last stage of K half past the end (K =
+ * 576: 4.5 stages of 128). */
 Test(gpu_wgmma, fp8_tma_tiles_match_the_cpu, .timeout = 1200)
 {
     need_hopper();
@@ -164,6 +165,10 @@ Test(gpu_wgmma, fp8_tma_tiles_match_the_cpu, .timeout = 1200)
           { 3, 64, 129, 257 } },
         { KILN_FMT_FP8_CHANNEL, 33792, 128, { 64, 64 }, { "tma_bm64bn256", "tma_bm64bn256" },
           { 1, 17, 63, 64 } },
+        { KILN_FMT_FP8_BLOCK, 4099, 576, { 64, 2048 }, { "tma_bm64bn128", "tma_bm128bn128" },
+          { 2, 64, 129, 1100 } },
+        { KILN_FMT_FP8_BLOCK, 33792, 320, { 64, 64 }, { "tma_bm64bn256", "tma_bm64bn256" },
+          { 1, 33, 64, 64 } },
     };
     for (size_t c = 0; c < KILN_ARRAY_LEN(cases); c++) {
         kt_weight w;

@@ -105,51 +105,62 @@ Test(gpuref, the_bound_passes_the_contract_and_catches_broken_kernels)
 }
 
 typedef enum fp8_mutant {
-    FP8_NONE,    /* per-token E4M3 activations, as the wgmma FP8 kernels run */
-    FP8_DROPPED, /* the activation scale never applied */
-    FP8_DOUBLED, /* the activation scale applied twice over */
+    FP8_NONE,    /* E4M3 activations, as the wgmma FP8 kernels run */
+    FP8_DROPPED, /* the activation scales never applied */
+    FP8_DOUBLED, /* the activation scales applied twice over */
     FP8_COUNT
 } fp8_mutant;
 
-static const char *const fp8_names[] = { "fp8-token", "dropped token scale",
-                                         "doubled token scale" };
+static const char *const fp8_names[] = { "fp8 activations", "dropped activation scale",
+                                         "doubled activation scale" };
 
-/* y = bf16(s_i · Σ q_il·ŵ_jl + b), q = e4m3(x̂ / s), s = amax / 448 per row. */
-static float *emulate_fp8(const kt_weight *w, const float *x, int64_t m, fp8_mutant mut)
+/* y = bf16(Σ_groups s_ig · Σ q_il·ŵ_jl + b) over groups of g along K,
+ * q = e4m3(x̂ / s), s = amax / 448 per row and group. */
+static float *emulate_fp8(const kt_weight *w, const float *x, int64_t m, int64_t g,
+                          fp8_mutant mut)
 {
     const int64_t n = w->q.n, k = w->q.k;
     float *deq = malloc((size_t)(n * k) * sizeof *deq), *y = malloc((size_t)(m * n) * sizeof *y);
-    float *q = malloc((size_t)k * sizeof *q);
-    cr_assert(deq && y && q);
+    float *q = malloc((size_t)k * sizeof *q), *s = malloc((size_t)k * sizeof *s);
+    cr_assert(deq && y && q && s);
     cr_assert_eq(kiln_dequantize(&w->q, deq), KILN_OK, "%s", kiln_last_error());
     for (int64_t i = 0; i < m; i++) {
-        float amax = 0;
-        for (int64_t l = 0; l < k; l++)
-            amax = fmaxf(amax, fabsf(bf16(x[i * k + l])));
-        float s = amax / 448.0f;
-        for (int64_t l = 0; l < k; l++)
-            q[l] = kiln_e4m3_to_f32(kiln_f32_to_e4m3(bf16(x[i * k + l]) / s));
-        s = mut == FP8_DROPPED ? 1.0f : mut == FP8_DOUBLED ? 2 * s : s;
+        for (int64_t b = 0; b < k; b += g) {
+            float amax = 0;
+            for (int64_t l = b; l < b + g; l++)
+                amax = fmaxf(amax, fabsf(bf16(x[i * k + l])));
+            s[b] = amax / 448.0f;
+            for (int64_t l = b; l < b + g; l++)
+                q[l] = kiln_e4m3_to_f32(kiln_f32_to_e4m3(bf16(x[i * k + l]) / s[b]));
+            s[b] = mut == FP8_DROPPED ? 1.0f : mut == FP8_DOUBLED ? 2 * s[b] : s[b];
+        }
         for (int64_t j = 0; j < n; j++) {
             float acc = 0;
-            for (int64_t l = 0; l < k; l++)
-                acc += q[l] * deq[j * k + l];
-            y[i * n + j] = bf16(acc * s + w->bias[j]);
+            for (int64_t b = 0; b < k; b += g) {
+                float part = 0;
+                for (int64_t l = b; l < b + g; l++)
+                    part += q[l] * deq[j * k + l];
+                acc += part * s[b];
+            }
+            y[i * n + j] = bf16(acc + w->bias[j]);
         }
     }
+    free(s);
     free(q);
     free(deq);
     return y;
 }
 
 /* The FP8 kernels' contract: each token's activations quantized to E4M3
- * with its own scale. The bound takes it, for short and long K, and still
- * catches a scale dropped or doubled. The plan is wgmma's on sm_90a, whose
- * FP8 linears read fp8-token activations. */
-Test(gpuref, fp8_token_activations_pass_and_broken_scales_fail)
+ * with its own scale, or one for each 128 of K (block FP8). The bound
+ * takes it, for short and long K, and still catches a scale dropped or
+ * doubled. The plan is wgmma's on sm_90a, whose FP8 linears read
+ * fp8-token or fp8-1x128 activations. */
+Test(gpuref, fp8_activations_pass_and_broken_scales_fail)
 {
     kt_rng r = kt_rng_new(32);
-    static const kiln_format fs[] = { KILN_FMT_FP8_TENSOR, KILN_FMT_FP8_CHANNEL };
+    static const kiln_format fs[] = { KILN_FMT_FP8_TENSOR, KILN_FMT_FP8_CHANNEL,
+                                      KILN_FMT_FP8_BLOCK };
     static const int64_t shapes[][2] = { { 128, 256 }, { 64, 4096 } };
     static const int64_t capture[] = { 16 };
     const int64_t m = 16;
@@ -166,13 +177,14 @@ Test(gpuref, fp8_token_activations_pass_and_broken_scales_fail)
             cr_assert_eq(kiln_plan_create(g, &t, &o, &p), KILN_OK, "%s", kiln_last_error());
             kiln_plan_linear l;
             cr_assert_eq(kiln_plan_linear_at(p, 0, 0, &l), KILN_OK);
-            cr_assert_str_eq(l.act, "fp8-token");
+            const int block = fs[f] == KILN_FMT_FP8_BLOCK;
+            cr_assert_str_eq(l.act, block ? "fp8-1x128" : "fp8-token");
             float *x = malloc((size_t)(m * shapes[sh][1]) * sizeof *x);
             cr_assert_not_null(x);
             kt_fill_normal(&r, x, (size_t)(m * shapes[sh][1]), 1.0f);
             kt_ref want = kt_ref_eval(g, p, m, x);
             for (int mu = 0; mu < FP8_COUNT; mu++) {
-                float *y = emulate_fp8(&w, x, m, (fp8_mutant)mu);
+                float *y = emulate_fp8(&w, x, m, block ? 128 : shapes[sh][1], (fp8_mutant)mu);
                 double worst;
                 char first[256];
                 int64_t bad = kt_ref_violations(&want, y, &worst, first, sizeof first);

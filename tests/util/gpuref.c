@@ -100,9 +100,10 @@ static void weight_values(const kiln_qtensor *q, int round_bf16, float **w, floa
     }
 }
 
-/* How far an fp8-token kernel's product with w may land from the exact
- * one for row x (values v, bounds e) of k: the row's scale s = amax / 448
- * (amax at most max |v| + e) turns each value into s·q, q an E4M3 code
+/* How far an FP8-activation kernel's product with w may land from the
+ * exact one for row x (values v, bounds e) of k, quantized in groups of
+ * g along K (g = k: fp8-token; 128: fp8-1x128): a group's scale s = amax
+ * / 448 (amax at most max |v| + e) turns each value into s·q, q an E4M3 code
  * rounded to nearest, off by at most 2^-4 of the value (3 significant
  * bits) or 2^-10·s (below E4M3's normals), with 2^-8 of that again for a
  * fast-math division landing on the other side of a rounding boundary.
@@ -111,23 +112,28 @@ static void weight_values(const kiln_qtensor *q, int round_bf16, float **w, floa
  * 8·√(Σ (err·w)²). The tensor cores add a stage's 128 E4M3 products with
  * fewer bits than f32: four k32 steps each within 2^-12 of the terms'
  * magnitude, before the f32 promotion. */
-static double fp8_token_error(const double *v, const double *e, const float *w, int64_t k)
+static double fp8_error(const double *v, const double *e, const float *w, int64_t k, int64_t g)
 {
-    double amax = 0;
-    for (int64_t l = 0; l < k; l++)
-        amax = fmax(amax, fabs(v[l]) + e[l]);
-    const double s = amax / 448.0;
     double sq = 0, mag = 0;
-    for (int64_t l = 0; l < k; l++) {
-        double err = ((fabs(v[l]) + e[l]) * 0x1p-4 + s * 0x1p-10) * (1 + 0x1p-8);
-        sq += err * err * (double)w[l] * (double)w[l];
-        mag += (fabs(v[l]) + e[l] + err) * fabs(w[l]);
+    for (int64_t b = 0; b < k; b += g) {
+        const int64_t end = b + g < k ? b + g : k;
+        double amax = 0;
+        for (int64_t l = b; l < end; l++)
+            amax = fmax(amax, fabs(v[l]) + e[l]);
+        const double s = amax / 448.0;
+        for (int64_t l = b; l < end; l++) {
+            double err = ((fabs(v[l]) + e[l]) * 0x1p-4 + s * 0x1p-10) * (1 + 0x1p-8);
+            sq += err * err * (double)w[l] * (double)w[l];
+            mag += (fabs(v[l]) + e[l] + err) * fabs(w[l]);
+        }
     }
-    return 8.0 * sqrt(sq) + 4.0 * 0x1p-12 * mag;
+    /* a grouped kernel scales and adds each stage's sum in f32: two more
+     * roundings a stage */
+    return 8.0 * sqrt(sq) + 4.0 * 0x1p-12 * mag + (g < k ? 2 * EPS * mag : 0);
 }
 
 static kt_ref ref_linear(const kt_ref *x, const kiln_qtensor *q, const float *bias,
-                         int round_bf16, int fp8_token)
+                         int round_bf16, int64_t fp8_group)
 {
     float *w, *size, *slack;
     weight_values(q, round_bf16, &w, &size, &slack);
@@ -149,8 +155,8 @@ static kt_ref ref_linear(const kt_ref *x, const kiln_qtensor *q, const float *bi
             }
             /* the largest sum of a contiguous K range */
             double partial = fmax(hi - lo, off_hi - off_lo);
-            if (fp8_token) {
-                prop += fp8_token_error(xr, er, wr, k);
+            if (fp8_group) {
+                prop += fp8_error(xr, er, wr, k, fp8_group);
                 /* the f32 scales multiply the sum: three roundings */
                 mag += 3 * fabs(s);
             }
@@ -240,11 +246,14 @@ static kiln_plan_linear linear_of(const kiln_plan *p, const kiln_tensor *t, int6
     return l;
 }
 
-/* The activation schemes the reference models: BF16, and fp8-token. */
-static int fp8_token(const kiln_plan_linear *l)
+/* The activation schemes the reference models: BF16 (0), and FP8 in
+ * groups of the returned size along K: fp8-token (all of K), fp8-1x128. */
+static int64_t fp8_group(const kiln_plan_linear *l)
 {
     if (!strcmp(l->act, "fp8-token"))
-        return 1;
+        return l->k;
+    if (!strcmp(l->act, "fp8-1x128"))
+        return 128;
     cr_assert_str_eq(l->act, "bf16", "%s: activations %s have no reference in gpuref.c", l->node,
                      l->act);
     return 0;
@@ -277,7 +286,7 @@ kt_ref kt_ref_eval(kiln_graph *g, const kiln_plan *p, int64_t m, const float *x)
             if (p)
                 l = linear_of(p, t, m);
             acts[t->id] = ref_linear(a, &t->src[1]->weight, t->src[2] ? t->src[2]->param : NULL,
-                                     p && weight_bf16(l.backend), fp8_token(&l));
+                                     p && weight_bf16(l.backend), fp8_group(&l));
             break;
         }
         case KILN_OP_RMS_NORM:
