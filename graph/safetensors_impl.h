@@ -58,6 +58,7 @@ typedef struct kiln_st_slot {
 typedef struct kiln_st_quant {
     int64_t block_rows, block_cols; /* fp8 weight_block_size; 0 when not given */
     int64_t nvfp4_group;            /* ModelOpt NVFP4 group_size; 0 when not given */
+    int mxfp8;                      /* ModelOpt quant_algo MXFP8 */
 } kiln_st_quant;
 
 typedef struct kiln_st_loader {

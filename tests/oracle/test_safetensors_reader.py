@@ -35,7 +35,8 @@ print(f"test seed: KILN_TEST_SEED={SEED}", file=sys.stderr)
 # ------------------------------------------------------------- the library
 
 lib = kilnlib.load()
-FMT = {"f32": 0, "f16": 1, "bf16": 2, "fp8": 3, "fp8_channel": 4, "fp8_block": 5, "nvfp4": 7, "mxfp4": 8}
+FMT = {"f32": 0, "f16": 1, "bf16": 2, "fp8": 3, "fp8_channel": 4, "fp8_block": 5, "mxfp8": 6,
+       "nvfp4": 7, "mxfp4": 8}
 
 
 class Model(kilnlib.Model):
@@ -97,7 +98,7 @@ def unpack_fp4(packed):
 
 # ------------------------------------------------------------- the writer
 
-RENAME = {"F8_E4M3": np.uint8, "BF16": np.uint16}
+RENAME = {"F8_E4M3": np.uint8, "BF16": np.uint16, "F8_E8M0": np.uint8}
 
 
 def save(path, tensors, metadata=None):
@@ -316,6 +317,53 @@ class SafetensorsReader(unittest.TestCase):
         st = lib.kiln_model_weight(m.h, b"model.layers.0.mlp.experts.gate_up_proj", ctypes.byref(qt))
         self.assertEqual(st, KILN_ERR_UNSUPPORTED)
         self.assertIn(b"expert tensors are 3-D", lib.kiln_last_error())
+
+    def test_fp8_scales_as_checkpoints_ship_them(self):
+        """BF16 and F16 per-channel and block scales, E8M0 block scales
+        (UE8M0), each read as the F32 value it is."""
+        r = Rng(9)
+        n, k = 136, 200
+        tensors, expect = {}, {}
+        for i, dt in enumerate(("BF16", "F16", "F8_E8M0")):
+            q = r.e4m3((n, k))
+            if dt == "BF16":
+                ch = bits(r.f32((n, 1), 1e-3, 1e-1)) >> 16
+                blk = bits(r.f32((2, 2), 1e-4, 1e-2)) >> 16
+                ch, blk = ch.astype(np.uint16), blk.astype(np.uint16)
+                fch, fblk = bf16_to_f32(ch), bf16_to_f32(blk)
+            elif dt == "F16":
+                ch, blk = r.f32((n, 1), 1e-3, 1e-1).astype(np.float16), r.f32((2, 2), 1e-4, 1e-2).astype(np.float16)
+                fch, fblk = ch.astype(np.float32), blk.astype(np.float32)
+            else:
+                ch, blk = r.r.integers(110, 125, (n, 1), dtype=np.uint8), r.r.integers(110, 125, (2, 2), dtype=np.uint8)
+                fch, fblk = e8m0(ch), e8m0(blk)
+            tensors[f"c{i}.weight"] = ("F8_E4M3", q)
+            tensors[f"c{i}.weight_scale"] = (dt, ch)
+            tensors[f"b{i}.weight"] = ("F8_E4M3", q)
+            tensors[f"b{i}.weight_scale_inv"] = (dt, blk)
+            expect[f"c{i}.weight"] = ("fp8_channel", E4M3[q] * fch)
+            expect[f"b{i}.weight"] = ("fp8_block", E4M3[q] * np.repeat(np.repeat(fblk, 128, 0), 128, 1)[:n, :k])
+        save(self.p("model.safetensors"), tensors)
+        m = self.open()
+        for name, (fmt, want) in expect.items():
+            self.assert_exact(m, name, fmt, want)
+
+    def test_modelopt_mxfp8(self):
+        r = Rng(10)
+        n, k = 24, 160
+        q, sc = r.e4m3((n, k)), r.r.integers(100, 140, (n, k // 32), dtype=np.uint8)
+        save(self.p("model.safetensors"), {
+            "model.layers.0.mlp.up_proj.weight": ("F8_E4M3", q),
+            "model.layers.0.mlp.up_proj.weight_scale": ("F8_E8M0", sc),
+            "model.layers.0.mlp.down_proj.weight": ("F8_E4M3", q),
+            "model.layers.0.mlp.down_proj.weight_scale": ("U8", sc),
+        })
+        write_json(self.p("config.json"), dict(LLAMA, quantization_config={
+            "quant_method": "modelopt", "quant_algo": "MXFP8", "exclude_modules": ["lm_head"]}))
+        m = self.open()
+        want = E4M3[q] * np.repeat(e8m0(sc), 32, axis=1)
+        self.assert_exact(m, "model.layers.0.mlp.up_proj.weight", "mxfp8", want)
+        self.assert_exact(m, "model.layers.0.mlp.down_proj.weight", "mxfp8", want)
 
     def test_bf16_and_plain_types(self):
         r = Rng(7)
