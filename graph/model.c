@@ -176,6 +176,16 @@ static const kiln_model_tensor *model_role_find(const kiln_model *m, int role, i
         if (t)
             return t;
     }
+    /* compressed-tensors' packed integer weights: found, so that the error
+     * says why kiln cannot use them. */
+    char packed[256];
+    snprintf(packed, sizeof packed, pats[1], l);
+    snprintf(packed + strlen(packed), sizeof packed - strlen(packed), "_packed");
+    const kiln_model_tensor *t = model_find(m, packed);
+    if (t) {
+        snprintf(name, cap, "%s", packed);
+        return t;
+    }
     snprintf(name, cap, pats[0], l);
     return NULL;
 }

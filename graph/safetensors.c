@@ -684,6 +684,8 @@ static void st_loader_free(kiln_st_loader *L)
         kiln_st_tensor_free(&L->v[i].t);
     free(L->v);
     json_decref(L->names);
+    json_decref(L->ct);
+    free(L->ct_file);
     st_impl_free(L->impl);
     free(L->dir);
 }

@@ -72,6 +72,8 @@ kiln_status kiln_st_parse_quant(kiln_st_loader *L, const char *file, const json_
     const json_t *algo = json_object_get(q, "quant_algo");
     if ((method && !json_is_string(method)) || (algo && !json_is_string(algo)))
         return kiln_fail(KILN_ERR_MALFORMED, "%s: quant_method / quant_algo is not a string", file);
+    if (method && !strcasecmp(json_string_value(method), "compressed-tensors"))
+        return kiln_st_ct_parse(L, file, q);
     if (method && !strcasecmp(json_string_value(method), "fp8")) {
         const json_t *wbs = json_object_get(q, "weight_block_size");
         if (wbs && !json_is_null(wbs)) {
@@ -463,6 +465,36 @@ static kiln_status st_classify(kiln_st_loader *L, kiln_st_slot *s)
     return KILN_OK;
 }
 
+/* A compressed-tensors checkpoint: the weight of module under the scheme
+ * its config gives it. A scheme kiln has no format for refuses the weight
+ * (and its weight_packed) with the config field that asks for it. */
+static kiln_status st_join_ct(kiln_st_loader *L, int wi, const char *module, int *handled)
+{
+    kiln_st_ct_scheme sc;
+    kiln_st_slot *w = &L->v[wi];
+    kiln_status st = kiln_st_ct_lookup(L, module, &sc);
+    *handled = 1;
+    if (st)
+        return st;
+    if (sc.kind == KILN_ST_CT_UNSUPPORTED)
+        return st_refuse(w, "%s", sc.why);
+    if (w->dtype != KILN_ST_F8_E4M3 || !kiln_st_ends_with(w->t.name, ".weight")) {
+        *handled = 0;
+        return KILN_OK;
+    }
+    if (sc.kind == KILN_ST_CT_IGNORED)
+        return kiln_fail(KILN_ERR_MALFORMED,
+                         "%s: tensor %s is F8_E4M3, but quantization_config.ignore in %s lists "
+                         "module %s as left unquantized", w->file, w->t.name, L->ct_file, module);
+    kiln_st_quant keep = L->q;
+    L->q.block_rows = sc.block_rows;
+    L->q.block_cols = sc.block_cols;
+    L->q.mxfp8 = sc.mxfp8;
+    st = st_join_fp8(L, wi, module);
+    L->q = keep;
+    return st;
+}
+
 kiln_status kiln_st_join_all(kiln_st_loader *L)
 {
     kiln_status st = KILN_OK;
@@ -473,7 +505,25 @@ kiln_status kiln_st_join_all(kiln_st_loader *L)
         const char *name = L->v[i].t.name;
         size_t len = strlen(name);
         char *base = NULL;
-        if (kiln_st_ends_with(name, ".weight") &&
+        static const char *ct_suffixes[] = { ".weight", ".weight_packed" };
+        /* A float tensor is stored as it is used, whatever a group targets. */
+        int stored_quantized = L->v[i].dtype == KILN_ST_DTYPE_COUNT ||
+                               !kiln_st_dtypes[L->v[i].dtype].plain;
+        for (size_t j = 0; j < KILN_ARRAY_LEN(ct_suffixes) && L->ct && stored_quantized && !base;
+             j++) {
+            if (!kiln_st_ends_with(name, ct_suffixes[j]))
+                continue;
+            if (!(base = kiln_strndup(name, len - strlen(ct_suffixes[j]))))
+                return kiln_st_nomem();
+            int handled;
+            st = st_join_ct(L, i, base, &handled);
+            if (!handled) {
+                free(base);
+                base = NULL;
+                break;
+            }
+        }
+        if (!base && kiln_st_ends_with(name, ".weight") &&
             (L->v[i].dtype == KILN_ST_F8_E4M3 || L->v[i].dtype == KILN_ST_U8)) {
             if (!(base = kiln_strndup(name, len - strlen(".weight"))))
                 return kiln_st_nomem();

@@ -609,6 +609,172 @@ Test(safetensors, mxfp4_e8m0_scales_and_bf16_nvfp4_global)
     kiln_model_close(m);
 }
 
+/* compressed-tensors' quantization_config as llm-compressor writes it
+ * (FP8_BLOCK on the MLP, FP8_DYNAMIC elsewhere, lm_head left out). */
+#define CT_ARGS(strategy, block)                                                                \
+    "{\"num_bits\": 8, \"type\": \"float\", \"symmetric\": true, \"group_size\": null,"        \
+    " \"strategy\": \"" strategy "\", \"block_structure\": " block ", \"dynamic\": false,"       \
+    " \"actorder\": null, \"observer\": \"minmax\", \"observer_kwargs\": {}}"
+#define CT_CONFIG(ignore)                                                                       \
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"quantization_config\": {"                   \
+    "\"quant_method\": \"compressed-tensors\", \"format\": \"float-quantized\","                \
+    " \"quantization_status\": \"compressed\", \"ignore\": " ignore ","                         \
+    " \"kv_cache_scheme\": null, \"sparsity_config\": {}, \"config_groups\": {"               \
+    "\"group_0\": {\"targets\": [\"re:.*mlp.*\"], \"weights\": " CT_ARGS("block", "[128, 128]") \
+    ", \"input_activations\": {\"num_bits\": 8, \"type\": \"float\", \"strategy\": \"group\","  \
+    " \"group_size\": 128, \"dynamic\": true, \"symmetric\": true},"                           \
+    " \"output_activations\": null, \"format\": \"float-quantized\"},"                         \
+    "\"group_1\": {\"targets\": [\"Linear\"], \"weights\": " CT_ARGS("channel", "null")         \
+    ", \"input_activations\": {\"num_bits\": 8, \"type\": \"float\", \"strategy\": \"token\","  \
+    " \"dynamic\": true, \"symmetric\": true}}}}}"
+
+Test(safetensors, compressed_tensors_fp8_groups_and_ignore)
+{
+    kt_rng r = kt_rng_new(33);
+    enum { N = 130, K = 128 };
+    uint8_t *q = malloc(N * K);
+    uint16_t ch[N], blk[2], head[4 * 8];
+    random_e4m3(&r, q, N * K);
+    for (int i = 0; i < N; i++)
+        ch[i] = kiln_f32_to_bf16(kt_uniform(&r, 0.001f, 0.1f));
+    for (int i = 0; i < 2; i++)
+        blk[i] = kiln_f32_to_bf16(kt_uniform(&r, 0.001f, 0.1f));
+    for (int i = 0; i < 32; i++)
+        head[i] = kiln_f32_to_bf16(kt_uniform(&r, -1, 1));
+    stb *b = stb_new();
+    stb_tensor(b, "model.layers.0.mlp.up_proj.weight", "F8_E4M3", "[130, 128]", q, N * K);
+    stb_tensor(b, "model.layers.0.mlp.up_proj.weight_scale", "BF16", "[2, 1]", blk, 4);
+    stb_tensor(b, "model.layers.0.self_attn.o_proj.weight", "F8_E4M3", "[130, 128]", q, N * K);
+    stb_tensor(b, "model.layers.0.self_attn.o_proj.weight_scale", "BF16", "[130, 1]", ch, 2 * N);
+    stb_tensor(b, "lm_head.weight", "BF16", "[4, 8]", head, sizeof head);
+    stb_tensor(b, "model.norm.weight", "BF16", "[8]", head, 16);
+    stb_write(b, in_dir("model.safetensors"), 0);
+    free(b);
+    write_text(in_dir("config.json"), CT_CONFIG("[\"lm_head\"]"));
+    kiln_model *m = open_ok(g_dir);
+    const kiln_model_tensor *up = find(m, "model.layers.0.mlp.up_proj.weight");
+    const kiln_model_tensor *o = find(m, "model.layers.0.self_attn.o_proj.weight");
+    cr_assert(up->supported && o->supported, "%s %s", up->why, o->why);
+    cr_assert_eq(up->qt.format, KILN_FMT_FP8_BLOCK, "[2, 1] is the 128x128 tiles of group_0");
+    cr_assert_eq(o->qt.format, KILN_FMT_FP8_CHANNEL);
+    float *yu = dequantize(&up->qt), *yo = dequantize(&o->qt);
+    for (int i = 0; i < N * K; i++) {
+        cr_assert_eq(yu[i], kiln_e4m3_to_f32(q[i]) * kiln_bf16_to_f32(blk[i / K / 128]));
+        cr_assert_eq(yo[i], kiln_e4m3_to_f32(q[i]) * kiln_bf16_to_f32(ch[i / K]));
+    }
+    free(yu);
+    free(yo);
+    cr_assert(find(m, "lm_head.weight")->supported);
+    cr_assert(find(m, "model.norm.weight")->supported, "a float tensor \"Linear\" targets is "
+              "used as stored");
+    kiln_model_close(m);
+
+    /* A module the ignore list leaves unquantized must not be stored in FP8. */
+    write_text(in_dir("config.json"), CT_CONFIG("[\"lm_head\", \"re:.*self_attn.o_proj$\"]"));
+    open_fails(g_dir, KILN_ERR_MALFORMED,
+               "tensor model.layers.0.self_attn.o_proj.weight is F8_E4M3, but "
+               "quantization_config.ignore in ",
+               "config.json lists module model.layers.0.self_attn.o_proj", NULL);
+    free(q);
+}
+
+/* W4A16 (pack-quantized int4 groups) and the schemes kiln has no format
+ * for: the weights are listed unsupported, saying which config field asks
+ * for what. */
+Test(safetensors, compressed_tensors_schemes_without_a_format_are_refused_by_field)
+{
+    int32_t packed[4 * 16] = { 0 };
+    uint16_t sc[4 * 1] = { 0x3c00, 0x3c00, 0x3c00, 0x3c00 };
+    int64_t shape[2] = { 4, 128 };
+    static const struct {
+        const char *weights, *format, *why;
+    } cases[] = {
+        { "{\"num_bits\": 4, \"type\": \"int\", \"symmetric\": true, \"strategy\": \"group\","
+          " \"group_size\": 128}", "pack-quantized",
+          "config_groups.group_0.weights: int4 group 128 (pack-quantized): integer groups "
+          "(W4A16/W8A16) have no kiln format yet" },
+        { "{\"num_bits\": 4, \"type\": \"int\", \"symmetric\": false, \"strategy\": \"group\","
+          " \"group_size\": 128}", "pack-quantized",
+          "int4 group 128 (pack-quantized): asymmetric integer groups" },
+        { "{\"num_bits\": 4, \"type\": \"float\", \"symmetric\": true, \"strategy\":"
+          " \"tensor_group\", \"group_size\": 16, \"dynamic\": false}", "nvfp4-pack-quantized",
+          "float4 tensor_group 16 (nvfp4-pack-quantized): compressed-tensors' NVFP4 stores "
+          "weight_global_scale" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        stb *b = stb_new();
+        stb_tensor(b, "model.layers.0.self_attn.q_proj.weight_packed", "I32", "[4, 16]", packed,
+                   sizeof packed);
+        stb_tensor(b, "model.layers.0.self_attn.q_proj.weight_scale", "F16", "[4, 1]", sc,
+                   sizeof sc);
+        stb_tensor(b, "model.layers.0.self_attn.q_proj.weight_shape", "I64", "[2]", shape,
+                   sizeof shape);
+        stb_write(b, in_dir("model.safetensors"), 0);
+        free(b);
+        char cfg[1024];
+        snprintf(cfg, sizeof cfg,
+                 "{\"num_hidden_layers\": 1, \"quantization_config\": {\"quant_method\":"
+                 " \"compressed-tensors\", \"format\": \"%s\", \"ignore\": [\"lm_head\"],"
+                 " \"config_groups\": {\"group_0\": {\"targets\": [\"Linear\"], \"weights\": %s,"
+                 " \"input_activations\": null}}}}", cases[i].format, cases[i].weights);
+        write_text(in_dir("config.json"), cfg);
+        kiln_model *m = open_ok(g_dir);
+        const kiln_model_tensor *w = find(m, "model.layers.0.self_attn.q_proj.weight_packed");
+        cr_assert_not(w->supported);
+        cr_assert(strstr(w->why, cases[i].why), "%s", w->why);
+        kiln_graph *g;
+        cr_assert_eq(kiln_graph_create(&g), KILN_OK);
+        cr_assert_eq(kiln_model_build_linears(m, g, 0), KILN_ERR_UNSUPPORTED);
+        cr_assert(strstr(kiln_last_error(), "tensor model.layers.0.self_attn.q_proj.weight_packed"),
+                  "%s", kiln_last_error());
+        cr_assert(strstr(kiln_last_error(), cases[i].why), "%s", kiln_last_error());
+        kiln_graph_destroy(g);
+        kiln_model_close(m);
+    }
+}
+
+#define PATTERNS_4 "\"re:a\", \"re:b\", \"re:c\", \"re:d\""
+#define PATTERNS_16 PATTERNS_4 ", " PATTERNS_4 ", " PATTERNS_4 ", " PATTERNS_4
+#define PATTERNS_64 PATTERNS_16 ", " PATTERNS_16 ", " PATTERNS_16 ", " PATTERNS_16
+#define PATTERNS_257 PATTERNS_64 ", " PATTERNS_64 ", " PATTERNS_64 ", " PATTERNS_64 ", \"re:e\""
+
+Test(safetensors, compressed_tensors_config_errors_name_the_field)
+{
+    uint16_t x = 0;
+    stb *b = stb_new();
+    stb_tensor(b, "x", "BF16", "[1]", &x, 2);
+    stb_write(b, in_dir("model.safetensors"), 0);
+    free(b);
+    static const struct {
+        const char *q, *what;
+    } bad[] = {
+        { "\"config_groups\": []", "quantization_config.config_groups is not an object" },
+        { "\"config_groups\": {\"g\": 1}", "quantization_config.config_groups.g is not an object" },
+        { "\"config_groups\": {\"g\": {\"targets\": \"Linear\"}}",
+          "quantization_config.config_groups.g.targets is not a list of strings" },
+        { "\"config_groups\": {\"g\": {\"weights\": {\"num_bits\": \"8\"}}}",
+          "quantization_config.config_groups.g.weights.num_bits is not a positive integer" },
+        { "\"config_groups\": {\"g\": {\"weights\": {\"strategy\": 3}}}",
+          "quantization_config.config_groups.g.weights.strategy is not a string" },
+        { "\"config_groups\": {\"g\": {\"weights\": {\"block_structure\": [128]}}}",
+          "quantization_config.config_groups.g.weights.block_structure is not [rows, cols]" },
+        { "\"config_groups\": {\"g\": {\"input_activations\": {\"dynamic\": 1}}}",
+          "quantization_config.config_groups.g.input_activations.dynamic is not a boolean" },
+        { "\"config_groups\": {}, \"ignore\": [1]", "quantization_config.ignore is not a list" },
+        { "\"config_groups\": {}, \"format\": 7", "quantization_config.format is not a string" },
+        { "\"config_groups\": {}, \"ignore\": [" PATTERNS_257 "]",
+          "more than 256 \"re:\" patterns" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char cfg[4096];
+        snprintf(cfg, sizeof cfg,
+                 "{\"quantization_config\": {\"quant_method\": \"compressed-tensors\", %s}}",
+                 bad[i].q);
+        write_text(in_dir("config.json"), cfg);
+        open_fails(g_dir, KILN_ERR_MALFORMED, "config.json: ", bad[i].what, NULL);
+    }
+}
+
 /* N = 130 and K = 260 leave partial tiles on both edges: scales [2, 3]. */
 static void write_fp8_block(kt_rng *r, const char *scale_shape, size_t n_scales, uint8_t *q, float *s)
 {

@@ -365,6 +365,64 @@ class SafetensorsReader(unittest.TestCase):
         self.assert_exact(m, "model.layers.0.mlp.up_proj.weight", "mxfp8", want)
         self.assert_exact(m, "model.layers.0.mlp.down_proj.weight", "mxfp8", want)
 
+    def test_compressed_tensors_fp8(self):
+        """llm-compressor's FP8 checkpoints: the layout its float-quantized
+        compressor writes (weight F8_E4M3, weight_scale in the model's dtype,
+        [1] per tensor, [N, 1] per channel, [N/128, K/128] per block, input_scale
+        for static activations) and the quantization_config its
+        QuantizationConfig serialises. The compressed-tensors package itself
+        needs torch and transformers, which the oracle does not install."""
+        r = Rng(11)
+        n, k = 200, 256
+
+        def args(strategy, block=None, dynamic=False, kind="weights"):
+            a = {"num_bits": 8, "type": "float", "symmetric": True, "group_size": None,
+                 "strategy": strategy, "block_structure": block, "dynamic": dynamic,
+                 "actorder": None, "observer": "minmax" if kind == "weights" else None,
+                 "observer_kwargs": {}}
+            return a
+
+        def bf16(a):
+            return (bits(a) >> 16).astype(np.uint16)
+
+        qt, qc, qb = r.e4m3((n, k)), r.e4m3((n, k)), r.e4m3((n, k))
+        st, sc, sb = bf16(r.f32((1,), 1e-3, 1e-1)), bf16(r.f32((n, 1), 1e-3, 1e-1)), bf16(r.f32((2, 2), 1e-4, 1e-2))
+        a = bf16(r.f32((1,), 1e-2, 1))
+        head = bf16(r.f32((8, k), -1, 1))
+        save(self.p("model.safetensors"), {
+            "model.layers.0.self_attn.q_proj.weight": ("F8_E4M3", qt),
+            "model.layers.0.self_attn.q_proj.weight_scale": ("BF16", st),
+            "model.layers.0.self_attn.q_proj.input_scale": ("BF16", a),
+            "model.layers.0.self_attn.o_proj.weight": ("F8_E4M3", qc),
+            "model.layers.0.self_attn.o_proj.weight_scale": ("BF16", sc),
+            "model.layers.0.mlp.down_proj.weight": ("F8_E4M3", qb),
+            "model.layers.0.mlp.down_proj.weight_scale": ("BF16", sb),
+            "lm_head.weight": ("BF16", head),
+        }, metadata={"format": "pt"})
+        write_json(self.p("config.json"), dict(LLAMA, quantization_config={
+            "config_groups": {
+                "group_0": {"targets": ["re:.*q_proj$"], "weights": args("tensor"),
+                            "input_activations": args("tensor", kind="input"),
+                            "output_activations": None, "format": "float-quantized"},
+                "group_1": {"targets": ["re:.*mlp.*"], "weights": args("block", [128, 128]),
+                            "input_activations": dict(args("group", dynamic=True, kind="input"),
+                                                      group_size=128),
+                            "output_activations": None, "format": "float-quantized"},
+                "group_2": {"targets": ["Linear"], "weights": args("channel"),
+                            "input_activations": args("token", dynamic=True, kind="input"),
+                            "output_activations": None, "format": "float-quantized"},
+            },
+            "format": "float-quantized", "global_compression_ratio": None, "ignore": ["lm_head"],
+            "kv_cache_scheme": None, "quant_method": "compressed-tensors",
+            "quantization_status": "compressed", "sparsity_config": {}, "transform_config": {},
+            "version": "0.12.2"}))
+        m = self.open()
+        self.assert_exact(m, "model.layers.0.self_attn.q_proj.weight", "fp8", E4M3[qt] * bf16_to_f32(st))
+        self.assert_exact(m, "model.layers.0.self_attn.o_proj.weight", "fp8_channel", E4M3[qc] * bf16_to_f32(sc))
+        tiles = np.repeat(np.repeat(bf16_to_f32(sb), 128, axis=0), 128, axis=1)[:n, :k]
+        self.assert_exact(m, "model.layers.0.mlp.down_proj.weight", "fp8_block", E4M3[qb] * tiles)
+        self.assert_exact(m, "lm_head.weight", "bf16", bf16_to_f32(head))
+
     def test_bf16_and_plain_types(self):
         r = Rng(7)
         bf = r.bytes((8, 32)).view(np.uint16)
