@@ -603,6 +603,20 @@ static kiln_status st_parse_config(kiln_st_loader *L, const char *file, const js
         if (!json_is_number(eps) || json_number_value(eps) < 0)
             return kiln_fail(KILN_ERR_MALFORMED, "%s: rms_norm_eps is not a non-negative number", file);
         L->hp.rms_eps = (float)json_number_value(eps);
+        L->hp.has_rms_eps = 1;
+    }
+    /* Gemma's configs name the activation hidden_activation; the others
+     * hidden_act. */
+    static const char *act_keys[] = { "hidden_activation", "hidden_act" };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(act_keys) && !L->hp.act[0]; i++) {
+        const json_t *act = json_object_get(cfg, act_keys[i]);
+        if (!act || json_is_null(act))
+            continue;
+        if (!json_is_string(act) || json_string_length(act) >= sizeof L->hp.act)
+            return kiln_fail(KILN_ERR_MALFORMED, "%s: %s is not an activation's name", file,
+                             act_keys[i]);
+        snprintf(L->hp.act, sizeof L->hp.act, "%s", json_string_value(act));
+        L->hp.act_legacy = i == 1;
     }
     const json_t *q = json_object_get(cfg, "quantization_config");
     return q ? kiln_st_parse_quant(L, file, q) : KILN_OK;

@@ -221,8 +221,9 @@ kiln_status kiln_st_ct_lookup(const kiln_st_loader *L, const char *module, kiln_
             out->kind = KILN_ST_CT_FP8;
             const json_t *bs = json_object_get(w, "block_structure");
             if (!strcmp(strategy, "block")) {
-                out->block_rows = json_is_array(bs) ? json_integer_value(json_array_get(bs, 0)) : 128;
-                out->block_cols = json_is_array(bs) ? json_integer_value(json_array_get(bs, 1)) : 128;
+                int given = json_is_array(bs);
+                out->block_rows = given ? json_integer_value(json_array_get(bs, 0)) : 128;
+                out->block_cols = given ? json_integer_value(json_array_get(bs, 1)) : 128;
             }
             return KILN_OK;
         }

@@ -341,8 +341,8 @@ static kiln_status st_join_nvfp4(kiln_st_loader *L, int wi, const char *base)
     if ((g->dtype != KILN_ST_F32 && g->dtype != KILN_ST_BF16 && g->dtype != KILN_ST_F16) ||
         !st_is_scalar(g))
         return kiln_fail(KILN_ERR_MALFORMED,
-                         "%s: tensor %s: global scale of NVFP4 weight %s is not an F32, BF16 or F16 "
-                         "scalar", g->file, g->t.name, w->t.name);
+                         "%s: tensor %s: global scale of NVFP4 weight %s is not an F32, BF16 "
+                         "or F16 scalar", g->file, g->t.name, w->t.name);
     if (w->rank != 2)
         return st_refuse(w, "NVFP4 weight of rank %d: kiln's weights are 2-D", w->rank);
     int64_t group = L->q.nvfp4_group ? L->q.nvfp4_group : ST_NVFP4_GROUP;
@@ -372,7 +372,8 @@ static kiln_status st_join_nvfp4(kiln_st_loader *L, int wi, const char *base)
 }
 
 /* gpt-oss MXFP4: X_blocks U8 [..., N, K/32, 16] and X_scales E8M0 [..., N,
- * K/32], stored as U8 or F8_E8M0, become weight X. Row n of the blocks, flattened, is kiln's MXFP4 data row:
+ * K/32], stored as U8 or F8_E8M0, become weight X. Row n of the blocks,
+ * flattened, is kiln's MXFP4 data row:
  * 16 bytes per 32 elements, the even element in the low nibble (the OCP order,
  * which gpt-oss's reference dequantization also uses). */
 static kiln_status st_join_mxfp4(kiln_st_loader *L, int bi, const char *base, const char *scale_suffix)
