@@ -85,14 +85,16 @@ typedef struct cli_source {
     kiln_model *model;
     kiln_graph *own;
 } cli_source;
-kiln_status cli_source_open(const char *arg, const char *graph, int layers, cli_source *out);
+/* mo may be NULL; the model's warnings are printed to stderr. */
+kiln_status cli_source_open(const char *arg, const char *graph, int layers,
+                            const kiln_model_options *mo, cli_source *out);
 void cli_source_close(cli_source *s);
 
 /* The lowering options every planning command shares (plan, compile, run,
  * cache export): their long options, parsing and the plan they make. */
 enum {
     CLI_OPT_TARGET = 1000, CLI_OPT_BACKEND, CLI_OPT_STRICT, CLI_OPT_TOKENS, CLI_OPT_MAX_TOKENS,
-    CLI_OPT_GRAPH, CLI_OPT_LAYERS, CLI_OPT_NO_FUSE,
+    CLI_OPT_GRAPH, CLI_OPT_LAYERS, CLI_OPT_NO_FUSE, CLI_OPT_ALLOW_NONFINITE, CLI_OPT_ALLOW_PARTIAL,
 };
 #define CLI_PLAN_LONG_OPTIONS                                                                   \
     { "target", required_argument, NULL, CLI_OPT_TARGET },                                      \
@@ -102,7 +104,9 @@ enum {
     { "max-tokens", required_argument, NULL, CLI_OPT_MAX_TOKENS },                              \
     { "graph", required_argument, NULL, CLI_OPT_GRAPH },                                        \
     { "layers", required_argument, NULL, CLI_OPT_LAYERS },                                      \
-    { "no-fuse", no_argument, NULL, CLI_OPT_NO_FUSE }
+    { "no-fuse", no_argument, NULL, CLI_OPT_NO_FUSE },                                          \
+    { "allow-nonfinite", no_argument, NULL, CLI_OPT_ALLOW_NONFINITE },                          \
+    { "allow-partial", no_argument, NULL, CLI_OPT_ALLOW_PARTIAL }
 #define CLI_PLAN_HELP                                                                           \
     "  --target T        sm_75, sm_80, sm_86, sm_89, sm_90, sm_90a or a product name\n"         \
     "                    (t4, a100, a10, l40s, h100, h200); default: the GPU's, or\n"          \
@@ -115,13 +119,18 @@ enum {
     "  --graph KIND      for a model file: ffn (the runnable FFN stack, default) or\n"         \
     "                    linears (every linear of every layer and the head)\n"                 \
     "  --layers N        use only the first N layers of a model file\n"                        \
-    "  --no-fuse         keep epilogues as separate kernels\n"
+    "  --no-fuse         keep epilogues as separate kernels\n"                                  \
+    "  --allow-nonfinite load a model whose scales, norm weights or rms_norm_eps hold\n"   \
+    "                    NaN or infinity\n"                                                   \
+    "  --allow-partial   build what kiln does not model exactly (an unknown architecture\n"\
+    "                    or activation) with a warning instead of refusing it\n"
 
 typedef struct cli_plan_args {
     const char *target, *graph;
     int64_t tokens[64];
     int n_tokens, layers;
     kiln_plan_options po;
+    kiln_model_options mo;
 } cli_plan_args;
 void cli_plan_args_init(cli_plan_args *a);
 /* 1 when c is a planning option (then *rc is CLI_OK or CLI_USAGE, already

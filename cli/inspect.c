@@ -11,6 +11,7 @@ static void help(FILE *out)
 {
     fprintf(out,
             "usage: kiln inspect FILE|DIR [--metadata] [--tensor NAME --dequant OUT]\n"
+            "                    [--allow-nonfinite]\n"
             "\n"
             "Describes a model: a GGUF file, a .safetensors file, or a directory with\n"
             "model.safetensors (or a sharded set with model.safetensors.index.json) and\n"
@@ -19,6 +20,8 @@ static void help(FILE *out)
             "\n"
             "  --metadata        also print every GGUF metadata key and its value\n"
             "  --tensor NAME     the tensor to write with --dequant\n"
+            "  --allow-nonfinite open a model whose scales, norm weights or rms_norm_eps\n"
+            "                    hold NaN or infinity\n"
             "  --dequant OUT     write NAME dequantized to OUT as little-endian f32,\n"
             "                    row-major [N, K], the raw bytes with no header\n");
 }
@@ -117,10 +120,12 @@ static int run(int argc, char **argv)
         { "metadata", no_argument, NULL, 'm' },
         { "tensor", required_argument, NULL, 't' },
         { "dequant", required_argument, NULL, 'd' },
+        { "allow-nonfinite", no_argument, NULL, 'n' },
         { 0 },
     };
     const char *tensor = NULL, *out = NULL;
     int metadata = 0, c;
+    kiln_model_options mo = { 0 };
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
@@ -128,6 +133,7 @@ static int run(int argc, char **argv)
         case 'm': metadata = 1; break;
         case 't': tensor = optarg; break;
         case 'd': out = optarg; break;
+        case 'n': mo.allow_nonfinite = 1; break;
         case ':': return cli_usage(&cli_cmd_inspect, "%s needs a value", argv[optind - 1]);
         default: return cli_usage(&cli_cmd_inspect, "unknown option '%s'", argv[optind - 1]);
         }
@@ -141,7 +147,7 @@ static int run(int argc, char **argv)
     const char *path = argv[optind];
 
     kiln_model *m;
-    kiln_status st = kiln_model_open(path, &m);
+    kiln_status st = kiln_model_open_with(path, &mo, &m);
     if (st != KILN_OK)
         return cli_fail(st, "inspect");
     if (tensor) {

@@ -22,6 +22,8 @@ int cli_plan_option(const cli_command *cmd, int c, const char *arg, cli_plan_arg
     case CLI_OPT_BACKEND: a->po.backend = arg; return 1;
     case CLI_OPT_STRICT: a->po.strict_backend = 1; return 1;
     case CLI_OPT_NO_FUSE: a->po.no_fuse = 1; return 1;
+    case CLI_OPT_ALLOW_NONFINITE: a->mo.allow_nonfinite = 1; return 1;
+    case CLI_OPT_ALLOW_PARTIAL: a->mo.allow_partial = 1; return 1;
     case CLI_OPT_GRAPH:
         if (strcmp(arg, "ffn") && strcmp(arg, "linears"))
             *rc = cli_usage(cmd, "bad --graph '%s' (want ffn or linears)", arg);
@@ -66,7 +68,7 @@ int cli_plan_finish(const cli_command *cmd, cli_plan_args *a, kiln_target *t)
 kiln_status cli_plan_open(const char *what, cli_plan_args *a, const kiln_target *t,
                           cli_source *src, kiln_plan **p)
 {
-    kiln_status st = cli_source_open(what, a->graph, a->layers, src);
+    kiln_status st = cli_source_open(what, a->graph, a->layers, &a->mo, src);
     if (st != KILN_OK)
         return st;
     if ((st = kiln_plan_create(src->g, t, &a->po, p))) {

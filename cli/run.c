@@ -112,7 +112,7 @@ static int run(int argc, char **argv)
     so.plan = a.po;
 
     cli_source src;
-    kiln_status st = cli_source_open(argv[optind], a.graph, a.layers, &src);
+    kiln_status st = cli_source_open(argv[optind], a.graph, a.layers, &a.mo, &src);
     if (st != KILN_OK)
         return cli_fail(st, "run");
     cli_exec gpu = { 0 }, cpu = { 0 };

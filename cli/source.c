@@ -1,8 +1,10 @@
 #include "cli.h"
 
+#include <stdio.h>
 #include <string.h>
 
-kiln_status cli_source_open(const char *arg, const char *graph, int layers, cli_source *out)
+kiln_status cli_source_open(const char *arg, const char *graph, int layers,
+                            const kiln_model_options *mo, cli_source *out)
 {
     memset(out, 0, sizeof *out);
     out->name = arg;
@@ -15,11 +17,13 @@ kiln_status cli_source_open(const char *arg, const char *graph, int layers, cli_
     }
     if (strcmp(graph, "ffn") && strcmp(graph, "linears"))
         return cli_error(KILN_ERR_INVALID_ARG, "--graph %s: want ffn or linears", graph);
-    if ((st = kiln_model_open(arg, &out->model)))
+    if ((st = kiln_model_open_with(arg, mo, &out->model)))
         return st;
     if ((st = kiln_graph_create(&out->own)) == KILN_OK)
         st = !strcmp(graph, "ffn") ? kiln_model_build_ffn(out->model, out->own, layers)
                                    : kiln_model_build_linears(out->model, out->own, layers);
+    for (const char *const *w = kiln_model_warnings(out->model); *w; w++)
+        fprintf(stderr, "kiln: warning: %s\n", *w);
     if (st != KILN_OK) {
         cli_source_close(out);
         return st;

@@ -479,8 +479,10 @@ static kiln_status gguf_read_hparams(kiln_model *m)
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", hp->arch);
     double eps;
     st = kiln_gguf_get_float(m, key, &eps);
-    if (st == KILN_OK)
+    if (st == KILN_OK) {
         hp->rms_eps = (float)eps;
+        hp->has_rms_eps = 1;
+    }
     else if (st != KILN_ERR_NOT_FOUND)
         return st;
     if (hp->vocab == 0) {

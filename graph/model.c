@@ -7,16 +7,69 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+static kiln_status model_open(const char *path, kiln_model **out);
+
 kiln_status kiln_model_open(const char *path, kiln_model **out)
+{
+    return kiln_model_open_with(path, NULL, out);
+}
+
+kiln_status kiln_model_open_with(const char *path, const kiln_model_options *opts,
+                                 kiln_model **out)
 {
     if (!path || !out)
         return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_model_open: path and out are required");
+    kiln_model *m;
+    kiln_status st = model_open(path, &m);
+    if (st != KILN_OK)
+        return st;
+    if (opts)
+        m->opts = *opts;
+    if (!m->opts.allow_nonfinite && (st = kiln_model_check_values(m)) != KILN_OK) {
+        kiln_model_close(m);
+        return st;
+    }
+    *out = m;
+    return KILN_OK;
+}
+
+const char *const *kiln_model_warnings(const kiln_model *m)
+{
+    static const char *const none[] = { NULL };
+    return m->warnings ? (const char *const *)m->warnings : none;
+}
+
+/* Keep a warning (allow_partial): printed by the caller, once. */
+static kiln_status model_warn(kiln_model *m, const char *fmt, ...) KILN_PRINTF(2, 3);
+static kiln_status model_warn(kiln_model *m, const char *fmt, ...)
+{
+    char text[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    for (int i = 0; i < m->n_warnings; i++)
+        if (!strcmp(m->warnings[i], text))
+            return KILN_OK;
+    char **w = kiln_realloc(m->warnings, (size_t)(m->n_warnings + 2) * sizeof *w);
+    if (!w)
+        return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory for a warning", m->path);
+    m->warnings = w;
+    if (!(w[m->n_warnings] = kiln_strdup(text)))
+        return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory for a warning", m->path);
+    w[++m->n_warnings] = NULL;
+    return KILN_OK;
+}
+
+static kiln_status model_open(const char *path, kiln_model **out)
+{
     struct stat sb;
     kiln_status st = kiln_file_stat(path, &sb);
     if (st != KILN_OK)
@@ -54,6 +107,9 @@ void kiln_model_close(kiln_model *m)
     for (int i = 0; i < m->n_owned; i++)
         free(m->owned[i]);
     free(m->owned);
+    for (int i = 0; i < m->n_warnings; i++)
+        free(m->warnings[i]);
+    free(m->warnings);
     if (m->impl_free)
         m->impl_free(m->impl);
     free(m->path);
@@ -147,7 +203,7 @@ typedef struct model_role {
 
 enum {
     ROLE_Q, ROLE_K, ROLE_V, ROLE_O, ROLE_GATE, ROLE_UP, ROLE_DOWN,
-    ROLE_FFN_NORM, ROLE_HEAD, ROLE_HEAD_TIED, ROLE_COUNT
+    ROLE_FFN_NORM, ROLE_FFN_PRE_NORM, ROLE_FFN_POST_NORM, ROLE_HEAD, ROLE_HEAD_TIED, ROLE_COUNT
 };
 
 static const model_role roles[ROLE_COUNT] = {
@@ -160,6 +216,12 @@ static const model_role roles[ROLE_COUNT] = {
     [ROLE_DOWN] = { "blk.%d.ffn_down.weight", "model.layers.%d.mlp.down_proj.weight" },
     [ROLE_FFN_NORM] = { "blk.%d.ffn_norm.weight",
                         "model.layers.%d.post_attention_layernorm.weight" },
+    /* Gemma 2 and 3 norm the FFN's input and output; their
+     * post_attention_layernorm belongs to the attention. */
+    [ROLE_FFN_PRE_NORM] = { "blk.%d.ffn_norm.weight",
+                            "model.layers.%d.pre_feedforward_layernorm.weight" },
+    [ROLE_FFN_POST_NORM] = { "blk.%d.post_ffw_norm.weight",
+                             "model.layers.%d.post_feedforward_layernorm.weight" },
     [ROLE_HEAD] = { "output.weight", "lm_head.weight" },
     [ROLE_HEAD_TIED] = { "token_embd.weight", "model.embed_tokens.weight" },
 };
@@ -175,6 +237,16 @@ static const kiln_model_tensor *model_role_find(const kiln_model *m, int role, i
         const kiln_model_tensor *t = model_find(m, name);
         if (t)
             return t;
+    }
+    /* compressed-tensors' packed integer weights: found, so that the error
+     * says why kiln cannot use them. */
+    char packed[256];
+    snprintf(packed, sizeof packed, pats[1], l);
+    snprintf(packed + strlen(packed), sizeof packed - strlen(packed), "_packed");
+    const kiln_model_tensor *t = model_find(m, packed);
+    if (t) {
+        snprintf(name, cap, "%s", packed);
+        return t;
     }
     snprintf(name, cap, pats[0], l);
     return NULL;
@@ -229,15 +301,14 @@ static kiln_status model_keep(kiln_model *m, void *p)
     return KILN_OK;
 }
 
-/* A 1-D parameter as f32 in memory that lives as long as the model: the
- * mapping itself when it already is aligned f32, else a converted copy. */
-static kiln_status model_param(kiln_model *m, kiln_graph *g, int role, int l, int64_t expect,
-                               kiln_tensor **out)
+/* A 1-D parameter t as f32 in memory that lives as long as the model: the
+ * mapping itself when it already is aligned f32 and needs no offset, else a
+ * converted copy. plus_one adds 1 to every element (in f32, as the
+ * reference computes 1 + w). */
+static kiln_status model_param_of(kiln_model *m, kiln_graph *g, const kiln_model_tensor *t,
+                                  int64_t expect, int plus_one, kiln_tensor **out)
 {
-    const kiln_model_tensor *t;
-    kiln_status st = model_role_need(m, role, l, &t);
-    if (st != KILN_OK)
-        return st;
+    kiln_status st;
     if (!t->supported)
         return kiln_model_weight(m, t->name, &(kiln_qtensor){ 0 });
     if (t->n_dims != 1 || t->ne[0] != expect)
@@ -245,7 +316,7 @@ static kiln_status model_param(kiln_model *m, kiln_graph *g, int role, int l, in
                          "with %lld elements", m->path, t->name, (long long)expect, t->n_dims,
                          (long long)t->ne[0]);
     const float *data = t->qt.data;
-    if (t->qt.format != KILN_FMT_F32 || ((uintptr_t)data & 3)) {
+    if (t->qt.format != KILN_FMT_F32 || ((uintptr_t)data & 3) || plus_one) {
         float *copy = kiln_malloc((size_t)expect * sizeof *copy);
         if (!copy)
             return kiln_fail(KILN_ERR_NOMEM, "%s: tensor %s: out of memory for its f32 copy", m->path,
@@ -254,6 +325,8 @@ static kiln_status model_param(kiln_model *m, kiln_graph *g, int role, int l, in
         q.n = 1;
         q.k = expect;
         st = kiln_dequantize(&q, copy);
+        for (int64_t i = 0; plus_one && i < expect; i++)
+            copy[i] += 1.0f;
         if (st == KILN_OK)
             st = model_keep(m, copy);
         if (st != KILN_OK) {
@@ -262,7 +335,109 @@ static kiln_status model_param(kiln_model *m, kiln_graph *g, int role, int l, in
         }
         data = copy;
     }
+    kiln_tensor *have = kiln_graph_find(g, t->name);
+    if (have) {
+        *out = have;
+        return KILN_OK;
+    }
     return kiln_graph_param(g, t->name, expect, data, out);
+}
+
+static kiln_status model_param(kiln_model *m, kiln_graph *g, int role, int l, int64_t expect,
+                               int plus_one, kiln_tensor **out)
+{
+    const kiln_model_tensor *t;
+    kiln_status st = model_role_need(m, role, l, &t);
+    return st ? st : model_param_of(m, g, t, expect, plus_one, out);
+}
+
+/* The bias of linear weight w (its name with .bias for .weight), or NULL in
+ * *out when the model has none. */
+static kiln_status model_bias(kiln_model *m, kiln_graph *g, kiln_tensor *w, kiln_tensor **out)
+{
+    const char *name = kiln_tensor_name(w);
+    size_t len = strlen(name);
+    char bias[320];
+    *out = NULL;
+    if (len < 7 || strcmp(name + len - 7, ".weight") || len + 1 > sizeof bias)
+        return KILN_OK;
+    snprintf(bias, sizeof bias, "%.*s.bias", (int)(len - 7), name);
+    const kiln_model_tensor *t = model_find(m, bias);
+    return t ? model_param_of(m, g, t, kiln_tensor_ne(w, 1), 0, out) : KILN_OK;
+}
+
+/* How a family computes its FFN. An architecture is named by GGUF's
+ * general.architecture or config.json's architectures[0]. */
+typedef struct model_arch {
+    const char *gguf, *hf;
+    int gelu;          /* GELU (tanh) gate, else SiLU */
+    int norm_plus_one; /* config.json checkpoints store norm weights as w - 1: x * (1 + w)
+                          (llama.cpp's converter adds the 1 into GGUF files) */
+    int post_norm;     /* RMS norms on the FFN's input and output (Gemma 2, 3) */
+} model_arch;
+
+static const model_arch model_archs[] = {
+    { "llama", "LlamaForCausalLM", 0, 0, 0 },
+    { "mistral", "MistralForCausalLM", 0, 0, 0 },
+    { "qwen2", "Qwen2ForCausalLM", 0, 0, 0 },
+    { "qwen3", "Qwen3ForCausalLM", 0, 0, 0 },
+    { "phi3", "Phi3ForCausalLM", 0, 0, 0 },
+    { "gemma", "GemmaForCausalLM", 1, 1, 0 },
+    { "gemma2", "Gemma2ForCausalLM", 1, 1, 1 },
+    { "gemma3", "Gemma3ForCausalLM", 1, 1, 1 },
+};
+
+/* The FFN of m: its family's, with the activation config.json names. A
+ * family kiln does not know, or an activation it has no op for, is an
+ * error, or a warning and the Llama FFN with allow_partial. A file that
+ * names no architecture is taken as Llama-family. */
+static kiln_status model_ffn_arch(kiln_model *m, model_arch *out)
+{
+    const char *arch = m->hp.arch;
+    int hf = m->tensors && m->container && strncmp(m->container, "gguf", 4);
+    *out = model_archs[0];
+    if (arch[0]) {
+        size_t i = 0;
+        while (i < KILN_ARRAY_LEN(model_archs) && strcmp(model_archs[i].gguf, arch) &&
+               strcmp(model_archs[i].hf, arch))
+            i++;
+        if (i < KILN_ARRAY_LEN(model_archs)) {
+            *out = model_archs[i];
+        } else {
+            const char *fmt = "%s: architecture %s: kiln models the FFN of llama, mistral, "
+                              "qwen2, qwen3, phi3, gemma, gemma2 and gemma3%s";
+            if (!m->opts.allow_partial)
+                return kiln_fail(KILN_ERR_UNSUPPORTED, fmt, m->path, arch,
+                                 " (--allow-partial builds a Llama FFN with a warning)");
+            kiln_status st = model_warn(m, fmt, m->path, arch, "; built as a Llama FFN");
+            if (st)
+                return st;
+        }
+    }
+    if (!hf)
+        out->norm_plus_one = 0;
+    const char *act = m->hp.act;
+    /* transformers runs Gemma with GELU (tanh) whatever its legacy
+     * hidden_act says. */
+    if (!act[0] || (m->hp.act_legacy && out->gelu))
+        return KILN_OK;
+    if (!strcmp(act, "silu") || !strcmp(act, "swish")) {
+        out->gelu = 0;
+        return KILN_OK;
+    }
+    if (!strcmp(act, "gelu_pytorch_tanh") || !strcmp(act, "gelu_new") ||
+        !strcmp(act, "gelu_fast")) {
+        out->gelu = 1;
+        return KILN_OK;
+    }
+    const char *fmt = "%s: hidden activation %s: kiln's FFN activations are silu and GELU's "
+                      "tanh approximation (gelu_pytorch_tanh)%s";
+    if (!m->opts.allow_partial)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, fmt, m->path, act,
+                         " (--allow-partial uses the nearest with a warning)");
+    out->gelu = !strncmp(act, "gelu", 4);
+    return model_warn(m, fmt, m->path, act, out->gelu ? "; built with GELU (tanh)" :
+                      "; built with silu");
 }
 
 /* The layers a graph takes: n_layers, or all when 0 or more than the model
@@ -301,8 +476,11 @@ kiln_status kiln_model_build_linears(kiln_model *m, kiln_graph *g, int n_layers)
             snprintf(name, sizeof name, "%s.in", kiln_tensor_name(w));
             if ((st = kiln_graph_input(g, name, kiln_tensor_ne(w, 0), &x)))
                 break;
+            kiln_tensor *bias;
+            if ((st = model_bias(m, g, w, &bias)))
+                break;
             snprintf(name, sizeof name, "%s.out", kiln_tensor_name(w));
-            if ((st = kiln_graph_linear(g, name, x, w, NULL, &y)) ||
+            if ((st = kiln_graph_linear(g, name, x, w, bias, &y)) ||
                 (st = kiln_graph_output(g, y)))
                 break;
         }
@@ -315,32 +493,48 @@ kiln_status kiln_model_build_ffn(kiln_model *m, kiln_graph *g, int n_layers)
     if (m->hp.n_layers <= 0 || m->hp.d_model <= 0)
         return kiln_fail(KILN_ERR_MALFORMED, "%s: the model does not give its layer count and "
                          "width", m->path);
-    float eps = m->hp.rms_eps > 0 ? m->hp.rms_eps : 1e-5f;
+    float eps = m->hp.has_rms_eps ? m->hp.rms_eps : 1e-5f;
     int layers = 0;
     kiln_tensor *x;
-    kiln_status st = model_layers(m, n_layers, &layers);
+    model_arch arch;
+    kiln_status st = model_ffn_arch(m, &arch);
+    if (st == KILN_OK)
+        st = model_layers(m, n_layers, &layers);
     if (st == KILN_OK)
         st = kiln_graph_input(g, "x", m->hp.d_model, &x);
+    int norm_role = arch.post_norm ? ROLE_FFN_PRE_NORM : ROLE_FFN_NORM;
     for (int l = 0; l < layers && st == KILN_OK; l++) {
         kiln_tensor *norm_w, *gate_w, *up_w, *down_w, *h, *gate, *up, *act, *prod, *down;
+        kiln_tensor *gate_b, *up_b, *down_b;
         char n[6][64];
         snprintf(n[0], 64, "blk.%d.ffn_norm", l);
         snprintf(n[1], 64, "blk.%d.ffn_gate", l);
         snprintf(n[2], 64, "blk.%d.ffn_up", l);
-        snprintf(n[3], 64, "blk.%d.ffn_silu", l);
+        snprintf(n[3], 64, "blk.%d.ffn_%s", l, arch.gelu ? "gelu" : "silu");
         snprintf(n[4], 64, "blk.%d.ffn_act", l);
         snprintf(n[5], 64, "blk.%d.ffn_down", l);
-        if ((st = model_param(m, g, ROLE_FFN_NORM, l, m->hp.d_model, &norm_w)) ||
+        if ((st = model_param(m, g, norm_role, l, m->hp.d_model, arch.norm_plus_one, &norm_w)) ||
             (st = model_role_weight(m, g, ROLE_GATE, l, &gate_w)) ||
             (st = model_role_weight(m, g, ROLE_UP, l, &up_w)) ||
             (st = model_role_weight(m, g, ROLE_DOWN, l, &down_w)) ||
+            (st = model_bias(m, g, gate_w, &gate_b)) || (st = model_bias(m, g, up_w, &up_b)) ||
+            (st = model_bias(m, g, down_w, &down_b)) ||
             (st = kiln_graph_rms_norm(g, n[0], x, norm_w, eps, &h)) ||
-            (st = kiln_graph_linear(g, n[1], h, gate_w, NULL, &gate)) ||
-            (st = kiln_graph_linear(g, n[2], h, up_w, NULL, &up)) ||
-            (st = kiln_graph_silu(g, n[3], gate, &act)) ||
+            (st = kiln_graph_linear(g, n[1], h, gate_w, gate_b, &gate)) ||
+            (st = kiln_graph_linear(g, n[2], h, up_w, up_b, &up)) ||
+            (st = arch.gelu ? kiln_graph_gelu(g, n[3], gate, &act)
+                            : kiln_graph_silu(g, n[3], gate, &act)) ||
             (st = kiln_graph_mul(g, n[4], act, up, &prod)) ||
-            (st = kiln_graph_linear(g, n[5], prod, down_w, NULL, &down)))
+            (st = kiln_graph_linear(g, n[5], prod, down_w, down_b, &down)))
             break;
+        if (arch.post_norm) {
+            kiln_tensor *post_w;
+            snprintf(n[0], 64, "blk.%d.ffn_post_norm", l);
+            if ((st = model_param(m, g, ROLE_FFN_POST_NORM, l, m->hp.d_model, arch.norm_plus_one,
+                                  &post_w)) ||
+                (st = kiln_graph_rms_norm(g, n[0], down, post_w, eps, &down)))
+                break;
+        }
         snprintf(n[0], 64, "blk.%d.ffn_out", l);
         st = kiln_graph_add(g, n[0], x, down, &x);
     }

@@ -25,6 +25,9 @@ typedef struct kiln_model_hparams {
     char arch[64];         /* "llama", "LlamaForCausalLM" */
     int64_t n_layers, d_model, d_ffn, n_heads, n_kv_heads, vocab, ctx;
     float rms_eps;
+    int has_rms_eps;       /* the file gives rms_eps (which may be NaN) */
+    char act[32];          /* config.json's hidden_activation or hidden_act; "" */
+    int act_legacy;        /* act is hidden_act (which Gemma's configs do not follow) */
 } kiln_model_hparams;
 
 struct kiln_model {
@@ -37,10 +40,18 @@ struct kiln_model {
      * another type or unaligned; freed at close */
     void **owned;
     int n_owned, cap_owned;
+    kiln_model_options opts;
+    /* kiln_model_warnings: n_warnings strings and a NULL */
+    char **warnings;
+    int n_warnings;
     /* container-specific state: mappings, parsed JSON, metadata */
     void *impl;
     void (*impl_free)(void *impl);
 };
+
+/* NaN or infinity in a scale, a global scale, a 1-D or scalar float tensor
+ * or rms_norm_eps: KILN_ERR_MALFORMED naming the first (model_check.c). */
+kiln_status kiln_model_check_values(const kiln_model *m);
 
 /* Opening a model's files (graph/file.c). kiln_file_stat is stat(2)
  * with KILN_ERR_IO naming path on failure, a dangling symbolic link as

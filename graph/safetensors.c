@@ -40,7 +40,7 @@ const kiln_st_dtype_info kiln_st_dtypes[] = {
     [KILN_ST_U16] = { "U16", 16, 0, 0, 0 },
     [KILN_ST_BOOL] = { "BOOL", 8, 0, 0, 0 },
     [KILN_ST_F8_E5M2] = { "F8_E5M2", 8, 0, 0, 0 },
-    [KILN_ST_F8_E8M0] = { "F8_E8M0", 8, 0, 0, 0 },
+    [KILN_ST_F8_E8M0] = { "F8_E8M0", 8, 1, 0, 0 },
     [KILN_ST_F6_E2M3] = { "F6_E2M3", 6, 0, 0, 0 },
     [KILN_ST_F6_E3M2] = { "F6_E3M2", 6, 0, 0, 0 },
     [KILN_ST_F4] = { "F4", 4, 0, 0, 0 },
@@ -603,6 +603,20 @@ static kiln_status st_parse_config(kiln_st_loader *L, const char *file, const js
         if (!json_is_number(eps) || json_number_value(eps) < 0)
             return kiln_fail(KILN_ERR_MALFORMED, "%s: rms_norm_eps is not a non-negative number", file);
         L->hp.rms_eps = (float)json_number_value(eps);
+        L->hp.has_rms_eps = 1;
+    }
+    /* Gemma's configs name the activation hidden_activation; the others
+     * hidden_act. */
+    static const char *act_keys[] = { "hidden_activation", "hidden_act" };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(act_keys) && !L->hp.act[0]; i++) {
+        const json_t *act = json_object_get(cfg, act_keys[i]);
+        if (!act || json_is_null(act))
+            continue;
+        if (!json_is_string(act) || json_string_length(act) >= sizeof L->hp.act)
+            return kiln_fail(KILN_ERR_MALFORMED, "%s: %s is not an activation's name", file,
+                             act_keys[i]);
+        snprintf(L->hp.act, sizeof L->hp.act, "%s", json_string_value(act));
+        L->hp.act_legacy = i == 1;
     }
     const json_t *q = json_object_get(cfg, "quantization_config");
     return q ? kiln_st_parse_quant(L, file, q) : KILN_OK;
@@ -684,6 +698,8 @@ static void st_loader_free(kiln_st_loader *L)
         kiln_st_tensor_free(&L->v[i].t);
     free(L->v);
     json_decref(L->names);
+    json_decref(L->ct);
+    free(L->ct_file);
     st_impl_free(L->impl);
     free(L->dir);
 }

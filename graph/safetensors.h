@@ -18,10 +18,14 @@
  *
  * Quantized weights are joined with their scale tensors and listed under the
  * weight's name: FP8 (weight + weight_scale, per tensor or per channel),
- * block FP8 (weight + weight_scale_inv, 128x128), ModelOpt NVFP4 (weight +
- * weight_scale + weight_scale_2) and MXFP4 (X_blocks + X_scales, listed as
- * X). The scale tensors stay listed on their own: F32 ones usable as F32,
- * the others (and MXFP4 blocks) unsupported with a why naming their weight.
+ * block FP8 (weight + weight_scale_inv, or a weight_scale of 128x128 tiles),
+ * ModelOpt MXFP8 (weight + E8M0 weight_scale [N, K/32]), ModelOpt NVFP4
+ * (weight + weight_scale + weight_scale_2) and MXFP4 (X_blocks + X_scales,
+ * listed as X). FP8 scales may be F32, BF16, F16 or F8_E8M0 and are read as
+ * F32 (exactly: every value of those types is an F32 value); E8M0 scales of
+ * MXFP8 and MXFP4 may be F8_E8M0 or U8 and are kept as bytes. The scale
+ * tensors stay listed on their own: float ones usable as such, the others
+ * (and MXFP4 blocks) unsupported with a why naming their weight.
  * A valid tensor kiln cannot use (a dtype, a rank above 4, a stacked 3-D
  * expert weight, a block or group size kiln's formats lack) is listed with
  * supported = 0 and a reason; opening does not fail for it.

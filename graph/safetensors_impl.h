@@ -58,6 +58,7 @@ typedef struct kiln_st_slot {
 typedef struct kiln_st_quant {
     int64_t block_rows, block_cols; /* fp8 weight_block_size; 0 when not given */
     int64_t nvfp4_group;            /* ModelOpt NVFP4 group_size; 0 when not given */
+    int mxfp8;                      /* ModelOpt quant_algo MXFP8 */
 } kiln_st_quant;
 
 typedef struct kiln_st_loader {
@@ -68,6 +69,8 @@ typedef struct kiln_st_loader {
     json_t *names; /* tensor name -> slot index */
     int n_stored;  /* slots from the files; joined MXFP4 weights follow */
     kiln_st_quant q;
+    json_t *ct;    /* a compressed-tensors quantization_config, or NULL */
+    char *ct_file; /* the file it came from */
     kiln_model_hparams hp;
     int n_shards;
 } kiln_st_loader;
@@ -92,5 +95,29 @@ kiln_status kiln_st_parse_quant(kiln_st_loader *L, const char *file, const json_
 /* Classifies every stored tensor, then joins each quantized weight with its
  * scales; joined MXFP4 weights are appended after the stored slots. */
 kiln_status kiln_st_join_all(kiln_st_loader *L);
+
+/* safetensors_ct.c: compressed-tensors. */
+
+typedef enum kiln_st_ct_kind {
+    KILN_ST_CT_NONE,        /* no group quantizes the module's weight */
+    KILN_ST_CT_IGNORED,     /* the ignore list names the module */
+    KILN_ST_CT_FP8,         /* FP8 per tensor, per channel, in blocks, or MXFP8 */
+    KILN_ST_CT_UNSUPPORTED, /* a scheme kiln has no format for: why says which */
+} kiln_st_ct_kind;
+
+typedef struct kiln_st_ct_scheme {
+    kiln_st_ct_kind kind;
+    int64_t block_rows, block_cols; /* FP8 blocks; 0 otherwise */
+    int mxfp8;                      /* FP8 in groups of 32 with E8M0 scales */
+    char group[64];
+    char why[320];
+} kiln_st_ct_scheme;
+
+/* Checks a quantization_config with quant_method "compressed-tensors" from
+ * file and keeps it in L->ct. KILN_ERR_MALFORMED naming the field that is
+ * not what compressed-tensors writes. */
+kiln_status kiln_st_ct_parse(kiln_st_loader *L, const char *file, const json_t *q);
+/* The scheme of the weight of module (its name without ".weight"). */
+kiln_status kiln_st_ct_lookup(const kiln_st_loader *L, const char *module, kiln_st_ct_scheme *out);
 
 #endif

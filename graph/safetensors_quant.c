@@ -72,6 +72,8 @@ kiln_status kiln_st_parse_quant(kiln_st_loader *L, const char *file, const json_
     const json_t *algo = json_object_get(q, "quant_algo");
     if ((method && !json_is_string(method)) || (algo && !json_is_string(algo)))
         return kiln_fail(KILN_ERR_MALFORMED, "%s: quant_method / quant_algo is not a string", file);
+    if (method && !strcasecmp(json_string_value(method), "compressed-tensors"))
+        return kiln_st_ct_parse(L, file, q);
     if (method && !strcasecmp(json_string_value(method), "fp8")) {
         const json_t *wbs = json_object_get(q, "weight_block_size");
         if (wbs && !json_is_null(wbs)) {
@@ -83,6 +85,7 @@ kiln_status kiln_st_parse_quant(kiln_st_loader *L, const char *file, const json_
             L->q.block_cols = json_integer_value(c);
         }
     }
+    L->q.mxfp8 = algo && !strcasecmp(json_string_value(algo), "MXFP8");
     if (algo && !strcasecmp(json_string_value(algo), "NVFP4")) {
         const json_t *g = json_object_get(q, "group_size");
         if (g && !json_is_null(g)) {
@@ -132,11 +135,73 @@ static kiln_status st_aligned(kiln_st_loader *L, const kiln_st_slot *s, size_t a
     return KILN_OK;
 }
 
+/* A weight's scales as kiln's format stores them: where, how many bytes,
+ * and the tensor they came from (for messages). */
+typedef struct st_scales {
+    const void *data;
+    size_t bytes;
+    const kiln_st_slot *from;
+} st_scales;
+
+/* The scales of s as they are stored: byte scales (E8M0, UE4M3) need no
+ * alignment, and an F32 scale was classified as a plain tensor first, which
+ * already gave it an aligned address. */
+static st_scales st_scales_as_stored(const kiln_st_slot *s)
+{
+    const void *p = s->dtype == KILN_ST_F32 ? s->t.qt.data : (const void *)s->data;
+    return (st_scales){ .data = p, .bytes = s->t.bytes, .from = s };
+}
+
+/* Scales of a format whose scales are F32, from s in whichever dtype the
+ * checkpoint ships them: F32 as stored; BF16, F16 and E8M0 (F8_E8M0) into
+ * an F32 copy the model owns. Every BF16, F16 and E8M0 value is an F32
+ * value (E8M0 0x00 is 2^-127, an F32 subnormal; 0xFF is NaN), so no
+ * conversion rounds. 0 in *ok, with w refused, for any other dtype. */
+static kiln_status st_scales_f32(kiln_st_loader *L, kiln_st_slot *w, const kiln_st_slot *s,
+                                 st_scales *out, int *ok)
+{
+    *ok = 1;
+    if (s->dtype == KILN_ST_F32) {
+        *out = st_scales_as_stored(s);
+        return KILN_OK;
+    }
+    if (s->dtype != KILN_ST_BF16 && s->dtype != KILN_ST_F16 && s->dtype != KILN_ST_F8_E8M0) {
+        *ok = 0;
+        return st_refuse(w, "scale %s is %s: kiln reads these scales as F32, BF16, F16 or F8_E8M0",
+                         s->t.name, s->t.type_name);
+    }
+    size_t n = s->dtype == KILN_ST_F8_E8M0 ? s->t.bytes : s->t.bytes / 2, bytes;
+    kiln_st_impl *impl = L->impl;
+    if (!kiln_mul_size(n ? n : 1, sizeof(float), &bytes))
+        return kiln_st_nomem();
+    float *f = kiln_malloc(bytes);
+    if (!f || !kiln_st_grow((void **)&impl->owned, &impl->cap_owned, impl->n_owned + 1,
+                            sizeof *impl->owned)) {
+        free(f);
+        return kiln_st_nomem();
+    }
+    impl->owned[impl->n_owned++] = f;
+    if (s->dtype == KILN_ST_F8_E8M0) {
+        for (size_t i = 0; i < n; i++)
+            f[i] = kiln_e8m0_to_f32(s->data[i]);
+    } else if (n) {
+        /* A BF16 or F16 tensor was classified as a plain one, aligned. */
+        kiln_qtensor q = s->t.qt;
+        q.n = 1;
+        q.k = (int64_t)n;
+        kiln_status st = kiln_dequantize(&q, f);
+        if (st)
+            return kiln_fail_prefix(st, "%s: tensor %s", s->file, s->t.name);
+    }
+    *out = (st_scales){ .data = f, .bytes = n * sizeof(float), .from = s };
+    return KILN_OK;
+}
+
 /* Make w a usable weight of format fmt, [n, k] with its scales, unless
  * kiln's format table refuses the shape (a K its blocks do not divide, an
  * empty tensor). */
 static kiln_status st_set_weight(kiln_st_slot *w, kiln_format fmt, int64_t n, int64_t k,
-                                 const kiln_st_slot *scale, float global)
+                                 st_scales sc, float global)
 {
     size_t data_bytes = 0, scale_bytes = 0;
     const kiln_format_info *fi = kiln_format_get(fmt);
@@ -149,17 +214,15 @@ static kiln_status st_set_weight(kiln_st_slot *w, kiln_format fmt, int64_t n, in
      * these formats is kiln's own layout byte for byte; the bytes are
      * compared all the same, because a weight whose shape promises more
      * than the file holds would be read past its end. */
-    if (data_bytes != w->t.bytes || scale_bytes != scale->t.bytes)
+    if (data_bytes != w->t.bytes || scale_bytes != sc.bytes)
         return kiln_fail(KILN_ERR_MALFORMED,
                          "%s: tensor %s: %s [%" PRId64 ", %" PRId64 "] needs %zu data and %zu scale "
                          "bytes, the file holds %zu (%s) and %zu (%s)",
                          w->file, w->t.name, fi->name, n, k, data_bytes, scale_bytes, w->t.bytes,
-                         w->t.name, scale->t.bytes, scale->t.name);
-    /* An F32 scale was classified as a plain tensor first, which already
-     * gave it an aligned address; byte scales need none. */
-    void *scale_ptr = scale->dtype == KILN_ST_F32 ? scale->t.qt.data : (void *)scale->data;
+                         w->t.name, sc.bytes, sc.from->t.name);
     w->t.qt = (kiln_qtensor){
-        .format = fmt, .n = n, .k = k, .data = (void *)w->data, .scale = scale_ptr, .global_scale = global
+        .format = fmt, .n = n, .k = k, .data = (void *)w->data, .scale = (void *)sc.data,
+        .global_scale = global
     };
     /* The logical [N, K], not the packed bytes (NVFP4 stores K/2 columns). */
     w->t.ne[0] = k;
@@ -179,8 +242,29 @@ static kiln_status st_shape_error(const kiln_st_slot *w, const kiln_st_slot *s, 
                      s->file, s->t.name, s->t.type_name, ss, w->t.name, ws, expect);
 }
 
-/* FP8: weight F8_E4M3 [N, K] with weight_scale f32 (scalar or [N]) or with
- * weight_scale_inv f32 [ceil(N/128), ceil(K/128)]. */
+static int st_is_e8m0(const kiln_st_slot *s)
+{
+    return s->dtype == KILN_ST_F8_E8M0 || s->dtype == KILN_ST_U8;
+}
+
+/* MXFP8 (ModelOpt): weight F8_E4M3 [N, K] with weight_scale E8M0 [N, K/32],
+ * stored as F8_E8M0 or as U8; kiln's MXFP8 keeps the E8M0 bytes as they
+ * are. */
+static kiln_status st_join_mxfp8(kiln_st_slot *w, kiln_st_slot *s)
+{
+    int64_t n = w->shape[0], k = w->shape[1];
+    if (s->rank != 2 || s->shape[0] != n || k % ST_MXFP4_BLOCK ||
+        s->shape[1] != k / ST_MXFP4_BLOCK)
+        return st_shape_error(w, s, "[N, K/32] with K a multiple of 32");
+    kiln_status st = st_refuse(s, "the scales of MXFP8 weight %s", w->t.name);
+    return st ? st : st_set_weight(w, KILN_FMT_MXFP8, n, k, st_scales_as_stored(s), 0);
+}
+
+/* FP8: weight F8_E4M3 [N, K] with weight_scale (scalar, [N] or [N, 1]; or,
+ * when the settings say block or the shape can only be one, [ceil(N/128),
+ * ceil(K/128)] as compressed-tensors writes it) or with weight_scale_inv
+ * [ceil(N/128), ceil(K/128)]; scales F32, BF16, F16 or F8_E8M0 (UE8M0
+ * block scales), read as F32. An E8M0 weight_scale of [N, K/32] is MXFP8. */
 static kiln_status st_join_fp8(kiln_st_loader *L, int wi, const char *base)
 {
     int si = -1, bi = -1;
@@ -195,22 +279,33 @@ static kiln_status st_join_fp8(kiln_st_loader *L, int wi, const char *base)
                          L->v[si].t.name, L->v[bi].t.name);
     if (si < 0 && bi < 0)
         return st_refuse(w, "F8_E4M3 weight without weight_scale or weight_scale_inv");
-    const kiln_st_slot *s = &L->v[si >= 0 ? si : bi];
+    kiln_st_slot *s = &L->v[si >= 0 ? si : bi];
     if (w->rank != 2)
         return st_refuse(w, "F8_E4M3 weight of rank %d: kiln's weights are 2-D", w->rank);
-    if (s->dtype != KILN_ST_F32)
-        return st_refuse(w, "scale %s is %s: kiln's FP8 scales are F32", s->t.name, s->t.type_name);
     int64_t n = w->shape[0], k = w->shape[1];
-    if (si >= 0) {
-        if (st_is_scalar(s))
-            return st_set_weight(w, KILN_FMT_FP8_TENSOR, n, k, s, 0);
-        if ((s->rank == 1 && s->shape[0] == n) || (s->rank == 2 && s->shape[0] == n && s->shape[1] == 1))
-            return st_set_weight(w, KILN_FMT_FP8_CHANNEL, n, k, s, 0);
-        return st_shape_error(w, s, "[], [1], [N] or [N, 1]");
-    }
     int64_t br = L->q.block_rows ? L->q.block_rows : ST_FP8_BLOCK;
     int64_t bc = L->q.block_cols ? L->q.block_cols : ST_FP8_BLOCK;
-    if (s->rank != 2 || s->shape[0] != st_ceil_div(n, br) || s->shape[1] != st_ceil_div(k, bc)) {
+    int tiles = s->rank == 2 && s->shape[0] == st_ceil_div(n, br) &&
+                s->shape[1] == st_ceil_div(k, bc);
+    int channel = (s->rank == 1 && s->shape[0] == n) ||
+                  (s->rank == 2 && s->shape[0] == n && s->shape[1] == 1);
+    int mx_shape = s->rank == 2 && s->shape[0] == n && k % ST_MXFP4_BLOCK == 0 &&
+                   s->shape[1] == k / ST_MXFP4_BLOCK;
+    if (si >= 0 && st_is_e8m0(s) && (L->q.mxfp8 || (!L->q.block_rows && mx_shape)))
+        return st_join_mxfp8(w, s);
+    st_scales sc;
+    int ok;
+    if ((st = st_scales_f32(L, w, s, &sc, &ok)) || !ok)
+        return st;
+    int block = bi >= 0 || (L->q.block_rows ? tiles : tiles && !channel && !st_is_scalar(s));
+    if (!block) {
+        if (st_is_scalar(s))
+            return st_set_weight(w, KILN_FMT_FP8_TENSOR, n, k, sc, 0);
+        if (channel)
+            return st_set_weight(w, KILN_FMT_FP8_CHANNEL, n, k, sc, 0);
+        return st_shape_error(w, s, "[], [1], [N] or [N, 1]");
+    }
+    if (!tiles) {
         char expect[96];
         snprintf(expect, sizeof expect,
                  "[ceil(N/%" PRId64 "), ceil(K/%" PRId64 ")] = [%" PRId64 ", %" PRId64 "]", br, bc,
@@ -220,7 +315,7 @@ static kiln_status st_join_fp8(kiln_st_loader *L, int wi, const char *base)
     if (br != ST_FP8_BLOCK || bc != ST_FP8_BLOCK)
         return st_refuse(w, "weight_block_size [%" PRId64 ", %" PRId64 "]: kiln's block FP8 is 128x128", br,
                          bc);
-    return st_set_weight(w, KILN_FMT_FP8_BLOCK, n, k, s, 0);
+    return st_set_weight(w, KILN_FMT_FP8_BLOCK, n, k, sc, 0);
 }
 
 /* ModelOpt NVFP4: weight U8 [N, K/2], weight_scale F8_E4M3 [N, K/16],
@@ -243,10 +338,11 @@ static kiln_status st_join_nvfp4(kiln_st_loader *L, int wi, const char *base)
         return kiln_fail(KILN_ERR_MALFORMED, "%s: tensor %s: NVFP4 weight with %s but no weight_scale_2",
                          w->file, w->t.name, s->t.name);
     const kiln_st_slot *g = &L->v[gi];
-    if (g->dtype != KILN_ST_F32 || !st_is_scalar(g))
+    if ((g->dtype != KILN_ST_F32 && g->dtype != KILN_ST_BF16 && g->dtype != KILN_ST_F16) ||
+        !st_is_scalar(g))
         return kiln_fail(KILN_ERR_MALFORMED,
-                         "%s: tensor %s: global scale of NVFP4 weight %s is not an F32 scalar", g->file,
-                         g->t.name, w->t.name);
+                         "%s: tensor %s: global scale of NVFP4 weight %s is not an F32, BF16 "
+                         "or F16 scalar", g->file, g->t.name, w->t.name);
     if (w->rank != 2)
         return st_refuse(w, "NVFP4 weight of rank %d: kiln's weights are 2-D", w->rank);
     int64_t group = L->q.nvfp4_group ? L->q.nvfp4_group : ST_NVFP4_GROUP;
@@ -263,13 +359,21 @@ static kiln_status st_join_nvfp4(kiln_st_loader *L, int wi, const char *base)
         return st;
     if (group != ST_NVFP4_GROUP)
         return st_refuse(w, "NVFP4 group_size %" PRId64 ": kiln's NVFP4 groups are 16", group);
+    /* Exact: a BF16 or F16 global scale is an F32 value. */
     float global;
-    memcpy(&global, g->data, sizeof global);
-    return st_set_weight(w, KILN_FMT_NVFP4, n, k, s, global);
+    if (g->dtype == KILN_ST_F32) {
+        memcpy(&global, g->data, sizeof global);
+    } else {
+        uint16_t h;
+        memcpy(&h, g->data, sizeof h);
+        global = g->dtype == KILN_ST_BF16 ? kiln_bf16_to_f32(h) : kiln_f16_to_f32(h);
+    }
+    return st_set_weight(w, KILN_FMT_NVFP4, n, k, st_scales_as_stored(s), global);
 }
 
-/* gpt-oss MXFP4: X_blocks U8 [..., N, K/32, 16] and X_scales U8 [..., N, K/32]
- * become weight X. Row n of the blocks, flattened, is kiln's MXFP4 data row:
+/* gpt-oss MXFP4: X_blocks U8 [..., N, K/32, 16] and X_scales E8M0 [..., N,
+ * K/32], stored as U8 or F8_E8M0, become weight X. Row n of the blocks,
+ * flattened, is kiln's MXFP4 data row:
  * 16 bytes per 32 elements, the even element in the low nibble (the OCP order,
  * which gpt-oss's reference dequantization also uses). */
 static kiln_status st_join_mxfp4(kiln_st_loader *L, int bi, const char *base, const char *scale_suffix)
@@ -282,7 +386,7 @@ static kiln_status st_join_mxfp4(kiln_st_loader *L, int bi, const char *base, co
     if (si < 0 || b->rank > KILN_ST_MAX_DIMS)
         return KILN_OK;
     const kiln_st_slot *s = &L->v[si];
-    if (b->dtype != KILN_ST_U8 || s->dtype != KILN_ST_U8)
+    if (b->dtype != KILN_ST_U8 || !st_is_e8m0(s))
         return KILN_OK;
     int fits = (b->rank == 3 || b->rank == 4) && s->rank == b->rank - 1 && b->shape[b->rank - 1] == 16;
     for (int i = 0; fits && i < s->rank; i++)
@@ -334,7 +438,7 @@ static kiln_status st_join_mxfp4(kiln_st_loader *L, int bi, const char *base, co
         return st_refuse(
             xs, "expert tensors are 3-D: [%" PRId64 ", %" PRId64 ", %" PRId64 "], kiln's weights are 2-D", e,
             n, k);
-    return st_set_weight(xs, KILN_FMT_MXFP4, n, k, &L->v[si], 0);
+    return st_set_weight(xs, KILN_FMT_MXFP4, n, k, st_scales_as_stored(&L->v[si]), 0);
 }
 
 /* Every stored tensor on its own: plain float types are usable as they are;
@@ -362,6 +466,36 @@ static kiln_status st_classify(kiln_st_loader *L, kiln_st_slot *s)
     return KILN_OK;
 }
 
+/* A compressed-tensors checkpoint: the weight of module under the scheme
+ * its config gives it. A scheme kiln has no format for refuses the weight
+ * (and its weight_packed) with the config field that asks for it. */
+static kiln_status st_join_ct(kiln_st_loader *L, int wi, const char *module, int *handled)
+{
+    kiln_st_ct_scheme sc;
+    kiln_st_slot *w = &L->v[wi];
+    kiln_status st = kiln_st_ct_lookup(L, module, &sc);
+    *handled = 1;
+    if (st)
+        return st;
+    if (sc.kind == KILN_ST_CT_UNSUPPORTED)
+        return st_refuse(w, "%s", sc.why);
+    if (w->dtype != KILN_ST_F8_E4M3 || !kiln_st_ends_with(w->t.name, ".weight")) {
+        *handled = 0;
+        return KILN_OK;
+    }
+    if (sc.kind == KILN_ST_CT_IGNORED)
+        return kiln_fail(KILN_ERR_MALFORMED,
+                         "%s: tensor %s is F8_E4M3, but quantization_config.ignore in %s lists "
+                         "module %s as left unquantized", w->file, w->t.name, L->ct_file, module);
+    kiln_st_quant keep = L->q;
+    L->q.block_rows = sc.block_rows;
+    L->q.block_cols = sc.block_cols;
+    L->q.mxfp8 = sc.mxfp8;
+    st = st_join_fp8(L, wi, module);
+    L->q = keep;
+    return st;
+}
+
 kiln_status kiln_st_join_all(kiln_st_loader *L)
 {
     kiln_status st = KILN_OK;
@@ -372,7 +506,25 @@ kiln_status kiln_st_join_all(kiln_st_loader *L)
         const char *name = L->v[i].t.name;
         size_t len = strlen(name);
         char *base = NULL;
-        if (kiln_st_ends_with(name, ".weight") &&
+        static const char *ct_suffixes[] = { ".weight", ".weight_packed" };
+        /* A float tensor is stored as it is used, whatever a group targets. */
+        int stored_quantized = L->v[i].dtype == KILN_ST_DTYPE_COUNT ||
+                               !kiln_st_dtypes[L->v[i].dtype].plain;
+        for (size_t j = 0; j < KILN_ARRAY_LEN(ct_suffixes) && L->ct && stored_quantized && !base;
+             j++) {
+            if (!kiln_st_ends_with(name, ct_suffixes[j]))
+                continue;
+            if (!(base = kiln_strndup(name, len - strlen(ct_suffixes[j]))))
+                return kiln_st_nomem();
+            int handled;
+            st = st_join_ct(L, i, base, &handled);
+            if (!handled) {
+                free(base);
+                base = NULL;
+                break;
+            }
+        }
+        if (!base && kiln_st_ends_with(name, ".weight") &&
             (L->v[i].dtype == KILN_ST_F8_E4M3 || L->v[i].dtype == KILN_ST_U8)) {
             if (!(base = kiln_strndup(name, len - strlen(".weight"))))
                 return kiln_st_nomem();

@@ -749,6 +749,30 @@ typedef struct kiln_model kiln_model;
 KILN_API kiln_status kiln_model_open(const char *path, kiln_model **out);
 KILN_API void kiln_model_close(kiln_model *m);
 
+/* How kiln_model_open_with treats what kiln would refuse. Zero: refuse. */
+typedef struct kiln_model_options {
+    /* Skip the load-time check that every separate scale array, global
+     * scale, inline GGML block scale, 1-D float tensor (norm weights,
+     * biases) and rms_norm_eps is finite. */
+    int allow_nonfinite;
+    /* A part of the model that the graphs leave out or compute otherwise
+     * (an architecture kiln does not know) is a warning
+     * (kiln_model_warnings), not an error. */
+    int allow_partial;
+} kiln_model_options;
+
+/* kiln_model_open with options (NULL: all zero, which is what
+ * kiln_model_open does). Besides kiln_model_open's errors:
+ * KILN_ERR_MALFORMED naming the tensor and the index of its first NaN or
+ * infinity (or the hyper-parameter) unless allow_nonfinite. The check
+ * reads every scale, which for GGML types means a few bytes of each block. */
+KILN_API kiln_status kiln_model_open_with(const char *path, const kiln_model_options *opts,
+                                          kiln_model **out);
+
+/* Warnings raised while opening or building graphs (allow_partial),
+ * NULL-terminated, owned by the model. */
+KILN_API const char *const *kiln_model_warnings(const kiln_model *m);
+
 /* "gguf v3", "safetensors", ... and the architecture name from the file
  * ("" when it names none), owned by the model. */
 KILN_API const char *kiln_model_container(const kiln_model *m);
@@ -797,7 +821,14 @@ KILN_API kiln_status kiln_model_weight(const kiln_model *m, const char *name, ki
  *           output head, each its own node with its own input — for compiling
  *           a whole model ahead of time;
  *  ffn:     the layers' feed-forward blocks chained with their norms and
- *           residuals, x + down(silu(gate(norm(x))) * up(norm(x))), runnable.
+ *           residuals, x + down(act(gate(norm(x))) * up(norm(x))), runnable;
+ *           act is the family's (SiLU; GELU's tanh form for Gemma, or what
+ *           config.json's hidden_activation / hidden_act names), Gemma 2 and
+ *           3 norm the FFN's output too, and config.json Gemma norm weights
+ *           are applied as 1 + w. An architecture or activation kiln does not
+ *           model is KILN_ERR_UNSUPPORTED (a warning with allow_partial).
+ * A linear's bias (its weight's name with .bias for .weight, as Qwen2's
+ * q/k/v) is the linear's fused bias in both graphs.
  * n_layers limits the layers used (0: all). */
 KILN_API kiln_status kiln_model_build_linears(kiln_model *m, kiln_graph *g, int n_layers);
 KILN_API kiln_status kiln_model_build_ffn(kiln_model *m, kiln_graph *g, int n_layers);

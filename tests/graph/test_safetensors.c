@@ -17,7 +17,7 @@
 typedef struct stb {
     char hdr[32768];
     size_t hlen;
-    uint8_t data[65536];
+    uint8_t data[1 << 17];
     size_t dlen;
 } stb;
 
@@ -437,6 +437,344 @@ Test(safetensors, fp8_per_channel_as_n_or_n_by_1)
     kiln_model_close(m);
 }
 
+/* A scale s as the dtype under test stores it: 2 bytes of BF16 or F16, or 1
+ * of E8M0; *f is the value kiln must read (every one of these is exact in
+ * F32). */
+static size_t scale_as(const char *dtype, kt_rng *r, uint8_t *out, float *f)
+{
+    float v = kt_uniform(r, 0.001f, 0.5f);
+    if (!strcmp(dtype, "F8_E8M0")) {
+        out[0] = (uint8_t)(100 + kt_next(r) % 40);
+        *f = kiln_e8m0_to_f32(out[0]);
+        return 1;
+    }
+    uint16_t h = !strcmp(dtype, "BF16") ? kiln_f32_to_bf16(v) : kiln_f32_to_f16(v);
+    memcpy(out, &h, 2);
+    *f = !strcmp(dtype, "BF16") ? kiln_bf16_to_f32(h) : kiln_f16_to_f32(h);
+    return 2;
+}
+
+/* FP8 scales in the dtypes checkpoints ship them in, per tensor, per channel
+ * and per 128x128 tile (weight_scale_inv, and weight_scale as
+ * compressed-tensors names it), read as the F32 value of each. */
+Test(safetensors, fp8_scales_in_bf16_f16_and_e8m0_are_read_exactly)
+{
+    static const char *dtypes[] = { "BF16", "F16", "F8_E8M0" };
+    kt_rng r = kt_rng_new(31);
+    enum { N = 130, K = 160 };
+    uint8_t *q = malloc(N * K);
+    random_e4m3(&r, q, N * K);
+    for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
+        uint8_t st[2], sc[N * 2], sb[4 * 2];
+        float ft, fc[N], fb[4];
+        size_t e = scale_as(dtypes[d], &r, st, &ft);
+        for (int i = 0; i < N; i++)
+            scale_as(dtypes[d], &r, sc + i * e, &fc[i]);
+        for (int i = 0; i < 4; i++)
+            scale_as(dtypes[d], &r, sb + i * e, &fb[i]);
+        stb *b = stb_new();
+        stb_tensor(b, "t.weight", "F8_E4M3", "[130, 160]", q, N * K);
+        stb_tensor(b, "t.weight_scale", dtypes[d], "[1]", st, e);
+        stb_tensor(b, "c.weight", "F8_E4M3", "[130, 160]", q, N * K);
+        stb_tensor(b, "c.weight_scale", dtypes[d], "[130, 1]", sc, N * e);
+        stb_tensor(b, "b.weight", "F8_E4M3", "[130, 160]", q, N * K);
+        stb_tensor(b, "b.weight_scale_inv", dtypes[d], "[2, 2]", sb, 4 * e);
+        stb_tensor(b, "ct.weight", "F8_E4M3", "[130, 160]", q, N * K);
+        stb_tensor(b, "ct.weight_scale", dtypes[d], "[2, 2]", sb, 4 * e);
+        stb_write(b, in_dir("model.safetensors"), 1);
+        free(b);
+        kiln_model *m = open_ok(g_dir);
+        struct {
+            const char *name;
+            kiln_format fmt;
+        } want[] = { { "t.weight", KILN_FMT_FP8_TENSOR }, { "c.weight", KILN_FMT_FP8_CHANNEL },
+                     { "b.weight", KILN_FMT_FP8_BLOCK }, { "ct.weight", KILN_FMT_FP8_BLOCK } };
+        for (size_t t = 0; t < sizeof want / sizeof want[0]; t++) {
+            const kiln_model_tensor *w = find(m, want[t].name);
+            cr_assert(w->supported, "%s %s: %s", dtypes[d], want[t].name, w->why);
+            cr_assert_eq(w->qt.format, want[t].fmt, "%s %s", dtypes[d], want[t].name);
+            cr_assert_eq((uintptr_t)w->qt.scale % 4, 0, "F32 scales are aligned");
+            float *y = dequantize(&w->qt);
+            for (int i = 0; i < N * K; i++) {
+                int n = i / K, k = i % K;
+                float s = t == 0 ? ft : t == 1 ? fc[n] : fb[(n / 128) * 2 + k / 128];
+                cr_assert_eq(y[i], kiln_e4m3_to_f32(q[i]) * s, "%s %s element %d", dtypes[d],
+                             want[t].name, i);
+            }
+            free(y);
+        }
+        kiln_model_close(m);
+    }
+    free(q);
+}
+
+/* ModelOpt MXFP8: E8M0 scales per 32 along K, stored as F8_E8M0 or U8, kept
+ * as the bytes kiln's MXFP8 format holds; hf_quant_config.json's quant_algo
+ * MXFP8 decides where the shape alone could not (K = 32: [N, 1]). */
+Test(safetensors, modelopt_mxfp8_with_e8m0_or_u8_scales)
+{
+    kt_rng r = kt_rng_new(32);
+    enum { N = 6, K = 96 };
+    uint8_t q[N * K], sc[N * 3];
+    random_e4m3(&r, q, sizeof q);
+    for (size_t i = 0; i < sizeof sc; i++)
+        sc[i] = (uint8_t)(115 + kt_next(&r) % 20);
+    stb *b = stb_new();
+    stb_tensor(b, "e.weight", "F8_E4M3", "[6, 96]", q, sizeof q);
+    stb_tensor(b, "e.weight_scale", "F8_E8M0", "[6, 3]", sc, sizeof sc);
+    stb_tensor(b, "u.weight", "F8_E4M3", "[6, 96]", q, sizeof q);
+    stb_tensor(b, "u.weight_scale", "U8", "[6, 3]", sc, sizeof sc);
+    stb_tensor(b, "k32.weight", "F8_E4M3", "[6, 32]", q, N * 32);
+    stb_tensor(b, "k32.weight_scale", "F8_E8M0", "[6, 1]", sc, N);
+    stb_write(b, in_dir("model.safetensors"), 0);
+    free(b);
+    write_text(in_dir("hf_quant_config.json"),
+               "{\"producer\": {\"name\": \"modelopt\"}, \"quantization\": {\"quant_algo\": "
+               "\"MXFP8\", \"exclude_modules\": [\"lm_head\"]}}");
+    kiln_model *m = open_ok(g_dir);
+    const char *names[] = { "e.weight", "u.weight", "k32.weight" };
+    for (int t = 0; t < 3; t++) {
+        const kiln_model_tensor *w = find(m, names[t]);
+        cr_assert(w->supported, "%s: %s", names[t], w->why);
+        cr_assert_eq(w->qt.format, KILN_FMT_MXFP8, "%s", names[t]);
+        float *y = dequantize(&w->qt);
+        int64_t k = w->qt.k;
+        for (int64_t i = 0; i < N * k; i++)
+            cr_assert_eq(y[i], kiln_e4m3_to_f32(q[i]) * kiln_e8m0_to_f32(sc[i / 32]),
+                         "%s element %lld", names[t], (long long)i);
+        free(y);
+    }
+    const kiln_model_tensor *s = find(m, "e.weight_scale");
+    cr_assert_not(s->supported);
+    cr_assert(strstr(s->why, "the scales of MXFP8 weight e.weight"), "%s", s->why);
+    kiln_model_close(m);
+
+    /* Without the setting, an E8M0 [N, 1] scale of a K = 32 weight reads as
+     * MXFP8 too: per-channel E8M0 scales are an F32 format's, [N] or a K
+     * that is not 32. A wrong shape names both tensors. */
+    remove(in_dir("hf_quant_config.json"));
+    b = stb_new();
+    stb_tensor(b, "k32.weight", "F8_E4M3", "[6, 32]", q, N * 32);
+    stb_tensor(b, "k32.weight_scale", "F8_E8M0", "[6, 1]", sc, N);
+    stb_tensor(b, "ch.weight", "F8_E4M3", "[6, 64]", q, N * 64);
+    stb_tensor(b, "ch.weight_scale", "F8_E8M0", "[6]", sc, N);
+    stb_write(b, in_dir("model.safetensors"), 0);
+    free(b);
+    m = open_ok(g_dir);
+    cr_assert_eq(find(m, "k32.weight")->qt.format, KILN_FMT_MXFP8);
+    cr_assert_eq(find(m, "ch.weight")->qt.format, KILN_FMT_FP8_CHANNEL);
+    kiln_model_close(m);
+    b = stb_new();
+    stb_tensor(b, "x.weight", "F8_E4M3", "[6, 96]", q, sizeof q);
+    stb_tensor(b, "x.weight_scale", "U8", "[6, 2]", sc, 12);
+    stb_write(b, in_dir("model.safetensors"), 0);
+    free(b);
+    write_text(in_dir("hf_quant_config.json"), "{\"quantization\": {\"quant_algo\": \"MXFP8\"}}");
+    open_fails(g_dir, KILN_ERR_MALFORMED, "tensor x.weight_scale: U8 [6, 2] does not fit weight "
+               "x.weight [6, 96]", "[N, K/32]", NULL);
+}
+
+/* gpt-oss-style MXFP4 scales stored as F8_E8M0 rather than U8; an NVFP4
+ * global scale stored as BF16. */
+Test(safetensors, mxfp4_e8m0_scales_and_bf16_nvfp4_global)
+{
+    uint8_t blocks[2 * 16], scales[2] = { 126, 129 }, nq[2 * 8], nsc[2] = { 0x38, 0x40 };
+    for (int i = 0; i < 32; i++)
+        blocks[i] = (uint8_t)(i * 37);
+    for (int i = 0; i < 16; i++)
+        nq[i] = (uint8_t)(i * 53);
+    uint16_t g = kiln_f32_to_bf16(0.375f);
+    stb *b = stb_new();
+    stb_tensor(b, "m.down_proj_blocks", "U8", "[2, 1, 16]", blocks, sizeof blocks);
+    stb_tensor(b, "m.down_proj_scales", "F8_E8M0", "[2, 1]", scales, sizeof scales);
+    stb_tensor(b, "p.weight", "U8", "[2, 8]", nq, sizeof nq);
+    stb_tensor(b, "p.weight_scale", "F8_E4M3", "[2, 1]", nsc, sizeof nsc);
+    stb_tensor(b, "p.weight_scale_2", "BF16", "[]", &g, 2);
+    stb_write(b, in_dir("model.safetensors"), 0);
+    free(b);
+    kiln_model *m = open_ok(g_dir);
+    const kiln_model_tensor *w = find(m, "m.down_proj");
+    cr_assert(w->supported, "%s", w->why);
+    cr_assert_eq(w->qt.format, KILN_FMT_MXFP4);
+    float *y = dequantize(&w->qt);
+    for (int i = 0; i < 64; i++) {
+        uint8_t nib = i % 2 ? blocks[i / 2] >> 4 : blocks[i / 2] & 0xF;
+        cr_assert_eq(y[i], kiln_e2m1_to_f32(nib) * kiln_e8m0_to_f32(scales[i / 32]));
+    }
+    free(y);
+    const kiln_model_tensor *p = find(m, "p.weight");
+    cr_assert(p->supported, "%s", p->why);
+    cr_assert_eq(p->qt.format, KILN_FMT_NVFP4);
+    cr_assert_eq(p->qt.global_scale, 0.375f);
+    kiln_model_close(m);
+}
+
+/* compressed-tensors' quantization_config as llm-compressor writes it
+ * (FP8_BLOCK on the MLP, FP8_DYNAMIC elsewhere, lm_head left out). */
+#define CT_ARGS(strategy, block)                                                                \
+    "{\"num_bits\": 8, \"type\": \"float\", \"symmetric\": true, \"group_size\": null,"        \
+    " \"strategy\": \"" strategy "\", \"block_structure\": " block ", \"dynamic\": false,"       \
+    " \"actorder\": null, \"observer\": \"minmax\", \"observer_kwargs\": {}}"
+#define CT_CONFIG(ignore)                                                                       \
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"quantization_config\": {"                   \
+    "\"quant_method\": \"compressed-tensors\", \"format\": \"float-quantized\","                \
+    " \"quantization_status\": \"compressed\", \"ignore\": " ignore ","                         \
+    " \"kv_cache_scheme\": null, \"sparsity_config\": {}, \"config_groups\": {"               \
+    "\"group_0\": {\"targets\": [\"re:.*mlp.*\"], \"weights\": " CT_ARGS("block", "[128, 128]") \
+    ", \"input_activations\": {\"num_bits\": 8, \"type\": \"float\", \"strategy\": \"group\","  \
+    " \"group_size\": 128, \"dynamic\": true, \"symmetric\": true},"                           \
+    " \"output_activations\": null, \"format\": \"float-quantized\"},"                         \
+    "\"group_1\": {\"targets\": [\"Linear\"], \"weights\": " CT_ARGS("channel", "null")         \
+    ", \"input_activations\": {\"num_bits\": 8, \"type\": \"float\", \"strategy\": \"token\","  \
+    " \"dynamic\": true, \"symmetric\": true}}}}}"
+
+Test(safetensors, compressed_tensors_fp8_groups_and_ignore)
+{
+    kt_rng r = kt_rng_new(33);
+    enum { N = 130, K = 128 };
+    uint8_t *q = malloc(N * K);
+    uint16_t ch[N], blk[2], head[4 * 8];
+    random_e4m3(&r, q, N * K);
+    for (int i = 0; i < N; i++)
+        ch[i] = kiln_f32_to_bf16(kt_uniform(&r, 0.001f, 0.1f));
+    for (int i = 0; i < 2; i++)
+        blk[i] = kiln_f32_to_bf16(kt_uniform(&r, 0.001f, 0.1f));
+    for (int i = 0; i < 32; i++)
+        head[i] = kiln_f32_to_bf16(kt_uniform(&r, -1, 1));
+    stb *b = stb_new();
+    stb_tensor(b, "model.layers.0.mlp.up_proj.weight", "F8_E4M3", "[130, 128]", q, N * K);
+    stb_tensor(b, "model.layers.0.mlp.up_proj.weight_scale", "BF16", "[2, 1]", blk, 4);
+    stb_tensor(b, "model.layers.0.self_attn.o_proj.weight", "F8_E4M3", "[130, 128]", q, N * K);
+    stb_tensor(b, "model.layers.0.self_attn.o_proj.weight_scale", "BF16", "[130, 1]", ch, 2 * N);
+    stb_tensor(b, "lm_head.weight", "BF16", "[4, 8]", head, sizeof head);
+    stb_tensor(b, "model.norm.weight", "BF16", "[8]", head, 16);
+    stb_write(b, in_dir("model.safetensors"), 0);
+    free(b);
+    write_text(in_dir("config.json"), CT_CONFIG("[\"lm_head\"]"));
+    kiln_model *m = open_ok(g_dir);
+    const kiln_model_tensor *up = find(m, "model.layers.0.mlp.up_proj.weight");
+    const kiln_model_tensor *o = find(m, "model.layers.0.self_attn.o_proj.weight");
+    cr_assert(up->supported && o->supported, "%s %s", up->why, o->why);
+    cr_assert_eq(up->qt.format, KILN_FMT_FP8_BLOCK, "[2, 1] is the 128x128 tiles of group_0");
+    cr_assert_eq(o->qt.format, KILN_FMT_FP8_CHANNEL);
+    float *yu = dequantize(&up->qt), *yo = dequantize(&o->qt);
+    for (int i = 0; i < N * K; i++) {
+        cr_assert_eq(yu[i], kiln_e4m3_to_f32(q[i]) * kiln_bf16_to_f32(blk[i / K / 128]));
+        cr_assert_eq(yo[i], kiln_e4m3_to_f32(q[i]) * kiln_bf16_to_f32(ch[i / K]));
+    }
+    free(yu);
+    free(yo);
+    cr_assert(find(m, "lm_head.weight")->supported);
+    cr_assert(find(m, "model.norm.weight")->supported, "a float tensor \"Linear\" targets is "
+              "used as stored");
+    kiln_model_close(m);
+
+    /* A module the ignore list leaves unquantized must not be stored in FP8. */
+    write_text(in_dir("config.json"), CT_CONFIG("[\"lm_head\", \"re:.*self_attn.o_proj$\"]"));
+    open_fails(g_dir, KILN_ERR_MALFORMED,
+               "tensor model.layers.0.self_attn.o_proj.weight is F8_E4M3, but "
+               "quantization_config.ignore in ",
+               "config.json lists module model.layers.0.self_attn.o_proj", NULL);
+    free(q);
+}
+
+/* W4A16 (pack-quantized int4 groups) and the schemes kiln has no format
+ * for: the weights are listed unsupported, saying which config field asks
+ * for what. */
+Test(safetensors, compressed_tensors_schemes_without_a_format_are_refused_by_field)
+{
+    int32_t packed[4 * 16] = { 0 };
+    uint16_t sc[4 * 1] = { 0x3c00, 0x3c00, 0x3c00, 0x3c00 };
+    int64_t shape[2] = { 4, 128 };
+    static const struct {
+        const char *weights, *format, *why;
+    } cases[] = {
+        { "{\"num_bits\": 4, \"type\": \"int\", \"symmetric\": true, \"strategy\": \"group\","
+          " \"group_size\": 128}", "pack-quantized",
+          "config_groups.group_0.weights: int4 group 128 (pack-quantized): integer groups "
+          "(W4A16/W8A16) have no kiln format yet" },
+        { "{\"num_bits\": 4, \"type\": \"int\", \"symmetric\": false, \"strategy\": \"group\","
+          " \"group_size\": 128}", "pack-quantized",
+          "int4 group 128 (pack-quantized): asymmetric integer groups" },
+        { "{\"num_bits\": 4, \"type\": \"float\", \"symmetric\": true, \"strategy\":"
+          " \"tensor_group\", \"group_size\": 16, \"dynamic\": false}", "nvfp4-pack-quantized",
+          "float4 tensor_group 16 (nvfp4-pack-quantized): compressed-tensors' NVFP4 stores "
+          "weight_global_scale" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        stb *b = stb_new();
+        stb_tensor(b, "model.layers.0.self_attn.q_proj.weight_packed", "I32", "[4, 16]", packed,
+                   sizeof packed);
+        stb_tensor(b, "model.layers.0.self_attn.q_proj.weight_scale", "F16", "[4, 1]", sc,
+                   sizeof sc);
+        stb_tensor(b, "model.layers.0.self_attn.q_proj.weight_shape", "I64", "[2]", shape,
+                   sizeof shape);
+        stb_write(b, in_dir("model.safetensors"), 0);
+        free(b);
+        char cfg[1024];
+        snprintf(cfg, sizeof cfg,
+                 "{\"num_hidden_layers\": 1, \"quantization_config\": {\"quant_method\":"
+                 " \"compressed-tensors\", \"format\": \"%s\", \"ignore\": [\"lm_head\"],"
+                 " \"config_groups\": {\"group_0\": {\"targets\": [\"Linear\"], \"weights\": %s,"
+                 " \"input_activations\": null}}}}", cases[i].format, cases[i].weights);
+        write_text(in_dir("config.json"), cfg);
+        kiln_model *m = open_ok(g_dir);
+        const kiln_model_tensor *w = find(m, "model.layers.0.self_attn.q_proj.weight_packed");
+        cr_assert_not(w->supported);
+        cr_assert(strstr(w->why, cases[i].why), "%s", w->why);
+        kiln_graph *g;
+        cr_assert_eq(kiln_graph_create(&g), KILN_OK);
+        cr_assert_eq(kiln_model_build_linears(m, g, 0), KILN_ERR_UNSUPPORTED);
+        cr_assert(strstr(kiln_last_error(), "tensor model.layers.0.self_attn.q_proj.weight_packed"),
+                  "%s", kiln_last_error());
+        cr_assert(strstr(kiln_last_error(), cases[i].why), "%s", kiln_last_error());
+        kiln_graph_destroy(g);
+        kiln_model_close(m);
+    }
+}
+
+#define PATTERNS_4 "\"re:a\", \"re:b\", \"re:c\", \"re:d\""
+#define PATTERNS_16 PATTERNS_4 ", " PATTERNS_4 ", " PATTERNS_4 ", " PATTERNS_4
+#define PATTERNS_64 PATTERNS_16 ", " PATTERNS_16 ", " PATTERNS_16 ", " PATTERNS_16
+#define PATTERNS_257 PATTERNS_64 ", " PATTERNS_64 ", " PATTERNS_64 ", " PATTERNS_64 ", \"re:e\""
+
+Test(safetensors, compressed_tensors_config_errors_name_the_field)
+{
+    uint16_t x = 0;
+    stb *b = stb_new();
+    stb_tensor(b, "x", "BF16", "[1]", &x, 2);
+    stb_write(b, in_dir("model.safetensors"), 0);
+    free(b);
+    static const struct {
+        const char *q, *what;
+    } bad[] = {
+        { "\"config_groups\": []", "quantization_config.config_groups is not an object" },
+        { "\"config_groups\": {\"g\": 1}", "quantization_config.config_groups.g is not an object" },
+        { "\"config_groups\": {\"g\": {\"targets\": \"Linear\"}}",
+          "quantization_config.config_groups.g.targets is not a list of strings" },
+        { "\"config_groups\": {\"g\": {\"weights\": {\"num_bits\": \"8\"}}}",
+          "quantization_config.config_groups.g.weights.num_bits is not a positive integer" },
+        { "\"config_groups\": {\"g\": {\"weights\": {\"strategy\": 3}}}",
+          "quantization_config.config_groups.g.weights.strategy is not a string" },
+        { "\"config_groups\": {\"g\": {\"weights\": {\"block_structure\": [128]}}}",
+          "quantization_config.config_groups.g.weights.block_structure is not [rows, cols]" },
+        { "\"config_groups\": {\"g\": {\"input_activations\": {\"dynamic\": 1}}}",
+          "quantization_config.config_groups.g.input_activations.dynamic is not a boolean" },
+        { "\"config_groups\": {}, \"ignore\": [1]", "quantization_config.ignore is not a list" },
+        { "\"config_groups\": {}, \"format\": 7", "quantization_config.format is not a string" },
+        { "\"config_groups\": {}, \"ignore\": [" PATTERNS_257 "]",
+          "more than 256 \"re:\" patterns" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char cfg[4096];
+        snprintf(cfg, sizeof cfg,
+                 "{\"quantization_config\": {\"quant_method\": \"compressed-tensors\", %s}}",
+                 bad[i].q);
+        write_text(in_dir("config.json"), cfg);
+        open_fails(g_dir, KILN_ERR_MALFORMED, "config.json: ", bad[i].what, NULL);
+    }
+}
+
 /* N = 130 and K = 260 leave partial tiles on both edges: scales [2, 3]. */
 static void write_fp8_block(kt_rng *r, const char *scale_shape, size_t n_scales, uint8_t *q, float *s)
 {
@@ -672,11 +1010,11 @@ Test(safetensors, mxfp4_expert_stacks_are_listed_unsupported)
 Test(safetensors, tensors_outside_conventions_say_why)
 {
     uint8_t q[16] = { 1 }, big[5 * 2] = { 0 };
-    uint16_t sb = 0x3f80;
+    uint8_t one = 1;
     stb *b = stb_new();
     stb_tensor(b, "lone.weight", "F8_E4M3", "[2, 8]", q, 16);
-    stb_tensor(b, "bf.weight", "F8_E4M3", "[2, 8]", q, 16);
-    stb_tensor(b, "bf.weight_scale", "BF16", "[]", &sb, 2);
+    stb_tensor(b, "i8s.weight", "F8_E4M3", "[2, 8]", q, 16);
+    stb_tensor(b, "i8s.weight_scale", "I8", "[]", &one, 1);
     stb_tensor(b, "cube.weight", "F8_E4M3", "[2, 2, 4]", q, 16);
     stb_tensor(b, "cube.weight_scale", "F32", "[1]", "\0\0\x80\x3f", 4);
     stb_tensor(b, "i8", "I8", "[16]", q, 16);
@@ -692,7 +1030,8 @@ Test(safetensors, tensors_outside_conventions_say_why)
         const char *name, *why;
     } want[] = {
         { "lone.weight", "without weight_scale" },
-        { "bf.weight", "scale bf.weight_scale is BF16" },
+        { "i8s.weight", "scale i8s.weight_scale is I8: kiln reads these scales as F32, BF16, F16 "
+                        "or F8_E8M0" },
         { "cube.weight", "rank 3" },
         { "i8", "outside any quantization convention" },
         { "r5", "rank 5" },
@@ -1071,7 +1410,8 @@ Test(safetensors, nvfp4_parts_must_agree)
         { "[4, 4]", "F32", "[]", 0,
           "tensor p.weight: NVFP4 weight with p.weight_scale but no weight_scale_2" },
         { "[4, 4]", "F32", "[2]", 1,
-          "tensor p.weight_scale_2: global scale of NVFP4 weight p.weight is not an F32 scalar" },
+          "tensor p.weight_scale_2: global scale of NVFP4 weight p.weight is not an F32, BF16 or "
+          "F16 scalar" },
         { "[4, 4]", "I32", "[]", 1, "p.weight_scale_2" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -35,7 +35,8 @@ print(f"test seed: KILN_TEST_SEED={SEED}", file=sys.stderr)
 # ------------------------------------------------------------- the library
 
 lib = kilnlib.load()
-FMT = {"f32": 0, "f16": 1, "bf16": 2, "fp8": 3, "fp8_channel": 4, "fp8_block": 5, "nvfp4": 7, "mxfp4": 8}
+FMT = {"f32": 0, "f16": 1, "bf16": 2, "fp8": 3, "fp8_channel": 4, "fp8_block": 5, "mxfp8": 6,
+       "nvfp4": 7, "mxfp4": 8}
 
 
 class Model(kilnlib.Model):
@@ -97,7 +98,7 @@ def unpack_fp4(packed):
 
 # ------------------------------------------------------------- the writer
 
-RENAME = {"F8_E4M3": np.uint8, "BF16": np.uint16}
+RENAME = {"F8_E4M3": np.uint8, "BF16": np.uint16, "F8_E8M0": np.uint8}
 
 
 def save(path, tensors, metadata=None):
@@ -316,6 +317,111 @@ class SafetensorsReader(unittest.TestCase):
         st = lib.kiln_model_weight(m.h, b"model.layers.0.mlp.experts.gate_up_proj", ctypes.byref(qt))
         self.assertEqual(st, KILN_ERR_UNSUPPORTED)
         self.assertIn(b"expert tensors are 3-D", lib.kiln_last_error())
+
+    def test_fp8_scales_as_checkpoints_ship_them(self):
+        """BF16 and F16 per-channel and block scales, E8M0 block scales
+        (UE8M0), each read as the F32 value it is."""
+        r = Rng(9)
+        n, k = 136, 200
+        tensors, expect = {}, {}
+        for i, dt in enumerate(("BF16", "F16", "F8_E8M0")):
+            q = r.e4m3((n, k))
+            if dt == "BF16":
+                ch = bits(r.f32((n, 1), 1e-3, 1e-1)) >> 16
+                blk = bits(r.f32((2, 2), 1e-4, 1e-2)) >> 16
+                ch, blk = ch.astype(np.uint16), blk.astype(np.uint16)
+                fch, fblk = bf16_to_f32(ch), bf16_to_f32(blk)
+            elif dt == "F16":
+                ch, blk = r.f32((n, 1), 1e-3, 1e-1).astype(np.float16), r.f32((2, 2), 1e-4, 1e-2).astype(np.float16)
+                fch, fblk = ch.astype(np.float32), blk.astype(np.float32)
+            else:
+                ch, blk = r.r.integers(110, 125, (n, 1), dtype=np.uint8), r.r.integers(110, 125, (2, 2), dtype=np.uint8)
+                fch, fblk = e8m0(ch), e8m0(blk)
+            tensors[f"c{i}.weight"] = ("F8_E4M3", q)
+            tensors[f"c{i}.weight_scale"] = (dt, ch)
+            tensors[f"b{i}.weight"] = ("F8_E4M3", q)
+            tensors[f"b{i}.weight_scale_inv"] = (dt, blk)
+            expect[f"c{i}.weight"] = ("fp8_channel", E4M3[q] * fch)
+            expect[f"b{i}.weight"] = ("fp8_block", E4M3[q] * np.repeat(np.repeat(fblk, 128, 0), 128, 1)[:n, :k])
+        save(self.p("model.safetensors"), tensors)
+        m = self.open()
+        for name, (fmt, want) in expect.items():
+            self.assert_exact(m, name, fmt, want)
+
+    def test_modelopt_mxfp8(self):
+        r = Rng(10)
+        n, k = 24, 160
+        q, sc = r.e4m3((n, k)), r.r.integers(100, 140, (n, k // 32), dtype=np.uint8)
+        save(self.p("model.safetensors"), {
+            "model.layers.0.mlp.up_proj.weight": ("F8_E4M3", q),
+            "model.layers.0.mlp.up_proj.weight_scale": ("F8_E8M0", sc),
+            "model.layers.0.mlp.down_proj.weight": ("F8_E4M3", q),
+            "model.layers.0.mlp.down_proj.weight_scale": ("U8", sc),
+        })
+        write_json(self.p("config.json"), dict(LLAMA, quantization_config={
+            "quant_method": "modelopt", "quant_algo": "MXFP8", "exclude_modules": ["lm_head"]}))
+        m = self.open()
+        want = E4M3[q] * np.repeat(e8m0(sc), 32, axis=1)
+        self.assert_exact(m, "model.layers.0.mlp.up_proj.weight", "mxfp8", want)
+        self.assert_exact(m, "model.layers.0.mlp.down_proj.weight", "mxfp8", want)
+
+    def test_compressed_tensors_fp8(self):
+        """llm-compressor's FP8 checkpoints: the layout its float-quantized
+        compressor writes (weight F8_E4M3, weight_scale in the model's dtype,
+        [1] per tensor, [N, 1] per channel, [N/128, K/128] per block, input_scale
+        for static activations) and the quantization_config its
+        QuantizationConfig serialises. The compressed-tensors package itself
+        needs torch and transformers, which the oracle does not install."""
+        r = Rng(11)
+        n, k = 200, 256
+
+        def args(strategy, block=None, dynamic=False, kind="weights"):
+            a = {"num_bits": 8, "type": "float", "symmetric": True, "group_size": None,
+                 "strategy": strategy, "block_structure": block, "dynamic": dynamic,
+                 "actorder": None, "observer": "minmax" if kind == "weights" else None,
+                 "observer_kwargs": {}}
+            return a
+
+        def bf16(a):
+            return (bits(a) >> 16).astype(np.uint16)
+
+        qt, qc, qb = r.e4m3((n, k)), r.e4m3((n, k)), r.e4m3((n, k))
+        st, sc, sb = bf16(r.f32((1,), 1e-3, 1e-1)), bf16(r.f32((n, 1), 1e-3, 1e-1)), bf16(r.f32((2, 2), 1e-4, 1e-2))
+        a = bf16(r.f32((1,), 1e-2, 1))
+        head = bf16(r.f32((8, k), -1, 1))
+        save(self.p("model.safetensors"), {
+            "model.layers.0.self_attn.q_proj.weight": ("F8_E4M3", qt),
+            "model.layers.0.self_attn.q_proj.weight_scale": ("BF16", st),
+            "model.layers.0.self_attn.q_proj.input_scale": ("BF16", a),
+            "model.layers.0.self_attn.o_proj.weight": ("F8_E4M3", qc),
+            "model.layers.0.self_attn.o_proj.weight_scale": ("BF16", sc),
+            "model.layers.0.mlp.down_proj.weight": ("F8_E4M3", qb),
+            "model.layers.0.mlp.down_proj.weight_scale": ("BF16", sb),
+            "lm_head.weight": ("BF16", head),
+        }, metadata={"format": "pt"})
+        write_json(self.p("config.json"), dict(LLAMA, quantization_config={
+            "config_groups": {
+                "group_0": {"targets": ["re:.*q_proj$"], "weights": args("tensor"),
+                            "input_activations": args("tensor", kind="input"),
+                            "output_activations": None, "format": "float-quantized"},
+                "group_1": {"targets": ["re:.*mlp.*"], "weights": args("block", [128, 128]),
+                            "input_activations": dict(args("group", dynamic=True, kind="input"),
+                                                      group_size=128),
+                            "output_activations": None, "format": "float-quantized"},
+                "group_2": {"targets": ["Linear"], "weights": args("channel"),
+                            "input_activations": args("token", dynamic=True, kind="input"),
+                            "output_activations": None, "format": "float-quantized"},
+            },
+            "format": "float-quantized", "global_compression_ratio": None, "ignore": ["lm_head"],
+            "kv_cache_scheme": None, "quant_method": "compressed-tensors",
+            "quantization_status": "compressed", "sparsity_config": {}, "transform_config": {},
+            "version": "0.12.2"}))
+        m = self.open()
+        self.assert_exact(m, "model.layers.0.self_attn.q_proj.weight", "fp8", E4M3[qt] * bf16_to_f32(st))
+        self.assert_exact(m, "model.layers.0.self_attn.o_proj.weight", "fp8_channel", E4M3[qc] * bf16_to_f32(sc))
+        tiles = np.repeat(np.repeat(bf16_to_f32(sb), 128, axis=0), 128, axis=1)[:n, :k]
+        self.assert_exact(m, "model.layers.0.mlp.down_proj.weight", "fp8_block", E4M3[qb] * tiles)
+        self.assert_exact(m, "lm_head.weight", "bf16", bf16_to_f32(head))
 
     def test_bf16_and_plain_types(self):
         r = Rng(7)
