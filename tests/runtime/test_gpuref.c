@@ -61,6 +61,24 @@ static float *emulate(const kt_weight *w, const float *x, int64_t m, mutant mut)
     return y;
 }
 
+/* The emulated output y of the kernel named what on weight w: within the
+ * bound everywhere when it keeps the contract, outside it somewhere when
+ * it is broken. */
+static void expect(const kt_ref *want, const float *y, const kt_weight *w, int keeps,
+                   const char *what)
+{
+    double worst;
+    char first[256];
+    int64_t bad = kt_ref_violations(want, y, &worst, first, sizeof first);
+    const char *format = kiln_format_get(w->q.format)->name;
+    if (keeps)
+        cr_assert_eq(bad, 0, "%s %lldx%lld, %s: %lld outside the bound; %s", format,
+                     (long long)w->q.n, (long long)w->q.k, what, (long long)bad, first);
+    else
+        cr_assert_gt(bad, 0, "%s %lldx%lld, %s passes (worst %.2f of the bound)", format,
+                     (long long)w->q.n, (long long)w->q.k, what, worst);
+}
+
 /* Every mutant on every listed format and shape; the contract's kernels
  * pass, the broken ones are caught. */
 Test(gpuref, the_bound_passes_the_contract_and_catches_broken_kernels)
@@ -83,18 +101,7 @@ Test(gpuref, the_bound_passes_the_contract_and_catches_broken_kernels)
             kt_ref want = kt_ref_eval(g, NULL, m, x);
             for (int mu = 0; mu < MUT_COUNT; mu++) {
                 float *y = emulate(&w, x, m, (mutant)mu);
-                double worst;
-                char first[256];
-                int64_t bad = kt_ref_violations(&want, y, &worst, first, sizeof first);
-                const char *what = kiln_format_get(fs[f])->name;
-                if (mu == MUT_NONE || mu == MUT_SPLIT)
-                    cr_assert_eq(bad, 0, "%s %lldx%lld, %s: %lld outside the bound; %s", what,
-                                 (long long)shapes[sh][0], (long long)shapes[sh][1],
-                                 mutant_names[mu], (long long)bad, first);
-                else
-                    cr_assert_gt(bad, 0, "%s %lldx%lld, %s passes (worst %.2f of the bound)",
-                                 what, (long long)shapes[sh][0], (long long)shapes[sh][1],
-                                 mutant_names[mu], worst);
+                expect(&want, y, &w, mu == MUT_NONE || mu == MUT_SPLIT, mutant_names[mu]);
                 free(y);
             }
             kt_ref_free(&want);
@@ -185,18 +192,7 @@ Test(gpuref, fp8_activations_pass_and_broken_scales_fail)
             kt_ref want = kt_ref_eval(g, p, m, x);
             for (int mu = 0; mu < FP8_COUNT; mu++) {
                 float *y = emulate_fp8(&w, x, m, block ? 128 : shapes[sh][1], (fp8_mutant)mu);
-                double worst;
-                char first[256];
-                int64_t bad = kt_ref_violations(&want, y, &worst, first, sizeof first);
-                const char *what = kiln_format_get(fs[f])->name;
-                if (mu == FP8_NONE)
-                    cr_assert_eq(bad, 0, "%s %lldx%lld, %s: %lld outside the bound; %s", what,
-                                 (long long)shapes[sh][0], (long long)shapes[sh][1],
-                                 fp8_names[mu], (long long)bad, first);
-                else
-                    cr_assert_gt(bad, 0, "%s %lldx%lld, %s passes (worst %.2f of the bound)",
-                                 what, (long long)shapes[sh][0], (long long)shapes[sh][1],
-                                 fp8_names[mu], worst);
+                expect(&want, y, &w, mu == FP8_NONE, fp8_names[mu]);
                 free(y);
             }
             kt_ref_free(&want);
