@@ -15,6 +15,7 @@
 #include "codegen/emit.h"
 #include "codegen/nvrtc.h"
 #include "kernels/gemv/gemv_format.h"
+#include "compile_batch.h"
 #include "testutil.h"
 
 static const kiln_backend *const gemv = &kiln_backend_gemv;
@@ -483,62 +484,6 @@ Test(gemv, keeps_the_storage_layout)
 
 /* ---------------------------------------------------------------- NVRTC */
 
-typedef struct batch {
-    kiln_kernel_source *src;
-    kiln_compile_job *jobs;
-    char **sig;
-    int n, cap;
-} batch;
-
-static void batch_add(batch *b, const char *signature)
-{
-    if (b->n == b->cap) {
-        b->cap = b->cap ? 2 * b->cap : 64;
-        b->src = realloc(b->src, (size_t)b->cap * sizeof *b->src);
-        b->jobs = realloc(b->jobs, (size_t)b->cap * sizeof *b->jobs);
-        b->sig = realloc(b->sig, (size_t)b->cap * sizeof *b->sig);
-        cr_assert(b->src && b->jobs && b->sig);
-    }
-    cr_assert_eq(kiln_emit_text(kiln_registry_default(), signature, &b->src[b->n]), KILN_OK,
-                 "%s: %s", signature, kiln_last_error());
-    cr_assert_not_null(b->sig[b->n] = strdup(signature));
-    b->n++;
-}
-
-/* Compile everything two at a time, fail on the first error, report the
- * time per kernel. */
-static void batch_compile(batch *b, const char *what)
-{
-    kiln_nvrtc *nv = NULL;
-    cr_assert_eq(kiln_nvrtc_open(&nv), KILN_OK,
-                 "libnvrtc cannot be loaded, and these tests need it: %s", kiln_last_error());
-    for (int i = 0; i < b->n; i++)
-        b->jobs[i] = (kiln_compile_job){ .name = b->sig[i], .entry = b->src[i].desc.entry,
-                                         .source = b->src[i].text,
-                                         .target = &b->src[i].desc.target };
-    const kiln_nvrtc_pool pool = { .threads = 2, .quiet = 1 };
-    double start = kiln_now();
-    cr_assert_eq(kiln_nvrtc_compile_all(nv, b->jobs, b->n, &pool), KILN_OK, "%s",
-                 kiln_last_error());
-    double wall = kiln_now() - start, sum = 0, max = 0;
-    for (int i = 0; i < b->n; i++) {
-        cr_assert_gt(b->jobs[i].cubin_size, 0);
-        sum += b->jobs[i].seconds;
-        max = b->jobs[i].seconds > max ? b->jobs[i].seconds : max;
-    }
-    fprintf(stderr, "%s: %d kernels in %.1f s wall, %.2f s mean, %.2f s max per kernel\n", what,
-            b->n, wall, sum / b->n, max);
-    for (int i = 0; i < b->n; i++) {
-        kiln_kernel_source_free(&b->src[i]);
-        kiln_compile_job_reset(&b->jobs[i]);
-        free(b->sig[i]);
-    }
-    free(b->src);
-    free(b->jobs);
-    free(b->sig);
-    kiln_nvrtc_close(nv);
-}
-
 /* Every format in every M class, two shapes taking turns: 200 x 13568
  * splits K across warps, walks two x tiles and ends on a partial stage;
  * 4100 x 4096 is one tile with a partial block of rows. On sm_80+ K grows
@@ -555,7 +500,7 @@ static void compile_every_class(const char *arch)
     static const char *const variants[] = { "m1", "m2", "m4", "m8", "m16" };
     static const int64_t shapes[][2] = { { 200, 13568 }, { 4100, 4096 } };
     kiln_target t = target(arch);
-    batch b = { 0 };
+    kt_batch b = { 0 };
     for (int f = 0; f < KILN_FMT_COUNT; f++)
         for (int v = 0; v < (int)KILN_ARRAY_LEN(variants); v++) {
             const int64_t *shape = shapes[(f + v) % 2];
@@ -567,12 +512,12 @@ static void compile_every_class(const char *arch)
                 cr_assert(strstr(why, "shared memory"), "%s", why);
                 continue;
             }
-            batch_add(&b, gemv_sig(sig, sizeof sig, variants[v], (kiln_format)f,
+            kt_batch_add(&b, gemv_sig(sig, sizeof sig, variants[v], (kiln_format)f,
                                    epilogues[(f + v) % 5], c.n, c.k, arch));
         }
     char what[64];
     snprintf(what, sizeof what, "%s gemv", arch);
-    batch_compile(&b, what);
+    kt_batch_compile(&b, what);
 }
 
 Test(gemv_nvrtc, every_format_and_class_compiles_for_sm_75, .timeout = 600)
@@ -605,11 +550,11 @@ Test(gemv_nvrtc, every_epilogue_compiles, .timeout = 600)
     };
     static const kiln_format fs[] = { KILN_FMT_BF16, KILN_FMT_FP8_CHANNEL, KILN_FMT_NVFP4,
                                       KILN_FMT_Q4_K, KILN_FMT_Q6_K };
-    batch b = { 0 };
+    kt_batch b = { 0 };
     char sig[512];
     for (size_t f = 0; f < KILN_ARRAY_LEN(fs); f++)
         for (size_t e = 0; e < KILN_ARRAY_LEN(epilogues); e++)
-            batch_add(&b, gemv_sig(sig, sizeof sig, e % 2 ? "m4" : "m1", fs[f], epilogues[e], 1000,
+            kt_batch_add(&b, gemv_sig(sig, sizeof sig, e % 2 ? "m4" : "m1", fs[f], epilogues[e], 1000,
                                    2048, "sm_90a"));
-    batch_compile(&b, "gemv epilogues");
+    kt_batch_compile(&b, "gemv epilogues");
 }

@@ -17,6 +17,7 @@
 #include "codegen/nvrtc.h"
 #include "codegen/plan.h"
 #include "kernels/gemv/pack.h"
+#include "compile_batch.h"
 #include "testutil.h"
 
 static const kiln_backend *const tc = &kiln_backend_gemv_tc;
@@ -1236,62 +1237,6 @@ Test(gemv_tc, pack_serves_what_the_kernel_serves)
 
 /* ---------------------------------------------------------------- NVRTC */
 
-typedef struct batch {
-    kiln_kernel_source *src;
-    kiln_compile_job *jobs;
-    char **sig;
-    int n, cap;
-} batch;
-
-static void batch_add(batch *b, const char *signature)
-{
-    if (b->n == b->cap) {
-        b->cap = b->cap ? 2 * b->cap : 64;
-        b->src = realloc(b->src, (size_t)b->cap * sizeof *b->src);
-        b->jobs = realloc(b->jobs, (size_t)b->cap * sizeof *b->jobs);
-        b->sig = realloc(b->sig, (size_t)b->cap * sizeof *b->sig);
-        cr_assert(b->src && b->jobs && b->sig);
-    }
-    cr_assert_eq(kiln_emit_text(kiln_registry_default(), signature, &b->src[b->n]), KILN_OK,
-                 "%s: %s", signature, kiln_last_error());
-    cr_assert_not_null(b->sig[b->n] = strdup(signature));
-    b->n++;
-}
-
-/* Compile everything two at a time, fail on the first error, report the
- * time per kernel. */
-static void batch_compile(batch *b, const char *what)
-{
-    kiln_nvrtc *nv = NULL;
-    cr_assert_eq(kiln_nvrtc_open(&nv), KILN_OK,
-                 "libnvrtc cannot be loaded, and these tests need it: %s", kiln_last_error());
-    for (int i = 0; i < b->n; i++)
-        b->jobs[i] = (kiln_compile_job){ .name = b->sig[i], .entry = b->src[i].desc.entry,
-                                         .source = b->src[i].text,
-                                         .target = &b->src[i].desc.target };
-    const kiln_nvrtc_pool pool = { .threads = 2, .quiet = 1 };
-    double start = kiln_now();
-    cr_assert_eq(kiln_nvrtc_compile_all(nv, b->jobs, b->n, &pool), KILN_OK, "%s",
-                 kiln_last_error());
-    double wall = kiln_now() - start, sum = 0, max = 0;
-    for (int i = 0; i < b->n; i++) {
-        cr_assert_gt(b->jobs[i].cubin_size, 0);
-        sum += b->jobs[i].seconds;
-        max = b->jobs[i].seconds > max ? b->jobs[i].seconds : max;
-    }
-    fprintf(stderr, "%s: %d kernels in %.1f s wall, %.2f s mean, %.2f s max per kernel\n", what,
-            b->n, wall, sum / b->n, max);
-    for (int i = 0; i < b->n; i++) {
-        kiln_kernel_source_free(&b->src[i]);
-        kiln_compile_job_reset(&b->jobs[i]);
-        free(b->sig[i]);
-    }
-    free(b->src);
-    free(b->jobs);
-    free(b->sig);
-    kiln_nvrtc_close(nv);
-}
-
 /* Every format gemv_tc serves in each of its classes, three shapes taking
  * turns: 4096 x 4096 splits K over all the warps of a block, 200 x 768
  * and 1000 x 512 in two and end on a partial row tile. tc16's 8 warps do
@@ -1311,7 +1256,7 @@ static void compile_every_class(const char *arch)
     } classes[] = { { "tc1", 1 }, { "tc2", 2 }, { "tc4", 4 }, { "tc8", 8 }, { "tc16", 16 } };
     static const int64_t shapes[][2] = { { 4096, 4096 }, { 200, 768 }, { 1000, 512 } };
     kiln_target t = target(arch);
-    batch b = { 0 };
+    kt_batch b = { 0 };
     int halved = 0;
     for (int f = 0; f < KILN_FMT_COUNT; f++)
         for (int v = 0; v < (int)KILN_ARRAY_LEN(classes); v++) {
@@ -1325,7 +1270,7 @@ static void compile_every_class(const char *arch)
             cr_assert_eq(tc->can_implement(&t, &c, classes[v].m, why, sizeof why), 1, "%s", why);
             kiln_backend_variant(tc, &t, &c, classes[v].m, sig, sizeof sig);
             cr_assert_str_eq(sig, classes[v].name);
-            batch_add(&b, tc_sig(sig, sizeof sig, classes[v].name, (kiln_format)f,
+            kt_batch_add(&b, tc_sig(sig, sizeof sig, classes[v].name, (kiln_format)f,
                                  epilogues[(f + v) % 5], shape[0], shape[1], arch));
             halved += source_param(b.src[b.n - 1].text, "warps") < (classes[v].m == 16 ? 8 : 4);
         }
@@ -1334,7 +1279,7 @@ static void compile_every_class(const char *arch)
     cr_assert_eq(halved, t.sm == 89 ? 13 : t.sm == 80 ? 7 : 0, "%s", arch);
     char what[64];
     snprintf(what, sizeof what, "%s gemv_tc", arch);
-    batch_compile(&b, what);
+    kt_batch_compile(&b, what);
 }
 
 Test(gemv_tc_nvrtc, every_format_and_class_compiles_for_sm_80, .timeout = 600)

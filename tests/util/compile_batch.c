@@ -1,0 +1,57 @@
+/* Many kernels emitted and compiled in one go (compile_batch.h). */
+#include "compile_batch.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/registry/backend.h"
+
+void kt_batch_add(kt_batch *b, const char *signature)
+{
+    if (b->n == b->cap) {
+        b->cap = b->cap ? 2 * b->cap : 64;
+        b->src = realloc(b->src, (size_t)b->cap * sizeof *b->src);
+        b->jobs = realloc(b->jobs, (size_t)b->cap * sizeof *b->jobs);
+        b->sig = realloc(b->sig, (size_t)b->cap * sizeof *b->sig);
+        cr_assert(b->src && b->jobs && b->sig);
+    }
+    cr_assert_eq(kiln_emit_text(kiln_registry_default(), signature, &b->src[b->n]), KILN_OK,
+                 "%s: %s", signature, kiln_last_error());
+    cr_assert_not_null(b->sig[b->n] = strdup(signature));
+    b->n++;
+}
+
+void kt_batch_compile(kt_batch *b, const char *what)
+{
+    kiln_nvrtc *nv = NULL;
+    cr_assert_eq(kiln_nvrtc_open(&nv), KILN_OK,
+                 "libnvrtc cannot be loaded, and these tests need it: %s", kiln_last_error());
+    for (int i = 0; i < b->n; i++)
+        b->jobs[i] = (kiln_compile_job){ .name = b->sig[i], .entry = b->src[i].desc.entry,
+                                         .source = b->src[i].text,
+                                         .target = &b->src[i].desc.target };
+    const kiln_nvrtc_pool pool = { .threads = 2, .quiet = 1 };
+    double start = kiln_now();
+    cr_assert_eq(kiln_nvrtc_compile_all(nv, b->jobs, b->n, &pool), KILN_OK, "%s",
+                 kiln_last_error());
+    double wall = kiln_now() - start, sum = 0, max = 0;
+    for (int i = 0; i < b->n; i++) {
+        cr_assert_gt(b->jobs[i].cubin_size, 0);
+        sum += b->jobs[i].seconds;
+        max = b->jobs[i].seconds > max ? b->jobs[i].seconds : max;
+    }
+    fprintf(stderr, "%s: %d kernels in %.1f s wall, %.2f s mean, %.2f s max per kernel\n", what,
+            b->n, wall, sum / b->n, max);
+    for (int i = 0; i < b->n; i++) {
+        kiln_kernel_source_free(&b->src[i]);
+        kiln_compile_job_reset(&b->jobs[i]);
+        free(b->sig[i]);
+    }
+    free(b->src);
+    free(b->jobs);
+    free(b->sig);
+    *b = (kt_batch){ 0 };
+    kiln_nvrtc_close(nv);
+}
