@@ -32,4 +32,27 @@ __device__ __forceinline__ float epilogue_apply(const kiln_linear_args &args, fl
     return v;
 }
 
+// The epilogue of outputs (row, col) and (row, col + 1) of y[m, N], col
+// even, on their f32 values v0 and v1, stored as BF16: as one 4-byte pair
+// when N is even (the pair is then whole or absent, and aligned), else
+// each column within N on its own. The tensor-core kernels' accumulator
+// fragments hold such pairs.
+template <class Epilogue, int N>
+__device__ __forceinline__ void epilogue_store_pair(const kiln_linear_args &args, u16 *y, int row,
+                                                    int col, float v0, float v1)
+{
+    const i64 at = (i64)row * N + col;
+    if constexpr (N % 2 == 0) {
+        if (col < N)
+            *reinterpret_cast<u32 *>(y + at) =
+                (u32)f32_to_bf16(epilogue_apply<Epilogue>(args, v0, col, at)) |
+                ((u32)f32_to_bf16(epilogue_apply<Epilogue>(args, v1, col + 1, at + 1)) << 16);
+    } else {
+        if (col < N)
+            y[at] = f32_to_bf16(epilogue_apply<Epilogue>(args, v0, col, at));
+        if (col + 1 < N)
+            y[at + 1] = f32_to_bf16(epilogue_apply<Epilogue>(args, v1, col + 1, at + 1));
+    }
+}
+
 } // namespace kiln

@@ -452,22 +452,9 @@ __device__ void tma_gemm(const kiln_linear_args &args, const tma_map &tx, const 
 #pragma unroll
             for (int j = 0; j < Tile::wn / 8; j++) {
                 const int col = col0 + 8 * j;
-                const i64 at = (i64)row * N + col;
-                const float v0 = acc[4 * j + 2 * h] * rs * scale.col(col < N ? col : 0);
-                const float v1 = acc[4 * j + 2 * h + 1] * rs * scale.col(col + 1 < N ? col + 1 : 0);
-                if constexpr (N % 2 == 0) {
-                    if (col < N)
-                        *reinterpret_cast<u32 *>(y + at) =
-                            (u32)f32_to_bf16(epilogue_apply<Epilogue>(args, v0, col, at)) |
-                            ((u32)f32_to_bf16(epilogue_apply<Epilogue>(args, v1, col + 1, at + 1))
-                             << 16);
-                } else {
-                    if (col < N)
-                        y[at] = f32_to_bf16(epilogue_apply<Epilogue>(args, v0, col, at));
-                    if (col + 1 < N)
-                        y[at + 1] =
-                            f32_to_bf16(epilogue_apply<Epilogue>(args, v1, col + 1, at + 1));
-                }
+                epilogue_store_pair<Epilogue, N>(
+                    args, y, row, col, acc[4 * j + 2 * h] * rs * scale.col(col < N ? col : 0),
+                    acc[4 * j + 2 * h + 1] * rs * scale.col(col + 1 < N ? col + 1 : 0));
             }
         }
     }

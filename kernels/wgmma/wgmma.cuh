@@ -303,25 +303,9 @@ __device__ void wgmma_gemm(const kiln_linear_args &args)
         if (row >= m)
             continue;
 #pragma unroll
-        for (int j = 0; j < Tile::bn / 8; j++) {
-            const int col = n0 + 8 * j + 2 * (lane % 4);
-            const i64 at = (i64)row * N + col;
-            const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-            if constexpr (N % 2 == 0) {
-                // col is even and N is, so the pair is whole or absent and
-                // 4-byte aligned.
-                if (col < N)
-                    *reinterpret_cast<u32 *>(y + at) =
-                        wgmma_pack_bf16x2(epilogue_apply<Epilogue>(args, v0, col, at),
-                                    epilogue_apply<Epilogue>(args, v1, col + 1, at + 1));
-            } else {
-                if (col < N)
-                    y[at] = f32_to_bf16(epilogue_apply<Epilogue>(args, v0, col, at));
-                if (col + 1 < N)
-                    y[at + 1] =
-                        f32_to_bf16(epilogue_apply<Epilogue>(args, v1, col + 1, at + 1));
-            }
-        }
+        for (int j = 0; j < Tile::bn / 8; j++)
+            epilogue_store_pair<Epilogue, N>(args, y, row, n0 + 8 * j + 2 * (lane % 4),
+                                             acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
     }
 }
 
