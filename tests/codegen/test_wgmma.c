@@ -218,6 +218,24 @@ Test(wgmma, source_is_stable)
     kiln_kernel_source_free(&s);
 }
 
+/* The one launch of the wgmma kernel of variant for format on N x K at
+ * m tokens, asserting the signature parses and names its function. */
+static kiln_launch launch_of(const char *variant, kiln_format f, long long n, long long k,
+                             int64_t m)
+{
+    char sig[512];
+    wgmma_sig(sig, sizeof sig, variant, f, act_of(f), n, k, 0, "sm_90a");
+    kiln_kernel_desc d;
+    cr_assert_eq(kiln_sig_parse(kiln_registry_default(), sig, &d), KILN_OK, "%s",
+                 kiln_last_error());
+    kiln_kernel_launch l[KILN_MAX_LAUNCHES];
+    int count = 0;
+    cr_assert_eq(kiln_kernel_launches(&d, m, l, &count), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(count, 1);
+    cr_assert_str_eq(l[0].entry, d.entry);
+    return l[0].cfg;
+}
+
 Test(wgmma, launches_cover_the_output)
 {
     static const struct {
@@ -231,25 +249,14 @@ Test(wgmma, launches_cover_the_output)
         { "bm64bn128", 512, 2, 8, 49152 }, { "bm64bn128", 513, 2, 9, 49152 },
     };
     for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
-        char sig[512];
-        wgmma_sig(sig, sizeof sig, cases[i].variant, KILN_FMT_Q8_0, "bf16", 200, 4096, 0,
-                  "sm_90a");
-        kiln_kernel_desc d;
-        cr_assert_eq(kiln_sig_parse(kiln_registry_default(), sig, &d), KILN_OK, "%s",
-                     kiln_last_error());
-        kiln_kernel_launch l[KILN_MAX_LAUNCHES];
-        int n = 0;
-        cr_assert_eq(kiln_kernel_launches(&d, cases[i].m, l, &n), KILN_OK, "%s",
-                     kiln_last_error());
-        cr_assert_eq(n, 1);
-        cr_assert_str_eq(l[0].entry, d.entry);
+        const kiln_launch c = launch_of(cases[i].variant, KILN_FMT_Q8_0, 200, 4096, cases[i].m);
         long long m = (long long)cases[i].m;
-        cr_assert_eq(l[0].cfg.grid[0], cases[i].gx, "%s m=%lld", cases[i].variant, m);
-        cr_assert_eq(l[0].cfg.grid[1], cases[i].gy, "%s m=%lld", cases[i].variant, m);
-        cr_assert_eq(l[0].cfg.grid[2], 1);
-        cr_assert_eq(l[0].cfg.block[0], 128, "one warpgroup");
-        cr_assert_eq(l[0].cfg.block[1] * l[0].cfg.block[2], 1);
-        cr_assert_eq(l[0].cfg.smem, cases[i].smem);
+        cr_assert_eq(c.grid[0], cases[i].gx, "%s m=%lld", cases[i].variant, m);
+        cr_assert_eq(c.grid[1], cases[i].gy, "%s m=%lld", cases[i].variant, m);
+        cr_assert_eq(c.grid[2], 1);
+        cr_assert_eq(c.block[0], 128, "one warpgroup");
+        cr_assert_eq(c.block[1] * c.block[2], 1);
+        cr_assert_eq(c.smem, cases[i].smem);
     }
 }
 
@@ -268,18 +275,9 @@ Test(wgmma, tma_launch_is_persistent_with_two_maps)
         { "tma_bm64bn128", 65, 2 * 33, 64, 128, 1024 + 8 * 24576 + 128 },
     };
     for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
-        char sig[512];
-        wgmma_sig(sig, sizeof sig, cases[i].variant, KILN_FMT_BF16, "bf16", 4099, 192, 0,
-                  "sm_90a");
-        kiln_kernel_desc d;
-        cr_assert_eq(kiln_sig_parse(kiln_registry_default(), sig, &d), KILN_OK, "%s",
-                     kiln_last_error());
-        kiln_kernel_launch l[KILN_MAX_LAUNCHES];
-        int n = 0;
-        cr_assert_eq(kiln_kernel_launches(&d, cases[i].m, l, &n), KILN_OK, "%s",
-                     kiln_last_error());
-        const kiln_launch *c = &l[0].cfg;
-        cr_assert_eq(n, 1);
+        const kiln_launch launch = launch_of(cases[i].variant, KILN_FMT_BF16, 4099, 192,
+                                             cases[i].m);
+        const kiln_launch *c = &launch;
         cr_assert_eq(c->grid[0], cases[i].tiles, "%s", cases[i].variant);
         cr_assert_eq(c->grid[1] * c->grid[2], 1);
         cr_assert_eq(c->block[0], 384, "a producer and two consumer warpgroups");
