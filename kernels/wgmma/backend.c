@@ -173,6 +173,13 @@ static void wgmma_variant(const kiln_target *t, const kiln_linear_cfg *c, int64_
     snprintf(buf, size, "%s", name);
 }
 
+/* The TMA kernel counts its tiles in an int and launches at most one block
+ * a tile: m x n in the smallest tiles must stay below 2^31. */
+static int tma_too_many_tiles(int64_t m, int64_t n)
+{
+    return kiln_ceil_div(m, 64) > INT_MAX / kiln_ceil_div(n, 128);
+}
+
 static int wgmma_is_supported(const kiln_target *t, char *why, size_t size)
 {
     if (t->wgmma)
@@ -210,6 +217,11 @@ static int wgmma_can_implement(const kiln_target *t, const kiln_linear_cfg *c, i
     if (kiln_ceil_div(bucket, WGMMA_BM) > WGMMA_MAX_GRID_Y) {
         snprintf(why, size, "M bucket %lld exceeds %lld rows", (long long)bucket,
                  (long long)WGMMA_MAX_GRID_Y * WGMMA_BM);
+        return 0;
+    }
+    if (tma_format(c->format) && tma_too_many_tiles(bucket, c->n)) {
+        snprintf(why, size, "M bucket %lld x N=%lld: more than 2^31 - 1 tiles", (long long)bucket,
+                 (long long)c->n);
         return 0;
     }
     return 1;
@@ -327,6 +339,9 @@ static kiln_status wgmma_launch(const kiln_target *t, const kiln_linear_kernel *
     if (m < 1 || kiln_ceil_div(m, WGMMA_BM) > WGMMA_MAX_GRID_Y)
         return kiln_fail(KILN_ERR_SHAPE, "wgmma %s: cannot launch for M = %lld (1 to %lld)",
                          k->variant, (long long)m, (long long)WGMMA_MAX_GRID_Y * WGMMA_BM);
+    if (tma && tma_too_many_tiles(m, k->cfg.n))
+        return kiln_fail(KILN_ERR_SHAPE, "wgmma %s: M = %lld x N = %lld is more than 2^31 - 1 tiles",
+                         k->variant, (long long)m, (long long)k->cfg.n);
     if (tma) {
         const unsigned elem = tma_fp8(k->cfg.format) ? 1 : 2;
         *out = (kiln_launch){

@@ -119,6 +119,18 @@ Test(wgmma, refuses_shapes_it_does_not_build)
     cr_assert_eq(wg->can_implement(&t, &c, 64 * 65535, why, sizeof why), 1);
     cr_assert_eq(wg->can_implement(&t, &c, 64 * 65535 + 1, why, sizeof why), 0);
     cr_assert_str_eq(why, "M bucket 4194241 exceeds 4194240 rows");
+    /* The TMA kernel's tiles fit an int: 65535 row tiles of 64 by 32769
+     * column tiles of 128 do not. */
+    kiln_linear_cfg b = { .format = KILN_FMT_BF16, .n = 32769LL * 128, .k = 64 };
+    cr_assert_eq(wg->can_implement(&t, &b, 64 * 32767, why, sizeof why), 1, "%s", why);
+    cr_assert_eq(wg->can_implement(&t, &b, 64 * 65535, why, sizeof why), 0);
+    cr_assert_str_eq(why, "M bucket 4194240 x N=4194432: more than 2^31 - 1 tiles");
+    kiln_launch l;
+    kiln_linear_kernel k = { .cfg = b, .act = KILN_ACT_BF16, .variant = "tma_bm64bn128" };
+    cr_assert_eq(wg->launch(&t, &k, 64 * 65535, &l), KILN_ERR_SHAPE);
+    cr_assert(strstr(kiln_last_error(), "more than 2^31 - 1 tiles"), "%s", kiln_last_error());
+    cr_assert_eq(wg->launch(&t, &k, 64 * 32767, &l), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(l.grid[0], 32767u * 32769u);
 }
 
 Test(wgmma, variants_follow_the_bucket)
