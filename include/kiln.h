@@ -716,6 +716,27 @@ KILN_API kiln_status kiln_session_set_weight(kiln_session *s, const char *name,
 
 KILN_API void kiln_session_get_stats(const kiln_session *s, kiln_session_stats *out);
 
+/* One step of a bucket's program, timed by kiln_session_profile. The
+ * strings live as long as the session. */
+typedef struct kiln_step_time {
+    const char *node;   /* the graph node it computes (the last fused one) */
+    const char *kernel; /* its kernel's signature */
+    double us;          /* device time of its launches, mean of the repetitions */
+} kiln_step_time;
+
+/* Time each step of the program of the bucket that serves m tokens: its
+ * launches issued one by one on the session's stream with a CUDA event
+ * after each, reps times over, on whatever the activation arena holds (the
+ * input of the bucket's last kiln_session_run, zeros before any). The
+ * events keep each kernel from starting before the one before it ends, so
+ * the steps add up to more than a replay of the bucket's graph, which lets
+ * them overlap. out[0..*n) gets the steps in stream order; *n is the step
+ * count even when it exceeds cap, and then only cap are written and the
+ * call returns KILN_ERR_INVALID_ARG. KILN_ERR_SHAPE when m is outside the
+ * session's buckets; KILN_ERR_CUDA naming the launch or event that failed. */
+KILN_API kiln_status kiln_session_profile(kiln_session *s, int64_t m, int reps,
+                                          kiln_step_time *out, int cap, int *n);
+
 /* ---------------------------------------------------------- CPU executor */
 
 typedef struct kiln_cpu kiln_cpu;

@@ -790,6 +790,74 @@ static kiln_status bench_replays(kiln_session *s, int b, int replays, CUevent st
     return KILN_OK;
 }
 
+/* Steps of bucket b launched one by one, an event recorded after each
+ * (ev[0] before the first), reps times; sum[i] += each step's
+ * milliseconds. */
+static kiln_status profile_runs(kiln_session *s, int b, int reps, CUevent *ev, double *sum)
+{
+    const kiln_program *bk = &s->build.programs[b];
+    for (int r = 0; r < reps; r++) {
+        CU(s->cu->EventRecord(ev[0], s->stream), "cuEventRecord");
+        for (int i = 0; i < bk->n_steps; i++) {
+            kiln_status st = launch_step(s, b, i);
+            if (st != KILN_OK)
+                return kiln_fail_prefix(st, "step %d (%s)", i,
+                                        bk->steps[i].node ? bk->steps[i].node->name : "?");
+            CU(s->cu->EventRecord(ev[i + 1], s->stream), "cuEventRecord");
+        }
+        CU(s->cu->EventSynchronize(ev[bk->n_steps]), "cuEventSynchronize");
+        for (int i = 0; i < bk->n_steps; i++) {
+            float ms = 0;
+            CU(s->cu->EventElapsedTime(&ms, ev[i], ev[i + 1]), "cuEventElapsedTime");
+            sum[i] += ms;
+        }
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_session_profile(kiln_session *s, int64_t m, int reps, kiln_step_time *out,
+                                 int cap, int *n)
+{
+    if (!s || !n || reps < 1 || cap < 0 || (cap > 0 && !out))
+        return kiln_fail(KILN_ERR_INVALID_ARG,
+                         "session profile: a session, out for cap steps, n and reps >= 1 are "
+                         "required");
+    int b = m >= 1 ? kiln_plan_bucket_for(s->plan, m) : -1;
+    if (b < 0)
+        return kiln_fail(KILN_ERR_SHAPE,
+                         "session profile: %lld tokens; the session serves 1 to %lld",
+                         (long long)m, (long long)s->build.programs[s->build.n_programs - 1].m);
+    const kiln_program *bk = &s->build.programs[b];
+    *n = bk->n_steps;
+    if (bk->n_steps > cap)
+        return kiln_fail(KILN_ERR_INVALID_ARG,
+                         "session profile: bucket %lld has %d steps, out holds %d",
+                         (long long)bk->m, bk->n_steps, cap);
+    CU(s->cu->CtxSetCurrent(s->ctx), "cuCtxSetCurrent");
+    CUevent *ev = kiln_calloc((size_t)bk->n_steps + 1, sizeof *ev);
+    double *sum = kiln_calloc((size_t)bk->n_steps + 1, sizeof *sum);
+    kiln_status st = ev && sum ? KILN_OK
+                               : kiln_fail(KILN_ERR_NOMEM, "session profile: out of memory");
+    for (int i = 0; st == KILN_OK && i <= bk->n_steps; i++)
+        st = kiln_cu_check(s->cu, s->cu->EventCreate(&ev[i], CU_EVENT_DEFAULT), "cuEventCreate");
+    if (st == KILN_OK)
+        st = profile_runs(s, b, reps, ev, sum);
+    for (int i = 0; st == KILN_OK && i < bk->n_steps; i++) {
+        const kiln_step *stp = &bk->steps[i];
+        out[i] = (kiln_step_time){ .node = stp->node ? stp->node->name : "?",
+                                   .kernel = s->build.kernels[stp->signature].signature,
+                                   .us = sum[i] * 1000.0 / reps };
+    }
+    for (int i = 0; ev && i <= bk->n_steps; i++)
+        if (ev[i])
+            s->cu->EventDestroy(ev[i]);
+    free(ev);
+    free(sum);
+    if (st != KILN_OK)
+        return kiln_fail_prefix(st, "session profile, bucket %lld", (long long)bk->m);
+    return KILN_OK;
+}
+
 kiln_status kiln_session_bench(kiln_session *s, int64_t m, int replays, float *us)
 {
     if (!s || !us || replays < 1)
