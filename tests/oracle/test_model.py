@@ -28,8 +28,15 @@ try:
 except ImportError as e:  # the oracle is required, never skipped
     sys.exit(f"test_model: {e}; install tests/oracle/requirements.txt")
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 import kilnlib  # noqa: E402
+
+# The Python package (python/) on the same library, for what the public API
+# covers; kilnlib for the checks that look inside a graph a build refused.
+sys.path.insert(0, os.path.join(HERE, os.pardir, os.pardir, "python"))
+os.environ.setdefault("KILN_LIBRARY", os.environ.get("KILN_LIB", ""))
+import kiln  # noqa: E402
 
 SEED = int(os.environ.get("KILN_TEST_SEED", "0")) or int.from_bytes(os.urandom(4), "little")
 print(f"test seed: KILN_TEST_SEED={SEED}", file=sys.stderr)
@@ -180,33 +187,19 @@ def ffn_reference(x, ref, names, eps=EPS):
 
 
 def run_ffn(path, m):
-    model, g, cpu = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
-    assert lib.kiln_model_open(path.encode(), ctypes.byref(model)) == 0, err()
-    assert lib.kiln_graph_create(ctypes.byref(g)) == 0
-    assert lib.kiln_model_build_ffn(model, g, 0) == 0, err()
-    assert lib.kiln_cpu_create(g, None, ctypes.byref(cpu)) == 0, err()
-    x = rng.standard_normal((m, D)).astype(np.float32)
-    y = np.zeros((m, D), np.float32)
-    ins = (ctypes.c_void_p * 1)(x.ctypes.data)
-    outs = (ctypes.c_void_p * 1)(y.ctypes.data)
-    assert lib.kiln_cpu_run(cpu, m, ins, outs) == 0, err()
-    lib.kiln_cpu_destroy(cpu)
-    lib.kiln_graph_destroy(g)
-    lib.kiln_model_close(model)
+    with kiln.Model.open(path) as model:
+        x = rng.standard_normal((m, D)).astype(np.float32)
+        y = kiln.Session(model.graph("ffn"), device="cpu").run(x)
     return x, y
 
 
 def count_linears(path):
-    model, g = ctypes.c_void_p(), ctypes.c_void_p()
-    assert lib.kiln_model_open(path.encode(), ctypes.byref(model)) == 0, err()
-    assert lib.kiln_graph_create(ctypes.byref(g)) == 0
-    st = lib.kiln_model_build_linears(model, g, 0)
-    msg = err()
-    n = sum(lib.kiln_tensor_op(lib.kiln_graph_tensor(g, i)) == kilnlib.KILN_OP_LINEAR
-            for i in range(lib.kiln_graph_n_tensors(g)))
-    lib.kiln_graph_destroy(g)
-    lib.kiln_model_close(model)
-    return st, msg, n
+    with kiln.Model.open(path) as model:
+        try:
+            g = model.graph("linears")
+        except kiln.Error as e:
+            return e.status, e.message, 0
+        return 0, "", sum(t.op == "linear" for t in g.tensors)
 
 
 def assert_close(tc, got, want):
@@ -280,19 +273,17 @@ class Model(unittest.TestCase):
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
         w.close()
-        model, g = ctypes.c_void_p(), ctypes.c_void_p()
-        self.assertEqual(lib.kiln_model_open(path.encode(), ctypes.byref(model)), 0, err())
-        lib.kiln_graph_create(ctypes.byref(g))
-        self.assertEqual(lib.kiln_model_build_ffn(model, g, 0), kilnlib.KILN_ERR_UNSUPPORTED)
-        self.assertIn("blk.0.ffn_gate.weight", err())
-        self.assertIn("Q5_K", err())
-        self.assertIn(path, err())
-        st = lib.kiln_model_build_linears(model, g, 0)
-        self.assertEqual(st, kilnlib.KILN_ERR_NOT_FOUND)
-        self.assertIn("layer 0 has no blk.0.attn_q.weight "
-                      "(nor model.layers.0.self_attn.q_proj.weight)", err())
-        lib.kiln_graph_destroy(g)
-        lib.kiln_model_close(model)
+        with kiln.Model.open(path) as model:
+            with self.assertRaises(kiln.Error) as cm:
+                model.graph("ffn")
+            self.assertEqual(cm.exception.status, kiln.Status.ERR_UNSUPPORTED)
+            for part in ("blk.0.ffn_gate.weight", "Q5_K", path):
+                self.assertIn(part, cm.exception.message)
+            with self.assertRaises(kiln.Error) as cm:
+                model.graph("linears")
+            self.assertEqual(cm.exception.status, kiln.Status.ERR_NOT_FOUND)
+            self.assertIn("layer 0 has no blk.0.attn_q.weight "
+                          "(nor model.layers.0.self_attn.q_proj.weight)", cm.exception.message)
 
     def test_a_layer_count_no_file_could_back_is_refused(self):
         path = os.path.join(self.dir, "huge.gguf")

@@ -1,0 +1,214 @@
+"""Running a graph: on the GPU through a kiln session, or on the CPU executor."""
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _capi
+from ._handle import Handle
+from ._options import PathLike, cache_options, largest_bucket, plan_options
+from .compile import Target, TargetLike
+from .errors import Error, Status, check
+from .graph import Graph
+
+
+@dataclass(frozen=True)
+class SessionStats:
+    """Where a GPU session's cold start went, and what it holds (seconds, bytes)."""
+
+    device: str
+    target: str
+    kernels: int
+    cached: int
+    compiled: int
+    plan_s: float
+    cache_s: float
+    module_s: float
+    weights_s: float
+    graphs_s: float
+    weight_bytes: int
+    arena_bytes: int
+
+
+def _parse_device(device: Union[str, int, Any]) -> Tuple[str, int]:
+    """("auto" | "cpu" | "cuda", ordinal) from "auto", "cpu", "cuda", "cuda:N",
+    an int or a torch.device."""
+    if isinstance(device, int):
+        return "cuda", device
+    d = str(device)
+    if d in ("auto", "cpu", "cuda"):
+        return d, 0
+    if d.startswith("cuda:") and d[5:].isdigit():
+        return "cuda", int(d[5:])
+    raise ValueError(f"device {d!r}: want 'auto', 'cpu', 'cuda' or 'cuda:N'")
+
+
+def _torch_tensor_type() -> Optional[type]:
+    torch = sys.modules.get("torch")
+    return getattr(torch, "Tensor", None) if torch is not None else None
+
+
+class Session(Handle):
+    """A graph ready to run.
+
+    On a GPU this is a kiln session (``kiln_session``): the plan for the live
+    device, every kernel from the caches (compiled first where they lack one,
+    unless offline), weights uploaded once, one CUDA graph per token bucket.
+    Without a GPU or driver (``device="auto"``) it is the CPU executor
+    (``kiln_cpu``), as ``kiln run`` does; :attr:`device` says which.
+
+    Args:
+        graph: what to run; the session keeps it open.
+        device: ``"auto"`` (the first GPU, else the CPU executor), ``"cpu"``,
+            ``"cuda"`` / ``"cuda:N"`` / N (that GPU, or kiln.Error
+            ``KILN_ERR_NO_DEVICE``), or a ``torch.device``.
+        threads: CPU executor threads (0: one per online core).
+        cache, shipped, offline, no_writable, strict_cache, map_size: the
+            kernel caches, as for :func:`kiln.compile` (GPU only).
+        eager: launch kernels one by one instead of replaying CUDA graphs.
+        quiet: no progress line while compiling.
+        target: plan for this target instead of the device's own.
+        backend, strict_backend, capture, max_tokens, no_fuse: as for
+            :func:`kiln.plan`. On the GPU, ``run`` serves 1 to the largest
+            bucket tokens; the CPU executor takes any count.
+
+    Raises:
+        kiln.Error: ``KILN_ERR_OFFLINE_MISS`` naming a kernel no cache holds
+            (offline), ``KILN_ERR_CUDA``, ``KILN_ERR_COMPILE``, ...
+    """
+
+    _what = "session"
+
+    def __init__(self, graph: Graph, *, device: Union[str, int, Any] = "auto",
+                 threads: int = 0, cache: Optional[PathLike] = None,
+                 shipped: Sequence[PathLike] = (), offline: bool = False,
+                 no_writable: bool = False, strict_cache: bool = False, map_size: int = 0,
+                 eager: bool = False, quiet: bool = True, target: Optional[TargetLike] = None,
+                 backend: Optional[str] = None, strict_backend: bool = False,
+                 capture: Optional[Sequence[int]] = None, max_tokens: int = 0,
+                 no_fuse: bool = False):
+        super().__init__([graph])
+        self.graph = graph
+        self._lock = threading.Lock()
+        #: Why ``device="auto"`` fell back to the CPU executor, or "".
+        self.fallback_reason = ""
+        #: The most tokens one run takes (None: any count, the CPU executor).
+        self.max_tokens: Optional[int] = None
+        kind, ordinal = _parse_device(device)
+        lib = _capi.lib()
+        g = graph._live()
+        if kind != "cpu":
+            so = _capi.SessionOptions(device=ordinal, eager=int(eager), quiet=int(quiet))
+            so.cache, _keep = cache_options(cache, shipped, offline, no_writable, strict_cache,
+                                            map_size)
+            so.plan, _keep_plan = plan_options(backend, strict_backend, capture, max_tokens,
+                                               no_fuse)
+            t = (target if isinstance(target, Target) else Target.from_name(target)) \
+                if target is not None else None
+            if t is not None:
+                so.target = ctypes.pointer(t._c)
+            try:
+                check(lib.kiln_session_create(g, ctypes.byref(so), ctypes.byref(self._h)))
+                self._destroy = "kiln_session_destroy"
+                self._run = lib.kiln_session_run
+                self.device = f"cuda:{ordinal}"
+                self.max_tokens = largest_bucket(capture, max_tokens)
+                return
+            except Error as e:
+                if kind == "cuda" or e.status != Status.ERR_NO_DEVICE:
+                    raise
+                self.fallback_reason = e.message
+        co = _capi.CpuOptions(threads)
+        check(lib.kiln_cpu_create(g, ctypes.byref(co), ctypes.byref(self._h)))
+        self._destroy = "kiln_cpu_destroy"
+        self._run = lib.kiln_cpu_run
+        #: "cpu" (the CPU executor) or "cuda:N".
+        self.device = "cpu"
+
+    @property
+    def threads(self) -> int:
+        """The CPU executor's threads (0 on the GPU)."""
+        if self.device != "cpu":
+            return 0
+        return _capi.lib().kiln_cpu_threads(self._live())
+
+    @property
+    def stats(self) -> Optional[SessionStats]:
+        """A GPU session's cold-start breakdown; None on the CPU executor."""
+        if self.device == "cpu":
+            return None
+        s = _capi.SessionStats()
+        _capi.lib().kiln_session_get_stats(self._live(), ctypes.byref(s))
+        return SessionStats(_capi.text(s.device), _capi.text(s.target), s.kernels, s.cached,
+                            s.compiled, s.plan_s, s.cache_s, s.module_s, s.weights_s,
+                            s.graphs_s, s.weight_bytes, s.arena_bytes)
+
+    def run(self, *inputs: Any) -> Any:
+        """Run the graph on ``M`` tokens.
+
+        Args:
+            inputs: one ``[M, K_i]`` array per graph input, in order: numpy
+                arrays (any float dtype; converted to float32), anything
+                ``numpy.asarray`` takes, or torch tensors on any device.
+
+        Returns:
+            The output ``[M, N]`` (a tuple of them when the graph has
+            several): float32 numpy arrays; torch tensors on the first
+            input's device and in its dtype when it is a torch tensor.
+
+        The C API runs on host float32 arrays (``kiln_session_run``,
+        ``kiln_cpu_run``) and has no entry point on device buffers or a
+        caller's stream yet, so torch tensors are copied through host
+        memory, synchronously: a CUDA tensor costs a device-to-host and a
+        host-to-device copy, and the run does not join the current torch
+        stream or a CUDA graph being captured.
+
+        Raises:
+            ValueError: wrong number of inputs or shapes that do not match
+                the graph.
+            kiln.Error: ``KILN_ERR_SHAPE`` when M exceeds the GPU session's
+                largest bucket, and whatever the run reports.
+        """
+        g_in = self.graph.inputs
+        g_out = self.graph.outputs
+        if len(inputs) != len(g_in):
+            raise ValueError(f"run: the graph has {len(g_in)} inputs, got {len(inputs)}")
+        tensor_type = _torch_tensor_type()
+        like = inputs[0] if tensor_type is not None and isinstance(inputs[0], tensor_type) \
+            else None
+        xs: List[np.ndarray] = []
+        for t, x in zip(g_in, inputs):
+            if tensor_type is not None and isinstance(x, tensor_type):
+                x = x.detach().to("cpu").float().numpy()
+            a = np.ascontiguousarray(x, dtype=np.float32)
+            k = t.shape[1]
+            if a.ndim != 2 or a.shape[1] != k:
+                raise ValueError(f"run: input {t.name!r} wants [M, {k}], got shape {a.shape}")
+            xs.append(a)
+        m = xs[0].shape[0]
+        if any(a.shape[0] != m for a in xs):
+            raise ValueError(f"run: inputs differ in M: {[a.shape[0] for a in xs]}")
+        ys = [np.empty((m, t.shape[1]), np.float32) for t in g_out]
+        ins = (ctypes.c_void_p * len(xs))(*[a.ctypes.data for a in xs])
+        outs = (ctypes.c_void_p * max(len(ys), 1))(*[y.ctypes.data for y in ys])
+        with self._lock:
+            check(self._run(self._live(), m, ins, outs))
+        if like is not None:
+            torch = sys.modules["torch"]
+            dtype = like.dtype if like.is_floating_point() else torch.float32
+            res: List[Any] = [torch.from_numpy(y).to(like.device, dtype) for y in ys]
+        else:
+            res = list(ys)
+        return res[0] if len(res) == 1 else tuple(res)
+
+    __call__ = run
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "kiln.Session(closed)"
+        return f"kiln.Session({self.device}, {self.graph!r})"

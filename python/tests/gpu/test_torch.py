@@ -1,0 +1,63 @@
+"""Torch tensors through kiln.Session and kiln.Linear; on the GPU when there
+is one (the CPU executor otherwise)."""
+import numpy as np
+import pytest
+
+import kiln
+from helpers import gpu_or_skip
+
+torch = pytest.importorskip("torch", reason="torch is not importable")
+
+
+def device():
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.mark.parametrize("fmt,tol", [("f32", 1e-4), ("bf16", 2e-2), ("q8_0", 2e-2)])
+def test_linear_computes_what_nn_linear_computes(fmt, tol):
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(256, 96).to(device())
+    lin = kiln.Linear.from_linear(ref, format=fmt)
+    x = torch.randn(2, 5, 256, device=device())
+    y = lin(x)
+    assert y.shape == (2, 5, 96) and y.device == x.device and y.dtype == x.dtype
+    want = ref(x).detach()
+    assert (y - want).abs().max().item() < tol * want.abs().max().item()
+
+
+def test_a_batch_past_the_largest_bucket_runs_in_chunks():
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(64, 32, bias=False)
+    lin = kiln.Linear.from_linear(ref, format="f32", capture=[1, 4], max_tokens=8)
+    x = torch.randn(21, 64)
+    np.testing.assert_allclose(lin(x).numpy(), ref(x).detach().numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_session_returns_torch_in_the_inputs_dtype_and_device():
+    g = kiln.Graph()
+    x = g.input("x", 64)
+    g.output(g.linear("y", x, g.weight("w", np.eye(64, dtype=np.float32), "bf16")))
+    s = kiln.Session(g)
+    xt = torch.randn(3, 64, device=device(), dtype=torch.bfloat16)
+    y = s.run(xt)
+    assert isinstance(y, torch.Tensor) and y.dtype == torch.bfloat16 and y.device == xt.device
+    assert torch.equal(y, xt)  # identity in BF16: exact
+
+
+def test_a_gpu_session_matches_the_cpu_executor():
+    gpu_or_skip()
+    rng = np.random.default_rng(0)
+    g = kiln.Graph()
+    x = g.input("x", 256)
+    g.output(g.linear("y", x, g.weight("w", rng.standard_normal((128, 256)), "q8_0")))
+    gpu = kiln.Session(g, device="cuda:0", capture=[1, 16], max_tokens=32)
+    cpu = kiln.Session(g, device="cpu")
+    assert gpu.device == "cuda:0" and gpu.stats.kernels > 0
+    for m in (1, 7, 32):
+        xs = rng.standard_normal((m, 256)).astype(np.float32)
+        want = cpu.run(xs)
+        # BF16 activations on the device: 2^-8 of the scale, with room
+        assert np.abs(gpu.run(xs) - want).max() < 2e-2 * np.abs(want).max()
+    with pytest.raises(kiln.Error) as ei:
+        gpu.run(np.zeros((33, 256), np.float32))
+    assert ei.value.status == kiln.Status.ERR_SHAPE

@@ -1,0 +1,125 @@
+"""Formats, graphs and the CPU executor through the package, against numpy."""
+import numpy as np
+import pytest
+
+import kiln
+
+
+def test_format_table():
+    names = kiln.formats()
+    assert names[:3] == ["f32", "f16", "bf16"]
+    assert "q4_k" in names and "nvfp4" in names
+    q4k = kiln.format_info("q4_k")
+    assert (q4k.block, q4k.block_bytes) == (256, 144)
+
+
+def test_quantize_round_trips_within_the_format(rng):
+    w = rng.standard_normal((8, 256)).astype(np.float32)
+    assert np.array_equal(kiln.quantize(w, "f32").dequantize(), w)
+    q = kiln.quantize(w, "q8_0")
+    assert q.shape == (8, 256) and q.scale is None
+    # Q8_0: 8-bit values times max|x|/127 per 32, that scale stored as f16:
+    # half a step, and 127 times the f16 rounding of the step (2^-11 of it)
+    step = np.abs(w).reshape(8, 8, 32).max(axis=2, keepdims=True) / 127
+    err = np.abs(q.dequantize() - w).reshape(8, 8, 32)
+    assert (err <= (0.5 + 127 * 2.0**-11) * step).all()
+    nv = kiln.quantize(w, "nvfp4")
+    assert nv.scale is not None and nv.global_scale > 0
+
+
+def test_a_k_that_breaks_the_block_rule_is_kiln_error_shape(rng):
+    with pytest.raises(kiln.Error) as ei:
+        kiln.quantize(rng.standard_normal((4, 100)), "q4_k")
+    assert ei.value.status == kiln.Status.ERR_SHAPE
+
+
+def linear_graph(rng, n=48, k=64, fmt="f32", bias=True):
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32) if bias else None
+    g = kiln.Graph()
+    x = g.input("x", k)
+    wt = g.weight("w", w, fmt)
+    bt = g.param("b", b) if bias else None
+    g.output(g.linear("y", x, wt, bt))
+    return g, w, b
+
+
+def test_graph_views(rng):
+    g, _, _ = linear_graph(rng)
+    assert [(t.name, t.op, t.shape) for t in g.tensors] == [
+        ("x", "input", (None, 64)), ("w", "weight", (48, 64)), ("b", "param", (48,)),
+        ("y", "linear", (None, 48))]
+    y = g.find("y")
+    assert g.outputs == [y] and y.src(1).name == "w" and y.src(2).name == "b"
+    assert g.find("nope") is None
+
+
+@pytest.mark.parametrize("m", [1, 3, 17])
+def test_cpu_session_runs_a_linear_as_numpy_does(rng, m):
+    g, w, b = linear_graph(rng)
+    with kiln.Session(g, device="cpu", threads=2) as s:
+        assert s.device == "cpu" and s.threads == 2 and s.stats is None
+        x = rng.standard_normal((m, 64))
+        y = s.run(x)
+        assert y.dtype == np.float32 and y.shape == (m, 48)
+        np.testing.assert_allclose(y, x @ w.T.astype(np.float64) + b, rtol=1e-4, atol=1e-4)
+
+
+def test_auto_falls_back_to_the_cpu_executor_without_a_gpu(rng):
+    g, _, _ = linear_graph(rng)
+    s = kiln.Session(g)
+    try:
+        kiln.Target.live(0)
+    except kiln.Error as e:
+        assert e.status == kiln.Status.ERR_NO_DEVICE
+        assert s.device == "cpu" and s.fallback_reason
+    else:
+        assert s.device == "cuda:0"
+    with pytest.raises(kiln.Error) as ei:
+        if s.device == "cpu":
+            kiln.Session(g, device="cuda:0")
+        else:
+            raise kiln.Error(kiln.Status.ERR_NO_DEVICE, "a GPU is here")
+    assert ei.value.status == kiln.Status.ERR_NO_DEVICE
+
+
+def test_an_mlp_with_several_outputs(rng):
+    k, f = 64, 96
+    g = kiln.Graph()
+    x = g.input("x", k)
+    norm = rng.uniform(0.5, 1.5, k).astype(np.float32)
+    wg, wu = (rng.standard_normal((f, k)).astype(np.float32) for _ in range(2))
+    h = g.rms_norm("h", x, g.param("norm", norm), eps=1e-6)
+    gate = g.linear("gate", h, g.weight("wg", wg))
+    up = g.linear("up", h, g.weight("wu", wu))
+    act = g.mul("act", g.silu("s", gate), up)
+    g.output(act, gate)
+    xs = rng.standard_normal((5, k))
+    got_act, got_gate = kiln.Session(g, device="cpu").run(xs)
+    hh = xs / np.sqrt((xs * xs).mean(axis=1, keepdims=True) + 1e-6) * norm
+    gg = hh @ wg.T.astype(np.float64)
+    uu = hh @ wu.T.astype(np.float64)
+    np.testing.assert_allclose(got_gate, gg, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got_act, gg / (1 + np.exp(-gg)) * uu, rtol=1e-4, atol=1e-4)
+
+
+def test_inputs_that_do_not_fit_are_refused_before_kiln_sees_them(rng):
+    g, _, _ = linear_graph(rng)
+    s = kiln.Session(g, device="cpu")
+    with pytest.raises(ValueError, match=r"wants \[M, 64\]"):
+        s.run(np.zeros((2, 63)))
+    with pytest.raises(ValueError, match="1 inputs, got 2"):
+        s.run(np.zeros((2, 64)), np.zeros((2, 64)))
+    with pytest.raises(kiln.Error) as ei:  # M = 0 is kiln's to refuse
+        s.run(np.zeros((0, 64)))
+    assert ei.value.status == kiln.Status.ERR_INVALID_ARG
+
+
+def test_closing_a_graph_closes_its_sessions_first(rng):
+    g, _, _ = linear_graph(rng)
+    s = kiln.Session(g, device="cpu")
+    g.close()
+    assert s.closed and g.closed
+    with pytest.raises(ValueError, match="is closed"):
+        s.run(np.zeros((1, 64)))
+    g.close()  # twice is fine
