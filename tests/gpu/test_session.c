@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "kernels/registry/backend.h"
+#include "runtime/session.h"
 #include "gpuutil.h"
 
 /* A private writable cache per test process. */
@@ -353,4 +354,50 @@ Test(gpu_session, cubin_for_another_arch_is_named, .timeout = 300)
     cr_assert(strstr(e, "cuModuleLoadData: CUDA_ERROR_"), "%s", e);
     kiln_graph_destroy(g);
     kt_weight_free(&w);
+}
+
+/* kiln_session_profile times every step of a bucket: one entry a step,
+ * in stream order, each named and positive, and together at least the
+ * replay of the bucket's graph they were taken apart from. A short out
+ * array is refused, with the step count. */
+Test(gpu_session, profile_times_every_step, .timeout = 300)
+{
+    kt_need_gpu();
+    fresh_cache();
+    kt_rng r = kt_rng_new(12);
+    float norm[512];
+    kt_fill_normal(&r, norm, 512, 0.2f);
+    kt_weight gate, up, down;
+    kt_weight_make(&gate, &r, KILN_FMT_BF16, 768, 512);
+    kt_weight_make(&up, &r, KILN_FMT_BF16, 768, 512);
+    kt_weight_make(&down, &r, KILN_FMT_BF16, 512, 768);
+    kiln_graph *g = kt_ffn_graph(&gate, &up, &down, norm);
+    kiln_session *s = session(g, 0);
+    for (int64_t m = 1; m <= 64; m *= 64) {
+        kt_check_session(s, g, m, &r, "profile", NULL);
+        kiln_step_time t[16];
+        int n = -1;
+        cr_assert_eq(kiln_session_profile(s, m, 3, t, 1, &n), KILN_ERR_INVALID_ARG);
+        cr_assert_gt(n, 1, "rms_norm, gate, up and down: %d steps", n);
+        cr_assert_eq(kiln_session_profile(s, m, 5, t, 16, &n), KILN_OK, "%s", kiln_last_error());
+        double sum = 0;
+        for (int i = 0; i < n; i++) {
+            cr_assert(t[i].node && t[i].node[0], "step %d", i);
+            cr_assert(t[i].kernel && t[i].kernel[0], "step %d", i);
+            cr_assert_gt(t[i].us, 0.0, "step %d (%s)", i, t[i].node);
+            sum += t[i].us;
+            fprintf(stderr, "profile m=%lld: %-10s %8.2f us  %s\n", (long long)m, t[i].node,
+                    t[i].us, t[i].kernel);
+        }
+        cr_assert(strstr(t[n - 1].kernel, "linear "), "down runs last: %s", t[n - 1].kernel);
+        float replay = 0;
+        cr_assert_eq(kiln_session_bench(s, m, 20, &replay), KILN_OK, "%s", kiln_last_error());
+        cr_assert_geq(sum, 0.5 * replay, "steps %.2f us, replay %.2f us", sum, replay);
+    }
+    cr_assert_eq(kiln_session_profile(s, 100000, 1, NULL, 0, &(int){ 0 }), KILN_ERR_SHAPE);
+    kt_session_destroy(s);
+    kiln_graph_destroy(g);
+    kt_weight_free(&gate);
+    kt_weight_free(&up);
+    kt_weight_free(&down);
 }
