@@ -70,6 +70,10 @@ void cli_fill_input(int input, int64_t m, int64_t width, float *x);
 int cli_run_table(const char *cmd, cli_exec *e, kiln_graph *g, const int64_t *tokens,
                   int n_tokens, int steps, double *first_run_s);
 
+/* Print, for each token count, every kernel of its bucket timed alone
+ * (kiln_session_profile): node, kernel signature, microseconds and share. */
+int cli_run_profile(const char *cmd, kiln_session *s, const int64_t *tokens, int n_tokens);
+
 /* Run g for m tokens on both executors and give the largest difference,
  * relative to the largest |y| of the CPU's output. */
 int cli_run_compare(const char *cmd, cli_exec *gpu, cli_exec *cpu, kiln_graph *g, int64_t m,

@@ -10,8 +10,8 @@ static void help(FILE *out)
     fprintf(out,
             "usage: kiln run MODEL|demo [--cache FILE] [--shipped FILE]... [--offline]\n"
             "                [--device cpu|cuda:N] [--tokens LIST] [--steps S] [--eager]\n"
-            "                [--check] [--backend B] [--max-tokens N] [--graph ffn|linears]\n"
-            "                [--layers N]\n"
+            "                [--check] [--profile] [--backend B] [--max-tokens N]\n"
+            "                [--graph ffn|linears] [--layers N]\n"
             "\n"
             "Runs a model's runnable graph (the demo MLP; a model file's FFN stack) on the\n"
             "GPU: the plan for the live device, kernels from the caches (compiled first\n"
@@ -30,6 +30,9 @@ static void help(FILE *out)
             "  --steps S         timed steps per token count (default 20)\n"
             "  --eager           launch kernels one by one instead of replaying graphs\n"
             "  --check           also run the CPU executor and print the largest difference\n"
+            "  --profile         print each kernel of each token count's bucket timed alone\n"
+            "                    (launched one by one between CUDA events, 10 times; on the\n"
+            "                    GPU only)\n"
             "  --backend B, --max-tokens N, --graph KIND, --layers N: as for kiln plan\n");
 }
 
@@ -44,13 +47,14 @@ static int run(int argc, char **argv)
         { "steps", required_argument, NULL, 'S' },
         { "eager", no_argument, NULL, 'e' },
         { "check", no_argument, NULL, 'k' },
+        { "profile", no_argument, NULL, 'p' },
         { 0 },
     };
     cli_plan_args a;
     const char *shipped[16];
     kiln_session_options so = { .cache.shipped = shipped };
     int64_t tokens[64] = { 1, 16, 128 };
-    int n_tokens = 3, steps = 20, cpu_only = 0, check = 0, c, rc;
+    int n_tokens = 3, steps = 20, cpu_only = 0, check = 0, profile = 0, c, rc;
     long long v;
     cli_plan_args_init(&a);
     opterr = 0;
@@ -81,6 +85,7 @@ static int run(int argc, char **argv)
         case 'o': so.cache.offline = 1; break;
         case 'e': so.eager = 1; break;
         case 'k': check = 1; break;
+        case 'p': profile = 1; break;
         case 'd':
             if (!strcmp(optarg, "cpu")) {
                 cpu_only = 1;
@@ -154,6 +159,12 @@ static int run(int argc, char **argv)
                "weights upload %.1f (%zu bytes), graph instantiate %.1f, first run %.1f\n",
                (create_s + first) * 1e3, ss.plan_s * 1e3, ss.cache_s * 1e3, ss.module_s * 1e3,
                ss.weights_s * 1e3, ss.weight_bytes, ss.graphs_s * 1e3, first * 1e3);
+    }
+    if (rc == CLI_OK && profile) {
+        if (gpu.gpu)
+            rc = cli_run_profile("run", gpu.gpu, tokens, n_tokens);
+        else
+            printf("profile: the CPU executor runs no kernels; --profile times a GPU's\n");
     }
     if (rc == CLI_OK && gpu.gpu && check) {
         for (int t = 0; t < n_tokens && rc == CLI_OK; t++) {

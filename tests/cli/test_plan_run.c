@@ -134,6 +134,34 @@ Test(cli_plan_run, run_on_the_cpu_matches_the_demo)
     kt_cli_free(&d);
 }
 
+/* --profile on the CPU executor says there are no kernels to time and
+ * still runs; on a GPU it prints every kernel of the bucket with its time. */
+Test(cli_plan_run, run_profile_on_either_executor, .timeout = 300)
+{
+    kt_cli r = kt_cli_run("run demo --device cpu --tokens 2 --steps 1 --profile");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "profile: the CPU executor runs no kernels"), "%s", r.out);
+    kt_cli_free(&r);
+    r = kt_cli_run("run demo --tokens 2 --steps 1 --profile");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    if (strstr(r.out, "on the CPU executor")) {
+        cr_assert(strstr(r.out, "profile: the CPU executor runs no kernels"), "%s", r.out);
+    } else {
+        const char *p = strstr(r.out, "profile 2 tokens: ");
+        cr_assert_not_null(p, "%s", r.out);
+        int kernels = atoi(p + strlen("profile 2 tokens: "));
+        cr_assert_gt(kernels, 3, "%s", r.out);
+        int rows = 0;
+        for (const char *l = strstr(p, "\n  "); l; l = strstr(l + 1, "\n  ")) {
+            const char *end = strchr(l + 1, '\n'), *k = strstr(l, "  linear ");
+            const char *o = strstr(l, "  op ");
+            rows += (k && (!end || k < end)) || (o && (!end || o < end));
+        }
+        cr_assert_geq(rows, kernels, "a row a kernel:\n%s", p);
+    }
+    kt_cli_free(&r);
+}
+
 Test(cli_plan_run, run_usage_errors)
 {
     static const char *usage[] = { "run", "run demo --device gpu", "run demo --device cuda:x",
