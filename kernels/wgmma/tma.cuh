@@ -7,44 +7,49 @@
 // (a scale for each token, or each token's 128 of K).
 //
 // Warp specialization. A block is three warpgroups. The first is the
-// producer: one thread of it issues the TMA copies of x[BM, 64] and
-// W[BN, 64] into a ring of Stages stages, each guarded by two mbarriers:
+// producer: one thread of it issues the TMA copies of 128 bytes of K of
+// x's BM rows and W's BN rows into a ring of Stages stages, each guarded
+// by two mbarriers:
 // `full` completes when a stage's bytes have landed (the copies count
 // their bytes against it), `empty` when every consumer warp is done
 // reading it. The other two warpgroups consume: each owns a 64 × WN part
 // of the block's BM × BN tile (the two row halves when BM = 128, the
-// two column halves when BM = 64) and issues four wgmma k16 steps a stage,
-// reading both operands from shared memory. A consumer releases a stage
-// once the MMAs of the stage after it are issued and its own have
-// completed (wgmma.wait_group 1), so one stage of MMAs is always queued.
+// two column halves when BM = 64) and issues four wgmma steps a stage
+// (k16 BF16, k32 E4M3), reading both operands from shared memory. A BF16
+// consumer releases a stage once the MMAs of the stage after it are
+// issued and its own have completed (wgmma.wait_group 1), so one stage of
+// MMAs is always queued; an E4M3 one waits for each stage's sum to
+// promote it (tma_e4m3).
 //
-// Persistent tiles. grid.x is at most the SM count (the session clamps
-// it, kiln_launch.persistent); block b takes tiles b, b + grid.x, ...
+// Persistent tiles. grid.x is at most the blocks the device holds at once
+// (the session clamps it, kiln_launch.persistent); block b takes tiles b,
+// b + grid.x, ...
 // in an order that walks GROUP row tiles down one column of tiles before
 // moving right, so the blocks running at once share the W tiles of a
 // column and the x tiles of a band in L2. The producer runs ahead into
 // the next tile while the consumers store this one.
 //
 // Shared layout. TMA writes each operand tile with the 128-byte swizzle:
-// row r of 64 BF16 (128 bytes) at r·128, its 16-byte chunk c at chunk c
-// ^ (r % 8). That is wgmma's K-major SWIZZLE_128B canonical layout with
-// 8-row groups 1024 bytes apart, so a descriptor of the tile's start
-// (1024-aligned) with SBO = 1024 reads it, and k16 step j is the same
-// descriptor 32·j bytes on.
+// row r's 128 bytes at r·128, its 16-byte chunk c at chunk c ^ (r % 8).
+// That is wgmma's K-major SWIZZLE_128B canonical layout with 8-row groups
+// 1024 bytes apart, so a descriptor of the tile's start (1024-aligned)
+// with SBO = 1024 reads it, and MMA step j is the same descriptor 32·j
+// bytes on.
 //
 // Bounds. x's map spans the bucket's rows and W's the N rows, both K
 // columns: TMA fills boxes past any of them with zeros, so partial tiles
-// and a last half stage of E4M3 (K a multiple of 64) need no code; their rows
-// and columns are computed and never stored. Rows past args.m (a bucket
-// run with fewer tokens) are not stored either.
+// and a last half stage of E4M3 (K a multiple of 64) need no code; their
+// rows and columns are computed and never stored.
 //
-// Registers. A consumer holds WN / 2 f32 accumulators a thread; at WN =
-// 256 (128 of them) the producer gives its registers back with
-// setmaxnreg so the consumers may hold 232.
+// Registers. A consumer holds WN / 2 f32 accumulators a thread, and an
+// E4M3 one a stage sum as many again; at WN = 256 (128 accumulators) the
+// producer gives its registers back with setmaxnreg so the consumers may
+// hold 232.
 //
-// grid = (min(tiles, SMs)), block = 384 threads, dynamic shared memory
-// tile::smem_bytes, two __grid_constant__ tensor maps after the args: x
-// then W, both 2-D (K, rows), box (64, BM) and (64, BN), SWIZZLE_128B.
+// grid = (min(tiles, blocks the device holds)), block = 384 threads,
+// dynamic shared memory tile::smem_bytes, two __grid_constant__ tensor
+// maps after the args: x then W, both 2-D (K, rows), boxes of 128 bytes of
+// K by BM and by BN rows, SWIZZLE_128B.
 #pragma once
 
 #include "kiln/epilogue.cuh"
