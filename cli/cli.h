@@ -92,12 +92,16 @@ void cli_source_close(cli_source *s);
  * cache export): their long options, parsing and the plan they make. */
 enum {
     CLI_OPT_TARGET = 1000, CLI_OPT_BACKEND, CLI_OPT_STRICT, CLI_OPT_TOKENS, CLI_OPT_MAX_TOKENS,
-    CLI_OPT_GRAPH, CLI_OPT_LAYERS, CLI_OPT_NO_FUSE,
+    CLI_OPT_GRAPH, CLI_OPT_LAYERS, CLI_OPT_NO_FUSE, CLI_OPT_CAPTURE,
 };
+/* --tokens is not a planning option: run takes it for the token counts it
+ * runs, and the other commands refuse it naming --capture (it once meant
+ * the capture sizes there). It is in the table so that they can. */
 #define CLI_PLAN_LONG_OPTIONS                                                                   \
     { "target", required_argument, NULL, CLI_OPT_TARGET },                                      \
     { "backend", required_argument, NULL, CLI_OPT_BACKEND },                                    \
     { "strict-backend", no_argument, NULL, CLI_OPT_STRICT },                                    \
+    { "capture", required_argument, NULL, CLI_OPT_CAPTURE },                                    \
     { "tokens", required_argument, NULL, CLI_OPT_TOKENS },                                      \
     { "max-tokens", required_argument, NULL, CLI_OPT_MAX_TOKENS },                              \
     { "graph", required_argument, NULL, CLI_OPT_GRAPH },                                        \
@@ -110,7 +114,9 @@ enum {
     "  --backend B       use backend B wherever it can take a node; elsewhere fall\n"          \
     "                    back to the normal choice with one warning per layer type\n"          \
     "  --strict-backend  make such a fallback an error\n"                                      \
-    "  --tokens LIST     capture sizes (default 1,2,4,8,16,32,64,128,256,512)\n"               \
+    "  --capture LIST    capture sizes: the token buckets compiled and captured\n"            \
+    "                    (default 1,2,4,8,16,32,64,128,256,512); give the same\n"             \
+    "                    sizes to plan, compile, cache export, cache check and run\n"         \
     "  --max-tokens N    the largest token count to serve (default: largest size)\n"           \
     "  --graph KIND      for a model file: ffn (the runnable FFN stack, default) or\n"         \
     "                    linears (every linear of every layer and the head)\n"                 \
@@ -119,15 +125,18 @@ enum {
 
 typedef struct cli_plan_args {
     const char *target, *graph;
-    int64_t tokens[64];
-    int n_tokens, layers;
+    int64_t capture[64];
+    int n_capture, layers;
+    int target_optional; /* no --target: cli_plan_finish leaves t's name empty */
     kiln_plan_options po;
 } cli_plan_args;
 void cli_plan_args_init(cli_plan_args *a);
 /* 1 when c is a planning option (then *rc is CLI_OK or CLI_USAGE, already
  * reported), 0 when it is not. */
 int cli_plan_option(const cli_command *cmd, int c, const char *arg, cli_plan_args *a, int *rc);
-/* Check the options together and resolve the target; CLI_OK or CLI_USAGE. */
+/* Check the options together and resolve the target (without --target: the
+ * live GPU's, else sm_90a; or none when target_optional); CLI_OK or
+ * CLI_USAGE. */
 int cli_plan_finish(const cli_command *cmd, cli_plan_args *a, kiln_target *t);
 /* Open what (demo or a model) and plan it; src stays open for the plan. */
 kiln_status cli_plan_open(const char *what, cli_plan_args *a, const kiln_target *t,

@@ -27,9 +27,14 @@ int cli_plan_option(const cli_command *cmd, int c, const char *arg, cli_plan_arg
             *rc = cli_usage(cmd, "bad --graph '%s' (want ffn or linears)", arg);
         a->graph = arg;
         return 1;
+    case CLI_OPT_CAPTURE:
+        if (cli_parse_tokens(arg, a->capture, 64, &a->n_capture))
+            *rc = cli_usage(cmd, "bad --capture '%s' (want e.g. 1,16,128)", arg);
+        return 1;
     case CLI_OPT_TOKENS:
-        if (cli_parse_tokens(arg, a->tokens, 64, &a->n_tokens))
-            *rc = cli_usage(cmd, "bad --tokens '%s' (want e.g. 1,16,128)", arg);
+        *rc = cli_usage(cmd, "--tokens is not an option of kiln %s: capture sizes are "
+                        "--capture %s (kiln run --tokens gives the token counts to run)",
+                        cmd->name, arg);
         return 1;
     case CLI_OPT_MAX_TOKENS:
         if (cli_parse_int(arg, 1, 1 << 20, &v))
@@ -49,9 +54,13 @@ int cli_plan_finish(const cli_command *cmd, cli_plan_args *a, kiln_target *t)
 {
     if (a->po.strict_backend && !a->po.backend)
         return cli_usage(cmd, "--strict-backend needs --backend");
-    if (a->n_tokens) {
-        a->po.capture = a->tokens;
-        a->po.n_capture = a->n_tokens;
+    if (a->n_capture) {
+        a->po.capture = a->capture;
+        a->po.n_capture = a->n_capture;
+    }
+    if (!a->target && a->target_optional) {
+        t->name[0] = '\0';
+        return CLI_OK;
     }
     if (!a->target) {
         if (kiln_target_live(0, t) == KILN_OK)

@@ -10,8 +10,7 @@ static void help(FILE *out)
     fprintf(out,
             "usage: kiln run MODEL|demo [--cache FILE] [--shipped FILE]... [--offline]\n"
             "                [--device cpu|cuda:N] [--tokens LIST] [--steps S] [--eager]\n"
-            "                [--check] [--backend B] [--max-tokens N] [--graph ffn|linears]\n"
-            "                [--layers N]\n"
+            "                [--check] [planning options]\n"
             "\n"
             "Runs a model's runnable graph (the demo MLP; a model file's FFN stack) on the\n"
             "GPU: the plan for the live device, kernels from the caches (compiled first\n"
@@ -30,7 +29,10 @@ static void help(FILE *out)
             "  --steps S         timed steps per token count (default 20)\n"
             "  --eager           launch kernels one by one instead of replaying graphs\n"
             "  --check           also run the CPU executor and print the largest difference\n"
-            "  --backend B, --max-tokens N, --graph KIND, --layers N: as for kiln plan\n");
+            "\n"
+            "planning options, as for kiln plan and kiln compile (a deployment gives the\n"
+            "ones its cache was compiled with); without --target the plan is the device's:\n"
+            CLI_PLAN_HELP);
 }
 
 static int run(int argc, char **argv)
@@ -61,11 +63,6 @@ static int run(int argc, char **argv)
                 return cli_usage(&cli_cmd_run, "bad --tokens '%s' (want e.g. 1,16,128)", optarg);
             continue;
         }
-        if (c == CLI_OPT_TARGET || c == CLI_OPT_NO_FUSE || c == CLI_OPT_STRICT)
-            return cli_usage(&cli_cmd_run, "--%s is an option of kiln plan and kiln compile, "
-                             "not of run, which plans for the device it runs on",
-                             c == CLI_OPT_TARGET ? "target"
-                             : c == CLI_OPT_NO_FUSE ? "no-fuse" : "strict-backend");
         if (cli_plan_option(&cli_cmd_run, c, optarg, &a, &rc)) {
             if (rc != CLI_OK)
                 return rc;
@@ -106,8 +103,15 @@ static int run(int argc, char **argv)
         return cli_usage(&cli_cmd_run, "what to run? give a MODEL file or directory, or demo");
     if (optind + 1 < argc)
         return cli_usage(&cli_cmd_run, "unexpected argument '%s'", argv[optind + 1]);
+    kiln_target target;
+    a.target_optional = 1;
+    if ((rc = cli_plan_finish(&cli_cmd_run, &a, &target)) != CLI_OK)
+        return rc;
+    if (target.name[0])
+        so.target = &target;
     /* The buckets must reach the largest count asked for. */
-    if (!a.po.max_tokens && tokens[n_tokens - 1] > 512)
+    int64_t largest = a.n_capture ? a.capture[a.n_capture - 1] : 512;
+    if (!a.po.max_tokens && tokens[n_tokens - 1] > largest)
         a.po.max_tokens = tokens[n_tokens - 1];
     so.plan = a.po;
 

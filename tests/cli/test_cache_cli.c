@@ -219,7 +219,7 @@ Test(cache_cli, help_describes_every_subcommand_and_option)
     static const char *const words[] = {
         "ls [FILE]", "stat [FILE]", "verify [FILE]", "export --model", "merge SRC",
         "gc [--compiler", "rm KEYPREFIX | --all", "--wide", "--older-than", "--corrupt",
-        "--cache FILE", "--shipped FILE", "--force", "--tokens", "--target", "kiln compile",
+        "--cache FILE", "--shipped FILE", "--force", "--capture", "--target", "kiln compile",
         "--version N", "salvage SRC -o DST",
     };
     static const char *const asks[] = { "cache --help", "cache ls --help", "cache export -h" };
@@ -278,7 +278,7 @@ Test(cache_cli, usage_errors)
         { "cache export --model demo", "export: export where?" },
         { "cache export --model demo -o s extra", "export: unexpected argument 'extra'" },
         { "cache export --model demo -o s --target sm_10", "sm_10" },
-        { "cache export --model demo -o s --tokens 0", "bad --tokens '0'" },
+        { "cache export --model demo -o s --capture 0", "bad --capture '0'" },
         { "cache export --model demo -o s --graph all", "bad --graph 'all'" },
         { "cache export --model demo -o s --strict-backend", "--strict-backend needs --backend" },
         { "cache export --model demo -o s --wide", "export: takes no --wide" },
@@ -717,11 +717,11 @@ static void corrupt_first(const char *path)
 }
 
 /* Small capture sizes keep the plan, and so the compile, short. */
-#define EXPORT_PLAN "--model demo --tokens 1,16"
+#define EXPORT_PLAN "--model demo --capture 1,16"
 
 static int compiled(const char *target, const char *cache)
 {
-    kt_cli r = run("compile demo --tokens 1,16 --target %s --cache %s --quiet", target, cache);
+    kt_cli r = run("compile demo --capture 1,16 --target %s --cache %s --quiet", target, cache);
     cr_assert_eq(r.status, 0, "compile for %s: %s", target, r.err);
     int n = 0;
     cr_assert_eq(sscanf(r.out, "%d signatures", &n), 1, "%s", r.out);
@@ -803,7 +803,7 @@ Test(cache_cli, export_ships_exactly_the_plan, .timeout = 1200)
     free(s3);
 
     /* Another plan needs kernels that were never compiled. */
-    r = run("cache export --model demo --tokens 1,16,64 --target sm_80 -o %s/x.kiln --cache %s",
+    r = run("cache export --model demo --capture 1,16,64 --target sm_80 -o %s/x.kiln --cache %s",
             dir, c);
     cr_assert_eq(r.status, 1, "%s", r.out);
     cr_assert(strstr(r.err, "kiln compile demo --target sm_80"), "%s", r.err);

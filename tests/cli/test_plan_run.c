@@ -50,7 +50,7 @@ Test(cli_plan_run, plan_explains_every_linear)
 
 Test(cli_plan_run, plan_json_and_named_targets)
 {
-    kt_cli r = kt_cli_run("plan demo --target h200 --tokens 1,8 --max-tokens 64 --json");
+    kt_cli r = kt_cli_run("plan demo --target h200 --capture 1,8 --max-tokens 64 --json");
     cr_assert_eq(r.status, 0, "%s", r.err);
     cr_assert(strstr(r.out, "\"target\": \"sm_90a\""), "%s", r.out);
     cr_assert(strstr(r.out, "\"buckets\": [\n  1,\n  8,\n  64\n ]"), "%s", r.out);
@@ -66,7 +66,7 @@ Test(cli_plan_run, plan_errors)
     cr_assert(strstr(r.err, "--backend cutlass: no such backend (built: "), "%s", r.err);
     kt_cli_free(&r);
     static const char *usage[] = { "plan", "plan demo --target sm_100", "plan demo --strict-backend",
-                                   "plan demo --tokens 0", "plan demo --graph attention",
+                                   "plan demo --capture 0", "plan demo --graph attention",
                                    "plan demo extra" };
     for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++) {
         r = kt_cli_run(usage[i]);
@@ -134,11 +134,36 @@ Test(cli_plan_run, run_on_the_cpu_matches_the_demo)
     kt_cli_free(&d);
 }
 
+/* --capture means capture sizes wherever a plan is made; --tokens is the
+ * token counts kiln run runs, and elsewhere it is refused naming --capture. */
+Test(cli_plan_run, capture_sizes_have_one_name)
+{
+    static const char *old[] = { "plan demo --tokens 1,8", "compile demo --tokens 1,8",
+                                 "cache export --model demo -o x.kiln --tokens 1,8" };
+    for (size_t i = 0; i < sizeof old / sizeof old[0]; i++) {
+        kt_cli r = kt_cli_run(old[i]);
+        cr_assert_eq(r.status, 2, "%s exited %d", old[i], r.status);
+        cr_assert(strstr(r.err, "capture sizes are --capture 1,8"), "%s: %s", old[i], r.err);
+        kt_cli_free(&r);
+    }
+    kt_cli r = kt_cli_run("plan demo --target sm_80 --capture 1,8 --max-tokens 32");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "3 token buckets: 1 8 32"), "%s", r.out);
+    kt_cli_free(&r);
+    /* run takes the same planning options, --target and --capture included */
+    r = kt_cli_run("run demo --device cpu --target sm_80 --capture 1,8 --max-tokens 32 "
+                   "--no-fuse --tokens 3 --steps 1");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "\n3 "), "%s", r.out);
+    kt_cli_free(&r);
+}
+
 Test(cli_plan_run, run_usage_errors)
 {
     static const char *usage[] = { "run", "run demo --device gpu", "run demo --device cuda:x",
-                                   "run demo --steps 0", "run demo --target sm_80",
-                                   "run demo --tokens" };
+                                   "run demo --steps 0", "run demo --target sm_1",
+                                   "run demo --tokens", "run demo --capture 0",
+                                   "run demo --strict-backend" };
     for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++) {
         kt_cli r = kt_cli_run(usage[i]);
         cr_assert_eq(r.status, 2, "%s exited %d", usage[i], r.status);

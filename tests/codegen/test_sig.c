@@ -299,7 +299,7 @@ Test(sig, demo_plan_signatures_round_trip)
     static const char *const targets[] = { "sm_75", "sm_80", "sm_89", "sm_90", "sm_90a", "h100" };
     for (size_t i = 0; i < KILN_ARRAY_LEN(targets); i++) {
         char args[128];
-        snprintf(args, sizeof args, "plan demo --json --target %s --tokens 1,2,16,64,512",
+        snprintf(args, sizeof args, "plan demo --json --target %s --capture 1,2,16,64,512",
                  targets[i]);
         kt_cli c = kt_cli_run(args);
         cr_assert_eq(c.status, 0, "%s: %s", args, c.err);
