@@ -3,7 +3,9 @@
 #include "cli.h"
 
 #include <assert.h>
+#include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -29,6 +31,12 @@ static void help(FILE *out)
             "  verify [FILE]          check each file's structure and every record; print each\n"
             "                         damaged file and each bad record (key, problem), then\n"
             "                         \"N records, B bad\"; exit 1 when any is\n"
+            "  check --model MODEL|demo [--json] [planning options]\n"
+            "                         plan MODEL as kiln plan does (default target sm_90a)\n"
+            "                         and say whether the files read (--shipped, else the\n"
+            "                         writable cache) hold every kernel the plan needs; print\n"
+            "                         each missing one (signature, key) and exit 1 when any\n"
+            "                         is. Needs no GPU and compiles nothing\n"
             "  export --model MODEL|demo -o SHIPPED [--force] [planning options]\n"
             "                         plan MODEL (a model file or directory, or demo) as kiln\n"
             "                         plan does (default target sm_90a), and write\n"
@@ -56,16 +64,19 @@ static void help(FILE *out)
             "\n"
             "  --cache FILE           the writable cache (default $KILN_CACHE, else\n"
             "                         $XDG_CACHE_HOME/kiln/kernels.kiln, else\n"
-            "                         ~/.cache/kiln/kernels.kiln); created when absent\n"
-            "  --shipped FILE         ls, stat, verify: a file to read as well as FILE\n"
+            "                         ~/.cache/kiln/kernels.kiln); created when absent by\n"
+            "                         the commands that write it\n"
+            "  --shipped FILE         ls, stat, verify, check: a file to read as well as FILE\n"
             "                         (repeatable); export: a shipped cache searched before\n"
             "                         the writable one\n"
+            "  --json                 check: the result as JSON on stdout\n"
             "\n"
-            "ls, stat and verify read the files named (FILE and --shipped), or the writable\n"
-            "cache when none is; a named file is opened read-only without a lock, as a\n"
-            "deployment opens it, unless it is the writable cache.\n"
+            "ls, stat, verify and check read the files named (FILE and --shipped), or the\n"
+            "writable cache when none is; a named file is opened read-only without a lock,\n"
+            "as a deployment opens it, unless it is the writable cache. They create no file\n"
+            "or folder: a writable cache not made yet reads as empty.\n"
             "\n"
-            "planning options of export, as for kiln plan:\n" CLI_PLAN_HELP);
+            "planning options of export and check, as for kiln plan:\n" CLI_PLAN_HELP);
 }
 
 /* Options of the cache subcommands; a subcommand lists the ones it takes as
@@ -82,6 +93,7 @@ typedef enum cache_opt {
     CACHE_OPT_CORRUPT,
     CACHE_OPT_ALL,
     CACHE_OPT_VERSION,
+    CACHE_OPT_JSON,
     CACHE_OPT_COUNT
 } cache_opt;
 
@@ -116,7 +128,7 @@ struct cache_args {
     const char *model, *output, *compiler;
     uint64_t max_age_s;
     uint32_t version;
-    int wide, force, corrupt, all;
+    int wide, force, corrupt, all, json;
     cli_plan_args plan;
     char **args;
     int n_args;
@@ -160,7 +172,9 @@ static const char *layer_role(const kiln_cache *c, int layer)
  * lock, or the writable cache when none is named. A named file that is the
  * writable cache goes through LMDB's lock instead, because another process
  * may be writing it. A damaged file fails the open unless the subcommand
- * reports damage itself (strict 0). */
+ * reports damage itself (strict 0). Reading creates nothing: a writable
+ * cache that does not exist yet is said so on stderr and read as empty (no
+ * layer). */
 static kiln_status open_named(const cache_args *a, int strict, kiln_cache **out)
 {
     char writable[4096];
@@ -168,8 +182,12 @@ static kiln_status open_named(const cache_args *a, int strict, kiln_cache **out)
     if (!path && kiln_cache_default_path(writable, sizeof writable) == KILN_OK)
         path = writable;
     const char *shipped[CACHE_MAX_FILES];
-    kiln_cache_options o = { .shipped = shipped, .path = a->cache, .no_writable = a->n_files > 0,
-                             .strict = strict };
+    struct stat st;
+    bool absent = !a->n_files && path && stat(path, &st) && errno == ENOENT;
+    if (absent)
+        fprintf(stderr, "kiln cache %s: no cache at %s yet\n", a->sub->name, path);
+    kiln_cache_options o = { .shipped = shipped, .path = a->cache,
+                             .no_writable = a->n_files > 0 || absent, .strict = strict };
     for (int i = 0; i < a->n_files; i++) {
         if (path && same_file(a->files[i], path))
             o.no_writable = 0;
@@ -382,6 +400,75 @@ static int run_export(cache_args *a)
     return rc;
 }
 
+/* -------------------------------------------------------------- check */
+
+typedef struct check_ctx {
+    const cache_args *a;
+    json_t *missing;
+} check_ctx;
+
+static void check_missing(void *ctx, const char *signature, const char *key_hex)
+{
+    check_ctx *x = ctx;
+    if (x->a->json)
+        json_array_append_new(x->missing,
+                              json_pack("{s:s, s:s}", "signature", signature, "key", key_hex));
+    else
+        printf("missing: %s (key %s)\n", signature, key_hex);
+}
+
+static int run_check(cache_args *a)
+{
+    if (!a->model)
+        return usage(a, "check what? give --model MODEL or --model demo");
+    kiln_target t;
+    int rc = cli_plan_finish(&cli_cmd_cache, &a->plan, &t);
+    if (rc != CLI_OK)
+        return rc;
+    cli_source src;
+    kiln_plan *p;
+    kiln_status st = cli_plan_open(a->model, &a->plan, &t, &src, &p);
+    if (st != KILN_OK)
+        return fail(a, st);
+    for (const char *const *w = kiln_plan_warnings(p); *w; w++)
+        fprintf(stderr, "kiln cache check: warning: %s\n", *w);
+    kiln_cache *c = NULL;
+    check_ctx x = { .a = a, .missing = json_array() };
+    int missing = 0, kernels = kiln_plan_n_signatures(p);
+    if ((st = open_named(a, 1, &c)) == KILN_OK)
+        st = kiln_cache_check_plan(c, p, check_missing, &x, &missing);
+    if (st == KILN_OK && a->json) {
+        json_t *files = json_array();
+        for (int i = 0; i < kiln_cache_n_layers(c); i++)
+            json_array_append_new(files, json_string(kiln_cache_layer_path(c, i)));
+        json_t *root = json_pack("{s:s, s:s, s:o, s:i, s:i, s:O, s:b}", "model", a->model,
+                                 "target", t.name, "caches", files, "kernels", kernels,
+                                 "present", kernels - missing, "missing", x.missing,
+                                 "complete", missing == 0);
+        json_dumpf(root, stdout, JSON_INDENT(1));
+        putchar('\n');
+        json_decref(root);
+    } else if (st == KILN_OK) {
+        printf("%d of %d kernels of %s for %s in", kernels - missing, kernels, a->model, t.name);
+        for (int i = 0; i < kiln_cache_n_layers(c); i++)
+            printf("%s %s", i ? "," : "", kiln_cache_layer_path(c, i));
+        printf("%s: %s\n", kiln_cache_n_layers(c) ? "" : " no cache",
+               missing ? "incomplete" : "complete");
+    }
+    json_decref(x.missing);
+    kiln_cache_close(c);
+    kiln_plan_destroy(p);
+    cli_source_close(&src);
+    if (st != KILN_OK)
+        return fail(a, st);
+    if (missing && !a->json)
+        fprintf(stderr,
+                "kiln cache check: %d kernels missing: kiln compile %s --target %s with the same "
+                "planning options compiles them\n",
+                missing, a->model, t.name);
+    return missing ? CLI_FAIL : CLI_OK;
+}
+
 /* ---------------------------------------------------- merge, gc, rm */
 
 static kiln_status merge_bad(void *ctx, const kiln_cache_entry *e)
@@ -470,6 +557,7 @@ static const cache_sub subs[] = {
     { "verify", TAKES_READ, false, 0, 1, NULL, run_verify },
     { "export", TAKES_READ | TAKES(MODEL) | TAKES(OUTPUT) | TAKES(FORCE), true, 0, 0, NULL,
       run_export },
+    { "check", TAKES_READ | TAKES(MODEL) | TAKES(JSON), true, 0, 0, NULL, run_check },
     { "merge", TAKES(CACHE), false, 1, 1, "merge what? give a cache file", run_merge },
     { "gc", TAKES(CACHE) | TAKES(COMPILER) | TAKES(OLDER) | TAKES(CORRUPT) | TAKES(VERSION), false,
       0, 0, NULL, run_gc },
@@ -491,6 +579,7 @@ static const struct option cache_options[] = {
     { "corrupt", no_argument, NULL, CACHE_OPT_BASE + CACHE_OPT_CORRUPT },
     { "all", no_argument, NULL, CACHE_OPT_BASE + CACHE_OPT_ALL },
     { "version", required_argument, NULL, CACHE_OPT_BASE + CACHE_OPT_VERSION },
+    { "json", no_argument, NULL, CACHE_OPT_BASE + CACHE_OPT_JSON },
     { 0 },
 };
 
@@ -524,6 +613,7 @@ static int take_option(cache_args *a, cache_opt o, const char *arg)
         a->max_age_s = (uint64_t)(days * 86400.0);
         break;
     case CACHE_OPT_CORRUPT: a->corrupt = 1; break;
+    case CACHE_OPT_JSON: a->json = 1; break;
     case CACHE_OPT_ALL: a->all = 1; break;
     case CACHE_OPT_VERSION:
         version = strtoul(arg, &end, 10);
@@ -583,7 +673,8 @@ static int run(int argc, char **argv)
     cache_args a = { 0 };
     cli_plan_args_init(&a.plan);
     if (argc < 2)
-        return usage(&a, "which subcommand? ls, stat, verify, export, merge, gc, rm or salvage");
+        return usage(&a, "which subcommand? ls, stat, verify, check, export, merge, gc, rm or "
+                         "salvage");
     for (size_t i = 0; i < sizeof subs / sizeof subs[0] && !a.sub; i++)
         if (!strcmp(argv[1], subs[i].name))
             a.sub = &subs[i];

@@ -17,22 +17,67 @@ static void help(FILE *out)
             "where they lack one, unless --offline), weights uploaded once, one CUDA graph\n"
             "per token bucket. Prints the output checksum per token count, the cold-start\n"
             "breakdown and the steady-state time per step. Without a GPU or driver it says\n"
-            "so once and runs on the CPU executor.\n"
+            "so once and runs on the CPU executor, unless --device cuda:N asked for one\n"
+            "(then it fails). A --shipped file that is missing or damaged is an error on\n"
+            "either; on the CPU, offline with --target, every kernel of that target's plan\n"
+            "must be in the shipped files, as on a GPU of that target.\n"
             "\n"
             "  --cache FILE      the writable cache (default $KILN_CACHE, else\n"
             "                    $XDG_CACHE_HOME/kiln/kernels.kiln)\n"
             "  --shipped FILE    a read-only cache searched first (repeatable)\n"
             "  --offline         a kernel missing from every cache is an error, before\n"
             "                    anything runs (also KILN_OFFLINE=1)\n"
-            "  --device D        cpu, or cuda:N (default cuda:0, else cpu)\n"
+            "  --device D        cpu, or cuda:N (default cuda:0, else cpu; cuda:N given is\n"
+            "                    an error without that GPU)\n"
             "  --tokens LIST     token counts to run (default 1,16,128)\n"
             "  --steps S         timed steps per token count (default 20)\n"
             "  --eager           launch kernels one by one instead of replaying graphs\n"
             "  --check           also run the CPU executor and print the largest difference\n"
+            "                    (on the CPU executor alone it says there is nothing to compare)\n"
             "\n"
             "planning options, as for kiln plan and kiln compile (a deployment gives the\n"
             "ones its cache was compiled with); without --target the plan is the device's:\n"
             CLI_PLAN_HELP);
+}
+
+/* Room for a signature and its key, quoted. */
+enum { SIG_TEXT_MAX = 640 };
+
+static void first_missing(void *ctx, const char *signature, const char *key_hex)
+{
+    char *first = ctx;
+    if (!first[0])
+        snprintf(first, SIG_TEXT_MAX, "\"%s\" (key %s)", signature, key_hex);
+}
+
+/* On the CPU executor no kernel is loaded, yet the caches asked for must be
+ * there: a missing or damaged --shipped file is an error as it is on a GPU,
+ * and offline with a named target every kernel of that plan must be in
+ * them, as a GPU session of that target would need it. */
+static kiln_status cpu_cache_check(const cli_source *src, const kiln_session_options *so)
+{
+    if (!so->cache.n_shipped)
+        return KILN_OK;
+    kiln_cache_options co = so->cache;
+    co.no_writable = 1;
+    co.strict = 1;
+    kiln_cache *c = NULL;
+    kiln_plan *p = NULL;
+    const char *env = getenv("KILN_OFFLINE");
+    int offline = so->cache.offline || (env && !strcmp(env, "1"));
+    int missing = 0;
+    char first[SIG_TEXT_MAX] = "";
+    kiln_status st = kiln_cache_open(&co, &c);
+    if (st == KILN_OK && offline && so->target &&
+        (st = kiln_plan_create(src->g, so->target, &so->plan, &p)) == KILN_OK &&
+        (st = kiln_cache_check_plan(c, p, first_missing, first, &missing)) == KILN_OK && missing)
+        st = cli_error(KILN_ERR_OFFLINE_MISS,
+                       "offline, and %d kernels of the plan for %s are in no shipped cache; the "
+                       "first: %s (kiln cache check lists them)",
+                       missing, so->target->name, first);
+    kiln_plan_destroy(p);
+    kiln_cache_close(c);
+    return st;
 }
 
 static int run(int argc, char **argv)
@@ -52,7 +97,7 @@ static int run(int argc, char **argv)
     const char *shipped[16];
     kiln_session_options so = { .cache.shipped = shipped };
     int64_t tokens[64] = { 1, 16, 128 };
-    int n_tokens = 3, steps = 20, cpu_only = 0, check = 0, c, rc;
+    int n_tokens = 3, steps = 20, cpu_only = 0, check = 0, device_given = 0, c, rc;
     long long v;
     cli_plan_args_init(&a);
     opterr = 0;
@@ -86,6 +131,7 @@ static int run(int argc, char **argv)
                 if (cli_parse_int(optarg + 5, 0, INT_MAX, &dev))
                     return cli_usage(&cli_cmd_run, "bad --device '%s'", optarg);
                 so.device = (int)dev;
+                device_given = 1;
             } else {
                 return cli_usage(&cli_cmd_run, "bad --device '%s' (want cpu or cuda:N)", optarg);
             }
@@ -123,6 +169,12 @@ static int run(int argc, char **argv)
     double t0 = cli_now();
     if (!cpu_only) {
         st = kiln_session_create(src.g, &so, &gpu.gpu);
+        if (st == KILN_ERR_NO_DEVICE && device_given) {
+            char what[64];
+            snprintf(what, sizeof what, "run: --device cuda:%d", so.device);
+            cli_source_close(&src);
+            return cli_fail(st, what);
+        }
         if (st == KILN_ERR_NO_DEVICE) {
             fprintf(stderr, "kiln run: %s; running on the CPU executor\n", kiln_last_error());
             cpu_only = 1;
@@ -133,6 +185,8 @@ static int run(int argc, char **argv)
     }
     double create_s = cli_now() - t0;
     rc = CLI_OK;
+    if (!gpu.gpu && (st = cpu_cache_check(&src, &so)) != KILN_OK)
+        rc = cli_fail(st, "run");
     if (cpu_only || check) {
         if ((st = kiln_cpu_create(src.g, NULL, &cpu.cpu)) != KILN_OK)
             rc = cli_fail(st, "run");
@@ -159,6 +213,9 @@ static int run(int argc, char **argv)
                (create_s + first) * 1e3, ss.plan_s * 1e3, ss.cache_s * 1e3, ss.module_s * 1e3,
                ss.weights_s * 1e3, ss.weight_bytes, ss.graphs_s * 1e3, first * 1e3);
     }
+    if (rc == CLI_OK && !gpu.gpu && check)
+        printf("check: nothing to compare: the CPU executor ran, and it is the reference the "
+               "GPU is checked against\n");
     if (rc == CLI_OK && gpu.gpu && check) {
         for (int t = 0; t < n_tokens && rc == CLI_OK; t++) {
             double err;

@@ -159,6 +159,11 @@ kiln_status kiln_build_plan(const kiln_plan *p, kiln_cache *c, const kiln_build_
         st = KILN_OK;
         if (o->offline) {
             st = kiln_cache_offline_miss(c, k->signature, k->key);
+            if (st == KILN_ERR_OFFLINE_MISS && o->misses_ok) {
+                kiln_clear_error();
+                st = KILN_OK;
+                continue;
+            }
             break;
         }
         job_of[n_jobs] = i;
@@ -186,7 +191,9 @@ kiln_status kiln_build_plan(const kiln_plan *p, kiln_cache *c, const kiln_build_
                                .timeout_s = o->timeout_s > 0           ? o->timeout_s
                                             : env.compile_timeout_s > 0 ? env.compile_timeout_s
                                                                         : KILN_COMPILE_TIMEOUT_S };
+        double c0 = kiln_now();
         kiln_status cst = kiln_nvrtc_compile_all(nv, jobs, n_jobs, &co);
+        b.compile_seconds = kiln_now() - c0;
         if (cst != KILN_OK && !jobs_failed(jobs, n_jobs)) {
             st = cst; /* the pool failed before it compiled anything */
             goto done;
@@ -235,7 +242,9 @@ kiln_status kiln_compile_plan(const kiln_plan *p, const kiln_compile_options *op
         return kiln_fail(KILN_ERR_INVALID_ARG, "compile: plan and out are required");
     const kiln_compile_options defaults = { 0 };
     const kiln_compile_options *o = opts ? opts : &defaults;
-    kiln_build_options bo = { .jobs = o->jobs, .offline = o->cache.offline,
+    kiln_env env;
+    kiln_env_read(&env);
+    kiln_build_options bo = { .jobs = o->jobs, .offline = o->cache.offline || env.offline,
                               .keep_source = o->keep_source, .quiet = o->quiet, .no_cubins = 1,
                               .timeout_s = o->compile_timeout_s };
     kiln_cache *c = NULL;
@@ -290,4 +299,31 @@ kiln_status kiln_cache_export(kiln_cache *c, const kiln_plan *p, const char *pat
     free(keys);
     kiln_build_free(&b);
     return st;
+}
+
+kiln_status kiln_cache_check_plan(kiln_cache *c, const kiln_plan *p,
+                                  kiln_cache_missing_fn on_missing, void *ctx, int *n_missing)
+{
+    if (!c || !p)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "cache check: the cache and the plan are required");
+    kiln_build_options bo = { .offline = 1, .misses_ok = 1, .no_cubins = 1, .quiet = 1 };
+    kiln_build b;
+    kiln_status st = kiln_build_plan(p, c, &bo, &b);
+    if (st != KILN_OK)
+        return st;
+    int missing = 0;
+    for (int i = 0; i < b.n; i++) {
+        if (b.kernels[i].cached)
+            continue;
+        missing++;
+        if (on_missing) {
+            char hex[KILN_CACHE_KEY_HEX];
+            kiln_cache_key_hex(b.kernels[i].key, hex);
+            on_missing(ctx, b.kernels[i].signature, hex);
+        }
+    }
+    kiln_build_free(&b);
+    if (n_missing)
+        *n_missing = missing;
+    return KILN_OK;
 }

@@ -418,8 +418,8 @@ typedef struct kiln_cache_options {
     void (*on_corrupt)(void *ctx, const char *message);
     void *ctx;
     /* Compile and session: a kernel missing from every cache is
-     * KILN_ERR_OFFLINE_MISS naming its signature, and nothing is compiled
-     * (a session also when $KILN_OFFLINE=1). kiln_cache_open ignores it. */
+     * KILN_ERR_OFFLINE_MISS naming its signature, and nothing is compiled;
+     * $KILN_OFFLINE=1 sets it for both. kiln_cache_open ignores it. */
     int offline;
 } kiln_cache_options;
 
@@ -598,6 +598,21 @@ KILN_API kiln_status kiln_cache_merge(kiln_cache *c, const char *src, kiln_cache
  * files. */
 KILN_API kiln_status kiln_cache_export(kiln_cache *c, const kiln_plan *p, const char *path,
                                        int overwrite);
+
+/* Called by kiln_cache_check_plan with each kernel no layer holds: its
+ * signature and its key (lowercase hex), both valid during the call only. */
+typedef void (*kiln_cache_missing_fn)(void *ctx, const char *signature, const char *key_hex);
+
+/* Whether c holds every kernel plan p needs, without compiling anything and
+ * without a GPU: *n_missing (may be NULL) counts the kernels no layer holds
+ * an intact record of, and on_missing (may be NULL) sees each of them, in
+ * the plan's signature order. A miss is not an error. KILN_ERR_INVALID_ARG
+ * for a NULL c or p; KILN_ERR_CACHE, naming the files, when a layer that
+ * may hold a missing kernel was left out as damaged; KILN_ERR_CACHE or
+ * KILN_ERR_IO when LMDB fails. */
+KILN_API kiln_status kiln_cache_check_plan(kiln_cache *c, const kiln_plan *p,
+                                           kiln_cache_missing_fn on_missing, void *ctx,
+                                           int *n_missing);
 
 typedef struct kiln_cache_salvage_result {
     size_t records;    /* intact records written */

@@ -814,6 +814,121 @@ Test(cache_cli, export_ships_exactly_the_plan, .timeout = 1200)
     free(c);
 }
 
+static bool exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+/* check says, without a GPU and compiling nothing, whether the caches hold
+ * a plan's kernels, and lists the ones they lack. */
+Test(cache_cli, check_lists_what_a_cache_lacks, .timeout = 600)
+{
+    char *c = path_in("c.kiln");
+    int n = compiled("sm_80", c);
+    kt_cli r = run("cache check " EXPORT_PLAN " --target sm_80 --cache %s", c);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    char want[512];
+    snprintf(want, sizeof want, "%d of %d kernels of demo for sm_80 in %s: complete\n", n, n, c);
+    cr_assert_str_eq(r.out, want);
+    kt_cli_free(&r);
+
+    /* more capture sizes: more kernels, each listed, and exit 1 */
+    r = run("cache check --model demo --capture 1,16,64 --target sm_80 --cache %s", c);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    int missing = 0;
+    for (const char *p = r.out; (p = strstr(p, "missing: linear backend=")); p++)
+        missing++;
+    cr_assert_gt(missing, 0, "%s", r.out);
+    cr_assert(strstr(r.out, ": incomplete\n"), "%s", r.out);
+    cr_assert(strstr(r.err, "kernels missing: kiln compile demo --target sm_80"), "%s", r.err);
+    kt_cli_free(&r);
+
+    r = run("cache check --model demo --capture 1,16,64 --target sm_80 --cache %s --json", c);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert(strstr(r.out, "\"complete\": false"), "%s", r.out);
+    cr_assert(strstr(r.out, "\"signature\": \"linear backend="), "%s", r.out);
+    kt_cli_free(&r);
+
+    /* another target's plan is not covered */
+    r = run("cache check " EXPORT_PLAN " --target sm_90a --cache %s", c);
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    kt_cli_free(&r);
+    free(c);
+}
+
+/* ls, stat, verify and check read: on a fresh machine they create no file
+ * and no folder. */
+Test(cache_cli, reading_creates_nothing)
+{
+    char *user = path_in("user");
+    static const char *const reads[] = { "cache ls", "cache stat", "cache verify",
+                                         "cache check " EXPORT_PLAN " --target sm_80" };
+    for (size_t i = 0; i < sizeof reads / sizeof reads[0]; i++) {
+        kt_cli r = run("%s", reads[i]);
+        cr_assert(strstr(r.err, "no cache at "), "%s: %s", reads[i], r.err);
+        cr_assert(!exists(user), "%s made %s", reads[i], user);
+        kt_cli_free(&r);
+    }
+    kt_cli r = run("cache ls --cache %s/none.kiln", dir);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    kt_cli_free(&r);
+    char *none = path_in("none.kiln");
+    cr_assert(!exists(none));
+    free(none);
+    free(user);
+}
+
+/* The workflow a deployment pipeline runs, on the CPU: compile with
+ * capture sizes of its own, export, check, then run offline from the
+ * shipped file alone; then the traps that once hid until the deployment. */
+Test(cache_cli, shipping_workflow, .timeout = 600)
+{
+    char *c = path_in("build.kiln"), *s = path_in("ship.kiln");
+    compiled("sm_80", c);
+    kt_cli r = run("cache export " EXPORT_PLAN " --target sm_80 -o %s --cache %s", s, c);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    kt_cli_free(&r);
+    r = run("cache check " EXPORT_PLAN " --target sm_80 --shipped %s", s);
+    cr_assert_eq(r.status, 0, "%s%s", r.out, r.err);
+    kt_cli_free(&r);
+    r = run("run demo --device cpu --shipped %s --offline --target sm_80 --capture 1,16 "
+            "--tokens 1,16 --steps 1", s);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "\n16 "), "%s", r.out);
+    kt_cli_free(&r);
+
+    /* the default capture sizes need kernels the file lacks */
+    r = run("run demo --device cpu --shipped %s --offline --target sm_80 --tokens 1 --steps 1", s);
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert(strstr(r.err, "are in no shipped cache") && strstr(r.err, "kiln cache check"),
+              "%s", r.err);
+    kt_cli_free(&r);
+    setenv("KILN_OFFLINE", "1", 1);
+    r = run("run demo --device cpu --shipped %s --target sm_80 --tokens 1 --steps 1", s);
+    unsetenv("KILN_OFFLINE");
+    cr_assert_eq(r.status, 1, "KILN_OFFLINE=1 is --offline: %s", r.out);
+    kt_cli_free(&r);
+    /* the old spelling of capture sizes */
+    r = run("cache export --model demo --tokens 1,16 --target sm_80 -o %s/x.kiln --cache %s", dir,
+            c);
+    cr_assert_eq(r.status, 2);
+    cr_assert(strstr(r.err, "--capture 1,16"), "%s", r.err);
+    kt_cli_free(&r);
+    /* a shipped file that is not there */
+    r = run("run demo --shipped %s/none.kiln --offline --tokens 1 --steps 1", dir);
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert(strstr(r.err, "none.kiln"), "%s", r.err);
+    kt_cli_free(&r);
+    /* a device asked for by number that is not there */
+    r = run("run demo --device cuda:999 --tokens 1 --steps 1");
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert(strstr(r.err, "kiln: run"), "%s", r.err);
+    kt_cli_free(&r);
+    free(s);
+    free(c);
+}
+
 Test(cache_cli, export_from_an_empty_cache_fails)
 {
     char *c = path_in("empty.kiln"), *s = path_in("s.kiln");

@@ -114,6 +114,14 @@ Test(cli_plan_run, compile_twice_compiles_nothing_the_second_time, .timeout = 30
     cr_assert(strstr(b.err, "offline, and kernel \"linear backend="), "%s", b.err);
     kt_cli_free(&a);
     kt_cli_free(&b);
+    /* KILN_OFFLINE=1 is --offline */
+    snprintf(args, sizeof args, "compile demo --target sm_80 --cache %s/empty.kiln", dir);
+    setenv("KILN_OFFLINE", "1", 1);
+    b = kt_cli_run(args);
+    unsetenv("KILN_OFFLINE");
+    cr_assert_eq(b.status, 1, "%s", b.out);
+    cr_assert(strstr(b.err, "offline, and kernel \"linear backend="), "%s", b.err);
+    kt_cli_free(&b);
 }
 
 Test(cli_plan_run, run_on_the_cpu_matches_the_demo)
