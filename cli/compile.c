@@ -14,7 +14,8 @@ static void help(FILE *out)
             "Plans a model for a target, then compiles with NVRTC every kernel the plan\n"
             "needs that no cache holds, and stores it in the writable cache. Needs no GPU.\n"
             "Prints \"S signatures: H cached, C compiled in T s\"; a second run compiles\n"
-            "nothing.\n"
+            "nothing. Each kernel is stored as soon as it compiles: an interrupted compile\n"
+            "(Ctrl-C, SIGTERM) keeps what it did, and the next compiles only the rest.\n"
             "\n"
             "  --cache FILE      the writable cache (default $KILN_CACHE, else\n"
             "                    $XDG_CACHE_HOME/kiln/kernels.kiln)\n"
@@ -27,7 +28,8 @@ static void help(FILE *out)
             "  --compile-timeout S\n"
             "                    a kernel whose compile takes more than S seconds fails\n"
             "                    (default $KILN_COMPILE_TIMEOUT, else 600)\n"
-            "  --quiet           no progress line\n"
+            "  --quiet           no progress (on a terminal one line, elsewhere a line\n"
+            "                    every few seconds, on stderr)\n"
             "\n"
             "planning options, as for kiln plan:\n" CLI_PLAN_HELP);
 }

@@ -75,6 +75,39 @@ static kiln_status record_fits(const kiln_cache_record *r, const kiln_kernel *k,
                      k->signature, r->threads, r->smem, k->threads, smem);
 }
 
+/* What store_compiled needs of the build in progress. */
+typedef struct build_store {
+    const kiln_plan *p;
+    kiln_cache *c;
+    kiln_build *b;
+    const int *job_of;
+    const uint32_t *smem;
+    kiln_status st;    /* the first failed store; no store is tried after it */
+    char message[1024]; /* its message */
+} build_store;
+
+/* Each kernel is stored as soon as it compiles, in a transaction of its
+ * own: a compile interrupted or failed later keeps every kernel that was
+ * done, and the next build finds them. */
+static void store_compiled(void *ctx, int j, kiln_compile_job *job)
+{
+    build_store *bs = ctx;
+    kiln_kernel *k = &bs->b->kernels[bs->job_of[j]];
+    if (job->status != KILN_OK)
+        return;
+    k->cubin = job->cubin;
+    k->cubin_size = job->cubin_size;
+    k->seconds = job->seconds;
+    job->cubin = NULL;
+    bs->b->compiled++;
+    if (kiln_cache_writable_layer(bs->c) < 0 || bs->st != KILN_OK)
+        return;
+    bs->st = store(bs->c, &bs->p->signatures[bs->job_of[j]].desc, k, bs->smem[bs->job_of[j]],
+                   bs->b->compiler);
+    if (bs->st != KILN_OK)
+        snprintf(bs->message, sizeof bs->message, "%s", kiln_last_error());
+}
+
 static bool jobs_failed(const kiln_compile_job *jobs, int n)
 {
     for (int i = 0; i < n; i++)
@@ -185,12 +218,14 @@ kiln_status kiln_build_plan(const kiln_plan *p, kiln_cache *c, const kiln_build_
                            env.compile_timeout);
             goto done;
         }
+        build_store bs = { .p = p, .c = c, .b = &b, .job_of = job_of, .smem = smem };
         kiln_nvrtc_pool co = { .threads = o->jobs,
                                .keep_dir = kiln_emit_keep_dir(o->keep_source),
                                .quiet = o->quiet,
                                .timeout_s = o->timeout_s > 0           ? o->timeout_s
                                             : env.compile_timeout_s > 0 ? env.compile_timeout_s
-                                                                        : KILN_COMPILE_TIMEOUT_S };
+                                                                        : KILN_COMPILE_TIMEOUT_S,
+                               .on_done = store_compiled, .ctx = &bs };
         double c0 = kiln_now();
         kiln_status cst = kiln_nvrtc_compile_all(nv, jobs, n_jobs, &co);
         b.compile_seconds = kiln_now() - c0;
@@ -198,23 +233,12 @@ kiln_status kiln_build_plan(const kiln_plan *p, kiln_cache *c, const kiln_build_
             st = cst; /* the pool failed before it compiled anything */
             goto done;
         }
-        /* Store every kernel that compiled, even when another failed: the
-         * next build finds them. The first failure is the error. */
-        for (int j = 0; j < n_jobs; j++) {
-            kiln_kernel *k = &b.kernels[job_of[j]];
-            if (jobs[j].status != KILN_OK)
-                continue;
-            k->cubin = jobs[j].cubin;
-            k->cubin_size = jobs[j].cubin_size;
-            k->seconds = jobs[j].seconds;
-            jobs[j].cubin = NULL;
-            b.compiled++;
-            if (kiln_cache_writable_layer(c) >= 0 && st == KILN_OK)
-                st = store(c, &p->signatures[job_of[j]].desc, k, smem[job_of[j]], b.compiler);
-        }
-        /* A store since may have replaced the message. */
-        if (cst != KILN_OK)
-            st = kiln_compile_jobs_status(jobs, n_jobs);
+        /* A store may have failed, and a store since a failed compile may
+         * have replaced its message: the first failed compile is the error,
+         * else the first failed store. */
+        st = cst != KILN_OK ? kiln_compile_jobs_status(jobs, n_jobs) : bs.st;
+        if (cst == KILN_OK && bs.st != KILN_OK)
+            kiln_fail(bs.st, "%s", bs.message);
     }
 done:
     for (int j = 0; jobs && j < n_jobs; j++)

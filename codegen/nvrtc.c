@@ -316,6 +316,7 @@ typedef struct pool_job {
     double started;
     pool_worker *worker;  /* running it; NULL: the caller */
     char *text;
+    int delivered;        /* its result has gone to the caller's job */
 } pool_job;
 
 typedef struct compile_pool {
@@ -329,9 +330,12 @@ typedef struct compile_pool {
     int n_workers, cap_workers;
     int live;               /* threads taking jobs (not abandoned, not left) */
     char *keep;
-    int progress;           /* stderr is a terminal and the caller wants the line */
-    double start;
+    int progress;           /* the caller wants progress: 1 on a terminal, 2 elsewhere */
+    double start, last_line;
 } compile_pool;
+
+/* Off a terminal (a CI log) progress is a line this often, and at the end. */
+#define PROGRESS_EVERY_S 5.0
 
 static void pool_free(compile_pool *p)
 {
@@ -411,16 +415,23 @@ static kiln_status pool_create(kiln_nvrtc *nv, const kiln_compile_job *jobs, int
     return KILN_OK;
 }
 
-/* "\rcompiling kernels: 12/40, ETA 9 s" — the ETA from the mean time per
- * finished job so far, over the jobs left. Called with mu held. */
-static void progress_line(const compile_pool *p)
+/* "compiling kernels: 12/40, 4 s, ETA 9 s" — the ETA from the mean time per
+ * finished job so far, over the jobs left. On a terminal the line is
+ * rewritten in place after each job; elsewhere a new line comes every
+ * PROGRESS_EVERY_S and at the end. Called with mu held. */
+static void progress_line(compile_pool *p)
 {
-    double elapsed = kiln_now() - p->start;
+    double now = kiln_now(), elapsed = now - p->start;
     double eta = elapsed / p->finished * (p->n - p->finished);
-    fprintf(stderr, "\rcompiling kernels: %d/%d, %.0f s, ETA %.0f s   ", p->finished, p->n, elapsed,
-            eta);
-    if (p->finished == p->n)
-        fputc('\n', stderr);
+    bool last = p->finished == p->n;
+    if (p->progress == 1) {
+        fprintf(stderr, "\rcompiling kernels: %d/%d, %.0f s, ETA %.0f s   %s", p->finished, p->n,
+                elapsed, eta, last ? "\n" : "");
+    } else if (last || now - p->last_line >= PROGRESS_EVERY_S) {
+        fprintf(stderr, "compiling kernels: %d/%d, %.0f s, ETA %.0f s\n", p->finished, p->n,
+                elapsed, eta);
+        p->last_line = now;
+    }
     fflush(stderr);
 }
 
@@ -539,6 +550,29 @@ static void pool_result(const compile_pool *p, pool_job *j, kiln_compile_job *ou
     out->seconds = limit;
 }
 
+/* Move every finished or abandoned job's result to the caller's job and
+ * hand it to on_done, without mu: on_done may take its time (storing the
+ * kernel) while the threads compile on. Called and returns with mu held;
+ * returns how many it delivered. */
+static int pool_deliver(compile_pool *p, kiln_compile_job *jobs, const kiln_nvrtc_pool *o)
+{
+    int delivered = 0;
+    for (int i = 0; i < p->n; i++) {
+        pool_job *j = &p->jobs[i];
+        if (j->delivered || (j->state != JOB_DONE && j->state != JOB_ABANDONED))
+            continue;
+        pool_result(p, j, &jobs[i], o->timeout_s);
+        j->delivered = 1;
+        delivered++;
+        if (o->on_done) {
+            pthread_mutex_unlock(&p->mu);
+            o->on_done(o->ctx, i, &jobs[i]);
+            pthread_mutex_lock(&p->mu);
+        }
+    }
+    return delivered;
+}
+
 kiln_status kiln_nvrtc_compile_all(kiln_nvrtc *nv, kiln_compile_job *jobs, int n,
                                    const kiln_nvrtc_pool *o)
 {
@@ -560,8 +594,8 @@ kiln_status kiln_nvrtc_compile_all(kiln_nvrtc *nv, kiln_compile_job *jobs, int n
     kiln_status st = pool_create(nv, jobs, n, threads, o->keep_dir, &p);
     if (st)
         return st;
-    p->progress = !o->quiet && n > 1 && isatty(STDERR_FILENO);
-    p->start = kiln_now();
+    p->progress = o->quiet || n < 2 ? 0 : isatty(STDERR_FILENO) ? 1 : 2;
+    p->start = p->last_line = kiln_now();
 
     /* With no thread to compile, the caller compiles, and nothing watches
      * the clock. */
@@ -571,15 +605,17 @@ kiln_status kiln_nvrtc_compile_all(kiln_nvrtc *nv, kiln_compile_job *jobs, int n
     while (p->finished < n) {
         if (!p->live && p->next < n) {
             pool_run(p, NULL);
+            pool_deliver(p, jobs, o);
             continue;
         }
         double next = pool_watch(p, o->timeout_s);
+        if (pool_deliver(p, jobs, o))
+            continue; /* a job may have finished while the caller had it */
         if (p->finished < n)
             pool_wait(p, next);
     }
     p->next = n;
-    for (int i = 0; i < n; i++)
-        pool_result(p, &p->jobs[i], &jobs[i], o->timeout_s);
+    pool_deliver(p, jobs, o);
     pthread_mutex_unlock(&p->mu);
     /* Threads whose job was abandoned are left running, detached; the
      * others have taken their last job and leave. */

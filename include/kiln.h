@@ -644,7 +644,8 @@ typedef struct kiln_compile_options {
     kiln_cache_options cache;   /* where kernels are looked up and stored */
     int jobs;                   /* compiles at once; 0: one per core */
     const char *keep_source;    /* write sources, NVRTC logs and PTX here */
-    int quiet;                  /* no progress line on a terminal */
+    int quiet;                  /* no progress lines on stderr (on a terminal one line
+                                   rewritten, elsewhere a line every few seconds) */
     kiln_plan_options plan;
     /* Seconds one kernel's compile may take; past it the kernel fails with
      * KILN_ERR_COMPILE naming its signature (NVRTC cannot be stopped: its
@@ -664,7 +665,10 @@ typedef struct kiln_compile_result {
                                    file is damaged and left out): nothing was stored */
 } kiln_compile_result;
 
-/* KILN_ERR_COMPILE with NVRTC's log when a kernel does not compile, or
+/* Each kernel is stored as soon as it compiles, in a transaction of its
+ * own: a compile that fails or is interrupted (a signal ending the process)
+ * keeps every kernel done before, and the next compiles only the rest.
+ * KILN_ERR_COMPILE with NVRTC's log when a kernel does not compile, or
  * naming it when its compile ran past compile_timeout_s (the ones that did
  * compile are stored); KILN_ERR_NOT_FOUND when NVRTC cannot be loaded;
  * KILN_ERR_NO_KERNEL from planning; KILN_ERR_OFFLINE_MISS naming the

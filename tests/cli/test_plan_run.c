@@ -1,8 +1,12 @@
 /* kiln plan, compile and run as a user meets them. */
 #include <criterion/criterion.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "clirun.h"
@@ -122,6 +126,63 @@ Test(cli_plan_run, compile_twice_compiles_nothing_the_second_time, .timeout = 30
     cr_assert_eq(b.status, 1, "%s", b.out);
     cr_assert(strstr(b.err, "offline, and kernel \"linear backend="), "%s", b.err);
     kt_cli_free(&b);
+}
+
+/* Each kernel is stored as it compiles: a compile stopped by SIGINT after a
+ * few kernels leaves them in the cache, and the next compiles only the
+ * rest. Off a terminal progress comes as lines. */
+Test(cli_plan_run, an_interrupted_compile_keeps_what_it_did, .timeout = 600)
+{
+    char cache[128], err[128];
+    snprintf(cache, sizeof cache, "%s/stopped.kiln", dir);
+    snprintf(err, sizeof err, "%s/compile.err", dir);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        int fd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int null = open("/dev/null", O_WRONLY);
+        if (fd < 0 || null < 0 || dup2(fd, STDERR_FILENO) < 0 || dup2(null, STDOUT_FILENO) < 0)
+            _exit(99);
+        execl(getenv("KILN_CLI"), "kiln", "compile", "demo", "--target", "sm_80", "--cache", cache,
+              "-j", "1", (char *)NULL);
+        _exit(98);
+    }
+    /* Wait for the first progress line: some kernels are done. */
+    char *text = NULL;
+    for (int i = 0; i < 1200; i++) {
+        free(text);
+        text = kt_read_file(err, NULL);
+        if (text && strstr(text, "compiling kernels: "))
+            break;
+        nanosleep(&(struct timespec){ .tv_nsec = 100000000 }, NULL);
+    }
+    cr_assert(text && strstr(text, "compiling kernels: "), "no progress line: %s", text);
+    cr_assert_null(strchr(text, '\r'), "a terminal's line in a file: %s", text);
+    free(text);
+    kill(pid, SIGINT);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFSIGNALED(status), "the compile ended before it was interrupted");
+
+    char args[256];
+    snprintf(args, sizeof args, "cache check --model demo --target sm_80 --cache %s", cache);
+    kt_cli r = kt_cli_run(args);
+    int kept = 0, total = 0;
+    const char *summary = strstr(r.out, " kernels of demo for sm_80");
+    while (summary && summary > r.out && summary[-1] != '\n')
+        summary--;
+    cr_assert(summary && sscanf(summary, "%d of %d", &kept, &total) == 2, "%s", r.out);
+    kt_cli_free(&r);
+    cr_assert_gt(kept, 0, "nothing was stored");
+    cr_assert_lt(kept, total);
+
+    snprintf(args, sizeof args, "compile demo --target sm_80 --cache %s --quiet", cache);
+    r = kt_cli_run(args);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    char want[64];
+    snprintf(want, sizeof want, "%d signatures: %d cached, %d compiled", total, kept, total - kept);
+    cr_assert(strstr(r.out, want), "want %s: %s", want, r.out);
+    kt_cli_free(&r);
 }
 
 Test(cli_plan_run, run_on_the_cpu_matches_the_demo)
