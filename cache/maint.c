@@ -190,26 +190,40 @@ void kiln_cache_stats_free(kiln_cache_stats *s)
 
 typedef struct gc_ctx {
     const kiln_cache_gc_options *o;
+    int layer;
     uint64_t now;
     size_t removed;
     uint64_t bytes;
 } gc_ctx;
 
-static bool gc_drops(const gc_ctx *g, const MDB_val *k, const MDB_val *v)
+static bool gc_drops(const gc_ctx *g, const kiln_cache_entry *e)
 {
-    kiln_cache_record r;
-    kiln_status st = k->mv_size != KILN_CACHE_KEY_BYTES
-                         ? KILN_ERR_CACHE
-                         : kiln_cache_record_decode(v->mv_data, v->mv_size, k->mv_data, &r);
-    if (st == KILN_ERR_UNSUPPORTED)
-        return g->o->version && r.version == g->o->version;
-    if (st)
+    const kiln_cache_record *r = &e->rec;
+    if (e->status == KILN_ERR_UNSUPPORTED)
+        return g->o->version && r->version == g->o->version;
+    if (e->status)
         return g->o->corrupt;
     if (g->o->version == KILN_CACHE_RECORD_VERSION)
         return true;
-    if (g->o->compiler && strcmp(r.compiler, g->o->compiler))
+    if (g->o->compiler && strcmp(r->compiler, g->o->compiler))
         return true;
-    return g->o->max_age_s && g->now > r.created && g->now - r.created > g->o->max_age_s;
+    return g->o->max_age_s && g->now > r->created && g->now - r->created > g->o->max_age_s;
+}
+
+/* One entry gc removes, or would remove on a dry run: counted, and shown
+ * to on_remove, whose refusal ends the gc with nothing removed. */
+static kiln_status gc_take(gc_ctx *g, const kiln_cache_entry *e)
+{
+    if (!gc_drops(g, e))
+        return KILN_OK;
+    g->removed++;
+    g->bytes += e->size;
+    return g->o->on_remove ? g->o->on_remove(g->o->ctx, e) : KILN_OK;
+}
+
+static kiln_status gc_visit(void *ctx, const kiln_cache_entry *e)
+{
+    return gc_take(ctx, e);
 }
 
 static kiln_status gc_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int *rc_out)
@@ -222,16 +236,19 @@ static kiln_status gc_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int *rc_
     int rc = kiln_mdb_cursor_open(txn, f->dbi, &cur);
     if (rc)
         return kiln_cache_body_fail(rc_out, rc, f, "gc");
+    kiln_status st = KILN_OK;
     while (!(rc = kiln_mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
-        if (!gc_drops(g, &k, &v))
-            continue;
-        size_t size = v.mv_size;
-        if ((rc = kiln_mdb_cursor_del(cur, 0)))
+        kiln_cache_entry e = { .layer = g->layer };
+        entry_check(f, &k, &v, &e);
+        size_t before = g->removed;
+        if ((st = gc_take(g, &e)))
             break;
-        g->removed++;
-        g->bytes += size;
+        if (g->removed != before && (rc = kiln_mdb_cursor_del(cur, 0)))
+            break;
     }
     mdb_cursor_close(cur);
+    if (st)
+        return st;
     return rc == MDB_NOTFOUND ? KILN_OK : kiln_cache_body_fail(rc_out, rc, f, "gc");
 }
 
@@ -244,8 +261,10 @@ kiln_status kiln_cache_gc(kiln_cache *c, const kiln_cache_gc_options *o, size_t 
     kiln_status st = kiln_cache_writable_file(c, "gc", &f);
     if (st)
         return st;
-    gc_ctx g = { .o = o, .now = (uint64_t)time(NULL) };
-    if ((st = kiln_cache_file_write(f, "gc", gc_body, &g)))
+    gc_ctx g = { .o = o, .layer = c->writable, .now = (uint64_t)time(NULL) };
+    st = o->dry_run ? file_foreach(f, c->writable, gc_visit, &g)
+                    : kiln_cache_file_write(f, "gc", gc_body, &g);
+    if (st)
         return st;
     if (removed)
         *removed = g.removed;

@@ -32,15 +32,18 @@ static void help(FILE *out)
             "                         damaged file and each bad record (key, problem), then\n"
             "                         \"N records, B bad\"; exit 1 when any is\n"
             "  check --model MODEL|demo [--json] [planning options]\n"
-            "                         plan MODEL as kiln plan does (default target sm_90a)\n"
-            "                         and say whether the files read (--shipped, else the\n"
-            "                         writable cache) hold every kernel the plan needs; print\n"
-            "                         each missing one (signature, key) and exit 1 when any\n"
-            "                         is. Needs no GPU and compiles nothing\n"
+            "                         plan MODEL as kiln plan does (default target sm_90a;\n"
+            "                         one plan per --target, which may be repeated) and say\n"
+            "                         whether the files read (--shipped, else the writable\n"
+            "                         cache) hold every kernel the plans need; print each\n"
+            "                         missing one (signature, key) and exit 1 when any is.\n"
+            "                         Needs no GPU and compiles nothing\n"
             "  export --model MODEL|demo -o SHIPPED [--force] [planning options]\n"
             "                         plan MODEL (a model file or directory, or demo) as kiln\n"
-            "                         plan does (default target sm_90a), and write\n"
-            "                         SHIPPED holding exactly the kernels the plan needs, each\n"
+            "                         plan does (default target sm_90a; one plan per\n"
+            "                         --target, which may be repeated: one file for a fleet\n"
+            "                         of mixed GPUs), and write SHIPPED holding exactly the\n"
+            "                         kernels the plans need, each\n"
             "                         from the first cache that has it; a kernel no cache has\n"
             "                         is an error: run kiln compile with the same options\n"
             "                         first. An existing SHIPPED is replaced only with --force\n"
@@ -49,12 +52,16 @@ static void help(FILE *out)
             "                         how many were added, present, replaced (corrupt here) and\n"
             "                         bad (corrupt in SRC, left out)\n"
             "  gc [--compiler VERSION] [--older-than DAYS] [--corrupt] [--version N]\n"
+            "     [--dry-run] [--force]\n"
             "                         remove from the writable cache every record made by a\n"
             "                         compiler other than VERSION (as ls --wide shows it, e.g.\n"
             "                         \"nvrtc 13.0\"), created more than DAYS ago, failing\n"
             "                         verify, or of record version N; give at least one.\n"
             "                         Records of another kiln's version are removed by\n"
-            "                         --version only\n"
+            "                         --version only. Each record removed is named;\n"
+            "                         --dry-run names them and removes nothing. A VERSION\n"
+            "                         no record was made by (which would remove them all) is\n"
+            "                         refused unless --force\n"
             "  salvage SRC -o DST [--force]\n"
             "                         copy every intact record found in the cache file SRC,\n"
             "                         damaged or not, into a new file DST\n"
@@ -94,6 +101,7 @@ typedef enum cache_opt {
     CACHE_OPT_ALL,
     CACHE_OPT_VERSION,
     CACHE_OPT_JSON,
+    CACHE_OPT_DRY_RUN,
     CACHE_OPT_COUNT
 } cache_opt;
 
@@ -128,7 +136,7 @@ struct cache_args {
     const char *model, *output, *compiler;
     uint64_t max_age_s;
     uint32_t version;
-    int wide, force, corrupt, all, json;
+    int wide, force, corrupt, all, json, dry_run;
     cli_plan_args plan;
     char **args;
     int n_args;
@@ -357,6 +365,51 @@ static void export_corrupt(void *ctx, const char *message)
     fprintf(stderr, "kiln cache export: warning: %s\n", message);
 }
 
+/* The plans of export and check: one per --target, of one model. On
+ * failure nothing is left open. */
+typedef struct cache_plans {
+    cli_source src;
+    kiln_plan *p[CLI_MAX_TARGETS];
+    kiln_target t[CLI_MAX_TARGETS];
+    int n;
+    char targets[CLI_MAX_TARGETS * 24]; /* "--target sm_80 --target sm_90a" */
+} cache_plans;
+
+static void plans_close(cache_plans *ps)
+{
+    for (int i = 0; i < ps->n; i++)
+        kiln_plan_destroy(ps->p[i]);
+    cli_source_close(&ps->src);
+}
+
+static kiln_status plans_open(cache_args *a, cache_plans *ps)
+{
+    *ps = (cache_plans){ 0 };
+    cli_plan_target(&a->plan, 0, &ps->t[0]);
+    kiln_status st = cli_plan_open(a->model, &a->plan, &ps->t[0], &ps->src, &ps->p[0]);
+    if (st != KILN_OK)
+        return st;
+    ps->n = 1;
+    for (int i = 1; i < a->plan.n_targets && st == KILN_OK; i++) {
+        cli_plan_target(&a->plan, i, &ps->t[i]);
+        if ((st = kiln_plan_create(ps->src.g, &ps->t[i], &a->plan.po, &ps->p[i])) == KILN_OK)
+            ps->n++;
+    }
+    if (st != KILN_OK) {
+        plans_close(ps);
+        return st;
+    }
+    size_t used = 0;
+    for (int i = 0; i < ps->n; i++) {
+        for (const char *const *w = kiln_plan_warnings(ps->p[i]); *w; w++)
+            fprintf(stderr, "kiln cache %s: warning: %s (%s)\n", a->sub->name, *w, ps->t[i].name);
+        int n = snprintf(ps->targets + used, sizeof ps->targets - used, "%s--target %s",
+                         i ? " " : "", ps->t[i].name);
+        used += n > 0 ? (size_t)n : 0;
+    }
+    return KILN_OK;
+}
+
 static int run_export(cache_args *a)
 {
     if (!a->model)
@@ -367,13 +420,10 @@ static int run_export(cache_args *a)
     int rc = cli_plan_finish(&cli_cmd_cache, &a->plan, &t);
     if (rc != CLI_OK)
         return rc;
-    cli_source src;
-    kiln_plan *p;
-    kiln_status st = cli_plan_open(a->model, &a->plan, &t, &src, &p);
+    cache_plans ps;
+    kiln_status st = plans_open(a, &ps);
     if (st != KILN_OK)
         return fail(a, st);
-    for (const char *const *w = kiln_plan_warnings(p); *w; w++)
-        fprintf(stderr, "kiln cache export: warning: %s\n", *w);
 
     kiln_cache_options o = {
         .shipped = a->files, .n_shipped = a->n_files, .path = a->cache, .strict = 1,
@@ -382,22 +432,27 @@ static int run_export(cache_args *a)
     kiln_cache *c = NULL;
     struct stat fs;
     if ((st = kiln_cache_open(&o, &c)) == KILN_OK)
-        st = kiln_cache_export(c, p, a->output, a->force);
-    if (st == KILN_OK)
-        printf("exported %d kernels (%llu bytes) to %s\n", kiln_plan_n_signatures(p),
-               stat(a->output, &fs) ? 0ull : (unsigned long long)fs.st_size, a->output);
+        st = kiln_cache_export_plans(c, (const kiln_plan *const *)ps.p, ps.n, a->output,
+                                     a->force);
+    if (st == KILN_OK) {
+        int kernels = 0;
+        for (int i = 0; i < ps.n; i++)
+            kernels += kiln_plan_n_signatures(ps.p[i]);
+        char size[32];
+        cli_bytes(stat(a->output, &fs) ? 0 : (uint64_t)fs.st_size, size, sizeof size);
+        printf("exported %d kernels (%s) to %s\n", kernels, size, a->output);
+    }
     kiln_cache_close(c);
-    kiln_plan_destroy(p);
-    cli_source_close(&src);
-    if (st == KILN_OK)
-        return CLI_OK;
-    rc = fail(a, st);
-    if (st == KILN_ERR_OFFLINE_MISS)
-        fprintf(stderr,
-                "kiln cache export: compile the plan's kernels first: kiln compile %s --target "
-                "%s, with the same planning options and caches\n",
-                a->model, t.name);
-    return rc;
+    if (st != KILN_OK) {
+        rc = fail(a, st);
+        if (st == KILN_ERR_OFFLINE_MISS)
+            fprintf(stderr,
+                    "kiln cache export: compile the plan's kernels first: kiln compile %s %s, "
+                    "with the same planning options and caches\n",
+                    a->model, ps.targets);
+    }
+    plans_close(&ps);
+    return st == KILN_OK ? CLI_OK : rc;
 }
 
 /* -------------------------------------------------------------- check */
@@ -425,47 +480,53 @@ static int run_check(cache_args *a)
     int rc = cli_plan_finish(&cli_cmd_cache, &a->plan, &t);
     if (rc != CLI_OK)
         return rc;
-    cli_source src;
-    kiln_plan *p;
-    kiln_status st = cli_plan_open(a->model, &a->plan, &t, &src, &p);
+    cache_plans ps;
+    kiln_status st = plans_open(a, &ps);
     if (st != KILN_OK)
         return fail(a, st);
-    for (const char *const *w = kiln_plan_warnings(p); *w; w++)
-        fprintf(stderr, "kiln cache check: warning: %s\n", *w);
     kiln_cache *c = NULL;
-    check_ctx x = { .a = a, .missing = json_array() };
-    int missing = 0, kernels = kiln_plan_n_signatures(p);
-    if ((st = open_named(a, 1, &c)) == KILN_OK)
-        st = kiln_cache_check_plan(c, p, check_missing, &x, &missing);
+    json_t *per = json_array();
+    int missing = 0;
+    st = open_named(a, 1, &c);
+    for (int i = 0; st == KILN_OK && i < ps.n; i++) {
+        check_ctx x = { .a = a, .missing = json_array() };
+        int miss = 0, kernels = kiln_plan_n_signatures(ps.p[i]);
+        if ((st = kiln_cache_check_plan(c, ps.p[i], check_missing, &x, &miss)) == KILN_OK &&
+            a->json) {
+            json_array_append_new(per, json_pack("{s:s, s:i, s:i, s:O}", "target", ps.t[i].name,
+                                                 "kernels", kernels, "present", kernels - miss,
+                                                 "missing", x.missing));
+        } else if (st == KILN_OK) {
+            printf("%d of %d kernels of %s for %s in", kernels - miss, kernels, a->model,
+                   ps.t[i].name);
+            for (int l = 0; l < kiln_cache_n_layers(c); l++)
+                printf("%s %s", l ? "," : "", kiln_cache_layer_path(c, l));
+            printf("%s: %s\n", kiln_cache_n_layers(c) ? "" : " no cache",
+                   miss ? "incomplete" : "complete");
+        }
+        json_decref(x.missing);
+        missing += miss;
+    }
     if (st == KILN_OK && a->json) {
         json_t *files = json_array();
         for (int i = 0; i < kiln_cache_n_layers(c); i++)
             json_array_append_new(files, json_string(kiln_cache_layer_path(c, i)));
-        json_t *root = json_pack("{s:s, s:s, s:o, s:i, s:i, s:O, s:b}", "model", a->model,
-                                 "target", t.name, "caches", files, "kernels", kernels,
-                                 "present", kernels - missing, "missing", x.missing,
-                                 "complete", missing == 0);
+        json_t *root = json_pack("{s:s, s:o, s:O, s:b}", "model", a->model, "caches", files,
+                                 "targets", per, "complete", missing == 0);
         json_dumpf(root, stdout, JSON_INDENT(1));
         putchar('\n');
         json_decref(root);
-    } else if (st == KILN_OK) {
-        printf("%d of %d kernels of %s for %s in", kernels - missing, kernels, a->model, t.name);
-        for (int i = 0; i < kiln_cache_n_layers(c); i++)
-            printf("%s %s", i ? "," : "", kiln_cache_layer_path(c, i));
-        printf("%s: %s\n", kiln_cache_n_layers(c) ? "" : " no cache",
-               missing ? "incomplete" : "complete");
     }
-    json_decref(x.missing);
+    json_decref(per);
     kiln_cache_close(c);
-    kiln_plan_destroy(p);
-    cli_source_close(&src);
+    if (st == KILN_OK && missing && !a->json)
+        fprintf(stderr,
+                "kiln cache check: %d kernels missing: kiln compile %s %s with the same planning "
+                "options compiles them\n",
+                missing, a->model, ps.targets);
+    plans_close(&ps);
     if (st != KILN_OK)
         return fail(a, st);
-    if (missing && !a->json)
-        fprintf(stderr,
-                "kiln cache check: %d kernels missing: kiln compile %s --target %s with the same "
-                "planning options compiles them\n",
-                missing, a->model, t.name);
     return missing ? CLI_FAIL : CLI_OK;
 }
 
@@ -491,19 +552,72 @@ static int run_merge(cache_args *a)
     return st == KILN_OK ? CLI_OK : fail(a, st);
 }
 
+/* The compilers of a cache's intact records, "nvrtc 13.0, nvrtc 12.8". */
+typedef struct compilers {
+    char list[512];
+    bool has; /* one of them is the one asked for */
+    const char *asked;
+} compilers;
+
+static kiln_status compiler_seen(void *ctx, const kiln_cache_entry *e)
+{
+    compilers *x = ctx;
+    if (e->status != KILN_OK)
+        return KILN_OK;
+    if (!strcmp(e->rec.compiler, x->asked))
+        x->has = true;
+    size_t n = strlen(x->list), len = strlen(e->rec.compiler);
+    for (const char *p = x->list; (p = strstr(p, e->rec.compiler)); p += len)
+        if ((p == x->list || p[-1] == ' ') && (p[len] == ',' || !p[len]))
+            return KILN_OK;
+    snprintf(x->list + n, sizeof x->list - n, "%s%s", n ? ", " : "", e->rec.compiler);
+    return KILN_OK;
+}
+
+static kiln_status gc_show(void *ctx, const kiln_cache_entry *e)
+{
+    const cache_args *a = ctx;
+    char key[KILN_CACHE_KEY_HEX];
+    key_text(e, key);
+    const char *verb = a->dry_run ? "would remove" : "removing";
+    if (e->status == KILN_OK)
+        printf("%s %s  %s  %s  %s\n", verb, key, e->rec.target, e->rec.compiler,
+               e->rec.signature);
+    else if (e->status == KILN_ERR_UNSUPPORTED)
+        printf("%s %s  record version %u\n", verb, key, e->rec.version);
+    else
+        printf("%s %s  %s\n", verb, key, e->problem);
+    return KILN_OK;
+}
+
+/* gc --compiler V keeps V's records alone: where no record is V's, a
+ * misspelt V would remove every record, so that takes --force. */
 static int run_gc(cache_args *a)
 {
     if (!a->compiler && !a->max_age_s && !a->corrupt && !a->version)
         return usage(a, "what to remove? give --compiler, --older-than, --corrupt or --version");
     kiln_cache_gc_options g = { .compiler = a->compiler, .max_age_s = a->max_age_s,
-                                .corrupt = a->corrupt, .version = a->version };
+                                .corrupt = a->corrupt, .version = a->version,
+                                .dry_run = a->dry_run, .on_remove = gc_show, .ctx = a };
     kiln_cache *c = NULL;
     size_t removed;
     uint64_t bytes;
     kiln_status st = open_writable(a, &c);
-    if (st == KILN_OK && (st = kiln_cache_gc(c, &g, &removed, &bytes)) == KILN_OK)
-        printf("removed %zu records (%llu bytes) from %s\n", removed, (unsigned long long)bytes,
-               kiln_cache_layer_path(c, kiln_cache_writable_layer(c)));
+    const char *path = st == KILN_OK ? kiln_cache_layer_path(c, kiln_cache_writable_layer(c)) : "";
+    compilers x = { .asked = a->compiler };
+    if (st == KILN_OK && a->compiler && !a->force && !a->dry_run &&
+        (st = kiln_cache_foreach(c, kiln_cache_writable_layer(c), compiler_seen, &x)) == KILN_OK &&
+        !x.has && x.list[0])
+        st = cli_error(KILN_ERR_INVALID_ARG,
+                       "%s: no record was made by \"%s\" (they were made by %s), so --compiler "
+                       "would remove every record; --dry-run lists them, --force removes them",
+                       path, a->compiler, x.list);
+    if (st == KILN_OK && (st = kiln_cache_gc(c, &g, &removed, &bytes)) == KILN_OK) {
+        char size[32];
+        cli_bytes(bytes, size, sizeof size);
+        printf("%s %zu records (%s) from %s\n", a->dry_run ? "would remove" : "removed", removed,
+               size, path);
+    }
     kiln_cache_close(c);
     return st == KILN_OK ? CLI_OK : fail(a, st);
 }
@@ -559,8 +673,10 @@ static const cache_sub subs[] = {
       run_export },
     { "check", TAKES_READ | TAKES(MODEL) | TAKES(JSON), true, 0, 0, NULL, run_check },
     { "merge", TAKES(CACHE), false, 1, 1, "merge what? give a cache file", run_merge },
-    { "gc", TAKES(CACHE) | TAKES(COMPILER) | TAKES(OLDER) | TAKES(CORRUPT) | TAKES(VERSION), false,
-      0, 0, NULL, run_gc },
+    { "gc",
+      TAKES(CACHE) | TAKES(COMPILER) | TAKES(OLDER) | TAKES(CORRUPT) | TAKES(VERSION) |
+          TAKES(DRY_RUN) | TAKES(FORCE),
+      false, 0, 0, NULL, run_gc },
     { "salvage", TAKES(OUTPUT) | TAKES(FORCE), false, 1, 1, "salvage what? give a cache file",
       run_salvage },
     { "rm", TAKES(CACHE) | TAKES(ALL), false, 0, 1, NULL, run_rm },
@@ -580,6 +696,7 @@ static const struct option cache_options[] = {
     { "all", no_argument, NULL, CACHE_OPT_BASE + CACHE_OPT_ALL },
     { "version", required_argument, NULL, CACHE_OPT_BASE + CACHE_OPT_VERSION },
     { "json", no_argument, NULL, CACHE_OPT_BASE + CACHE_OPT_JSON },
+    { "dry-run", no_argument, NULL, CACHE_OPT_BASE + CACHE_OPT_DRY_RUN },
     { 0 },
 };
 
@@ -614,6 +731,7 @@ static int take_option(cache_args *a, cache_opt o, const char *arg)
         break;
     case CACHE_OPT_CORRUPT: a->corrupt = 1; break;
     case CACHE_OPT_JSON: a->json = 1; break;
+    case CACHE_OPT_DRY_RUN: a->dry_run = 1; break;
     case CACHE_OPT_ALL: a->all = 1; break;
     case CACHE_OPT_VERSION:
         version = strtoul(arg, &end, 10);
@@ -680,6 +798,7 @@ static int run(int argc, char **argv)
             a.sub = &subs[i];
     if (!a.sub)
         return usage(&a, "unknown subcommand '%s'", argv[1]);
+    a.plan.multi_target = 1; /* export and check: one plan per --target */
     int rc = parse(argc - 1, argv + 1, &a);
     if (rc != CLI_OK)
         return rc;

@@ -33,6 +33,10 @@ kiln_status cli_error(kiln_status st, const char *fmt, ...) __attribute__((forma
 /* Report a usage error for cmd on stderr and return CLI_USAGE. */
 int cli_usage(const cli_command *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* n bytes for a reader, into buf: "512 B", "185.2 MiB" (binary units, one
+ * decimal). --json gives the exact count instead. Returns buf. */
+const char *cli_bytes(uint64_t n, char *buf, size_t size);
+
 /* Monotonic wall-clock seconds. */
 double cli_now(void);
 
@@ -108,9 +112,12 @@ enum {
     { "layers", required_argument, NULL, CLI_OPT_LAYERS },                                      \
     { "no-fuse", no_argument, NULL, CLI_OPT_NO_FUSE }
 #define CLI_PLAN_HELP                                                                           \
-    "  --target T        sm_75, sm_80, sm_86, sm_89, sm_90, sm_90a or a product name\n"         \
-    "                    (t4, a100, a10, l40s, h100, h200); default: the GPU's, or\n"          \
-    "                    sm_90a when there is none\n"                                          \
+    "  --target T        sm_75 ... sm_90a, sm_100(a), sm_103(a), sm_110, sm_120(a),\n"         \
+    "                    sm_121(a) or a product name (t4, a100, a10, l40s, h100, h200,\n"     \
+    "                    orin, b200, gb200, rtx-pro-6000, rtx-5090, dgx-spark), in any\n"     \
+    "                    case; default: the GPU's, or sm_90a when there is none. Given\n"     \
+    "                    twice only to compile, cache export and cache check (a plan\n"       \
+    "                    per target)\n"                                                        \
     "  --backend B       use backend B wherever it can take a node; elsewhere fall\n"          \
     "                    back to the normal choice with one warning per layer type\n"          \
     "  --strict-backend  make such a fallback an error\n"                                      \
@@ -123,21 +130,29 @@ enum {
     "  --layers N        use only the first N layers of a model file\n"                        \
     "  --no-fuse         keep epilogues as separate kernels\n"
 
+enum { CLI_MAX_TARGETS = 16 };
 typedef struct cli_plan_args {
-    const char *target, *graph;
+    const char *target, *graph; /* target: the first --target */
+    const char *targets[CLI_MAX_TARGETS];
+    int n_targets;              /* --target given; after cli_plan_finish at least 1,
+                                   unless target_optional */
+    int multi_target;           /* the command takes several --target (one plan each) */
     int64_t capture[64];
     int n_capture, layers;
     int target_optional; /* no --target: cli_plan_finish leaves t's name empty */
+    kiln_target live;    /* no --target: the live GPU's, when there is one */
     kiln_plan_options po;
 } cli_plan_args;
 void cli_plan_args_init(cli_plan_args *a);
 /* 1 when c is a planning option (then *rc is CLI_OK or CLI_USAGE, already
  * reported), 0 when it is not. */
 int cli_plan_option(const cli_command *cmd, int c, const char *arg, cli_plan_args *a, int *rc);
-/* Check the options together and resolve the target (without --target: the
- * live GPU's, else sm_90a; or none when target_optional); CLI_OK or
- * CLI_USAGE. */
+/* Check the options together and resolve the (first) target (without
+ * --target: the live GPU's, else sm_90a; or none when target_optional);
+ * CLI_OK or CLI_USAGE. */
 int cli_plan_finish(const cli_command *cmd, cli_plan_args *a, kiln_target *t);
+/* Target i of the targets cli_plan_finish accepted. */
+void cli_plan_target(const cli_plan_args *a, int i, kiln_target *t);
 /* Open what (demo or a model) and plan it; src stays open for the plan. */
 kiln_status cli_plan_open(const char *what, cli_plan_args *a, const kiln_target *t,
                           cli_source *src, kiln_plan **p);

@@ -7,12 +7,13 @@
 static void help(FILE *out)
 {
     fprintf(out,
-            "usage: kiln compile MODEL|demo [--target T] [--cache FILE] [--shipped FILE]...\n"
+            "usage: kiln compile MODEL|demo [--target T]... [--cache FILE] [--shipped FILE]...\n"
             "                    [--offline] [-j N] [--keep-source DIR] [--compile-timeout S]\n"
             "                    [--quiet] [planning options]\n"
             "\n"
             "Plans a model for a target, then compiles with NVRTC every kernel the plan\n"
             "needs that no cache holds, and stores it in the writable cache. Needs no GPU.\n"
+            "With several --target, one plan per target, compiled in turn (a line each).\n"
             "Prints \"S signatures: H cached, C compiled in T s\"; a second run compiles\n"
             "nothing. Each kernel is stored as soon as it compiles: an interrupted compile\n"
             "(Ctrl-C, SIGTERM) keeps what it did, and the next compiles only the rest.\n"
@@ -59,6 +60,7 @@ static int run(int argc, char **argv)
     int c, rc;
     long long v;
     cli_plan_args_init(&a);
+    a.multi_target = 1;
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":j:", opts, NULL)) != -1) {
@@ -101,23 +103,31 @@ static int run(int argc, char **argv)
         return rc;
 
     cli_source src;
-    kiln_plan *p;
+    kiln_plan *p = NULL;
     kiln_status st = cli_plan_open(argv[optind], &a, &t, &src, &p);
     if (st != KILN_OK)
         return cli_fail(st, "compile");
-    for (const char *const *w = kiln_plan_warnings(p); *w; w++)
-        fprintf(stderr, "kiln compile: warning: %s\n", *w);
-    kiln_compile_result r;
     char path[4096];
-    const char *into = "no usable writable cache: nothing stored";
-    if ((st = kiln_compile_plan(p, &co, &r)) == KILN_OK && r.writable) {
-        into = co.cache.path ? co.cache.path : path;
-        if (!co.cache.path)
-            st = kiln_cache_default_path(path, sizeof path);
+    const char *into = co.cache.path;
+    if (!into && (st = kiln_cache_default_path(path, sizeof path)) == KILN_OK)
+        into = path;
+    /* One plan per target, each compiled in turn into the same caches. */
+    for (int i = 0; st == KILN_OK && i < a.n_targets; i++) {
+        if (i) {
+            cli_plan_target(&a, i, &t);
+            kiln_plan_destroy(p);
+            p = NULL;
+            if ((st = kiln_plan_create(src.g, &t, &a.po, &p)) != KILN_OK)
+                break;
+        }
+        for (const char *const *w = kiln_plan_warnings(p); *w; w++)
+            fprintf(stderr, "kiln compile: warning: %s (%s)\n", *w, t.name);
+        kiln_compile_result r;
+        if ((st = kiln_compile_plan(p, &co, &r)) == KILN_OK)
+            printf("%d signatures: %d cached, %d compiled in %.2f s (%s, %s)\n", r.signatures,
+                   r.cached, r.compiled, r.seconds, t.name,
+                   r.writable ? into : "no usable writable cache: nothing stored");
     }
-    if (st == KILN_OK)
-        printf("%d signatures: %d cached, %d compiled in %.2f s (%s, %s)\n", r.signatures,
-               r.cached, r.compiled, r.seconds, t.name, into);
     kiln_plan_destroy(p);
     cli_source_close(&src);
     return st == KILN_OK ? CLI_OK : cli_fail(st, "compile");

@@ -300,29 +300,47 @@ kiln_status kiln_compile(kiln_graph *g, const kiln_target *t, const kiln_compile
     return st;
 }
 
-/* The plan's keys come from building it offline: every kernel is keyed and
- * found, nothing is compiled and no cubin is kept. */
-kiln_status kiln_cache_export(kiln_cache *c, const kiln_plan *p, const char *path, int overwrite)
+/* The plans' keys come from building them offline: every kernel is keyed
+ * and found, nothing is compiled and no cubin is kept. */
+kiln_status kiln_cache_export_plans(kiln_cache *c, const kiln_plan *const *plans, int n_plans,
+                                    const char *path, int overwrite)
 {
-    if (!c || !p || !path)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "export: the cache, the plan and the path are "
+    if (!c || !plans || n_plans < 1 || !path)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "export: the cache, the plans and the path are "
                          "required");
     kiln_build_options bo = { .offline = 1, .no_cubins = 1, .quiet = 1 };
-    kiln_build b;
-    kiln_status st = kiln_build_plan(p, c, &bo, &b);
-    if (st != KILN_OK)
-        return st;
-    uint8_t(*keys)[KILN_CACHE_KEY_BYTES] = kiln_malloc(((size_t)b.n + 1) * sizeof *keys);
-    if (!keys)
-        st = kiln_fail(KILN_ERR_NOMEM, "export to %s: out of memory for %d keys", path, b.n);
-    for (int i = 0; keys && i < b.n; i++)
-        memcpy(keys[i], b.kernels[i].key, KILN_CACHE_KEY_BYTES);
-    if (keys)
-        st = kiln_cache_export_keys(c, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])keys, (size_t)b.n,
-                                    path, overwrite);
+    uint8_t(*keys)[KILN_CACHE_KEY_BYTES] = NULL;
+    size_t n_keys = 0;
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < n_plans && st == KILN_OK; i++) {
+        kiln_build b;
+        if (!plans[i]) {
+            st = kiln_fail(KILN_ERR_INVALID_ARG, "export to %s: plan %d is NULL", path, i);
+            break;
+        }
+        if ((st = kiln_build_plan(plans[i], c, &bo, &b)) != KILN_OK)
+            break;
+        void *more = kiln_realloc(keys, (n_keys + (size_t)b.n + 1) * sizeof *keys);
+        if (!more) {
+            st = kiln_fail(KILN_ERR_NOMEM, "export to %s: out of memory for %zu keys", path,
+                           n_keys + (size_t)b.n);
+        } else {
+            keys = more;
+            for (int k = 0; k < b.n; k++)
+                memcpy(keys[n_keys++], b.kernels[k].key, KILN_CACHE_KEY_BYTES);
+        }
+        kiln_build_free(&b);
+    }
+    if (st == KILN_OK)
+        st = kiln_cache_export_keys(c, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])keys, n_keys, path,
+                                    overwrite);
     free(keys);
-    kiln_build_free(&b);
     return st;
+}
+
+kiln_status kiln_cache_export(kiln_cache *c, const kiln_plan *p, const char *path, int overwrite)
+{
+    return kiln_cache_export_plans(c, &p, 1, path, overwrite);
 }
 
 kiln_status kiln_cache_check_plan(kiln_cache *c, const kiln_plan *p,

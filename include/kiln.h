@@ -276,16 +276,20 @@ typedef struct kiln_target {
     char alias_of[16];    /* for an alias: the product name it was asked by ("h200") */
 } kiln_target;
 
-/* A named target: sm_75, sm_80, sm_86, sm_89, sm_90, sm_90a, or one of the
- * product aliases t4, a100, a10, l40s, h100, h200. KILN_ERR_NOT_FOUND lists
- * the names kiln knows. */
+/* A named target, in any case: sm_75, sm_80, sm_86, sm_87, sm_89, sm_90,
+ * sm_90a, sm_100, sm_100a, sm_103, sm_103a, sm_110, sm_120, sm_120a,
+ * sm_121, sm_121a, or a product alias: t4, a100, a10, l40s, h100, h200,
+ * orin, b200, gb200, rtx-pro-6000, rtx-5090, dgx-spark (each names the
+ * target its live device plans for). Blackwell targets get the portable
+ * backends. KILN_ERR_NOT_FOUND lists the names kiln knows. */
 KILN_API kiln_status kiln_target_from_name(const char *name, kiln_target *out);
 
 /* The target of a device of compute capability major.minor with sm_count
  * multiprocessors and smem_optin bytes of shared memory per block (0: the
  * architecture's default). An sm_90 device gets sm_90a; an architecture newer
- * than kiln's table gets the capabilities every later one keeps.
- * KILN_ERR_UNSUPPORTED below sm_75. */
+ * than kiln's table gets the capabilities every later one keeps. Every
+ * target it gives can be planned and compiled (for an architecture NVRTC
+ * knows). KILN_ERR_UNSUPPORTED below sm_75. */
 KILN_API kiln_status kiln_target_from_cc(int major, int minor, int sm_count, int smem_optin,
                                          kiln_target *out);
 
@@ -549,10 +553,18 @@ typedef struct kiln_cache_gc_options {
     int corrupt;          /* records that fail their checks (not those of another version) */
     uint32_t version;     /* records of this record version; 0: none. Nothing else
                              removes a record of another version */
+    int dry_run;          /* remove nothing: count, and show on_remove, what would go */
+    /* Sees each entry that goes (or would go), before it does; a status
+     * other than KILN_OK ends the gc with it, nothing removed. It must not
+     * call into the cache. When the map must grow the gc starts again, and
+     * on_remove sees those entries again. NULL: none. */
+    kiln_cache_visit_fn on_remove;
+    void *ctx;
 } kiln_cache_gc_options;
 
 /* Remove from the writable cache what o selects, in one transaction.
- * *removed and *bytes (either may be NULL) say how much went.
+ * *removed and *bytes (either may be NULL) say how much went, or would go
+ * on a dry run.
  * KILN_ERR_INVALID_ARG for a NULL c or o; KILN_ERR_STATE when no writable
  * cache is open; KILN_ERR_CACHE, naming the file, when it is damaged;
  * KILN_ERR_CACHE or KILN_ERR_IO when LMDB fails. */
@@ -598,6 +610,13 @@ KILN_API kiln_status kiln_cache_merge(kiln_cache *c, const char *src, kiln_cache
  * files. */
 KILN_API kiln_status kiln_cache_export(kiln_cache *c, const kiln_plan *p, const char *path,
                                        int overwrite);
+
+/* kiln_cache_export of several plans into one file: the kernels of every
+ * plan (one per target of a fleet of mixed GPUs, say), each once. Errors as
+ * kiln_cache_export, and KILN_ERR_INVALID_ARG for an n_plans below 1 or a
+ * NULL plan. */
+KILN_API kiln_status kiln_cache_export_plans(kiln_cache *c, const kiln_plan *const *plans,
+                                             int n_plans, const char *path, int overwrite);
 
 /* Called by kiln_cache_check_plan with each kernel no layer holds: its
  * signature and its key (lowercase hex), both valid during the call only. */

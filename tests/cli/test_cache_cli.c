@@ -597,6 +597,22 @@ Test(cache_cli, merge_counts_what_it_did)
     free(b);
 }
 
+/* What cli_bytes prints. */
+static void human_bytes(uint64_t n, char *buf, size_t size)
+{
+    static const char *const units[] = { "KiB", "MiB", "GiB" };
+    double v = (double)n;
+    int u = -1;
+    while (v >= 1024 && u < 2) {
+        v /= 1024;
+        u++;
+    }
+    if (u < 0)
+        snprintf(buf, size, "%llu B", (unsigned long long)n);
+    else
+        snprintf(buf, size, "%.1f %s", v, units[u]);
+}
+
 Test(cache_cli, gc_removes_what_it_is_asked_to)
 {
     enum { N = 12 };
@@ -618,26 +634,58 @@ Test(cache_cli, gc_removes_what_it_is_asked_to)
         free(buf);
         bytes += size;
     }
-    kt_cli r = run("cache gc --compiler 'nvrtc 13.0' --cache %s", c);
+    char size[32], want[512], line[600];
+    human_bytes(bytes, size, sizeof size);
+
+    /* A dry run names what would go and removes nothing. */
+    kt_cli r = run("cache gc --compiler 'nvrtc 13.0' --dry-run --cache %s", c);
     cr_assert_eq(r.status, 0, "%s", r.err);
-    char want[512];
-    snprintf(want, sizeof want, "removed %d records (%llu bytes) from %s\n", N / 3,
-             (unsigned long long)bytes, c);
-    cr_assert_str_eq(r.out, want);
+    for (int i = 0; i < N; i++) {
+        snprintf(want, sizeof want, "would remove %s  ", m[i].hex);
+        cr_assert_eq(strstr(r.out, want) != NULL, i % 3 == 0, "%s:\n%s", m[i].hex, r.out);
+    }
+    snprintf(want, sizeof want, "would remove %d records (%s) from %s", N / 3, size, c);
+    cr_assert(line_with(r.out, "would remove 4 records", line, sizeof line), "%s", r.out);
+    cr_assert_str_eq(line, want);
+    kt_cli_free(&r);
+    r = run("cache ls --cache %s", c);
+    cr_assert_eq(record_lines(r.out), N, "%s", r.out);
+    kt_cli_free(&r);
+
+    /* A compiler no record was made by would remove them all: refused. */
+    r = run("cache gc --compiler 'nvrtc 12.9' --cache %s", c);
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert(strstr(r.err, "no record was made by \"nvrtc 12.9\"") &&
+                  strstr(r.err, "nvrtc 12.4") && strstr(r.err, "--force"),
+              "%s", r.err);
+    kt_cli_free(&r);
+    r = run("cache ls --cache %s", c);
+    cr_assert_eq(record_lines(r.out), N, "%s", r.out);
+    kt_cli_free(&r);
+
+    r = run("cache gc --compiler 'nvrtc 13.0' --cache %s", c);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    for (int i = 0; i < N; i += 3) {
+        snprintf(want, sizeof want, "removing %s  ", m[i].hex);
+        cr_assert(strstr(r.out, want), "%s:\n%s", m[i].hex, r.out);
+    }
+    snprintf(want, sizeof want, "removed %d records (%s) from %s", N / 3, size, c);
+    cr_assert(line_with(r.out, "removed ", line, sizeof line), "%s", r.out);
+    cr_assert_str_eq(line, want);
     kt_cli_free(&r);
 
     r = run("cache gc --older-than 30 --cache %s", c);
     cr_assert_eq(r.status, 0, "%s", r.err);
-    cr_assert(!strncmp(r.out, "removed 4 records (", 19), "%s", r.out);
+    cr_assert(strstr(r.out, "\nremoved 4 records ("), "%s", r.out);
     kt_cli_free(&r);
     /* Nothing left is that old, however a fraction of a day is spelt. */
     r = run("cache gc --older-than 0.5 --cache %s", c);
-    cr_assert(!strncmp(r.out, "removed 0 records (0 bytes)", 27), "%s", r.out);
+    cr_assert(!strncmp(r.out, "removed 0 records (0 B)", 23), "%s", r.out);
     kt_cli_free(&r);
 
     r = run("cache gc --corrupt --cache %s", c);
     cr_assert_eq(r.status, 0, "%s", r.err);
-    cr_assert(!strncmp(r.out, "removed 1 records (", 19), "%s", r.out);
+    cr_assert(strstr(r.out, "\nremoved 1 records ("), "%s", r.out);
     kt_cli_free(&r);
 
     r = run("cache ls --cache %s", c);
@@ -739,9 +787,9 @@ Test(cache_cli, export_ships_exactly_the_plan, .timeout = 1200)
 
     kt_cli r = run("cache export " EXPORT_PLAN " --target sm_80 -o %s --cache %s", s, c);
     cr_assert_eq(r.status, 0, "%s", r.err);
-    char want[512];
-    snprintf(want, sizeof want, "exported %d kernels (%lld bytes) to %s\n", n80,
-             (long long)file_size(s), s);
+    char want[512], size[32];
+    human_bytes((uint64_t)file_size(s), size, sizeof size);
+    snprintf(want, sizeof want, "exported %d kernels (%s) to %s\n", n80, size, s);
     cr_assert_str_eq(r.out, want);
     kt_cli_free(&r);
     cr_assert_lt(file_size(s), file_size(c));
@@ -924,6 +972,55 @@ Test(cache_cli, shipping_workflow, .timeout = 600)
     r = run("run demo --device cuda:999 --tokens 1 --steps 1");
     cr_assert_eq(r.status, 1, "%s", r.out);
     cr_assert(strstr(r.err, "kiln: run"), "%s", r.err);
+    kt_cli_free(&r);
+    free(s);
+    free(c);
+}
+
+/* One file for a fleet of mixed GPUs: compile and export for three
+ * targets at once; the file serves each of them offline, and check says
+ * so per target. */
+Test(cache_cli, one_file_serves_several_targets, .timeout = 900)
+{
+    char *c = path_in("fleet-build.kiln"), *s = path_in("fleet.kiln");
+    static const char *const fleet[] = { "sm_90a", "sm_120a", "sm_80" };
+    kt_cli r = run("compile demo --capture 1,8 --target sm_90a --target SM_120A --target sm_80 "
+                   "--cache %s --quiet", c);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    for (size_t i = 0; i < 3; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "(%s, ", fleet[i]);
+        cr_assert(strstr(r.out, want), "%s: %s", fleet[i], r.out);
+    }
+    kt_cli_free(&r);
+    r = run("cache export --model demo --capture 1,8 --target sm_90a --target sm_120a "
+            "--target sm_80 -o %s --cache %s", s, c);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    kt_cli_free(&r);
+    r = run("cache check --model demo --capture 1,8 --target sm_90a --target sm_120a "
+            "--target sm_80 --shipped %s", s);
+    cr_assert_eq(r.status, 0, "%s%s", r.out, r.err);
+    for (size_t i = 0; i < 3; i++) {
+        char want[64];
+        snprintf(want, sizeof want, " for %s in %s: complete\n", fleet[i], s);
+        cr_assert(strstr(r.out, want), "%s: %s", fleet[i], r.out);
+    }
+    kt_cli_free(&r);
+    for (size_t i = 0; i < 3; i++) {
+        r = run("run demo --device cpu --shipped %s --offline --target %s --capture 1,8 "
+                "--tokens 1,8 --steps 1", s, fleet[i]);
+        cr_assert_eq(r.status, 0, "%s: %s", fleet[i], r.err);
+        kt_cli_free(&r);
+    }
+    /* a target the file was not made for */
+    r = run("run demo --device cpu --shipped %s --offline --target sm_86 --capture 1,8 "
+            "--tokens 1 --steps 1", s);
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    kt_cli_free(&r);
+    /* one target twice is refused */
+    r = run("compile demo --target sm_80 --target a100 --cache %s", c);
+    cr_assert_eq(r.status, 2, "%s", r.out);
+    cr_assert(strstr(r.err, "are one target, sm_80"), "%s", r.err);
     kt_cli_free(&r);
     free(s);
     free(c);

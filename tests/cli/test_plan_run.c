@@ -69,7 +69,9 @@ Test(cli_plan_run, plan_errors)
     cr_assert_eq(r.status, 1);
     cr_assert(strstr(r.err, "--backend cutlass: no such backend (built: "), "%s", r.err);
     kt_cli_free(&r);
-    static const char *usage[] = { "plan", "plan demo --target sm_100", "plan demo --strict-backend",
+    static const char *usage[] = { "plan", "plan demo --target sm_10",
+                                   "plan demo --target sm_80 --target sm_90a",
+                                   "plan demo --strict-backend",
                                    "plan demo --capture 0", "plan demo --graph attention",
                                    "plan demo extra" };
     for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++) {
@@ -232,7 +234,8 @@ Test(cli_plan_run, run_usage_errors)
     static const char *usage[] = { "run", "run demo --device gpu", "run demo --device cuda:x",
                                    "run demo --steps 0", "run demo --target sm_1",
                                    "run demo --tokens", "run demo --capture 0",
-                                   "run demo --strict-backend" };
+                                   "run demo --strict-backend",
+                                   "run demo --target sm_80 --target sm_90a" };
     for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++) {
         kt_cli r = kt_cli_run(usage[i]);
         cr_assert_eq(r.status, 2, "%s exited %d", usage[i], r.status);

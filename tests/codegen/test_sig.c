@@ -375,6 +375,7 @@ Test(sig, parse_reads_every_field)
     cr_assert_eq(d.act, KILN_ACT_FP8_G128);
     cr_assert_eq(d.width, 7168);
     cr_assert_str_eq(d.target.name, "sm_90a");
+    cr_assert_eq(d.target.sm_count, 0, "the architecture's row, not the product's");
     cr_assert_eq(strncmp(d.entry, "kiln_quant_", 11), 0, "%s", d.entry);
 }
 
