@@ -208,10 +208,14 @@ static int run(int argc, char **argv)
     if (rc == CLI_OK && gpu.gpu) {
         kiln_session_stats ss;
         kiln_session_get_stats(gpu.gpu, &ss);
-        printf("cold start %.1f ms: plan %.1f, cache open + lookup %.1f, module load %.1f, "
-               "weights upload %.1f (%zu bytes), graph instantiate %.1f, first run %.1f\n",
-               (create_s + first) * 1e3, ss.plan_s * 1e3, ss.cache_s * 1e3, ss.module_s * 1e3,
-               ss.weights_s * 1e3, ss.weight_bytes, ss.graphs_s * 1e3, first * 1e3);
+        char weights[32];
+        cli_bytes(ss.weight_bytes, weights, sizeof weights);
+        printf("cold start %.1f ms: plan %.1f, cache open + lookup %.1f, compile %.1f (%d "
+               "kernels), module load %.1f, weights upload %.1f (%s), graph instantiate %.1f, "
+               "first run %.1f\n",
+               (create_s + first) * 1e3, ss.plan_s * 1e3, ss.cache_s * 1e3, ss.compile_s * 1e3,
+               ss.compiled, ss.module_s * 1e3, ss.weights_s * 1e3, weights, ss.graphs_s * 1e3,
+               first * 1e3);
     }
     if (rc == CLI_OK && !gpu.gpu && check)
         printf("check: nothing to compare: the CPU executor ran, and it is the reference the "

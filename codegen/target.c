@@ -161,3 +161,10 @@ kiln_status kiln_target_from_cc(int major, int minor, int sm_count, int smem_opt
     *out = t;
     return KILN_OK;
 }
+
+int kiln_target_loads(const kiln_target *device, const kiln_target *cubins)
+{
+    if (cubins->arch_specific)
+        return cubins->sm == device->sm;
+    return cubins->sm / 10 == device->sm / 10 && cubins->sm <= device->sm;
+}

@@ -297,6 +297,12 @@ KILN_API kiln_status kiln_target_from_cc(int major, int minor, int sm_count, int
  * device. KILN_ERR_NO_DEVICE when there is no GPU or driver. */
 KILN_API kiln_status kiln_target_live(int device, kiln_target *out);
 
+/* 1 when a device of target device loads cubins built for target cubins:
+ * the same major version at an equal or older minor (sm_80 cubins on an
+ * sm_86 device), an arch-specific ("a") target on its own architecture
+ * only; else 0. */
+KILN_API int kiln_target_loads(const kiln_target *device, const kiln_target *cubins);
+
 /* The names kiln_target_from_name accepts, NULL-terminated. */
 KILN_API const char *const *kiln_target_names(void);
 
@@ -715,8 +721,10 @@ typedef struct kiln_session_options {
     kiln_cache_options cache;   /* where kernels are looked up and stored */
     int eager;                  /* launch kernels one by one instead of replaying graphs */
     int quiet;                  /* no progress line while compiling */
-    const kiln_target *target;  /* plan for this target, not the device's own
-                                   (its cubins must load on the device) */
+    const kiln_target *target;  /* plan for this target, not the device's own; its
+                                   cubins must load on the device (the same major
+                                   version, minor no newer; an "a" target the same
+                                   architecture), else KILN_ERR_UNSUPPORTED */
     kiln_plan_options plan;
 } kiln_session_options;
 
@@ -727,6 +735,7 @@ typedef struct kiln_session_stats {
     int kernels, cached, compiled;
     double plan_s, cache_s, module_s, weights_s, graphs_s; /* seconds */
     size_t weight_bytes, arena_bytes;
+    double compile_s; /* compiling the kernels no cache held (NVRTC), not in cache_s */
 } kiln_session_stats;
 
 /* KILN_ERR_NO_DEVICE when there is no GPU or driver (callers fall back to

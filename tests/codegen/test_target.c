@@ -151,3 +151,23 @@ Test(target, every_live_capability_compiles, .init = kt_tmp_setup, .fini = kt_tm
     kiln_graph_destroy(g);
     kt_model_free(&m);
 }
+
+Test(target, which_cubins_a_device_loads)
+{
+    static const struct {
+        const char *device, *cubins;
+        int loads;
+    } cases[] = {
+        { "sm_86", "sm_80", 1 },   { "sm_80", "sm_86", 0 },   { "sm_90a", "sm_80", 0 },
+        { "sm_90a", "sm_90", 1 },  { "sm_90a", "sm_90a", 1 }, { "sm_103", "sm_100a", 0 },
+        { "sm_121", "sm_120", 1 }, { "sm_121", "sm_120a", 0 }, { "sm_100", "sm_90", 0 },
+        { "sm_103", "sm_100", 1 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kiln_target d, c;
+        cr_assert_eq(kiln_target_from_name(cases[i].device, &d), KILN_OK);
+        cr_assert_eq(kiln_target_from_name(cases[i].cubins, &c), KILN_OK);
+        cr_assert_eq(kiln_target_loads(&d, &c), cases[i].loads, "%s on %s", cases[i].cubins,
+                     cases[i].device);
+    }
+}
