@@ -58,6 +58,8 @@ static kiln_status file_foreach(kiln_cache_file *f, int layer, kiln_cache_visit_
     }
     MDB_val k, v;
     while (!st && !(rc = kiln_mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
+        if (kiln_cache_is_manifest(&k))
+            continue;
         kiln_cache_entry e = { .layer = layer };
         entry_check(f, &k, &v, &e);
         st = fn(ctx, &e);
@@ -238,6 +240,8 @@ static kiln_status gc_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int *rc_
         return kiln_cache_body_fail(rc_out, rc, f, "gc");
     kiln_status st = KILN_OK;
     while (!(rc = kiln_mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
+        if (kiln_cache_is_manifest(&k))
+            continue;
         kiln_cache_entry e = { .layer = g->layer };
         entry_check(f, &k, &v, &e);
         size_t before = g->removed;
@@ -421,6 +425,7 @@ typedef struct export_ctx {
     kiln_cache *c;
     const uint8_t (*keys)[KILN_CACHE_KEY_BYTES];
     size_t n_keys;
+    const char *manifest;
 } export_ctx;
 
 static kiln_status export_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int *rc_out)
@@ -435,6 +440,8 @@ static kiln_status export_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int 
         st = kiln_cache_file_put(f, txn, x->keys[i], hit.blob, hit.size, &put, rc_out);
         kiln_cache_hit_release(&hit);
     }
+    if (!st && x->manifest)
+        st = kiln_cache_manifest_put(f, txn, x->manifest, rc_out);
     return st;
 }
 
@@ -490,7 +497,8 @@ static kiln_status new_file_write(const char *path, int overwrite, size_t map, c
 }
 
 kiln_status kiln_cache_export_keys(kiln_cache *c, const uint8_t (*keys)[KILN_CACHE_KEY_BYTES],
-                                   size_t n_keys, const char *path, int overwrite)
+                                   size_t n_keys, const char *path, int overwrite,
+                                   const char *manifest)
 {
     /* The new file must not replace a file this process has mapped. Room
      * for everything the layers hold means the map rarely has to grow,
@@ -506,7 +514,7 @@ kiln_status kiln_cache_export_keys(kiln_cache *c, const uint8_t (*keys)[KILN_CAC
                              path, i == c->writable ? "writable" : "shipped", c->files[i].path);
         map += (size_t)fs.st_size;
     }
-    export_ctx x = { .c = c, .keys = keys, .n_keys = n_keys };
+    export_ctx x = { .c = c, .keys = keys, .n_keys = n_keys, .manifest = manifest };
     return new_file_write(path, overwrite, map, "export", export_body, &x);
 }
 

@@ -27,7 +27,10 @@ static void help(FILE *out)
             "                         signature is cut to fit unless --wide, which also shows\n"
             "                         the compiler\n"
             "  stat [FILE]            records, bytes (values, cubins, the file, its map),\n"
-            "                         oldest and newest record, records by target and by kind\n"
+            "                         oldest and newest record, records by target and by\n"
+            "                         kind; an exported file's manifest: kiln version, cache\n"
+            "                         schema, model (name, files, graph digest), targets,\n"
+            "                         token buckets, planning options\n"
             "  verify [FILE]          check each file's structure and every record; print each\n"
             "                         damaged file and each bad record (key, problem), then\n"
             "                         \"N records, B bad\"; exit 1 when any is\n"
@@ -46,7 +49,9 @@ static void help(FILE *out)
             "                         kernels the plans need, each\n"
             "                         from the first cache that has it; a kernel no cache has\n"
             "                         is an error: run kiln compile with the same options\n"
-            "                         first. An existing SHIPPED is replaced only with --force\n"
+            "                         first. An existing SHIPPED is replaced only with --force.\n"
+            "                         SHIPPED holds a manifest (see stat) that kiln run checks\n"
+            "                         against the model and options it is given\n"
             "  merge SRC              copy every intact record of the cache file SRC into the\n"
             "                         writable cache, keeping the intact records it has; print\n"
             "                         how many were added, present, replaced (corrupt here) and\n"
@@ -314,6 +319,15 @@ static int run_stat(cache_args *a)
         print_tallies("target", s.by_target, s.n_targets);
         print_tallies("kind", s.by_kind, s.n_kinds);
         kiln_cache_stats_free(&s);
+        const char *manifest;
+        kiln_status ms = kiln_cache_manifest(c, i, &manifest);
+        if (ms == KILN_OK) {
+            putchar('\n');
+            cli_manifest_print(manifest);
+        } else if (ms != KILN_ERR_NOT_FOUND) {
+            char safe[2048];
+            printf("\nmanifest: %s\n", cli_printable(kiln_last_error(), safe, sizeof safe));
+        }
     }
     kiln_cache_close(c);
     return st == KILN_OK ? CLI_OK : fail(a, st);
@@ -431,9 +445,14 @@ static int run_export(cache_args *a)
     };
     kiln_cache *c = NULL;
     struct stat fs;
-    if ((st = kiln_cache_open(&o, &c)) == KILN_OK)
-        st = kiln_cache_export_plans(c, (const kiln_plan *const *)ps.p, ps.n, a->output,
-                                     a->force);
+    char *manifest = cli_manifest_make(&ps.src, &a->plan);
+    if (!manifest)
+        st = cli_error(KILN_ERR_NOMEM, "out of memory for the manifest");
+    if (st == KILN_OK && (st = kiln_cache_open(&o, &c)) == KILN_OK)
+        st = kiln_cache_export_plans(
+            c, (const kiln_plan *const *)ps.p, ps.n, a->output,
+            &(kiln_cache_export_options){ .overwrite = a->force, .manifest = manifest });
+    free(manifest);
     if (st == KILN_OK) {
         int kernels = 0;
         for (int i = 0; i < ps.n; i++)

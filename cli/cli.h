@@ -157,6 +157,20 @@ void cli_plan_target(const cli_plan_args *a, int i, kiln_target *t);
 kiln_status cli_plan_open(const char *what, cli_plan_args *a, const kiln_target *t,
                           cli_source *src, kiln_plan **p);
 
+/* A shipped file's manifest (cli/manifest.c). cli_manifest_make: the
+ * model's identity (name, files and sizes, a digest of its graph) and the
+ * planning options as given, a JSON object (free()) for
+ * kiln_cache_export_plans. cli_manifest_check: print on stderr, as "kiln
+ * CMD: FILE was made for another ...", everything in which file's manifest
+ * json differs from what this command plans: the model, the token buckets
+ * of p (may be NULL), the other planning options, the target t (may be
+ * NULL); returns how many. cli_manifest_print: the manifest for kiln cache
+ * stat. */
+char *cli_manifest_make(const cli_source *src, const cli_plan_args *a);
+int cli_manifest_check(const char *cmd, const char *file, const char *json, const cli_source *src,
+                       const cli_plan_args *a, const kiln_plan *p, const kiln_target *t);
+void cli_manifest_print(const char *json);
+
 extern const cli_command cli_cmd_formats;
 extern const cli_command cli_cmd_demo;
 extern const cli_command cli_cmd_inspect;

@@ -40,6 +40,48 @@ static void help(FILE *out)
             CLI_PLAN_HELP);
 }
 
+/* Before anything loads: the shipped files must open, and each one's
+ * manifest must describe this run: the model, the token buckets, the other
+ * planning options and the target (--target, or the live GPU's). Every
+ * difference is printed; offline (where a difference means a miss) they
+ * fail the run. */
+static kiln_status shipped_check(const cli_source *src, const kiln_session_options *so,
+                                 const cli_plan_args *a, int offline, int cpu_only)
+{
+    kiln_cache_options co = so->cache;
+    co.no_writable = 1;
+    co.strict = 1;
+    kiln_cache *c = NULL;
+    kiln_plan *p = NULL;
+    kiln_target t = { 0 }, any;
+    if (so->target)
+        t = *so->target;
+    else if (cpu_only || kiln_target_live(so->device, &t) != KILN_OK)
+        t.name[0] = '\0';
+    kiln_status st = kiln_cache_open(&co, &c);
+    /* The buckets are the same for every target: any plans them. */
+    if (st == KILN_OK && kiln_target_from_name(t.name[0] ? t.name : "sm_90a", &any) == KILN_OK)
+        st = kiln_plan_create(src->g, &any, &so->plan, &p);
+    int differences = 0;
+    for (int i = 0; st == KILN_OK && i < kiln_cache_n_layers(c); i++) {
+        const char *json;
+        kiln_status ms = kiln_cache_manifest(c, i, &json);
+        if (ms == KILN_OK)
+            differences += cli_manifest_check("run", kiln_cache_layer_path(c, i), json, src, a, p,
+                                              &t);
+        else if (ms != KILN_ERR_NOT_FOUND)
+            st = ms;
+    }
+    if (st == KILN_OK && differences && offline)
+        st = cli_error(KILN_ERR_OFFLINE_MISS,
+                       "offline, and the shipped files were made for another plan (%d "
+                       "differences above): nothing was loaded",
+                       differences);
+    kiln_plan_destroy(p);
+    kiln_cache_close(c);
+    return st;
+}
+
 /* Room for a signature and its key, quoted. */
 enum { SIG_TEXT_MAX = 640 };
 
@@ -50,26 +92,23 @@ static void first_missing(void *ctx, const char *signature, const char *key_hex)
         snprintf(first, SIG_TEXT_MAX, "\"%s\" (key %s)", signature, key_hex);
 }
 
-/* On the CPU executor no kernel is loaded, yet the caches asked for must be
- * there: a missing or damaged --shipped file is an error as it is on a GPU,
- * and offline with a named target every kernel of that plan must be in
- * them, as a GPU session of that target would need it. */
-static kiln_status cpu_cache_check(const cli_source *src, const kiln_session_options *so)
+/* On the CPU executor no kernel is loaded, yet offline with a named target
+ * every kernel of that target's plan must be in the shipped files, as a
+ * GPU session of that target would need it. */
+static kiln_status cpu_cache_check(const cli_source *src, const kiln_session_options *so,
+                                   int offline)
 {
-    if (!so->cache.n_shipped)
+    if (!so->cache.n_shipped || !offline || !so->target)
         return KILN_OK;
     kiln_cache_options co = so->cache;
     co.no_writable = 1;
     co.strict = 1;
     kiln_cache *c = NULL;
     kiln_plan *p = NULL;
-    const char *env = getenv("KILN_OFFLINE");
-    int offline = so->cache.offline || (env && !strcmp(env, "1"));
     int missing = 0;
     char first[SIG_TEXT_MAX] = "";
     kiln_status st = kiln_cache_open(&co, &c);
-    if (st == KILN_OK && offline && so->target &&
-        (st = kiln_plan_create(src->g, so->target, &so->plan, &p)) == KILN_OK &&
+    if (st == KILN_OK && (st = kiln_plan_create(src->g, so->target, &so->plan, &p)) == KILN_OK &&
         (st = kiln_cache_check_plan(c, p, first_missing, first, &missing)) == KILN_OK && missing)
         st = cli_error(KILN_ERR_OFFLINE_MISS,
                        "offline, and %d kernels of the plan for %s are in no shipped cache; the "
@@ -161,8 +200,13 @@ static int run(int argc, char **argv)
         a.po.max_tokens = tokens[n_tokens - 1];
     so.plan = a.po;
 
+    const char *env = getenv("KILN_OFFLINE");
+    int offline = so.cache.offline || (env && !strcmp(env, "1"));
     cli_source src;
     kiln_status st = cli_source_open(argv[optind], a.graph, a.layers, &src);
+    if (st == KILN_OK && so.cache.n_shipped &&
+        (st = shipped_check(&src, &so, &a, offline, cpu_only)) != KILN_OK)
+        cli_source_close(&src);
     if (st != KILN_OK)
         return cli_fail(st, "run");
     cli_exec gpu = { 0 }, cpu = { 0 };
@@ -185,7 +229,7 @@ static int run(int argc, char **argv)
     }
     double create_s = cli_now() - t0;
     rc = CLI_OK;
-    if (!gpu.gpu && (st = cpu_cache_check(&src, &so)) != KILN_OK)
+    if (!gpu.gpu && (st = cpu_cache_check(&src, &so, offline)) != KILN_OK)
         rc = cli_fail(st, "run");
     if (cpu_only || check) {
         if ((st = kiln_cpu_create(src.g, NULL, &cpu.cpu)) != KILN_OK)

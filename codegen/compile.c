@@ -2,10 +2,12 @@
 
 #include "codegen/nvrtc.h"
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 void kiln_build_free(kiln_build *b)
 {
@@ -300,17 +302,59 @@ kiln_status kiln_compile(kiln_graph *g, const kiln_target *t, const kiln_compile
     return st;
 }
 
+/* The manifest of an export: the caller's object, then what kiln knows of
+ * the plans, whose fields win: kiln's version, the cache schema, the
+ * targets, the token buckets (the capture sizes and the largest count as
+ * planned), the keys. */
+static kiln_status manifest_text(const kiln_plan *const *plans, int n_plans,
+                                 const uint8_t (*keys)[KILN_CACHE_KEY_BYTES], size_t n_keys,
+                                 const char *caller, const char *path, char **out)
+{
+    json_error_t err;
+    json_t *m = caller ? json_loads(caller, JSON_REJECT_DUPLICATES, &err) : json_object();
+    if (!json_is_object(m)) {
+        json_decref(m);
+        return kiln_fail(KILN_ERR_INVALID_ARG, "export to %s: the manifest is not a JSON object%s%s",
+                         path, caller ? ": " : "", caller ? err.text : "");
+    }
+    json_t *targets = json_array(), *buckets = json_array(), *hex = json_array();
+    for (int i = 0; i < n_plans; i++)
+        json_array_append_new(targets, json_string(plans[i]->target.name));
+    for (int b = 0; b < kiln_plan_n_buckets(plans[0]); b++)
+        json_array_append_new(buckets, json_integer(kiln_plan_bucket(plans[0], b)));
+    for (size_t i = 0; i < n_keys; i++) {
+        char h[KILN_CACHE_KEY_HEX];
+        kiln_cache_key_hex(keys[i], h);
+        json_array_append_new(hex, json_string(h));
+    }
+    json_object_set_new(m, "kiln", json_string(kiln_version()));
+    json_object_set_new(m, "schema", json_string(KILN_CACHE_SCHEMA));
+    json_object_set_new(m, "created", json_integer((json_int_t)time(NULL)));
+    json_object_set_new(m, "targets", targets);
+    json_object_set_new(m, "buckets", buckets);
+    json_object_set_new(m, "kernels", json_integer((json_int_t)n_keys));
+    json_object_set_new(m, "keys", hex);
+    *out = json_dumps(m, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(m);
+    return *out ? KILN_OK
+                : kiln_fail(KILN_ERR_NOMEM, "export to %s: out of memory for the manifest", path);
+}
+
 /* The plans' keys come from building them offline: every kernel is keyed
  * and found, nothing is compiled and no cubin is kept. */
 kiln_status kiln_cache_export_plans(kiln_cache *c, const kiln_plan *const *plans, int n_plans,
-                                    const char *path, int overwrite)
+                                    const char *path, const kiln_cache_export_options *o)
 {
     if (!c || !plans || n_plans < 1 || !path)
         return kiln_fail(KILN_ERR_INVALID_ARG, "export: the cache, the plans and the path are "
                          "required");
+    const kiln_cache_export_options defaults = { 0 };
+    if (!o)
+        o = &defaults;
     kiln_build_options bo = { .offline = 1, .no_cubins = 1, .quiet = 1 };
     uint8_t(*keys)[KILN_CACHE_KEY_BYTES] = NULL;
     size_t n_keys = 0;
+    char *manifest = NULL;
     kiln_status st = KILN_OK;
     for (int i = 0; i < n_plans && st == KILN_OK; i++) {
         kiln_build b;
@@ -332,15 +376,20 @@ kiln_status kiln_cache_export_plans(kiln_cache *c, const kiln_plan *const *plans
         kiln_build_free(&b);
     }
     if (st == KILN_OK)
+        st = manifest_text(plans, n_plans, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])keys, n_keys,
+                           o->manifest, path, &manifest);
+    if (st == KILN_OK)
         st = kiln_cache_export_keys(c, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])keys, n_keys, path,
-                                    overwrite);
+                                    o->overwrite, manifest);
+    free(manifest);
     free(keys);
     return st;
 }
 
 kiln_status kiln_cache_export(kiln_cache *c, const kiln_plan *p, const char *path, int overwrite)
 {
-    return kiln_cache_export_plans(c, &p, 1, path, overwrite);
+    return kiln_cache_export_plans(c, &p, 1, path,
+                                   &(kiln_cache_export_options){ .overwrite = overwrite });
 }
 
 kiln_status kiln_cache_check_plan(kiln_cache *c, const kiln_plan *p,

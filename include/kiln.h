@@ -617,12 +617,37 @@ KILN_API kiln_status kiln_cache_merge(kiln_cache *c, const char *src, kiln_cache
 KILN_API kiln_status kiln_cache_export(kiln_cache *c, const kiln_plan *p, const char *path,
                                        int overwrite);
 
-/* kiln_cache_export of several plans into one file: the kernels of every
- * plan (one per target of a fleet of mixed GPUs, say), each once. Errors as
- * kiln_cache_export, and KILN_ERR_INVALID_ARG for an n_plans below 1 or a
- * NULL plan. */
+/* How kiln_cache_export_plans writes. */
+typedef struct kiln_cache_export_options {
+    int overwrite;        /* replace an existing file at path */
+    /* A JSON object whose members go into the file's manifest: what the
+     * deployment checks the file against (the model's identity, the
+     * planning options as given). NULL: none. kiln's own members replace
+     * any of the same name: "kiln" (its version), "schema" (the cache
+     * schema), "created" (unix seconds), "targets", "buckets" (the first
+     * plan's token buckets), "kernels" and "keys" (lowercase hex). */
+    const char *manifest;
+} kiln_cache_export_options;
+
+/* kiln_cache_export of several plans into one file, with a manifest: the
+ * kernels of every plan (one per target of a fleet of mixed GPUs, say),
+ * each once. o may be NULL. Errors as kiln_cache_export, and
+ * KILN_ERR_INVALID_ARG for an n_plans below 1, a NULL plan or a manifest
+ * that is not a JSON object. */
 KILN_API kiln_status kiln_cache_export_plans(kiln_cache *c, const kiln_plan *const *plans,
-                                             int n_plans, const char *path, int overwrite);
+                                             int n_plans, const char *path,
+                                             const kiln_cache_export_options *o);
+
+/* The manifest of a layer's file, the JSON text kiln_cache_export_plans
+ * wrote, in *json: owned by c, valid until kiln_cache_close. It is checked
+ * against its checksum, not parsed: a reader parses it as it would any
+ * untrusted text. KILN_ERR_NOT_FOUND when the file has none (a writable
+ * cache, or a file exported by an older kiln); KILN_ERR_CACHE when it is
+ * damaged, or the file was left out as damaged; KILN_ERR_UNSUPPORTED for a
+ * manifest of another version; KILN_ERR_INVALID_ARG for a NULL c or json
+ * or a layer out of range; KILN_ERR_CACHE or KILN_ERR_IO when LMDB fails.
+ * Records are found, listed and counted as if it were not there. */
+KILN_API kiln_status kiln_cache_manifest(kiln_cache *c, int layer, const char **json);
 
 /* Called by kiln_cache_check_plan with each kernel no layer holds: its
  * signature and its key (lowercase hex), both valid during the call only. */

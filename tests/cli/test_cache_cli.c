@@ -946,12 +946,25 @@ Test(cache_cli, shipping_workflow, .timeout = 600)
     cr_assert(strstr(r.out, "\n16 "), "%s", r.out);
     kt_cli_free(&r);
 
-    /* the default capture sizes need kernels the file lacks */
+    /* the default capture sizes need kernels the file lacks: its manifest
+     * says so first; a file without one (salvaged) is checked kernel by
+     * kernel */
     r = run("run demo --device cpu --shipped %s --offline --target sm_80 --tokens 1 --steps 1", s);
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert(strstr(r.err, "was made for another set of token buckets: 1,16, not 1,2,4,"),
+              "%s", r.err);
+    kt_cli_free(&r);
+    char *bare = path_in("bare.kiln");
+    r = run("cache salvage %s -o %s", s, bare);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    kt_cli_free(&r);
+    r = run("run demo --device cpu --shipped %s --offline --target sm_80 --tokens 1 --steps 1",
+            bare);
     cr_assert_eq(r.status, 1, "%s", r.out);
     cr_assert(strstr(r.err, "are in no shipped cache") && strstr(r.err, "kiln cache check"),
               "%s", r.err);
     kt_cli_free(&r);
+    free(bare);
     setenv("KILN_OFFLINE", "1", 1);
     r = run("run demo --device cpu --shipped %s --target sm_80 --tokens 1 --steps 1", s);
     unsetenv("KILN_OFFLINE");
@@ -1021,6 +1034,60 @@ Test(cache_cli, one_file_serves_several_targets, .timeout = 900)
     r = run("compile demo --target sm_80 --target a100 --cache %s", c);
     cr_assert_eq(r.status, 2, "%s", r.out);
     cr_assert(strstr(r.err, "are one target, sm_80"), "%s", r.err);
+    kt_cli_free(&r);
+    free(s);
+    free(c);
+}
+
+/* An exported file says what it was made for (cache stat shows it), and
+ * kiln run checks it against what it is given before anything loads:
+ * offline every difference is named and fails the run; online they are
+ * warnings (the kernels the file lacks are compiled). */
+Test(cache_cli, manifest_says_what_a_file_was_made_for, .timeout = 600)
+{
+    char *c = path_in("m-build.kiln"), *s = path_in("m.kiln");
+    compiled("sm_80", c);
+    kt_cli r = run("cache export " EXPORT_PLAN " --target sm_80 -o %s --cache %s", s, c);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    kt_cli_free(&r);
+    kt_cli v = run("--version");
+    char want[256];
+    snprintf(want, sizeof want, "manifest: %.*s, kiln-cache-2, ", (int)strcspn(v.out, "\n"),
+             v.out);
+    kt_cli_free(&v);
+    r = run("cache stat %s", s);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, want), "want %s: %s", want, r.out);
+    cr_assert(strstr(r.out, "  model:    demo, graph "), "%s", r.out);
+    cr_assert(strstr(r.out, "  targets:  [\"sm_80\"]\n  buckets:  1,16\n"), "%s", r.out);
+    cr_assert(strstr(r.out, "\"capture\":[1,16]"), "%s", r.out);
+    kt_cli_free(&r);
+    /* the writable cache has none */
+    r = run("cache stat --cache %s", c);
+    cr_assert_null(strstr(r.out, "manifest:"), "%s", r.out);
+    kt_cli_free(&r);
+
+    r = run("run demo --device cpu --shipped %s --offline --target sm_80 --capture 1,16 "
+            "--tokens 1 --steps 1", s);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_null(strstr(r.err, "was made for"), "%s", r.err);
+    kt_cli_free(&r);
+    r = run("run demo --device cpu --shipped %s --offline --target sm_86 --capture 1,8 "
+            "--no-fuse --tokens 1 --steps 1", s);
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert(strstr(r.err, "was made for another set of token buckets: 1,16, not 1,8"), "%s",
+              r.err);
+    cr_assert(strstr(r.err, "was made for another planning option: --no-fuse false, not true"),
+              "%s", r.err);
+    cr_assert(strstr(r.err, "was made for another target: [\"sm_80\"], not sm_86"), "%s", r.err);
+    cr_assert(strstr(r.err, "(3 differences above): nothing was loaded"), "%s", r.err);
+    cr_assert_str_empty(r.out);
+    kt_cli_free(&r);
+    /* not offline: the same differences, as warnings */
+    r = run("run demo --device cpu --shipped %s --target sm_86 --capture 1,8 --tokens 1 "
+            "--steps 1", s);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.err, "was made for another target"), "%s", r.err);
     kt_cli_free(&r);
     free(s);
     free(c);
