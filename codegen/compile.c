@@ -314,8 +314,9 @@ static kiln_status manifest_text(const kiln_plan *const *plans, int n_plans,
     json_t *m = caller ? json_loads(caller, JSON_REJECT_DUPLICATES, &err) : json_object();
     if (!json_is_object(m)) {
         json_decref(m);
-        return kiln_fail(KILN_ERR_INVALID_ARG, "export to %s: the manifest is not a JSON object%s%s",
-                         path, caller ? ": " : "", caller ? err.text : "");
+        return kiln_fail(KILN_ERR_INVALID_ARG,
+                         "export to %s: the manifest is not a JSON object%s%s", path,
+                         caller ? ": " : "", caller ? err.text : "");
     }
     json_t *targets = json_array(), *buckets = json_array(), *hex = json_array();
     for (int i = 0; i < n_plans; i++)
