@@ -1,6 +1,7 @@
 #include "cli.h"
 
 #include <getopt.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,8 +16,9 @@ static void help(FILE *out)
             "needs that no cache holds, and stores it in the writable cache. Needs no GPU.\n"
             "With several --target, one plan per target, compiled in turn (a line each).\n"
             "Prints \"S signatures: H cached, C compiled in T s\"; a second run compiles\n"
-            "nothing. Each kernel is stored as soon as it compiles: an interrupted compile\n"
-            "(Ctrl-C, SIGTERM) keeps what it did, and the next compiles only the rest.\n"
+            "nothing. Each kernel is stored as soon as it compiles. The first Ctrl-C (or\n"
+            "SIGTERM) starts no more compiles, stores the ones running and exits 1; the\n"
+            "next compile does only the rest.\n"
             "\n"
             "  --cache FILE      the writable cache (default $KILN_CACHE, else\n"
             "                    $XDG_CACHE_HOME/kiln/kernels.kiln)\n"
@@ -39,6 +41,24 @@ static void on_corrupt(void *ctx, const char *message)
 {
     (void)ctx;
     fprintf(stderr, "kiln: warning: %s (it will be compiled again)\n", message);
+}
+
+/* Set by the first SIGINT or SIGTERM: the compile ends once the kernels
+ * compiling are stored. A second one ends the process at once. */
+static volatile sig_atomic_t stop;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop = 1;
+}
+
+static void catch_signals(void)
+{
+    struct sigaction sa = { .sa_handler = on_signal, .sa_flags = SA_RESETHAND };
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 }
 
 static int run(int argc, char **argv)
@@ -111,8 +131,11 @@ static int run(int argc, char **argv)
     const char *into = co.cache.path;
     if (!into && (st = kiln_cache_default_path(path, sizeof path)) == KILN_OK)
         into = path;
+    co.stop = &stop;
+    catch_signals();
     /* One plan per target, each compiled in turn into the same caches. */
-    for (int i = 0; st == KILN_OK && i < a.n_targets; i++) {
+    int i = 0;
+    for (; st == KILN_OK && !stop && i < a.n_targets; i++) {
         if (i) {
             cli_plan_target(&a, i, &t);
             kiln_plan_destroy(p);
@@ -128,6 +151,8 @@ static int run(int argc, char **argv)
                    r.cached, r.compiled, r.seconds, t.name,
                    r.writable ? into : "no usable writable cache: nothing stored");
     }
+    if (st == KILN_OK && i < a.n_targets)
+        st = cli_error(KILN_ERR_STATE, "interrupted: %d of %d targets compiled", i, a.n_targets);
     kiln_plan_destroy(p);
     cli_source_close(&src);
     return st == KILN_OK ? CLI_OK : cli_fail(st, "compile");

@@ -227,7 +227,7 @@ kiln_status kiln_build_plan(const kiln_plan *p, kiln_cache *c, const kiln_build_
                                .timeout_s = o->timeout_s > 0           ? o->timeout_s
                                             : env.compile_timeout_s > 0 ? env.compile_timeout_s
                                                                         : KILN_COMPILE_TIMEOUT_S,
-                               .on_done = store_compiled, .ctx = &bs };
+                               .on_done = store_compiled, .ctx = &bs, .stop = o->stop };
         double c0 = kiln_now();
         kiln_status cst = kiln_nvrtc_compile_all(nv, jobs, n_jobs, &co);
         b.compile_seconds = kiln_now() - c0;
@@ -241,6 +241,14 @@ kiln_status kiln_build_plan(const kiln_plan *p, kiln_cache *c, const kiln_build_
         st = cst != KILN_OK ? kiln_compile_jobs_status(jobs, n_jobs) : bs.st;
         if (cst == KILN_OK && bs.st != KILN_OK)
             kiln_fail(bs.st, "%s", bs.message);
+        if (o->stop && *o->stop && b.compiled < n_jobs)
+            st = kiln_fail(KILN_ERR_STATE,
+                           "interrupted: %d of %d kernels to compile were compiled%s, %d were "
+                           "not; the next compile starts from there",
+                           b.compiled, n_jobs,
+                           kiln_cache_writable_layer(c) >= 0 && bs.st == KILN_OK ? " and stored"
+                                                                                : "",
+                           n_jobs - b.compiled);
     }
 done:
     for (int j = 0; jobs && j < n_jobs; j++)
@@ -272,7 +280,7 @@ kiln_status kiln_compile_plan(const kiln_plan *p, const kiln_compile_options *op
     kiln_env_read(&env);
     kiln_build_options bo = { .jobs = o->jobs, .offline = o->cache.offline || env.offline,
                               .keep_source = o->keep_source, .quiet = o->quiet, .no_cubins = 1,
-                              .timeout_s = o->compile_timeout_s };
+                              .timeout_s = o->compile_timeout_s, .stop = o->stop };
     kiln_cache *c = NULL;
     kiln_build b;
     kiln_status st = kiln_cache_open(&o->cache, &c);

@@ -301,7 +301,13 @@ kiln_status kiln_nvrtc_compile(kiln_nvrtc *nv, kiln_compile_job *job, const char
  * returns, the pool holds its own copy of every job's inputs and outputs,
  * and a reference to the NVRTC handle; the last of the caller and its
  * threads to leave frees it. */
-typedef enum pool_state { JOB_WAITING = 0, JOB_RUNNING, JOB_DONE, JOB_ABANDONED } pool_state;
+typedef enum pool_state {
+    JOB_WAITING = 0,
+    JOB_RUNNING,
+    JOB_DONE,
+    JOB_ABANDONED,
+    JOB_SKIPPED, /* never started: the caller asked the pool to stop */
+} pool_state;
 
 typedef struct pool_worker {
     struct compile_pool *pool;
@@ -331,6 +337,7 @@ typedef struct compile_pool {
     int live;               /* threads taking jobs (not abandoned, not left) */
     char *keep;
     int progress;           /* the caller wants progress: 1 on a terminal, 2 elsewhere */
+    const volatile sig_atomic_t *stop; /* set: take no more jobs */
     double start, last_line;
 } compile_pool;
 
@@ -439,7 +446,7 @@ static void progress_line(compile_pool *p)
  * job; w NULL: the caller itself. Called and returns with mu held. */
 static void pool_run(compile_pool *p, pool_worker *w)
 {
-    while (p->next < p->n) {
+    while (p->next < p->n && !(p->stop && *p->stop)) {
         pool_job *j = &p->jobs[p->next++];
         j->state = JOB_RUNNING;
         j->started = kiln_now();
@@ -530,6 +537,12 @@ static void pool_wait(compile_pool *p, double until)
 static void pool_result(const compile_pool *p, pool_job *j, kiln_compile_job *out, double limit)
 {
     kiln_compile_job_reset(out);
+    if (j->state == JOB_SKIPPED) {
+        out->status = kiln_fail(KILN_ERR_STATE, "%s for %s: interrupted before it compiled",
+                                out->name, out->target->name);
+        out->message = kiln_strdup(kiln_last_error());
+        return;
+    }
     if (j->state == JOB_DONE) {
         out->status = j->job.status;
         out->message = j->job.message;
@@ -550,6 +563,18 @@ static void pool_result(const compile_pool *p, pool_job *j, kiln_compile_job *ou
     out->seconds = limit;
 }
 
+/* How often a pool that can be stopped looks at its flag. */
+#define STOP_POLL_S 0.2
+
+/* Stop: every job not started yet is skipped. Called with mu held. */
+static void pool_skip(compile_pool *p)
+{
+    for (; p->next < p->n; p->next++) {
+        p->jobs[p->next].state = JOB_SKIPPED;
+        p->finished++;
+    }
+}
+
 /* Move every finished or abandoned job's result to the caller's job and
  * hand it to on_done, without mu: on_done may take its time (storing the
  * kernel) while the threads compile on. Called and returns with mu held;
@@ -559,7 +584,7 @@ static int pool_deliver(compile_pool *p, kiln_compile_job *jobs, const kiln_nvrt
     int delivered = 0;
     for (int i = 0; i < p->n; i++) {
         pool_job *j = &p->jobs[i];
-        if (j->delivered || (j->state != JOB_DONE && j->state != JOB_ABANDONED))
+        if (j->delivered || j->state == JOB_WAITING || j->state == JOB_RUNNING)
             continue;
         pool_result(p, j, &jobs[i], o->timeout_s);
         j->delivered = 1;
@@ -595,6 +620,7 @@ kiln_status kiln_nvrtc_compile_all(kiln_nvrtc *nv, kiln_compile_job *jobs, int n
     if (st)
         return st;
     p->progress = o->quiet || n < 2 ? 0 : isatty(STDERR_FILENO) ? 1 : 2;
+    p->stop = o->stop;
     p->start = p->last_line = kiln_now();
 
     /* With no thread to compile, the caller compiles, and nothing watches
@@ -603,6 +629,8 @@ kiln_status kiln_nvrtc_compile_all(kiln_nvrtc *nv, kiln_compile_job *jobs, int n
     for (int i = 0; i < threads; i++)
         pool_start(p);
     while (p->finished < n) {
+        if (o->stop && *o->stop)
+            pool_skip(p);
         if (!p->live && p->next < n) {
             pool_run(p, NULL);
             pool_deliver(p, jobs, o);
@@ -611,6 +639,9 @@ kiln_status kiln_nvrtc_compile_all(kiln_nvrtc *nv, kiln_compile_job *jobs, int n
         double next = pool_watch(p, o->timeout_s);
         if (pool_deliver(p, jobs, o))
             continue; /* a job may have finished while the caller had it */
+        /* A signal does not wake the wait: look at *stop now and then. */
+        if (o->stop && (!next || next > kiln_now() + STOP_POLL_S))
+            next = kiln_now() + STOP_POLL_S;
         if (p->finished < n)
             pool_wait(p, next);
     }

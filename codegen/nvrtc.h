@@ -7,6 +7,8 @@
 
 #include "core.h"
 
+#include <signal.h>
+
 typedef struct kiln_nvrtc kiln_nvrtc;
 
 /* Load libnvrtc: the file $KILN_NVRTC names when set, else the first of
@@ -62,6 +64,10 @@ typedef struct kiln_nvrtc_pool {
      * job's outputs. NULL: none. */
     void (*on_done)(void *ctx, int i, kiln_compile_job *job);
     void *ctx;
+    /* Once *stop is nonzero (a signal handler may set it) no job starts:
+     * the ones compiling finish, the others fail with KILN_ERR_STATE
+     * ("interrupted"). NULL: none. */
+    const volatile sig_atomic_t *stop;
 } kiln_nvrtc_pool;
 
 /* Compile every job, `threads` at a time on threads of the pool's own

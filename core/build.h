@@ -141,6 +141,7 @@ typedef struct kiln_build_options {
                                 no cubin) and the build goes on, to list every miss */
     double timeout_s;        /* one compile's time limit; 0: $KILN_COMPILE_TIMEOUT, else
                                 KILN_COMPILE_TIMEOUT_S */
+    const volatile sig_atomic_t *stop; /* kiln_compile_options.stop */
 } kiln_build_options;
 
 /* One compile's time limit when nothing sets one. A kernel of the slowest

@@ -23,6 +23,7 @@
 #ifndef KILN_H
 #define KILN_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -704,6 +705,11 @@ typedef struct kiln_compile_options {
      * positive number fails a compile with KILN_ERR_INVALID_ARG. A session's
      * compiles take the same. */
     double compile_timeout_s;
+    /* Once *stop is nonzero (a SIGINT or SIGTERM handler may set it), no
+     * further kernel starts compiling: the ones compiling finish and are
+     * stored, and the compile fails with KILN_ERR_STATE saying how many
+     * were stored and how many are left. NULL: none. */
+    const volatile sig_atomic_t *stop;
 } kiln_compile_options;
 
 typedef struct kiln_compile_result {

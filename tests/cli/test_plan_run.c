@@ -131,8 +131,9 @@ Test(cli_plan_run, compile_twice_compiles_nothing_the_second_time, .timeout = 30
 }
 
 /* Each kernel is stored as it compiles: a compile stopped by SIGINT after a
- * few kernels leaves them in the cache, and the next compiles only the
- * rest. Off a terminal progress comes as lines. */
+ * few kernels stores the ones compiling, says so and exits 1, leaving
+ * every kernel done in the cache; the next compiles only the rest. Off a
+ * terminal progress comes as lines. */
 Test(cli_plan_run, an_interrupted_compile_keeps_what_it_did, .timeout = 600)
 {
     char cache[128], err[128];
@@ -160,11 +161,17 @@ Test(cli_plan_run, an_interrupted_compile_keeps_what_it_did, .timeout = 600)
     }
     cr_assert(text && strstr(text, "compiling kernels: "), "no progress line: %s", text);
     cr_assert_null(strchr(text, '\r'), "a terminal's line in a file: %s", text);
+    int done = 0;
+    cr_assert_eq(sscanf(strstr(text, "compiling kernels: "), "compiling kernels: %d/", &done), 1);
     free(text);
     kill(pid, SIGINT);
     int status;
     cr_assert_eq(waitpid(pid, &status, 0), pid);
-    cr_assert(WIFSIGNALED(status), "the compile ended before it was interrupted");
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 1, "status %#x", status);
+    text = kt_read_file(err, NULL);
+    cr_assert(text && strstr(text, "kiln: compile: interrupted: "), "%s", text);
+    cr_assert(strstr(text, " were compiled and stored, "), "%s", text);
+    free(text);
 
     char args[256];
     snprintf(args, sizeof args, "cache check --model demo --target sm_80 --cache %s", cache);
@@ -175,6 +182,7 @@ Test(cli_plan_run, an_interrupted_compile_keeps_what_it_did, .timeout = 600)
         summary--;
     cr_assert(summary && sscanf(summary, "%d of %d", &kept, &total) == 2, "%s", r.out);
     kt_cli_free(&r);
+    cr_assert_geq(kept, done, "a kernel done before the signal was lost");
     cr_assert_gt(kept, 0, "nothing was stored");
     cr_assert_lt(kept, total);
 

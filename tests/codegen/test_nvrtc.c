@@ -489,6 +489,38 @@ Test(nvrtc, a_log_sees_progress_lines)
     free(out);
 }
 
+/* A pool told to stop starts no job: each fails as interrupted and still
+ * reaches on_done, so its caller knows what was left. */
+static void count_any(void *ctx, int i, kiln_compile_job *job)
+{
+    int *seen = ctx;
+    cr_assert_eq(job->status, KILN_ERR_STATE);
+    cr_assert(strstr(job->message, "interrupted before it compiled"), "%s", job->message);
+    seen[i]++;
+}
+
+Test(nvrtc, a_stopped_pool_starts_nothing)
+{
+    kiln_nvrtc *nv = open_nvrtc();
+    kiln_target t = target("sm_80");
+    kiln_compile_job jobs[4];
+    for (int i = 0; i < 4; i++)
+        jobs[i] = (kiln_compile_job){ .name = "tiny", .entry = "k", .target = &t,
+                                      .source = "extern \"C\" __global__ void k() {}\n" };
+    static volatile sig_atomic_t stop = 1;
+    int seen[4] = { 0 };
+    const kiln_nvrtc_pool o = { .threads = 2, .quiet = 1, .on_done = count_any, .ctx = seen,
+                                .stop = &stop };
+    cr_assert_eq(kiln_nvrtc_compile_all(nv, jobs, 4, &o), KILN_ERR_STATE);
+    cr_assert(strstr(kiln_last_error(), "4 of 4 kernels failed"), "%s", kiln_last_error());
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(seen[i], 1);
+        cr_assert_null(jobs[i].cubin);
+        kiln_compile_job_reset(&jobs[i]);
+    }
+    kiln_nvrtc_close(nv);
+}
+
 /* ------------------------------------------------------------- keeping */
 
 static char *temp_dir(void)
