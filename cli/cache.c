@@ -23,10 +23,10 @@ static void help(FILE *out)
             "cache is a read-only file a deployment searches before it.\n"
             "\n"
             "  ls [FILE] [--wide]     one line per record: key, target, kind (backend, op or\n"
-            "                         quant), cubin bytes, date created (UTC), signature; the\n"
+            "                         quant), cubin size, date created (UTC), signature; the\n"
             "                         signature is cut to fit unless --wide, which also shows\n"
             "                         the compiler\n"
-            "  stat [FILE]            records, bytes (values, cubins, the file, its map),\n"
+            "  stat [FILE]            records, sizes (values, cubins, the file, its map),\n"
             "                         oldest and newest record, records by target and by\n"
             "                         kind; an exported file's manifest: kiln version, cache\n"
             "                         schema, model (name, files, graph digest), targets,\n"
@@ -81,7 +81,8 @@ static void help(FILE *out)
             "  --shipped FILE         ls, stat, verify, check: a file to read as well as FILE\n"
             "                         (repeatable); export: a shipped cache searched before\n"
             "                         the writable one\n"
-            "  --json                 check: the result as JSON on stdout\n"
+            "  --json                 ls, stat, check: the result as JSON on stdout, sizes\n"
+            "                         in bytes (the text gives them in binary units)\n"
             "\n"
             "ls, stat, verify and check read the files named (FILE and --shipped), or the\n"
             "writable cache when none is; a named file is opened read-only without a lock,\n"
@@ -145,6 +146,7 @@ struct cache_args {
     cli_plan_args plan;
     char **args;
     int n_args;
+    json_t *out; /* --json: what a visitor adds to */
 };
 
 static int usage(const cache_args *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -244,10 +246,37 @@ static void layer_heading(const kiln_cache *c, int layer)
 
 /* ----------------------------------------------------------------- ls */
 
+/* One entry as JSON: exact sizes, every field of an intact record. */
+static json_t *entry_json(const kiln_cache_entry *e)
+{
+    char key[KILN_CACHE_KEY_HEX];
+    key_text(e, key);
+    const kiln_cache_record *r = &e->rec;
+    const char *status = e->status == KILN_OK                 ? "ok"
+                         : e->status == KILN_ERR_UNSUPPORTED ? "other version"
+                                                             : "bad";
+    json_t *o = json_pack("{s:s, s:s, s:I, s:i}", "key", key, "status", status, "bytes",
+                          (json_int_t)e->size, "version", (int)r->version);
+    if (e->status == KILN_OK)
+        json_object_update_new(
+            o, json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:I, s:I}", "target", r->target,
+                         "kind", r->kind, "compiler", r->compiler, "entry", r->entry,
+                         "signature", r->signature, "threads", (int)r->threads, "smem",
+                         (int)r->smem, "cubin_bytes", (json_int_t)r->cubin_size, "created",
+                         (json_int_t)r->created));
+    else if (e->status != KILN_ERR_UNSUPPORTED)
+        json_object_set_new(o, "problem", json_string(e->problem));
+    return o;
+}
+
 static kiln_status ls_visit(void *ctx, const kiln_cache_entry *e)
 {
     const cache_args *a = ctx;
-    char key[KILN_CACHE_KEY_HEX], date[16];
+    if (a->json) {
+        json_array_append_new(a->out, entry_json(e));
+        return KILN_OK;
+    }
+    char key[KILN_CACHE_KEY_HEX], date[16], size[32];
     key_text(e, key);
     if (e->status == KILN_ERR_UNSUPPORTED) {
         printf("%-32s  record version %u, left alone\n", key, e->rec.version);
@@ -259,8 +288,8 @@ static kiln_status ls_visit(void *ctx, const kiln_cache_entry *e)
     }
     const kiln_cache_record *r = &e->rec;
     time_text(r->created, "%Y-%m-%d", date, sizeof date);
-    printf("%s  %-7s %-7s %9llu  %-10s  ", key, r->target, r->kind,
-           (unsigned long long)r->cubin_size, date);
+    printf("%s  %-7s %-7s %9s  %-10s  ", key, r->target, r->kind,
+           cli_bytes(r->cubin_size, size, sizeof size), date);
     size_t len = strlen(r->signature);
     if (a->wide)
         printf("%-12s  %s\n", r->compiler, r->signature);
@@ -271,38 +300,99 @@ static kiln_status ls_visit(void *ctx, const kiln_cache_entry *e)
     return KILN_OK;
 }
 
+static int print_json(json_t *root)
+{
+    int rc = json_dumpf(root, stdout, JSON_INDENT(1)) == 0 ? CLI_OK : CLI_FAIL;
+    putchar('\n');
+    json_decref(root);
+    return rc;
+}
+
 static int run_ls(cache_args *a)
 {
     kiln_cache *c = NULL;
+    json_t *caches = json_array();
     kiln_status st = open_named(a, 1, &c);
     for (int i = 0; st == KILN_OK && i < kiln_cache_n_layers(c); i++) {
+        if (a->json) {
+            a->out = json_array();
+            st = kiln_cache_foreach(c, i, ls_visit, a);
+            json_array_append_new(caches, json_pack("{s:s, s:s, s:o}", "path",
+                                                    kiln_cache_layer_path(c, i), "role",
+                                                    layer_role(c, i), "records", a->out));
+            continue;
+        }
         layer_heading(c, i);
         printf("%-32s  %-7s %-7s %9s  %-10s  %s%s\n", "key", "target", "kind", "cubin",
                "created", a->wide ? "compiler      " : "", "signature");
         st = kiln_cache_foreach(c, i, ls_visit, a);
     }
     kiln_cache_close(c);
-    return st == KILN_OK ? CLI_OK : fail(a, st);
+    if (st != KILN_OK) {
+        json_decref(caches);
+        return fail(a, st);
+    }
+    if (a->json)
+        return print_json(json_pack("{s:o}", "caches", caches));
+    json_decref(caches);
+    return CLI_OK;
 }
 
 /* --------------------------------------------------------------- stat */
 
 static void print_tallies(const char *what, const kiln_cache_tally *t, int n)
 {
-    printf("\n%-10s %8s %12s\n", what, "records", "bytes");
+    printf("\n%-10s %8s %12s\n", what, "records", "size");
+    for (int i = 0; i < n; i++) {
+        char size[32];
+        printf("%-10s %8zu %12s\n", t[i].name, t[i].entries, cli_bytes(t[i].bytes, size,
+                                                                        sizeof size));
+    }
+}
+
+static json_t *tallies_json(const kiln_cache_tally *t, int n)
+{
+    json_t *a = json_array();
     for (int i = 0; i < n; i++)
-        printf("%-10s %8zu %12llu\n", t[i].name, t[i].entries, (unsigned long long)t[i].bytes);
+        json_array_append_new(a, json_pack("{s:s, s:I, s:I}", "name", t[i].name, "records",
+                                           (json_int_t)t[i].entries, "bytes",
+                                           (json_int_t)t[i].bytes));
+    return a;
+}
+
+static json_t *stat_json(kiln_cache *c, int i, const kiln_cache_stats *s)
+{
+    const char *manifest;
+    json_t *m = kiln_cache_manifest(c, i, &manifest) == KILN_OK
+                    ? json_loads(manifest, JSON_REJECT_DUPLICATES, NULL)
+                    : NULL;
+    return json_pack("{s:s, s:s, s:I, s:I, s:I, s:{s:I, s:I, s:I, s:I}, s:I, s:I, s:o, s:o, "
+                     "s:o}",
+                     "path", kiln_cache_layer_path(c, i), "role", layer_role(c, i), "records",
+                     (json_int_t)s->entries, "bad", (json_int_t)s->bad, "other_versions",
+                     (json_int_t)s->other_versions, "bytes", "values", (json_int_t)s->bytes,
+                     "cubins", (json_int_t)s->cubin_bytes, "file", (json_int_t)s->file_bytes,
+                     "map", (json_int_t)s->map_bytes, "oldest", (json_int_t)s->oldest, "newest",
+                     (json_int_t)s->newest, "by_target", tallies_json(s->by_target, s->n_targets),
+                     "by_kind", tallies_json(s->by_kind, s->n_kinds), "manifest",
+                     m ? m : json_null());
 }
 
 static int run_stat(cache_args *a)
 {
     kiln_cache *c = NULL;
+    json_t *caches = json_array();
     kiln_status st = open_named(a, 1, &c);
     for (int i = 0; st == KILN_OK && i < kiln_cache_n_layers(c); i++) {
         kiln_cache_stats s;
         if ((st = kiln_cache_stat(c, i, &s)) != KILN_OK)
             break;
-        char oldest[32], newest[32];
+        if (a->json) {
+            json_array_append_new(caches, stat_json(c, i, &s));
+            kiln_cache_stats_free(&s);
+            continue;
+        }
+        char oldest[32], newest[32], v[32], cu[32], f[32], m[32];
         time_text(s.oldest, "%Y-%m-%dT%H:%M:%SZ", oldest, sizeof oldest);
         time_text(s.newest, "%Y-%m-%dT%H:%M:%SZ", newest, sizeof newest);
         printf("%scache:    %s (%s)\n", i ? "\n" : "", kiln_cache_layer_path(c, i),
@@ -312,9 +402,9 @@ static int run_stat(cache_args *a)
                    s.other_versions);
         else
             printf("records:  %zu (%zu bad)\n", s.entries, s.bad);
-        printf("bytes:    values %llu, cubins %llu, file %llu, map %llu\n",
-               (unsigned long long)s.bytes, (unsigned long long)s.cubin_bytes,
-               (unsigned long long)s.file_bytes, (unsigned long long)s.map_bytes);
+        printf("size:     values %s, cubins %s, file %s, map %s\n",
+               cli_bytes(s.bytes, v, sizeof v), cli_bytes(s.cubin_bytes, cu, sizeof cu),
+               cli_bytes(s.file_bytes, f, sizeof f), cli_bytes(s.map_bytes, m, sizeof m));
         printf("oldest:   %s\nnewest:   %s\n", oldest, newest);
         print_tallies("target", s.by_target, s.n_targets);
         print_tallies("kind", s.by_kind, s.n_kinds);
@@ -330,7 +420,14 @@ static int run_stat(cache_args *a)
         }
     }
     kiln_cache_close(c);
-    return st == KILN_OK ? CLI_OK : fail(a, st);
+    if (st != KILN_OK) {
+        json_decref(caches);
+        return fail(a, st);
+    }
+    if (a->json)
+        return print_json(json_pack("{s:o}", "caches", caches));
+    json_decref(caches);
+    return CLI_OK;
 }
 
 /* ------------------------------------------------------------- verify */
@@ -685,8 +782,8 @@ static int run_salvage(cache_args *a)
 #define TAKES_READ (TAKES(CACHE) | TAKES(SHIPPED))
 
 static const cache_sub subs[] = {
-    { "ls", TAKES_READ | TAKES(WIDE), false, 0, 1, NULL, run_ls },
-    { "stat", TAKES_READ, false, 0, 1, NULL, run_stat },
+    { "ls", TAKES_READ | TAKES(WIDE) | TAKES(JSON), false, 0, 1, NULL, run_ls },
+    { "stat", TAKES_READ | TAKES(JSON), false, 0, 1, NULL, run_stat },
     { "verify", TAKES_READ, false, 0, 1, NULL, run_verify },
     { "export", TAKES_READ | TAKES(MODEL) | TAKES(OUTPUT) | TAKES(FORCE), true, 0, 0, NULL,
       run_export },

@@ -68,11 +68,18 @@ kiln_status cli_exec_run(cli_exec *e, int64_t m, const float *const *in, float *
 /* The deterministic input of graph input number `input`: [m, width]. */
 void cli_fill_input(int input, int64_t m, int64_t width, float *x);
 
+/* One row of cli_run_table. */
+typedef struct cli_run_row {
+    int64_t tokens;
+    double sum, mean_abs, median_s;
+} cli_run_row;
+
 /* Run g for each token count `steps` times on fresh deterministic inputs and
- * print tokens, the outputs' checksum (sum, mean |y|) and the median time.
+ * print tokens, the outputs' checksum (sum, mean |y|) and the median time,
+ * or, when rows is not NULL, write them to rows[n_tokens] and print nothing.
  * first_run_s (may be NULL) gets the very first run's time. */
 int cli_run_table(const char *cmd, cli_exec *e, kiln_graph *g, const int64_t *tokens,
-                  int n_tokens, int steps, double *first_run_s);
+                  int n_tokens, int steps, double *first_run_s, cli_run_row *rows);
 
 /* Run g for m tokens on both executors and give the largest difference,
  * relative to the largest |y| of the CPU's output. */

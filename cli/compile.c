@@ -1,6 +1,7 @@
 #include "cli.h"
 
 #include <getopt.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +11,7 @@ static void help(FILE *out)
     fprintf(out,
             "usage: kiln compile MODEL|demo [--target T]... [--cache FILE] [--shipped FILE]...\n"
             "                    [--offline] [-j N] [--keep-source DIR] [--compile-timeout S]\n"
-            "                    [--quiet] [planning options]\n"
+            "                    [--quiet] [--json] [planning options]\n"
             "\n"
             "Plans a model for a target, then compiles with NVRTC every kernel the plan\n"
             "needs that no cache holds, and stores it in the writable cache. Needs no GPU.\n"
@@ -33,6 +34,8 @@ static void help(FILE *out)
             "                    (default $KILN_COMPILE_TIMEOUT, else 600)\n"
             "  --quiet           no progress (on a terminal one line, elsewhere a line\n"
             "                    every few seconds, on stderr)\n"
+            "  --json            print the result as JSON on stdout: per target, the\n"
+            "                    signatures, cached, compiled, seconds and the cache\n"
             "\n"
             "planning options, as for kiln plan:\n" CLI_PLAN_HELP);
 }
@@ -72,12 +75,13 @@ static int run(int argc, char **argv)
         { "quiet", no_argument, NULL, 'q' },
         { "compile-timeout", required_argument, NULL, 't' },
         { "offline", no_argument, NULL, 'o' },
+        { "json", no_argument, NULL, 'J' },
         { 0 },
     };
     cli_plan_args a;
     const char *shipped[16];
     kiln_compile_options co = { .cache = { .shipped = shipped, .on_corrupt = on_corrupt } };
-    int c, rc;
+    int c, rc, json = 0;
     long long v;
     cli_plan_args_init(&a);
     a.multi_target = 1;
@@ -110,6 +114,7 @@ static int run(int argc, char **argv)
             break;
         case 'q': co.quiet = 1; break;
         case 'o': co.cache.offline = 1; break;
+        case 'J': json = 1; break;
         case ':': return cli_usage(&cli_cmd_compile, "%s needs a value", argv[optind - 1]);
         default: return cli_usage(&cli_cmd_compile, "unknown option '%s'", argv[optind - 1]);
         }
@@ -133,6 +138,7 @@ static int run(int argc, char **argv)
         into = path;
     co.stop = &stop;
     catch_signals();
+    json_t *done = json_array();
     /* One plan per target, each compiled in turn into the same caches. */
     int i = 0;
     for (; st == KILN_OK && !stop && i < a.n_targets; i++) {
@@ -146,11 +152,26 @@ static int run(int argc, char **argv)
         for (const char *const *w = kiln_plan_warnings(p); *w; w++)
             fprintf(stderr, "kiln compile: warning: %s (%s)\n", *w, t.name);
         kiln_compile_result r;
-        if ((st = kiln_compile_plan(p, &co, &r)) == KILN_OK)
+        if ((st = kiln_compile_plan(p, &co, &r)) != KILN_OK)
+            break;
+        if (json)
+            json_array_append_new(done, json_pack("{s:s, s:i, s:i, s:i, s:f, s:s?}", "target",
+                                                   t.name, "signatures", r.signatures, "cached",
+                                                   r.cached, "compiled", r.compiled, "seconds",
+                                                   r.seconds, "cache",
+                                                   r.writable ? into : NULL));
+        else
             printf("%d signatures: %d cached, %d compiled in %.2f s (%s, %s)\n", r.signatures,
                    r.cached, r.compiled, r.seconds, t.name,
                    r.writable ? into : "no usable writable cache: nothing stored");
     }
+    if (st == KILN_OK && !stop && json) {
+        json_t *root = json_pack("{s:O}", "targets", done);
+        json_dumpf(root, stdout, JSON_INDENT(1));
+        putchar('\n');
+        json_decref(root);
+    }
+    json_decref(done);
     if (st == KILN_OK && i < a.n_targets)
         st = cli_error(KILN_ERR_STATE, "interrupted: %d of %d targets compiled", i, a.n_targets);
     kiln_plan_destroy(p);

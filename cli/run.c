@@ -1,6 +1,7 @@
 #include "cli.h"
 
 #include <getopt.h>
+#include <jansson.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +11,7 @@ static void help(FILE *out)
     fprintf(out,
             "usage: kiln run MODEL|demo [--cache FILE] [--shipped FILE]... [--offline]\n"
             "                [--device cpu|cuda:N] [--tokens LIST] [--steps S] [--eager]\n"
-            "                [--check] [planning options]\n"
+            "                [--check] [--json] [planning options]\n"
             "\n"
             "Runs a model's runnable graph (the demo MLP; a model file's FFN stack) on the\n"
             "GPU: the plan for the live device, kernels from the caches (compiled first\n"
@@ -34,6 +35,8 @@ static void help(FILE *out)
             "  --eager           launch kernels one by one instead of replaying graphs\n"
             "  --check           also run the CPU executor and print the largest difference\n"
             "                    (on the CPU executor alone it says there is nothing to compare)\n"
+            "  --json            print the runs, the cold start and the check as JSON on\n"
+            "                    stdout (seconds, bytes)\n"
             "\n"
             "planning options, as for kiln plan and kiln compile (a deployment gives the\n"
             "ones its cache was compiled with); without --target the plan is the device's:\n"
@@ -119,6 +122,52 @@ static kiln_status cpu_cache_check(const cli_source *src, const kiln_session_opt
     return st;
 }
 
+/* --json: the table, the cold start (a GPU session's) and the check, every
+ * time in seconds and every size in bytes. */
+static int print_json(const char *model, const kiln_session_stats *ss, kiln_cpu *cpu,
+                      const cli_run_row *rows, int n, const double *errs, double cold_s,
+                      double first_s)
+{
+    json_t *table = json_array(), *check = json_array();
+    for (int t = 0; t < n; t++) {
+        json_array_append_new(table, json_pack("{s:I, s:f, s:f, s:f}", "tokens",
+                                               (json_int_t)rows[t].tokens, "sum", rows[t].sum,
+                                               "mean_abs", rows[t].mean_abs, "median_s",
+                                               rows[t].median_s));
+        if (errs && ss)
+            json_array_append_new(check, json_pack("{s:I, s:f}", "tokens",
+                                                   (json_int_t)rows[t].tokens, "max_err",
+                                                   errs[t]));
+    }
+    json_t *root = json_pack("{s:s, s:s, s:o}", "model", model, "executor", ss ? "gpu" : "cpu",
+                             "runs", table);
+    if (ss) {
+        json_object_update_new(
+            root, json_pack("{s:s, s:s, s:i, s:i, s:i}", "device", ss->device, "target",
+                            ss->target, "kernels", ss->kernels, "cached", ss->cached,
+                            "compiled", ss->compiled));
+        json_object_set_new(
+            root, "cold_start",
+            json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I}", "total_s", cold_s,
+                      "plan_s", ss->plan_s, "cache_s", ss->cache_s, "compile_s", ss->compile_s,
+                      "module_s", ss->module_s, "weights_s", ss->weights_s, "graphs_s",
+                      ss->graphs_s, "first_run_s", first_s, "weight_bytes",
+                      (json_int_t)ss->weight_bytes, "arena_bytes", (json_int_t)ss->arena_bytes));
+    } else {
+        json_object_set_new(root, "threads", json_integer(kiln_cpu_threads(cpu)));
+    }
+    if (errs)
+        json_object_set_new(root, "check",
+                            ss ? json_incref(check)
+                               : json_string("nothing to compare: the CPU executor ran, and it "
+                                             "is the reference the GPU is checked against"));
+    json_decref(check);
+    int rc = json_dumpf(root, stdout, JSON_INDENT(1)) == 0 ? CLI_OK : CLI_FAIL;
+    putchar('\n');
+    json_decref(root);
+    return rc;
+}
+
 static int run(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -130,13 +179,14 @@ static int run(int argc, char **argv)
         { "steps", required_argument, NULL, 'S' },
         { "eager", no_argument, NULL, 'e' },
         { "check", no_argument, NULL, 'k' },
+        { "json", no_argument, NULL, 'J' },
         { 0 },
     };
     cli_plan_args a;
     const char *shipped[16];
     kiln_session_options so = { .cache.shipped = shipped };
     int64_t tokens[64] = { 1, 16, 128 };
-    int n_tokens = 3, steps = 20, cpu_only = 0, check = 0, device_given = 0, c, rc;
+    int n_tokens = 3, steps = 20, cpu_only = 0, check = 0, device_given = 0, json = 0, c, rc;
     long long v;
     cli_plan_args_init(&a);
     opterr = 0;
@@ -162,6 +212,7 @@ static int run(int argc, char **argv)
         case 'o': so.cache.offline = 1; break;
         case 'e': so.eager = 1; break;
         case 'k': check = 1; break;
+        case 'J': json = 1; break;
         case 'd':
             if (!strcmp(optarg, "cpu")) {
                 cpu_only = 1;
@@ -237,21 +288,22 @@ static int run(int argc, char **argv)
     }
     cli_exec *e = gpu.gpu ? &gpu : &cpu;
     double first = 0;
-    if (rc == CLI_OK) {
-        if (gpu.gpu) {
-            kiln_session_stats ss;
-            kiln_session_get_stats(gpu.gpu, &ss);
+    kiln_session_stats ss = { 0 };
+    if (gpu.gpu)
+        kiln_session_get_stats(gpu.gpu, &ss);
+    cli_run_row rows[64];
+    double errs[64];
+    if (rc == CLI_OK && !json) {
+        if (gpu.gpu)
             printf("run: %s on %s (%s): %d kernels, %d cached, %d compiled\n", argv[optind],
                    ss.device, ss.target, ss.kernels, ss.cached, ss.compiled);
-        } else {
+        else
             printf("run: %s on the CPU executor (%d threads)\n", argv[optind],
                    kiln_cpu_threads(cpu.cpu));
-        }
-        rc = cli_run_table("run", e, src.g, tokens, n_tokens, steps, &first);
     }
-    if (rc == CLI_OK && gpu.gpu) {
-        kiln_session_stats ss;
-        kiln_session_get_stats(gpu.gpu, &ss);
+    if (rc == CLI_OK)
+        rc = cli_run_table("run", e, src.g, tokens, n_tokens, steps, &first, json ? rows : NULL);
+    if (rc == CLI_OK && gpu.gpu && !json) {
         char weights[32];
         cli_bytes(ss.weight_bytes, weights, sizeof weights);
         printf("cold start %.1f ms: plan %.1f, cache open + lookup %.1f, compile %.1f (%d "
@@ -261,17 +313,17 @@ static int run(int argc, char **argv)
                ss.compiled, ss.module_s * 1e3, ss.weights_s * 1e3, weights, ss.graphs_s * 1e3,
                first * 1e3);
     }
-    if (rc == CLI_OK && !gpu.gpu && check)
+    if (rc == CLI_OK && !gpu.gpu && check && !json)
         printf("check: nothing to compare: the CPU executor ran, and it is the reference the "
                "GPU is checked against\n");
-    if (rc == CLI_OK && gpu.gpu && check) {
-        for (int t = 0; t < n_tokens && rc == CLI_OK; t++) {
-            double err;
-            if ((rc = cli_run_compare("run", &gpu, &cpu, src.g, tokens[t], &err)) == CLI_OK)
-                printf("check %lld tokens: largest |gpu - cpu| = %.3e of max |y|\n",
-                       (long long)tokens[t], err);
-        }
-    }
+    for (int t = 0; rc == CLI_OK && gpu.gpu && check && t < n_tokens; t++)
+        if ((rc = cli_run_compare("run", &gpu, &cpu, src.g, tokens[t], &errs[t])) == CLI_OK &&
+            !json)
+            printf("check %lld tokens: largest |gpu - cpu| = %.3e of max |y|\n",
+                   (long long)tokens[t], errs[t]);
+    if (rc == CLI_OK && json)
+        rc = print_json(argv[optind], gpu.gpu ? &ss : NULL, cpu.cpu, rows, n_tokens,
+                        check ? errs : NULL, create_s + first, first);
     kiln_session_destroy(gpu.gpu);
     kiln_cpu_destroy(cpu.cpu);
     cli_source_close(&src);

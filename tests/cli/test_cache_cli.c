@@ -182,6 +182,22 @@ static bool line_with(const char *out, const char *prefix, char *line, size_t si
     return false;
 }
 
+/* What cli_bytes prints. */
+static void human_bytes(uint64_t n, char *buf, size_t size)
+{
+    static const char *const units[] = { "KiB", "MiB", "GiB" };
+    double v = (double)n;
+    int u = -1;
+    while (v >= 1024 && u < 2) {
+        v /= 1024;
+        u++;
+    }
+    if (u < 0)
+        snprintf(buf, size, "%llu B", (unsigned long long)n);
+    else
+        snprintf(buf, size, "%.1f %s", v, units[u]);
+}
+
 /* Lines of ls output that are records: they start with 32 hex digits. */
 static int record_lines(const char *out)
 {
@@ -322,8 +338,10 @@ Test(cache_cli, ls_lists_every_record)
         cr_assert(line_with(r.out, m[i].hex, line, sizeof line), "no %s in:\n%s", m[i].hex,
                   r.out);
         date_of(m[i].rec.created, "%Y-%m-%d", date, sizeof date);
-        snprintf(want, sizeof want, "%s  %-7s %-7s %9llu  %-10s  ", m[i].hex, m[i].rec.target,
-                 m[i].rec.kind, (unsigned long long)m[i].rec.cubin_size, date);
+        char size[32];
+        human_bytes(m[i].rec.cubin_size, size, sizeof size);
+        snprintf(want, sizeof want, "%s  %-7s %-7s %9s  %-10s  ", m[i].hex, m[i].rec.target,
+                 m[i].rec.kind, size, date);
         cr_assert(!strncmp(line, want, strlen(want)), "got  '%s'\nwant '%s'", line, want);
         /* Cut to fit: the start of the signature, then "...". */
         cr_assert(strstr(line, "linear backend="), "%s", line);
@@ -455,8 +473,11 @@ Test(cache_cli, stat_counts_by_target_and_kind)
     cr_assert(strstr(r.out, want), "%s", r.out);
     snprintf(want, sizeof want, "records:  %d (0 bad)\n", N_LS);
     cr_assert(strstr(r.out, want), "%s", r.out);
-    snprintf(want, sizeof want, "cubins %llu, file %lld, map ", cubins, (long long)file_size(c));
-    cr_assert(line_with(r.out, "bytes:", line, sizeof line) && strstr(line, want),
+    char cu[32], f[32];
+    human_bytes(cubins, cu, sizeof cu);
+    human_bytes((uint64_t)file_size(c), f, sizeof f);
+    snprintf(want, sizeof want, "cubins %s, file %s, map ", cu, f);
+    cr_assert(line_with(r.out, "size:", line, sizeof line) && strstr(line, want),
               "want '%s' in:\n%s", want, r.out);
     char oldest[32], newest[32];
     date_of(m[0].rec.created, "%Y-%m-%dT%H:%M:%SZ", oldest, sizeof oldest);
@@ -464,13 +485,39 @@ Test(cache_cli, stat_counts_by_target_and_kind)
     snprintf(want, sizeof want, "oldest:   %s\nnewest:   %s\n", oldest, newest);
     cr_assert(strstr(r.out, want), "want '%s' in:\n%s", want, r.out);
     for (int t = 0; t < 2; t++) {
-        snprintf(want, sizeof want, "\n%-10s %8zu %12llu\n", targets[t], n_target[t],
-                 by_target[t]);
+        char size[32];
+        human_bytes(by_target[t], size, sizeof size);
+        snprintf(want, sizeof want, "\n%-10s %8zu %12s\n", targets[t], n_target[t], size);
         cr_assert(strstr(r.out, want), "want '%s' in:\n%s", want, r.out);
     }
     for (int k = 0; k < 4; k++) {
-        snprintf(want, sizeof want, "\n%-10s %8zu %12llu\n", kinds[k], n_kind[k], by_kind[k]);
+        char size[32];
+        human_bytes(by_kind[k], size, sizeof size);
+        snprintf(want, sizeof want, "\n%-10s %8zu %12s\n", kinds[k], n_kind[k], size);
         cr_assert(strstr(r.out, want), "want '%s' in:\n%s", want, r.out);
+    }
+    kt_cli_free(&r);
+
+    /* --json: the same numbers, to the byte */
+    r = run("cache stat --cache %s --json", c);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    snprintf(want, sizeof want, "\"cubins\": %llu,\n", cubins);
+    cr_assert(strstr(r.out, want), "want '%s' in:\n%s", want, r.out);
+    snprintf(want, sizeof want, "\"file\": %lld,\n", (long long)file_size(c));
+    cr_assert(strstr(r.out, want), "want '%s' in:\n%s", want, r.out);
+    snprintf(want, sizeof want, "\"records\": %d,\n", N_LS);
+    cr_assert(strstr(r.out, want), "want '%s' in:\n%s", want, r.out);
+    cr_assert(strstr(r.out, "\"manifest\": null"), "%s", r.out);
+    kt_cli_free(&r);
+    r = run("cache ls --cache %s --json", c);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    for (int i = 0; i < N_LS; i++) {
+        snprintf(want, sizeof want, "\"key\": \"%s\"", m[i].hex);
+        const char *at = strstr(r.out, want);
+        cr_assert(at, "no %s in:\n%s", m[i].hex, r.out);
+        snprintf(want, sizeof want, "\"cubin_bytes\": %llu,",
+                 (unsigned long long)m[i].rec.cubin_size);
+        cr_assert(strstr(at, want), "want '%s' in:\n%s", want, at);
     }
     kt_cli_free(&r);
     unmake_all(m, N_LS);
@@ -595,22 +642,6 @@ Test(cache_cli, merge_counts_what_it_did)
     unmake_all(m, 10);
     free(a);
     free(b);
-}
-
-/* What cli_bytes prints. */
-static void human_bytes(uint64_t n, char *buf, size_t size)
-{
-    static const char *const units[] = { "KiB", "MiB", "GiB" };
-    double v = (double)n;
-    int u = -1;
-    while (v >= 1024 && u < 2) {
-        v /= 1024;
-        u++;
-    }
-    if (u < 0)
-        snprintf(buf, size, "%llu B", (unsigned long long)n);
-    else
-        snprintf(buf, size, "%.1f %s", v, units[u]);
 }
 
 Test(cache_cli, gc_removes_what_it_is_asked_to)

@@ -40,15 +40,19 @@ Test(cli_plan_run, plan_explains_every_linear)
     cr_assert(strstr(r.out, "activation arena: "));
     /* the demo's weights, once in kiln's layout (prefill) and once packed
      * (decode), as a session holds them */
-    cr_assert(strstr(r.out, "weights on the device: 26756224 bytes (13359680 in kiln's storage "
-                            "layout, 13396544 packed for the decode kernels)"),
+    cr_assert(strstr(r.out, "weights on the device: 25.5 MiB (12.7 MiB in kiln's storage "
+                            "layout, 12.8 MiB packed for the decode kernels)"),
               "%s", r.out);
     kt_cli_free(&r);
     r = kt_cli_run("plan demo --target sm_75");
     cr_assert_eq(r.status, 0, "%s", r.err);
-    cr_assert(strstr(r.out, "weights on the device: 13359680 bytes (13359680 in kiln's storage "
-                            "layout, 0 packed"),
+    cr_assert(strstr(r.out, "weights on the device: 12.7 MiB (12.7 MiB in kiln's storage "
+                            "layout, 0 B packed"),
               "%s", r.out);
+    kt_cli_free(&r);
+    /* --json: the same sizes to the byte */
+    r = kt_cli_run("plan demo --target sm_75 --json");
+    cr_assert(strstr(r.out, "\"storage\": 13359680"), "%s", r.out);
     kt_cli_free(&r);
 }
 
@@ -120,6 +124,14 @@ Test(cli_plan_run, compile_twice_compiles_nothing_the_second_time, .timeout = 30
     cr_assert(strstr(b.err, "offline, and kernel \"linear backend="), "%s", b.err);
     kt_cli_free(&a);
     kt_cli_free(&b);
+    /* --json: the same counts */
+    snprintf(args, sizeof args, "compile demo --target sm_80 --cache %s/c.kiln --json", dir);
+    a = kt_cli_run(args);
+    cr_assert_eq(a.status, 0, "%s", a.err);
+    snprintf(want, sizeof want, "\"cached\": %d,\n   \"compiled\": 0,", first);
+    cr_assert(strstr(a.out, "\"target\": \"sm_80\""), "%s", a.out);
+    cr_assert(strstr(a.out, want), "want %s in %s", want, a.out);
+    kt_cli_free(&a);
     /* KILN_OFFLINE=1 is --offline */
     snprintf(args, sizeof args, "compile demo --target sm_80 --cache %s/empty.kiln", dir);
     setenv("KILN_OFFLINE", "1", 1);
@@ -211,6 +223,16 @@ Test(cli_plan_run, run_on_the_cpu_matches_the_demo)
     }
     kt_cli_free(&r);
     kt_cli_free(&d);
+    /* --json: the same checksums, and why --check has nothing to compare */
+    r = kt_cli_run("run demo --device cpu --tokens 3 --steps 1 --json --check");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "\"executor\": \"cpu\""), "%s", r.out);
+    cr_assert(strstr(r.out, "\"tokens\": 3,"), "%s", r.out);
+    cr_assert(strstr(r.out, "\"check\": \"nothing to compare: "), "%s", r.out);
+    kt_cli_free(&r);
+    r = kt_cli_run("run demo --device cpu --tokens 1 --steps 1 --check");
+    cr_assert(strstr(r.out, "check: nothing to compare: "), "%s", r.out);
+    kt_cli_free(&r);
 }
 
 /* --capture means capture sizes wherever a plan is made; --tokens is the
