@@ -25,7 +25,8 @@ static void help(FILE *out)
             "                    $XDG_CACHE_HOME/kiln/kernels.kiln)\n"
             "  --shipped FILE    a read-only cache searched first (repeatable)\n"
             "  --offline         compile nothing: a kernel missing from every cache is an\n"
-            "                    error naming it (a check that a shipped cache is whole)\n"
+            "                    error, and every missing one is listed (a check that a\n"
+            "                    shipped cache is whole; also KILN_OFFLINE=1)\n"
             "  -j, --jobs N      compiles at once (default: one per core)\n"
             "  --keep-source DIR write each kernel's source, NVRTC log and PTX to DIR\n"
             "                    (also $KILN_DUMP_SOURCE)\n"
@@ -62,6 +63,29 @@ static void catch_signals(void)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+}
+
+static void print_missing(void *ctx, const char *signature, const char *key_hex)
+{
+    (void)ctx;
+    fprintf(stderr, "kiln compile: missing: %s (key %s)\n", signature, key_hex);
+}
+
+/* Offline, a miss fails the compile naming the first; the others are
+ * listed too, as kiln cache check lists them. Returns st with its message
+ * kept for cli_fail. */
+static kiln_status list_missing(const kiln_plan *p, const kiln_cache_options *o, kiln_status st)
+{
+    char message[2048];
+    snprintf(message, sizeof message, "%s", kiln_last_error());
+    kiln_cache *c = NULL;
+    int missing = 0;
+    if (kiln_cache_open(o, &c) == KILN_OK &&
+        kiln_cache_check_plan(c, p, print_missing, NULL, &missing) == KILN_OK)
+        fprintf(stderr, "kiln compile: %d of %d kernels are in no cache\n", missing,
+                kiln_plan_n_signatures(p));
+    kiln_cache_close(c);
+    return cli_error(st, "%s", message);
 }
 
 static int run(int argc, char **argv)
@@ -152,7 +176,9 @@ static int run(int argc, char **argv)
         for (const char *const *w = kiln_plan_warnings(p); *w; w++)
             fprintf(stderr, "kiln compile: warning: %s (%s)\n", *w, t.name);
         kiln_compile_result r;
-        if ((st = kiln_compile_plan(p, &co, &r)) != KILN_OK)
+        if ((st = kiln_compile_plan(p, &co, &r)) == KILN_ERR_OFFLINE_MISS)
+            st = list_missing(p, &co.cache, st);
+        if (st != KILN_OK)
             break;
         if (json)
             json_array_append_new(done, json_pack("{s:s, s:i, s:i, s:i, s:f, s:s?}", "target",

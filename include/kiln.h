@@ -770,8 +770,10 @@ typedef struct kiln_session_stats {
 } kiln_session_stats;
 
 /* KILN_ERR_NO_DEVICE when there is no GPU or driver (callers fall back to
- * the CPU executor); KILN_ERR_OFFLINE_MISS naming the signature; KILN_ERR_CUDA
- * naming the kernel whose cubin the device cannot load. opts may be NULL.
+ * the CPU executor); KILN_ERR_OFFLINE_MISS naming the signature;
+ * KILN_ERR_UNSUPPORTED, before anything is compiled or loaded, when
+ * opts->target's cubins cannot load on the device (kiln_target_loads);
+ * KILN_ERR_CUDA naming the kernel whose cubin the device cannot load. opts may be NULL.
  * The graph and its weight memory must outlive the session. */
 KILN_API kiln_status kiln_session_create(kiln_graph *g, const kiln_session_options *opts,
                                          kiln_session **out);

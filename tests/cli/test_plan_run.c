@@ -122,6 +122,15 @@ Test(cli_plan_run, compile_twice_compiles_nothing_the_second_time, .timeout = 30
     b = kt_cli_run(args);
     cr_assert_eq(b.status, 1, "%s", b.out);
     cr_assert(strstr(b.err, "offline, and kernel \"linear backend="), "%s", b.err);
+    /* and lists every kernel missing, as kiln cache check does */
+    char listed[64];
+    snprintf(listed, sizeof listed, "kiln compile: %d of %d kernels are in no cache\n", first,
+             first);
+    cr_assert(strstr(b.err, listed), "want %s in %s", listed, b.err);
+    int lines = 0;
+    for (const char *q = b.err; (q = strstr(q, "kiln compile: missing: ")); q++)
+        lines++;
+    cr_assert_eq(lines, first, "%s", b.err);
     kt_cli_free(&a);
     kt_cli_free(&b);
     /* --json: the same counts */
