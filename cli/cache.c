@@ -31,8 +31,9 @@ static void help(FILE *out)
             "                         kind; an exported file's manifest: kiln version, cache\n"
             "                         schema, model (name, files, graph digest), targets,\n"
             "                         token buckets, planning options\n"
-            "  verify [FILE]          check each file's structure and every record; print each\n"
-            "                         damaged file and each bad record (key, problem), then\n"
+            "  verify [FILE]          check each file's structure, every record and an\n"
+            "                         exported file's manifest; print each damaged file and\n"
+            "                         each bad record (key, problem), then\n"
             "                         \"N records, B bad\"; exit 1 when any is\n"
             "  check --model MODEL|demo [--json] [planning options]\n"
             "                         plan MODEL as kiln plan does (default target sm_90a;\n"
@@ -454,6 +455,16 @@ static int run_verify(cache_args *a)
         } else if ((st = kiln_cache_verify(c, i, verify_bad, NULL, &n, &bad)) == KILN_OK) {
             total += n;
             total_bad += bad;
+            /* A manifest is checked too: a damaged one is a bad entry. */
+            const char *manifest;
+            kiln_status ms = kiln_cache_manifest(c, i, &manifest);
+            if (ms == KILN_ERR_CACHE || ms == KILN_ERR_UNSUPPORTED) {
+                char safe[2048];
+                printf("manifest  %s\n", cli_printable(kiln_last_error(), safe, sizeof safe));
+                total_bad++;
+            } else if (ms != KILN_OK && ms != KILN_ERR_NOT_FOUND) {
+                st = ms;
+            }
         }
     }
     kiln_cache_close(c);

@@ -1120,6 +1120,30 @@ Test(cache_cli, manifest_says_what_a_file_was_made_for, .timeout = 600)
     cr_assert_eq(r.status, 0, "%s", r.err);
     cr_assert(strstr(r.err, "was made for another target"), "%s", r.err);
     kt_cli_free(&r);
+
+    /* a manifest changed on disk: verify and stat say so, run refuses it */
+    long len;
+    char *bytes = kt_read_file(s, &len);
+    cr_assert_not_null(bytes);
+    char *at = memmem(bytes, (size_t)len, "\"capture\":[1,16]", 16);
+    cr_assert_not_null(at, "the manifest's text is in the file");
+    int fd = open(s, O_WRONLY);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(pwrite(fd, "7", 1, (at - bytes) + 12), 1);
+    close(fd);
+    free(bytes);
+    r = run("cache verify %s", s);
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert(strstr(r.out, "manifest  ") && strstr(r.out, "damaged (checksum)"), "%s", r.out);
+    kt_cli_free(&r);
+    r = run("cache stat %s", s);
+    cr_assert(strstr(r.out, "manifest: ") && strstr(r.out, "damaged (checksum)"), "%s", r.out);
+    kt_cli_free(&r);
+    r = run("run demo --device cpu --shipped %s --offline --target sm_80 --capture 1,16 "
+            "--tokens 1 --steps 1", s);
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert(strstr(r.err, "damaged (checksum)"), "%s", r.err);
+    kt_cli_free(&r);
     free(s);
     free(c);
 }
