@@ -379,6 +379,7 @@ void kiln_cache_close(kiln_cache *c)
         kiln_cache_file_close(&c->files[i]);
         free(c->files[i].path);
         free(c->files[i].damage);
+        free(c->files[i].manifest);
     }
     free(c->files);
     free(c);

@@ -173,8 +173,10 @@ void kiln_cache_set_mdb_hook(kiln_cache_mdb_hook hook, void *ctx);
  * behind. KILN_ERR_IO when path exists and overwrite is 0;
  * KILN_ERR_NOT_FOUND, naming the key, when no layer holds one;
  * KILN_ERR_INVALID_ARG when path is one of c's files, which the export
- * reads. */
+ * reads. manifest (may be NULL) is stored as the file's manifest
+ * (kiln_cache_manifest). */
 kiln_status kiln_cache_export_keys(kiln_cache *c, const uint8_t (*keys)[KILN_CACHE_KEY_BYTES],
-                                   size_t n_keys, const char *path, int overwrite);
+                                   size_t n_keys, const char *path, int overwrite,
+                                   const char *manifest);
 
 #endif

@@ -64,6 +64,7 @@ typedef struct kiln_cache_file {
     MDB_dbi dbi;
     char *path;
     char *damage; /* the structural check's message when the file failed it: never opened */
+    char *manifest; /* its manifest's text once read (cache/manifest.c), else NULL */
     dev_t dev;
     ino_t ino;
     int locked;   /* has a lock file: on the process's list of open files */
@@ -80,6 +81,14 @@ struct kiln_cache {
     void (*on_corrupt)(void *ctx, const char *message);
     void *ctx;
 };
+
+/* The key of an exported file's manifest (cache/manifest.c): no record's,
+ * whose keys are 16 bytes. Iteration, gc and merge pass it over. */
+#define KILN_CACHE_MANIFEST_KEY "kiln-manifest"
+bool kiln_cache_is_manifest(const MDB_val *k);
+/* Store json as f's manifest in txn (an export's). */
+kiln_status kiln_cache_manifest_put(kiln_cache_file *f, MDB_txn *txn, const char *json,
+                                    int *rc_out);
 
 /* An LMDB or system failure rc of what on path, as a status: LMDB's codes
  * (negative) give KILN_ERR_CACHE, errno values KILN_ERR_IO. */

@@ -58,6 +58,8 @@ static kiln_status file_foreach(kiln_cache_file *f, int layer, kiln_cache_visit_
     }
     MDB_val k, v;
     while (!st && !(rc = kiln_mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
+        if (kiln_cache_is_manifest(&k))
+            continue;
         kiln_cache_entry e = { .layer = layer };
         entry_check(f, &k, &v, &e);
         st = fn(ctx, &e);
@@ -190,26 +192,40 @@ void kiln_cache_stats_free(kiln_cache_stats *s)
 
 typedef struct gc_ctx {
     const kiln_cache_gc_options *o;
+    int layer;
     uint64_t now;
     size_t removed;
     uint64_t bytes;
 } gc_ctx;
 
-static bool gc_drops(const gc_ctx *g, const MDB_val *k, const MDB_val *v)
+static bool gc_drops(const gc_ctx *g, const kiln_cache_entry *e)
 {
-    kiln_cache_record r;
-    kiln_status st = k->mv_size != KILN_CACHE_KEY_BYTES
-                         ? KILN_ERR_CACHE
-                         : kiln_cache_record_decode(v->mv_data, v->mv_size, k->mv_data, &r);
-    if (st == KILN_ERR_UNSUPPORTED)
-        return g->o->version && r.version == g->o->version;
-    if (st)
+    const kiln_cache_record *r = &e->rec;
+    if (e->status == KILN_ERR_UNSUPPORTED)
+        return g->o->version && r->version == g->o->version;
+    if (e->status)
         return g->o->corrupt;
     if (g->o->version == KILN_CACHE_RECORD_VERSION)
         return true;
-    if (g->o->compiler && strcmp(r.compiler, g->o->compiler))
+    if (g->o->compiler && strcmp(r->compiler, g->o->compiler))
         return true;
-    return g->o->max_age_s && g->now > r.created && g->now - r.created > g->o->max_age_s;
+    return g->o->max_age_s && g->now > r->created && g->now - r->created > g->o->max_age_s;
+}
+
+/* One entry gc removes, or would remove on a dry run: counted, and shown
+ * to on_remove, whose refusal ends the gc with nothing removed. */
+static kiln_status gc_take(gc_ctx *g, const kiln_cache_entry *e)
+{
+    if (!gc_drops(g, e))
+        return KILN_OK;
+    g->removed++;
+    g->bytes += e->size;
+    return g->o->on_remove ? g->o->on_remove(g->o->ctx, e) : KILN_OK;
+}
+
+static kiln_status gc_visit(void *ctx, const kiln_cache_entry *e)
+{
+    return gc_take(ctx, e);
 }
 
 static kiln_status gc_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int *rc_out)
@@ -222,16 +238,21 @@ static kiln_status gc_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int *rc_
     int rc = kiln_mdb_cursor_open(txn, f->dbi, &cur);
     if (rc)
         return kiln_cache_body_fail(rc_out, rc, f, "gc");
+    kiln_status st = KILN_OK;
     while (!(rc = kiln_mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
-        if (!gc_drops(g, &k, &v))
+        if (kiln_cache_is_manifest(&k))
             continue;
-        size_t size = v.mv_size;
-        if ((rc = kiln_mdb_cursor_del(cur, 0)))
+        kiln_cache_entry e = { .layer = g->layer };
+        entry_check(f, &k, &v, &e);
+        size_t before = g->removed;
+        if ((st = gc_take(g, &e)))
             break;
-        g->removed++;
-        g->bytes += size;
+        if (g->removed != before && (rc = kiln_mdb_cursor_del(cur, 0)))
+            break;
     }
     mdb_cursor_close(cur);
+    if (st)
+        return st;
     return rc == MDB_NOTFOUND ? KILN_OK : kiln_cache_body_fail(rc_out, rc, f, "gc");
 }
 
@@ -244,8 +265,10 @@ kiln_status kiln_cache_gc(kiln_cache *c, const kiln_cache_gc_options *o, size_t 
     kiln_status st = kiln_cache_writable_file(c, "gc", &f);
     if (st)
         return st;
-    gc_ctx g = { .o = o, .now = (uint64_t)time(NULL) };
-    if ((st = kiln_cache_file_write(f, "gc", gc_body, &g)))
+    gc_ctx g = { .o = o, .layer = c->writable, .now = (uint64_t)time(NULL) };
+    st = o->dry_run ? file_foreach(f, c->writable, gc_visit, &g)
+                    : kiln_cache_file_write(f, "gc", gc_body, &g);
+    if (st)
         return st;
     if (removed)
         *removed = g.removed;
@@ -402,6 +425,7 @@ typedef struct export_ctx {
     kiln_cache *c;
     const uint8_t (*keys)[KILN_CACHE_KEY_BYTES];
     size_t n_keys;
+    const char *manifest;
 } export_ctx;
 
 static kiln_status export_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int *rc_out)
@@ -416,6 +440,8 @@ static kiln_status export_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int 
         st = kiln_cache_file_put(f, txn, x->keys[i], hit.blob, hit.size, &put, rc_out);
         kiln_cache_hit_release(&hit);
     }
+    if (!st && x->manifest)
+        st = kiln_cache_manifest_put(f, txn, x->manifest, rc_out);
     return st;
 }
 
@@ -471,7 +497,8 @@ static kiln_status new_file_write(const char *path, int overwrite, size_t map, c
 }
 
 kiln_status kiln_cache_export_keys(kiln_cache *c, const uint8_t (*keys)[KILN_CACHE_KEY_BYTES],
-                                   size_t n_keys, const char *path, int overwrite)
+                                   size_t n_keys, const char *path, int overwrite,
+                                   const char *manifest)
 {
     /* The new file must not replace a file this process has mapped. Room
      * for everything the layers hold means the map rarely has to grow,
@@ -487,7 +514,7 @@ kiln_status kiln_cache_export_keys(kiln_cache *c, const uint8_t (*keys)[KILN_CAC
                              path, i == c->writable ? "writable" : "shipped", c->files[i].path);
         map += (size_t)fs.st_size;
     }
-    export_ctx x = { .c = c, .keys = keys, .n_keys = n_keys };
+    export_ctx x = { .c = c, .keys = keys, .n_keys = n_keys, .manifest = manifest };
     return new_file_write(path, overwrite, map, "export", export_body, &x);
 }
 

@@ -1,33 +1,42 @@
 #include "cli.h"
 
 #include <getopt.h>
+#include <jansson.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
 static void help(FILE *out)
 {
     fprintf(out,
-            "usage: kiln compile MODEL|demo [--target T] [--cache FILE] [--shipped FILE]...\n"
+            "usage: kiln compile MODEL|demo [--target T]... [--cache FILE] [--shipped FILE]...\n"
             "                    [--offline] [-j N] [--keep-source DIR] [--compile-timeout S]\n"
-            "                    [--quiet] [planning options]\n"
+            "                    [--quiet] [--json] [planning options]\n"
             "\n"
             "Plans a model for a target, then compiles with NVRTC every kernel the plan\n"
             "needs that no cache holds, and stores it in the writable cache. Needs no GPU.\n"
+            "With several --target, one plan per target, compiled in turn (a line each).\n"
             "Prints \"S signatures: H cached, C compiled in T s\"; a second run compiles\n"
-            "nothing.\n"
+            "nothing. Each kernel is stored as soon as it compiles. The first Ctrl-C (or\n"
+            "SIGTERM) starts no more compiles, stores the ones running and exits 1; the\n"
+            "next compile does only the rest.\n"
             "\n"
             "  --cache FILE      the writable cache (default $KILN_CACHE, else\n"
             "                    $XDG_CACHE_HOME/kiln/kernels.kiln)\n"
             "  --shipped FILE    a read-only cache searched first (repeatable)\n"
             "  --offline         compile nothing: a kernel missing from every cache is an\n"
-            "                    error naming it (a check that a shipped cache is whole)\n"
+            "                    error, and every missing one is listed (a check that a\n"
+            "                    shipped cache is whole; also KILN_OFFLINE=1)\n"
             "  -j, --jobs N      compiles at once (default: one per core)\n"
             "  --keep-source DIR write each kernel's source, NVRTC log and PTX to DIR\n"
             "                    (also $KILN_DUMP_SOURCE)\n"
             "  --compile-timeout S\n"
             "                    a kernel whose compile takes more than S seconds fails\n"
             "                    (default $KILN_COMPILE_TIMEOUT, else 600)\n"
-            "  --quiet           no progress line\n"
+            "  --quiet           no progress (on a terminal one line, elsewhere a line\n"
+            "                    every few seconds, on stderr)\n"
+            "  --json            print the result as JSON on stdout: per target, the\n"
+            "                    signatures, cached, compiled, seconds and the cache\n"
             "\n"
             "planning options, as for kiln plan:\n" CLI_PLAN_HELP);
 }
@@ -36,6 +45,47 @@ static void on_corrupt(void *ctx, const char *message)
 {
     (void)ctx;
     fprintf(stderr, "kiln: warning: %s (it will be compiled again)\n", message);
+}
+
+/* Set by the first SIGINT or SIGTERM: the compile ends once the kernels
+ * compiling are stored. A second one ends the process at once. */
+static volatile sig_atomic_t stop;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop = 1;
+}
+
+static void catch_signals(void)
+{
+    struct sigaction sa = { .sa_handler = on_signal, .sa_flags = SA_RESETHAND };
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+static void print_missing(void *ctx, const char *signature, const char *key_hex)
+{
+    (void)ctx;
+    fprintf(stderr, "kiln compile: missing: %s (key %s)\n", signature, key_hex);
+}
+
+/* Offline, a miss fails the compile naming the first; the others are
+ * listed too, as kiln cache check lists them. Returns st with its message
+ * kept for cli_fail. */
+static kiln_status list_missing(const kiln_plan *p, const kiln_cache_options *o, kiln_status st)
+{
+    char message[2048];
+    snprintf(message, sizeof message, "%s", kiln_last_error());
+    kiln_cache *c = NULL;
+    int missing = 0;
+    if (kiln_cache_open(o, &c) == KILN_OK &&
+        kiln_cache_check_plan(c, p, print_missing, NULL, &missing) == KILN_OK)
+        fprintf(stderr, "kiln compile: %d of %d kernels are in no cache\n", missing,
+                kiln_plan_n_signatures(p));
+    kiln_cache_close(c);
+    return cli_error(st, "%s", message);
 }
 
 static int run(int argc, char **argv)
@@ -49,14 +99,16 @@ static int run(int argc, char **argv)
         { "quiet", no_argument, NULL, 'q' },
         { "compile-timeout", required_argument, NULL, 't' },
         { "offline", no_argument, NULL, 'o' },
+        { "json", no_argument, NULL, 'J' },
         { 0 },
     };
     cli_plan_args a;
     const char *shipped[16];
     kiln_compile_options co = { .cache = { .shipped = shipped, .on_corrupt = on_corrupt } };
-    int c, rc;
+    int c, rc, json = 0;
     long long v;
     cli_plan_args_init(&a);
+    a.multi_target = 1;
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":j:", opts, NULL)) != -1) {
@@ -86,6 +138,7 @@ static int run(int argc, char **argv)
             break;
         case 'q': co.quiet = 1; break;
         case 'o': co.cache.offline = 1; break;
+        case 'J': json = 1; break;
         case ':': return cli_usage(&cli_cmd_compile, "%s needs a value", argv[optind - 1]);
         default: return cli_usage(&cli_cmd_compile, "unknown option '%s'", argv[optind - 1]);
         }
@@ -99,23 +152,54 @@ static int run(int argc, char **argv)
         return rc;
 
     cli_source src;
-    kiln_plan *p;
+    kiln_plan *p = NULL;
     kiln_status st = cli_plan_open(argv[optind], &a, &t, &src, &p);
     if (st != KILN_OK)
         return cli_fail(st, "compile");
-    for (const char *const *w = kiln_plan_warnings(p); *w; w++)
-        fprintf(stderr, "kiln compile: warning: %s\n", *w);
-    kiln_compile_result r;
     char path[4096];
-    const char *into = "no usable writable cache: nothing stored";
-    if ((st = kiln_compile_plan(p, &co, &r)) == KILN_OK && r.writable) {
-        into = co.cache.path ? co.cache.path : path;
-        if (!co.cache.path)
-            st = kiln_cache_default_path(path, sizeof path);
+    const char *into = co.cache.path;
+    if (!into && (st = kiln_cache_default_path(path, sizeof path)) == KILN_OK)
+        into = path;
+    co.stop = &stop;
+    catch_signals();
+    json_t *done = json_array();
+    /* One plan per target, each compiled in turn into the same caches. */
+    int i = 0;
+    for (; st == KILN_OK && !stop && i < a.n_targets; i++) {
+        if (i) {
+            cli_plan_target(&a, i, &t);
+            kiln_plan_destroy(p);
+            p = NULL;
+            if ((st = kiln_plan_create(src.g, &t, &a.po, &p)) != KILN_OK)
+                break;
+        }
+        for (const char *const *w = kiln_plan_warnings(p); *w; w++)
+            fprintf(stderr, "kiln compile: warning: %s (%s)\n", *w, t.name);
+        kiln_compile_result r;
+        if ((st = kiln_compile_plan(p, &co, &r)) == KILN_ERR_OFFLINE_MISS)
+            st = list_missing(p, &co.cache, st);
+        if (st != KILN_OK)
+            break;
+        if (json)
+            json_array_append_new(done, json_pack("{s:s, s:i, s:i, s:i, s:f, s:s?}", "target",
+                                                   t.name, "signatures", r.signatures, "cached",
+                                                   r.cached, "compiled", r.compiled, "seconds",
+                                                   r.seconds, "cache",
+                                                   r.writable ? into : NULL));
+        else
+            printf("%d signatures: %d cached, %d compiled in %.2f s (%s, %s)\n", r.signatures,
+                   r.cached, r.compiled, r.seconds, t.name,
+                   r.writable ? into : "no usable writable cache: nothing stored");
     }
-    if (st == KILN_OK)
-        printf("%d signatures: %d cached, %d compiled in %.2f s (%s, %s)\n", r.signatures,
-               r.cached, r.compiled, r.seconds, t.name, into);
+    if (st == KILN_OK && !stop && json) {
+        json_t *root = json_pack("{s:O}", "targets", done);
+        json_dumpf(root, stdout, JSON_INDENT(1));
+        putchar('\n');
+        json_decref(root);
+    }
+    json_decref(done);
+    if (st == KILN_OK && i < a.n_targets)
+        st = cli_error(KILN_ERR_STATE, "interrupted: %d of %d targets compiled", i, a.n_targets);
     kiln_plan_destroy(p);
     cli_source_close(&src);
     return st == KILN_OK ? CLI_OK : cli_fail(st, "compile");

@@ -233,7 +233,8 @@ static int run(int argc, char **argv)
                DEMO_WIDTH, DEMO_FFN);
     putchar('\n');
     cli_exec e = { .cpu = cpu };
-    int rc = cli_run_table("demo", &e, cli_demo_graph(d), tokens, n_tokens, steps, NULL);
+    int rc =
+        cli_run_table("demo", &e, cli_demo_graph(d), tokens, n_tokens, steps, NULL, NULL);
     kiln_cpu_destroy(cpu);
     cli_demo_destroy(d);
     return rc;

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -10,15 +11,16 @@
 static void help(FILE *out)
 {
     fprintf(out,
-            "usage: kiln inspect FILE|DIR [--metadata] [--tensor NAME --dequant OUT]\n"
+            "usage: kiln inspect FILE|DIR [--metadata] [--json] [--tensor NAME --dequant OUT]\n"
             "                    [--allow-nonfinite]\n"
             "\n"
             "Describes a model: a GGUF file, a .safetensors file, or a directory with\n"
             "model.safetensors (or a sharded set with model.safetensors.index.json) and\n"
             "config.json. Prints the container, the architecture and hyper-parameters, then\n"
-            "a table of tensors (name, format or stored type, shape, bytes).\n"
+            "a table of tensors (name, format or stored type, shape, size in binary units).\n"
             "\n"
             "  --metadata        also print every GGUF metadata key and its value\n"
+            "  --json            print it all as JSON on stdout, sizes in bytes\n"
             "  --tensor NAME     the tensor to write with --dequant\n"
             "  --allow-nonfinite open a model whose scales, norm weights or rms_norm_eps\n"
             "                    hold NaN or infinity\n"
@@ -114,6 +116,97 @@ static void print_metadata(kiln_model *m)
     }
 }
 
+static int print_text(kiln_model *m, const char *path, int metadata)
+{
+    kiln_model_info hp;
+    kiln_model_get_info(m, &hp);
+    char safe[1024];
+    printf("file:          %s (%s)\n", path, kiln_model_container(m));
+    printf("architecture:  %s\n",
+           kiln_model_arch(m)[0] ? cli_printable(kiln_model_arch(m), safe, sizeof safe)
+                                 : "(not given)");
+    printf("layers %lld, width %lld, ffn %lld, heads %lld, kv heads %lld, vocab %lld, "
+           "context %lld, rms eps %g\n",
+           (long long)hp.n_layers, (long long)hp.d_model, (long long)hp.d_ffn,
+           (long long)hp.n_heads, (long long)hp.n_kv_heads, (long long)hp.vocab,
+           (long long)hp.ctx, (double)hp.rms_eps);
+    if (metadata)
+        print_metadata(m);
+    int n = kiln_model_n_tensors(m);
+    size_t total = 0;
+    kiln_status st = KILN_OK;
+    printf("\n%-52s %-12s %-22s %10s\n", "tensor", "format", "shape", "size");
+    for (int i = 0; i < n; i++) {
+        kiln_model_tensor_info t;
+        if ((st = kiln_model_tensor_at(m, i, &t)))
+            break;
+        char shape[96], fmt[40], size[32];
+        shape_text(&t, shape, sizeof shape);
+        if (t.supported)
+            snprintf(fmt, sizeof fmt, "%s", kiln_format_get(t.format)->name);
+        else
+            snprintf(fmt, sizeof fmt, "%s (unsupported)",
+                     cli_printable(t.type_name, safe, sizeof safe));
+        printf("%-52s %-12s %-22s %10s\n", cli_printable(t.name, safe, sizeof safe), fmt, shape,
+               cli_bytes(t.bytes, size, sizeof size));
+        total += t.bytes;
+    }
+    char size[32];
+    printf("%d tensors, %s\n", n, cli_bytes(total, size, sizeof size));
+    return st == KILN_OK ? CLI_OK : cli_fail(st, "inspect");
+}
+
+/* Strings from the file go into JSON as they are: jansson escapes control
+ * characters, and refuses text that is not UTF-8 (then null). */
+static int print_json(kiln_model *m, const char *path, int metadata)
+{
+    kiln_model_info hp;
+    kiln_model_get_info(m, &hp);
+    json_t *tensors = json_array(), *meta = json_array();
+    size_t total = 0;
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < kiln_model_n_tensors(m); i++) {
+        kiln_model_tensor_info t;
+        if ((st = kiln_model_tensor_at(m, i, &t)))
+            break;
+        json_t *shape = json_array();
+        for (int d = t.n_dims - 1; d >= 0; d--)
+            json_array_append_new(shape, json_integer(t.ne[d]));
+        json_array_append_new(
+            tensors, json_pack("{s:s?, s:s?, s:s?, s:b, s:o, s:I}", "name", t.name, "type",
+                               t.type_name, "format",
+                               t.supported ? kiln_format_get(t.format)->name : NULL,
+                               "supported", t.supported, "shape", shape, "bytes",
+                               (json_int_t)t.bytes));
+        total += t.bytes;
+    }
+    for (int i = 0; metadata && i < kiln_model_n_metadata(m); i++) {
+        const char *key;
+        char buf[2048];
+        if (kiln_model_metadata_at(m, i, 8, &key, buf, sizeof buf) == KILN_OK)
+            json_array_append_new(meta, json_pack("{s:s?, s:s?}", "key", key, "value", buf));
+    }
+    json_t *root = json_pack(
+        "{s:s, s:s, s:s, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f}, s:o, s:I}", "file", path,
+        "container", kiln_model_container(m), "arch", kiln_model_arch(m), "info", "layers",
+        (json_int_t)hp.n_layers, "width", (json_int_t)hp.d_model, "ffn", (json_int_t)hp.d_ffn,
+        "heads", (json_int_t)hp.n_heads, "kv_heads", (json_int_t)hp.n_kv_heads, "vocab",
+        (json_int_t)hp.vocab, "context", (json_int_t)hp.ctx, "rms_eps", (double)hp.rms_eps,
+        "tensors", tensors, "bytes", (json_int_t)total);
+    if (root && metadata)
+        json_object_set(root, "metadata", meta);
+    json_decref(meta);
+    if (!root || st != KILN_OK) {
+        json_decref(root);
+        return cli_fail(st != KILN_OK ? st : cli_error(KILN_ERR_NOMEM, "%s: JSON", path),
+                        "inspect");
+    }
+    int rc = json_dumpf(root, stdout, JSON_INDENT(1)) == 0 ? CLI_OK : CLI_FAIL;
+    putchar('\n');
+    json_decref(root);
+    return rc;
+}
+
 static int run(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -121,16 +214,18 @@ static int run(int argc, char **argv)
         { "tensor", required_argument, NULL, 't' },
         { "dequant", required_argument, NULL, 'd' },
         { "allow-nonfinite", no_argument, NULL, 'n' },
+        { "json", no_argument, NULL, 'j' },
         { 0 },
     };
     const char *tensor = NULL, *out = NULL;
-    int metadata = 0, c;
+    int metadata = 0, json = 0, c;
     kiln_model_options mo = { 0 };
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         switch (c) {
         case 'm': metadata = 1; break;
+        case 'j': json = 1; break;
         case 't': tensor = optarg; break;
         case 'd': out = optarg; break;
         case 'n': mo.allow_nonfinite = 1; break;
@@ -155,41 +250,9 @@ static int run(int argc, char **argv)
         kiln_model_close(m);
         return rc;
     }
-    kiln_model_info hp;
-    kiln_model_get_info(m, &hp);
-    char safe[1024];
-    printf("file:          %s (%s)\n", path, kiln_model_container(m));
-    printf("architecture:  %s\n",
-           kiln_model_arch(m)[0] ? cli_printable(kiln_model_arch(m), safe, sizeof safe)
-                                 : "(not given)");
-    printf("layers %lld, width %lld, ffn %lld, heads %lld, kv heads %lld, vocab %lld, "
-           "context %lld, rms eps %g\n",
-           (long long)hp.n_layers, (long long)hp.d_model, (long long)hp.d_ffn,
-           (long long)hp.n_heads, (long long)hp.n_kv_heads, (long long)hp.vocab,
-           (long long)hp.ctx, (double)hp.rms_eps);
-    if (metadata)
-        print_metadata(m);
-    int n = kiln_model_n_tensors(m);
-    size_t total = 0;
-    printf("\n%-52s %-12s %-22s %14s\n", "tensor", "format", "shape", "bytes");
-    for (int i = 0; i < n; i++) {
-        kiln_model_tensor_info t;
-        if ((st = kiln_model_tensor_at(m, i, &t)))
-            break;
-        char shape[96], fmt[40];
-        shape_text(&t, shape, sizeof shape);
-        if (t.supported)
-            snprintf(fmt, sizeof fmt, "%s", kiln_format_get(t.format)->name);
-        else
-            snprintf(fmt, sizeof fmt, "%s (unsupported)",
-                     cli_printable(t.type_name, safe, sizeof safe));
-        printf("%-52s %-12s %-22s %14zu\n", cli_printable(t.name, safe, sizeof safe), fmt, shape,
-               t.bytes);
-        total += t.bytes;
-    }
-    printf("%d tensors, %zu bytes\n", n, total);
+    int rc = json ? print_json(m, path, metadata) : print_text(m, path, metadata);
     kiln_model_close(m);
-    return st == KILN_OK ? CLI_OK : cli_fail(st, "inspect");
+    return rc;
 }
 
 const cli_command cli_cmd_inspect = {

@@ -66,6 +66,23 @@ kiln_status cli_error(kiln_status st, const char *fmt, ...)
     return st;
 }
 
+const char *cli_bytes(uint64_t n, char *buf, size_t size)
+{
+    static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
+    if (n < 1024) {
+        snprintf(buf, size, "%llu B", (unsigned long long)n);
+        return buf;
+    }
+    double v = (double)n / 1024;
+    int u = 0;
+    while (v >= 1024 && u + 1 < (int)(sizeof units / sizeof units[0])) {
+        v /= 1024;
+        u++;
+    }
+    snprintf(buf, size, "%.1f %s", v, units[u]);
+    return buf;
+}
+
 double cli_now(void)
 {
     struct timespec ts;

@@ -9,14 +9,15 @@ static void help(FILE *out)
 {
     fprintf(out,
             "usage: kiln plan MODEL|demo [--target T] [--backend B] [--strict-backend]\n"
-            "                 [--tokens LIST] [--max-tokens N] [--graph ffn|linears]\n"
+            "                 [--capture LIST] [--max-tokens N] [--graph ffn|linears]\n"
             "                 [--layers N] [--no-fuse] [--json]\n"
             "\n"
             "Lowers a model for a target and prints, per linear node, the backend chosen\n"
             "for each range of token buckets, the activations it reads, the fused\n"
             "epilogue and why the backends before it in the format's priority list were\n"
             "refused; then how many kernels the plan needs, the activation arena and the\n"
-            "weight memory on the device (storage layout and packed).\n"
+            "weight memory on the device (storage layout and packed), in binary units\n"
+            "(MiB); --json gives every size in bytes.\n"
             "\n"
             CLI_PLAN_HELP
             "  --json            print the plan as JSON on stdout\n");
@@ -63,14 +64,17 @@ static void print_text(const kiln_plan *p, const char *source, const kiln_target
     printf("\n%d linear nodes x %d buckets -> %d signatures -> %d kernels (%d linear, %d "
            "elementwise and activation-quantization)\n",
            nl, nb, linear_sigs, ns, linear_sigs, ns - linear_sigs);
-    printf("activation arena: %zu bytes at %lld tokens (no reuse: %zu bytes)\n",
-           kiln_plan_arena_bytes(p, nb - 1), (long long)kiln_plan_bucket(p, nb - 1),
-           kiln_plan_naive_bytes(p, nb - 1));
+    char a[32], b[32], c[32];
+    printf("activation arena: %s at %lld tokens (no reuse: %s)\n",
+           cli_bytes(kiln_plan_arena_bytes(p, nb - 1), a, sizeof a),
+           (long long)kiln_plan_bucket(p, nb - 1),
+           cli_bytes(kiln_plan_naive_bytes(p, nb - 1), b, sizeof b));
     size_t storage, packed;
     if (kiln_plan_weight_bytes(p, &storage, &packed) == KILN_OK)
-        printf("weights on the device: %zu bytes (%zu in kiln's storage layout, %zu packed for "
-               "the decode kernels)\n",
-               storage + packed, storage, packed);
+        printf("weights on the device: %s (%s in kiln's storage layout, %s packed for the "
+               "decode kernels)\n",
+               cli_bytes(storage + packed, a, sizeof a), cli_bytes(storage, b, sizeof b),
+               cli_bytes(packed, c, sizeof c));
 }
 
 static int print_json(const kiln_plan *p, const char *source, const kiln_target *t)

@@ -1,5 +1,6 @@
 #include "cli.h"
 
+#include <assert.h>
 #include <getopt.h>
 #include <limits.h>
 
@@ -18,7 +19,17 @@ int cli_plan_option(const cli_command *cmd, int c, const char *arg, cli_plan_arg
     long long v = 0;
     *rc = CLI_OK;
     switch (c) {
-    case CLI_OPT_TARGET: a->target = arg; return 1;
+    case CLI_OPT_TARGET:
+        if (a->n_targets && !a->multi_target)
+            *rc = cli_usage(cmd, "--target given twice ('%s', then '%s'): kiln %s plans for one "
+                            "target (kiln compile and kiln cache export take several)",
+                            a->target, arg, cmd->name);
+        else if (a->n_targets == CLI_MAX_TARGETS)
+            *rc = cli_usage(cmd, "more than %d --target", CLI_MAX_TARGETS);
+        else
+            a->targets[a->n_targets++] = arg;
+        a->target = a->targets[0];
+        return 1;
     case CLI_OPT_BACKEND: a->po.backend = arg; return 1;
     case CLI_OPT_STRICT: a->po.strict_backend = 1; return 1;
     case CLI_OPT_NO_FUSE: a->po.no_fuse = 1; return 1;
@@ -29,9 +40,14 @@ int cli_plan_option(const cli_command *cmd, int c, const char *arg, cli_plan_arg
             *rc = cli_usage(cmd, "bad --graph '%s' (want ffn or linears)", arg);
         a->graph = arg;
         return 1;
+    case CLI_OPT_CAPTURE:
+        if (cli_parse_tokens(arg, a->capture, 64, &a->n_capture))
+            *rc = cli_usage(cmd, "bad --capture '%s' (want e.g. 1,16,128)", arg);
+        return 1;
     case CLI_OPT_TOKENS:
-        if (cli_parse_tokens(arg, a->tokens, 64, &a->n_tokens))
-            *rc = cli_usage(cmd, "bad --tokens '%s' (want e.g. 1,16,128)", arg);
+        *rc = cli_usage(cmd, "--tokens is not an option of kiln %s: capture sizes are "
+                        "--capture %s (kiln run --tokens gives the token counts to run)",
+                        cmd->name, arg);
         return 1;
     case CLI_OPT_MAX_TOKENS:
         if (cli_parse_int(arg, 1, 1 << 20, &v))
@@ -51,18 +67,46 @@ int cli_plan_finish(const cli_command *cmd, cli_plan_args *a, kiln_target *t)
 {
     if (a->po.strict_backend && !a->po.backend)
         return cli_usage(cmd, "--strict-backend needs --backend");
-    if (a->n_tokens) {
-        a->po.capture = a->tokens;
-        a->po.n_capture = a->n_tokens;
+    if (a->n_capture) {
+        a->po.capture = a->capture;
+        a->po.n_capture = a->n_capture;
     }
-    if (!a->target) {
-        if (kiln_target_live(0, t) == KILN_OK)
+    if (!a->n_targets && a->target_optional) {
+        t->name[0] = '\0';
+        return CLI_OK;
+    }
+    if (!a->n_targets) {
+        if (kiln_target_live(0, t) == KILN_OK) {
+            a->live = *t;
+            a->n_targets = 1;
             return CLI_OK;
-        a->target = "sm_90a";
+        }
+        a->targets[a->n_targets++] = a->target = "sm_90a";
     }
-    if (kiln_target_from_name(a->target, t) != KILN_OK)
-        return cli_usage(cmd, "%s", kiln_last_error());
+    for (int i = 0; i < a->n_targets; i++) {
+        if (kiln_target_from_name(a->targets[i], t) != KILN_OK)
+            return cli_usage(cmd, "%s", kiln_last_error());
+        for (int j = 0; j < i; j++) {
+            kiln_target u;
+            cli_plan_target(a, j, &u);
+            if (!strcmp(u.name, t->name))
+                return cli_usage(cmd, "--target %s and --target %s are one target, %s",
+                                 a->targets[j], a->targets[i], t->name);
+        }
+    }
+    cli_plan_target(a, 0, t);
     return CLI_OK;
+}
+
+void cli_plan_target(const cli_plan_args *a, int i, kiln_target *t)
+{
+    if (a->live.name[0]) {
+        *t = a->live;
+        return;
+    }
+    kiln_status st = kiln_target_from_name(a->targets[i], t);
+    assert(st == KILN_OK); /* cli_plan_finish accepted it */
+    (void)st;
 }
 
 kiln_status cli_plan_open(const char *what, cli_plan_args *a, const kiln_target *t,

@@ -70,9 +70,11 @@ static kiln_status io_alloc(kiln_graph *g, int64_t m, io *b)
 }
 
 int cli_run_table(const char *cmd, cli_exec *e, kiln_graph *g, const int64_t *tokens,
-                  int n_tokens, int steps, double *first_run_s)
+                  int n_tokens, int steps, double *first_run_s, cli_run_row *rows)
 {
-    printf("%-7s %-16s %-14s %s\n", "tokens", "checksum (sum)", "mean |y|", "time/step (median)");
+    if (!rows)
+        printf("%-7s %-16s %-14s %s\n", "tokens", "checksum (sum)", "mean |y|",
+               "time/step (median)");
     double *times = malloc((size_t)steps * sizeof *times);
     if (!times)
         return cli_fail(cli_error(KILN_ERR_NOMEM, "timings"), cmd);
@@ -106,8 +108,12 @@ int cli_run_table(const char *cmd, cli_exec *e, kiln_graph *g, const int64_t *to
                 elems += n;
             }
             qsort(times, (size_t)steps, sizeof *times, cmp_double);
-            printf("%-7lld %-+16.9e %-14.6e %.3f ms\n", (long long)m, sum, l1 / (double)elems,
-                   times[steps / 2] * 1e3);
+            if (rows)
+                rows[t] = (cli_run_row){ .tokens = m, .sum = sum, .mean_abs = l1 / (double)elems,
+                                         .median_s = times[steps / 2] };
+            else
+                printf("%-7lld %-+16.9e %-14.6e %.3f ms\n", (long long)m, sum,
+                       l1 / (double)elems, times[steps / 2] * 1e3);
         }
         io_free(&b);
     }

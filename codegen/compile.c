@@ -2,10 +2,12 @@
 
 #include "codegen/nvrtc.h"
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 void kiln_build_free(kiln_build *b)
 {
@@ -73,6 +75,39 @@ static kiln_status record_fits(const kiln_cache_record *r, const kiln_kernel *k,
                      "kernel %s: its cache record says %u threads and %u bytes of shared "
                      "memory a block, the plan launches %u and %u",
                      k->signature, r->threads, r->smem, k->threads, smem);
+}
+
+/* What store_compiled needs of the build in progress. */
+typedef struct build_store {
+    const kiln_plan *p;
+    kiln_cache *c;
+    kiln_build *b;
+    const int *job_of;
+    const uint32_t *smem;
+    kiln_status st;    /* the first failed store; no store is tried after it */
+    char message[1024]; /* its message */
+} build_store;
+
+/* Each kernel is stored as soon as it compiles, in a transaction of its
+ * own: a compile interrupted or failed later keeps every kernel that was
+ * done, and the next build finds them. */
+static void store_compiled(void *ctx, int j, kiln_compile_job *job)
+{
+    build_store *bs = ctx;
+    kiln_kernel *k = &bs->b->kernels[bs->job_of[j]];
+    if (job->status != KILN_OK)
+        return;
+    k->cubin = job->cubin;
+    k->cubin_size = job->cubin_size;
+    k->seconds = job->seconds;
+    job->cubin = NULL;
+    bs->b->compiled++;
+    if (kiln_cache_writable_layer(bs->c) < 0 || bs->st != KILN_OK)
+        return;
+    bs->st = store(bs->c, &bs->p->signatures[bs->job_of[j]].desc, k, bs->smem[bs->job_of[j]],
+                   bs->b->compiler);
+    if (bs->st != KILN_OK)
+        snprintf(bs->message, sizeof bs->message, "%s", kiln_last_error());
 }
 
 static bool jobs_failed(const kiln_compile_job *jobs, int n)
@@ -159,6 +194,11 @@ kiln_status kiln_build_plan(const kiln_plan *p, kiln_cache *c, const kiln_build_
         st = KILN_OK;
         if (o->offline) {
             st = kiln_cache_offline_miss(c, k->signature, k->key);
+            if (st == KILN_ERR_OFFLINE_MISS && o->misses_ok) {
+                kiln_clear_error();
+                st = KILN_OK;
+                continue;
+            }
             break;
         }
         job_of[n_jobs] = i;
@@ -180,34 +220,35 @@ kiln_status kiln_build_plan(const kiln_plan *p, kiln_cache *c, const kiln_build_
                            env.compile_timeout);
             goto done;
         }
+        build_store bs = { .p = p, .c = c, .b = &b, .job_of = job_of, .smem = smem };
         kiln_nvrtc_pool co = { .threads = o->jobs,
                                .keep_dir = kiln_emit_keep_dir(o->keep_source),
                                .quiet = o->quiet,
                                .timeout_s = o->timeout_s > 0           ? o->timeout_s
                                             : env.compile_timeout_s > 0 ? env.compile_timeout_s
-                                                                        : KILN_COMPILE_TIMEOUT_S };
+                                                                        : KILN_COMPILE_TIMEOUT_S,
+                               .on_done = store_compiled, .ctx = &bs, .stop = o->stop };
+        double c0 = kiln_now();
         kiln_status cst = kiln_nvrtc_compile_all(nv, jobs, n_jobs, &co);
+        b.compile_seconds = kiln_now() - c0;
         if (cst != KILN_OK && !jobs_failed(jobs, n_jobs)) {
             st = cst; /* the pool failed before it compiled anything */
             goto done;
         }
-        /* Store every kernel that compiled, even when another failed: the
-         * next build finds them. The first failure is the error. */
-        for (int j = 0; j < n_jobs; j++) {
-            kiln_kernel *k = &b.kernels[job_of[j]];
-            if (jobs[j].status != KILN_OK)
-                continue;
-            k->cubin = jobs[j].cubin;
-            k->cubin_size = jobs[j].cubin_size;
-            k->seconds = jobs[j].seconds;
-            jobs[j].cubin = NULL;
-            b.compiled++;
-            if (kiln_cache_writable_layer(c) >= 0 && st == KILN_OK)
-                st = store(c, &p->signatures[job_of[j]].desc, k, smem[job_of[j]], b.compiler);
-        }
-        /* A store since may have replaced the message. */
-        if (cst != KILN_OK)
-            st = kiln_compile_jobs_status(jobs, n_jobs);
+        /* A store may have failed, and a store since a failed compile may
+         * have replaced its message: the first failed compile is the error,
+         * else the first failed store. */
+        st = cst != KILN_OK ? kiln_compile_jobs_status(jobs, n_jobs) : bs.st;
+        if (cst == KILN_OK && bs.st != KILN_OK)
+            kiln_fail(bs.st, "%s", bs.message);
+        if (o->stop && *o->stop && b.compiled < n_jobs)
+            st = kiln_fail(KILN_ERR_STATE,
+                           "interrupted: %d of %d kernels to compile were compiled%s, %d were "
+                           "not; the next compile starts from there",
+                           b.compiled, n_jobs,
+                           kiln_cache_writable_layer(c) >= 0 && bs.st == KILN_OK ? " and stored"
+                                                                                : "",
+                           n_jobs - b.compiled);
     }
 done:
     for (int j = 0; jobs && j < n_jobs; j++)
@@ -235,9 +276,11 @@ kiln_status kiln_compile_plan(const kiln_plan *p, const kiln_compile_options *op
         return kiln_fail(KILN_ERR_INVALID_ARG, "compile: plan and out are required");
     const kiln_compile_options defaults = { 0 };
     const kiln_compile_options *o = opts ? opts : &defaults;
-    kiln_build_options bo = { .jobs = o->jobs, .offline = o->cache.offline,
+    kiln_env env;
+    kiln_env_read(&env);
+    kiln_build_options bo = { .jobs = o->jobs, .offline = o->cache.offline || env.offline,
                               .keep_source = o->keep_source, .quiet = o->quiet, .no_cubins = 1,
-                              .timeout_s = o->compile_timeout_s };
+                              .timeout_s = o->compile_timeout_s, .stop = o->stop };
     kiln_cache *c = NULL;
     kiln_build b;
     kiln_status st = kiln_cache_open(&o->cache, &c);
@@ -267,27 +310,120 @@ kiln_status kiln_compile(kiln_graph *g, const kiln_target *t, const kiln_compile
     return st;
 }
 
-/* The plan's keys come from building it offline: every kernel is keyed and
- * found, nothing is compiled and no cubin is kept. */
+/* The manifest of an export: the caller's object, then what kiln knows of
+ * the plans, whose fields win: kiln's version, the cache schema, the
+ * targets, the token buckets (the capture sizes and the largest count as
+ * planned), the keys. */
+static kiln_status manifest_text(const kiln_plan *const *plans, int n_plans,
+                                 const uint8_t (*keys)[KILN_CACHE_KEY_BYTES], size_t n_keys,
+                                 const char *caller, const char *path, char **out)
+{
+    json_error_t err;
+    json_t *m = caller ? json_loads(caller, JSON_REJECT_DUPLICATES, &err) : json_object();
+    if (!json_is_object(m)) {
+        json_decref(m);
+        return kiln_fail(KILN_ERR_INVALID_ARG,
+                         "export to %s: the manifest is not a JSON object%s%s", path,
+                         caller ? ": " : "", caller ? err.text : "");
+    }
+    json_t *targets = json_array(), *buckets = json_array(), *hex = json_array();
+    for (int i = 0; i < n_plans; i++)
+        json_array_append_new(targets, json_string(plans[i]->target.name));
+    for (int b = 0; b < kiln_plan_n_buckets(plans[0]); b++)
+        json_array_append_new(buckets, json_integer(kiln_plan_bucket(plans[0], b)));
+    for (size_t i = 0; i < n_keys; i++) {
+        char h[KILN_CACHE_KEY_HEX];
+        kiln_cache_key_hex(keys[i], h);
+        json_array_append_new(hex, json_string(h));
+    }
+    json_object_set_new(m, "kiln", json_string(kiln_version()));
+    json_object_set_new(m, "schema", json_string(KILN_CACHE_SCHEMA));
+    json_object_set_new(m, "created", json_integer((json_int_t)time(NULL)));
+    json_object_set_new(m, "targets", targets);
+    json_object_set_new(m, "buckets", buckets);
+    json_object_set_new(m, "kernels", json_integer((json_int_t)n_keys));
+    json_object_set_new(m, "keys", hex);
+    *out = json_dumps(m, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(m);
+    return *out ? KILN_OK
+                : kiln_fail(KILN_ERR_NOMEM, "export to %s: out of memory for the manifest", path);
+}
+
+/* The plans' keys come from building them offline: every kernel is keyed
+ * and found, nothing is compiled and no cubin is kept. */
+kiln_status kiln_cache_export_plans(kiln_cache *c, const kiln_plan *const *plans, int n_plans,
+                                    const char *path, const kiln_cache_export_options *o)
+{
+    if (!c || !plans || n_plans < 1 || !path)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "export: the cache, the plans and the path are "
+                         "required");
+    const kiln_cache_export_options defaults = { 0 };
+    if (!o)
+        o = &defaults;
+    kiln_build_options bo = { .offline = 1, .no_cubins = 1, .quiet = 1 };
+    uint8_t(*keys)[KILN_CACHE_KEY_BYTES] = NULL;
+    size_t n_keys = 0;
+    char *manifest = NULL;
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < n_plans && st == KILN_OK; i++) {
+        kiln_build b;
+        if (!plans[i]) {
+            st = kiln_fail(KILN_ERR_INVALID_ARG, "export to %s: plan %d is NULL", path, i);
+            break;
+        }
+        if ((st = kiln_build_plan(plans[i], c, &bo, &b)) != KILN_OK)
+            break;
+        void *more = kiln_realloc(keys, (n_keys + (size_t)b.n + 1) * sizeof *keys);
+        if (!more) {
+            st = kiln_fail(KILN_ERR_NOMEM, "export to %s: out of memory for %zu keys", path,
+                           n_keys + (size_t)b.n);
+        } else {
+            keys = more;
+            for (int k = 0; k < b.n; k++)
+                memcpy(keys[n_keys++], b.kernels[k].key, KILN_CACHE_KEY_BYTES);
+        }
+        kiln_build_free(&b);
+    }
+    if (st == KILN_OK)
+        st = manifest_text(plans, n_plans, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])keys, n_keys,
+                           o->manifest, path, &manifest);
+    if (st == KILN_OK)
+        st = kiln_cache_export_keys(c, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])keys, n_keys, path,
+                                    o->overwrite, manifest);
+    free(manifest);
+    free(keys);
+    return st;
+}
+
 kiln_status kiln_cache_export(kiln_cache *c, const kiln_plan *p, const char *path, int overwrite)
 {
-    if (!c || !p || !path)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "export: the cache, the plan and the path are "
-                         "required");
-    kiln_build_options bo = { .offline = 1, .no_cubins = 1, .quiet = 1 };
+    return kiln_cache_export_plans(c, &p, 1, path,
+                                   &(kiln_cache_export_options){ .overwrite = overwrite });
+}
+
+kiln_status kiln_cache_check_plan(kiln_cache *c, const kiln_plan *p,
+                                  kiln_cache_missing_fn on_missing, void *ctx, int *n_missing)
+{
+    if (!c || !p)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "cache check: the cache and the plan are required");
+    kiln_build_options bo = { .offline = 1, .misses_ok = 1, .no_cubins = 1, .quiet = 1 };
     kiln_build b;
     kiln_status st = kiln_build_plan(p, c, &bo, &b);
     if (st != KILN_OK)
         return st;
-    uint8_t(*keys)[KILN_CACHE_KEY_BYTES] = kiln_malloc(((size_t)b.n + 1) * sizeof *keys);
-    if (!keys)
-        st = kiln_fail(KILN_ERR_NOMEM, "export to %s: out of memory for %d keys", path, b.n);
-    for (int i = 0; keys && i < b.n; i++)
-        memcpy(keys[i], b.kernels[i].key, KILN_CACHE_KEY_BYTES);
-    if (keys)
-        st = kiln_cache_export_keys(c, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])keys, (size_t)b.n,
-                                    path, overwrite);
-    free(keys);
+    int missing = 0;
+    for (int i = 0; i < b.n; i++) {
+        if (b.kernels[i].cached)
+            continue;
+        missing++;
+        if (on_missing) {
+            char hex[KILN_CACHE_KEY_HEX];
+            kiln_cache_key_hex(b.kernels[i].key, hex);
+            on_missing(ctx, b.kernels[i].signature, hex);
+        }
+    }
     kiln_build_free(&b);
-    return st;
+    if (n_missing)
+        *n_missing = missing;
+    return KILN_OK;
 }

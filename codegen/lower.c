@@ -6,6 +6,7 @@
 #include "codegen/emit.h"
 #include "codegen/plan.h"
 #include "codegen/select.h"
+#include "codegen/target.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -493,7 +494,7 @@ kiln_status kiln_plan_create_with(const kiln_registry *r, kiln_graph *g, const k
     p->graph = g;
     p->target = *t;
     p->registry = r;
-    if ((st = kiln_target_from_name(t->name, &p->kernel_target))) {
+    if ((st = kiln_target_arch(t->name, &p->kernel_target))) {
         st = kiln_fail_prefix(st, "plan: kernels for target %s", t->name);
         goto fail;
     }

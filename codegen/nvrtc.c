@@ -301,7 +301,13 @@ kiln_status kiln_nvrtc_compile(kiln_nvrtc *nv, kiln_compile_job *job, const char
  * returns, the pool holds its own copy of every job's inputs and outputs,
  * and a reference to the NVRTC handle; the last of the caller and its
  * threads to leave frees it. */
-typedef enum pool_state { JOB_WAITING = 0, JOB_RUNNING, JOB_DONE, JOB_ABANDONED } pool_state;
+typedef enum pool_state {
+    JOB_WAITING = 0,
+    JOB_RUNNING,
+    JOB_DONE,
+    JOB_ABANDONED,
+    JOB_SKIPPED, /* never started: the caller asked the pool to stop */
+} pool_state;
 
 typedef struct pool_worker {
     struct compile_pool *pool;
@@ -316,6 +322,7 @@ typedef struct pool_job {
     double started;
     pool_worker *worker;  /* running it; NULL: the caller */
     char *text;
+    int delivered;        /* its result has gone to the caller's job */
 } pool_job;
 
 typedef struct compile_pool {
@@ -329,9 +336,13 @@ typedef struct compile_pool {
     int n_workers, cap_workers;
     int live;               /* threads taking jobs (not abandoned, not left) */
     char *keep;
-    int progress;           /* stderr is a terminal and the caller wants the line */
-    double start;
+    int progress;           /* the caller wants progress: 1 on a terminal, 2 elsewhere */
+    const volatile sig_atomic_t *stop; /* set: take no more jobs */
+    double start, last_line;
 } compile_pool;
+
+/* Off a terminal (a CI log) progress is a line this often, and at the end. */
+#define PROGRESS_EVERY_S 5.0
 
 static void pool_free(compile_pool *p)
 {
@@ -411,16 +422,23 @@ static kiln_status pool_create(kiln_nvrtc *nv, const kiln_compile_job *jobs, int
     return KILN_OK;
 }
 
-/* "\rcompiling kernels: 12/40, ETA 9 s" — the ETA from the mean time per
- * finished job so far, over the jobs left. Called with mu held. */
-static void progress_line(const compile_pool *p)
+/* "compiling kernels: 12/40, 4 s, ETA 9 s" — the ETA from the mean time per
+ * finished job so far, over the jobs left. On a terminal the line is
+ * rewritten in place after each job; elsewhere a new line comes every
+ * PROGRESS_EVERY_S and at the end. Called with mu held. */
+static void progress_line(compile_pool *p)
 {
-    double elapsed = kiln_now() - p->start;
+    double now = kiln_now(), elapsed = now - p->start;
     double eta = elapsed / p->finished * (p->n - p->finished);
-    fprintf(stderr, "\rcompiling kernels: %d/%d, %.0f s, ETA %.0f s   ", p->finished, p->n, elapsed,
-            eta);
-    if (p->finished == p->n)
-        fputc('\n', stderr);
+    bool last = p->finished == p->n;
+    if (p->progress == 1) {
+        fprintf(stderr, "\rcompiling kernels: %d/%d, %.0f s, ETA %.0f s   %s", p->finished, p->n,
+                elapsed, eta, last ? "\n" : "");
+    } else if (last || now - p->last_line >= PROGRESS_EVERY_S) {
+        fprintf(stderr, "compiling kernels: %d/%d, %.0f s, ETA %.0f s\n", p->finished, p->n,
+                elapsed, eta);
+        p->last_line = now;
+    }
     fflush(stderr);
 }
 
@@ -428,7 +446,7 @@ static void progress_line(const compile_pool *p)
  * job; w NULL: the caller itself. Called and returns with mu held. */
 static void pool_run(compile_pool *p, pool_worker *w)
 {
-    while (p->next < p->n) {
+    while (p->next < p->n && !(p->stop && *p->stop)) {
         pool_job *j = &p->jobs[p->next++];
         j->state = JOB_RUNNING;
         j->started = kiln_now();
@@ -519,6 +537,12 @@ static void pool_wait(compile_pool *p, double until)
 static void pool_result(const compile_pool *p, pool_job *j, kiln_compile_job *out, double limit)
 {
     kiln_compile_job_reset(out);
+    if (j->state == JOB_SKIPPED) {
+        out->status = kiln_fail(KILN_ERR_STATE, "%s for %s: interrupted before it compiled",
+                                out->name, out->target->name);
+        out->message = kiln_strdup(kiln_last_error());
+        return;
+    }
     if (j->state == JOB_DONE) {
         out->status = j->job.status;
         out->message = j->job.message;
@@ -537,6 +561,41 @@ static void pool_result(const compile_pool *p, pool_job *j, kiln_compile_job *ou
                             out->name, out->target->name, limit, kiln_nvrtc_library(p->nv));
     out->message = kiln_strdup(kiln_last_error());
     out->seconds = limit;
+}
+
+/* How often a pool that can be stopped looks at its flag. */
+#define STOP_POLL_S 0.2
+
+/* Stop: every job not started yet is skipped. Called with mu held. */
+static void pool_skip(compile_pool *p)
+{
+    for (; p->next < p->n; p->next++) {
+        p->jobs[p->next].state = JOB_SKIPPED;
+        p->finished++;
+    }
+}
+
+/* Move every finished or abandoned job's result to the caller's job and
+ * hand it to on_done, without mu: on_done may take its time (storing the
+ * kernel) while the threads compile on. Called and returns with mu held;
+ * returns how many it delivered. */
+static int pool_deliver(compile_pool *p, kiln_compile_job *jobs, const kiln_nvrtc_pool *o)
+{
+    int delivered = 0;
+    for (int i = 0; i < p->n; i++) {
+        pool_job *j = &p->jobs[i];
+        if (j->delivered || j->state == JOB_WAITING || j->state == JOB_RUNNING)
+            continue;
+        pool_result(p, j, &jobs[i], o->timeout_s);
+        j->delivered = 1;
+        delivered++;
+        if (o->on_done) {
+            pthread_mutex_unlock(&p->mu);
+            o->on_done(o->ctx, i, &jobs[i]);
+            pthread_mutex_lock(&p->mu);
+        }
+    }
+    return delivered;
 }
 
 kiln_status kiln_nvrtc_compile_all(kiln_nvrtc *nv, kiln_compile_job *jobs, int n,
@@ -560,8 +619,9 @@ kiln_status kiln_nvrtc_compile_all(kiln_nvrtc *nv, kiln_compile_job *jobs, int n
     kiln_status st = pool_create(nv, jobs, n, threads, o->keep_dir, &p);
     if (st)
         return st;
-    p->progress = !o->quiet && n > 1 && isatty(STDERR_FILENO);
-    p->start = kiln_now();
+    p->progress = o->quiet || n < 2 ? 0 : isatty(STDERR_FILENO) ? 1 : 2;
+    p->stop = o->stop;
+    p->start = p->last_line = kiln_now();
 
     /* With no thread to compile, the caller compiles, and nothing watches
      * the clock. */
@@ -569,17 +629,24 @@ kiln_status kiln_nvrtc_compile_all(kiln_nvrtc *nv, kiln_compile_job *jobs, int n
     for (int i = 0; i < threads; i++)
         pool_start(p);
     while (p->finished < n) {
+        if (o->stop && *o->stop)
+            pool_skip(p);
         if (!p->live && p->next < n) {
             pool_run(p, NULL);
+            pool_deliver(p, jobs, o);
             continue;
         }
         double next = pool_watch(p, o->timeout_s);
+        if (pool_deliver(p, jobs, o))
+            continue; /* a job may have finished while the caller had it */
+        /* A signal does not wake the wait: look at *stop now and then. */
+        if (o->stop && (!next || next > kiln_now() + STOP_POLL_S))
+            next = kiln_now() + STOP_POLL_S;
         if (p->finished < n)
             pool_wait(p, next);
     }
     p->next = n;
-    for (int i = 0; i < n; i++)
-        pool_result(p, &p->jobs[i], &jobs[i], o->timeout_s);
+    pool_deliver(p, jobs, o);
     pthread_mutex_unlock(&p->mu);
     /* Threads whose job was abandoned are left running, detached; the
      * others have taken their last job and leave. */

@@ -7,6 +7,8 @@
 
 #include "core.h"
 
+#include <signal.h>
+
 typedef struct kiln_nvrtc kiln_nvrtc;
 
 /* Load libnvrtc: the file $KILN_NVRTC names when set, else the first of
@@ -54,8 +56,18 @@ kiln_status kiln_nvrtc_compile(kiln_nvrtc *nv, kiln_compile_job *job, const char
 typedef struct kiln_nvrtc_pool {
     int threads;          /* compiles at once; 0: one per online core */
     const char *keep_dir; /* as kiln_nvrtc_compile's */
-    int quiet;            /* no progress line, even on a terminal */
+    int quiet;            /* no progress lines */
     double timeout_s;     /* the time one compile may take; 0: no limit */
+    /* Called on the caller's thread with each job (index i) as soon as its
+     * result is in jobs[i], failed and abandoned jobs included, in the
+     * order they finish, while the other jobs compile on; it may take the
+     * job's outputs. NULL: none. */
+    void (*on_done)(void *ctx, int i, kiln_compile_job *job);
+    void *ctx;
+    /* Once *stop is nonzero (a signal handler may set it) no job starts:
+     * the ones compiling finish, the others fail with KILN_ERR_STATE
+     * ("interrupted"). NULL: none. */
+    const volatile sig_atomic_t *stop;
 } kiln_nvrtc_pool;
 
 /* Compile every job, `threads` at a time on threads of the pool's own
@@ -64,9 +76,11 @@ typedef struct kiln_nvrtc_pool {
  * signature and the limit; its thread, which nothing can stop inside
  * NVRTC, is left to finish on its own, its result dropped, and another
  * takes its place. When no thread can be started the caller compiles, with
- * no limit. On a terminal stderr shows "done/total" and an ETA. Returns the
- * first failed job's status (lowest index) with its message, prefixed with
- * the failure count when more than one failed; KILN_ERR_INVALID_ARG, and
+ * no limit. Unless quiet, stderr shows "done/total" and an ETA: on a
+ * terminal one line rewritten as jobs finish, elsewhere a line every few
+ * seconds and one at the end. Returns the first failed job's status
+ * (lowest index) with its message, prefixed with the failure count when
+ * more than one failed; KILN_ERR_INVALID_ARG, and
  * nothing compiled, when a job lacks an input; KILN_ERR_NOMEM. o may be
  * NULL. */
 kiln_status kiln_nvrtc_compile_all(kiln_nvrtc *nv, kiln_compile_job *jobs, int n,

@@ -3,6 +3,7 @@
  * how it is read back into one. A field added to a form is printed and
  * parsed alike. */
 #include "codegen/sig.h"
+#include "codegen/target.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -193,7 +194,11 @@ static kiln_status parse_target(const kiln_registry *r, const char *sig, const c
                                 size_t at, kiln_kernel_desc *d)
 {
     (void)r, (void)at;
-    kiln_status st = kiln_target_from_name(value, &d->target);
+    /* A product alias names its architecture's row: no SM count. */
+    kiln_target product;
+    kiln_status st = kiln_target_arch(value, &d->target);
+    if (st == KILN_ERR_NOT_FOUND && kiln_target_from_name(value, &product) == KILN_OK)
+        st = kiln_target_arch(product.name, &d->target);
     return st == KILN_OK ? st : kiln_fail_prefix(st, "kernel signature \"%s\"", sig);
 }
 

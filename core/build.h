@@ -156,6 +156,7 @@ typedef struct kiln_build {
     int n;
     int cached, compiled;
     double seconds;                  /* the whole build */
+    double compile_seconds;          /* of it, compiling with NVRTC (wall time) */
     char compiler[64];               /* of the compiles done now, "" when none */
 } kiln_build;
 
@@ -165,8 +166,11 @@ typedef struct kiln_build_options {
     const char *keep_source; /* write sources, logs and PTX here (or $KILN_DUMP_SOURCE) */
     int quiet;               /* no progress line */
     int no_cubins;           /* keys and hits only: do not keep cubins in memory */
+    int misses_ok;           /* with offline: a miss leaves its kernel uncached (cached 0,
+                                no cubin) and the build goes on, to list every miss */
     double timeout_s;        /* one compile's time limit; 0: $KILN_COMPILE_TIMEOUT, else
                                 KILN_COMPILE_TIMEOUT_S */
+    const volatile sig_atomic_t *stop; /* kiln_compile_options.stop */
 } kiln_build_options;
 
 /* One compile's time limit when nothing sets one. A kernel of the slowest

@@ -23,6 +23,7 @@
 #ifndef KILN_H
 #define KILN_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -276,22 +277,32 @@ typedef struct kiln_target {
     char alias_of[16];    /* for an alias: the product name it was asked by ("h200") */
 } kiln_target;
 
-/* A named target: sm_75, sm_80, sm_86, sm_89, sm_90, sm_90a, or one of the
- * product aliases t4, a100, a10, l40s, h100, h200. KILN_ERR_NOT_FOUND lists
- * the names kiln knows. */
+/* A named target, in any case: sm_75, sm_80, sm_86, sm_87, sm_89, sm_90,
+ * sm_90a, sm_100, sm_100a, sm_103, sm_103a, sm_110, sm_120, sm_120a,
+ * sm_121, sm_121a, or a product alias: t4, a100, a10, l40s, h100, h200,
+ * orin, b200, gb200, rtx-pro-6000, rtx-5090, dgx-spark (each names the
+ * target its live device plans for). Blackwell targets get the portable
+ * backends. KILN_ERR_NOT_FOUND lists the names kiln knows. */
 KILN_API kiln_status kiln_target_from_name(const char *name, kiln_target *out);
 
 /* The target of a device of compute capability major.minor with sm_count
  * multiprocessors and smem_optin bytes of shared memory per block (0: the
  * architecture's default). An sm_90 device gets sm_90a; an architecture newer
- * than kiln's table gets the capabilities every later one keeps.
- * KILN_ERR_UNSUPPORTED below sm_75. */
+ * than kiln's table gets the capabilities every later one keeps. Every
+ * target it gives can be planned and compiled (for an architecture NVRTC
+ * knows). KILN_ERR_UNSUPPORTED below sm_75. */
 KILN_API kiln_status kiln_target_from_cc(int major, int minor, int sm_count, int smem_optin,
                                          kiln_target *out);
 
 /* The target of CUDA device ordinal `device` on this machine, read from the
  * device. KILN_ERR_NO_DEVICE when there is no GPU or driver. */
 KILN_API kiln_status kiln_target_live(int device, kiln_target *out);
+
+/* 1 when a device of target device loads cubins built for target cubins:
+ * the same major version at an equal or older minor (sm_80 cubins on an
+ * sm_86 device), an arch-specific ("a") target on its own architecture
+ * only; else 0. */
+KILN_API int kiln_target_loads(const kiln_target *device, const kiln_target *cubins);
 
 /* The names kiln_target_from_name accepts, NULL-terminated. */
 KILN_API const char *const *kiln_target_names(void);
@@ -418,8 +429,8 @@ typedef struct kiln_cache_options {
     void (*on_corrupt)(void *ctx, const char *message);
     void *ctx;
     /* Compile and session: a kernel missing from every cache is
-     * KILN_ERR_OFFLINE_MISS naming its signature, and nothing is compiled
-     * (a session also when $KILN_OFFLINE=1). kiln_cache_open ignores it. */
+     * KILN_ERR_OFFLINE_MISS naming its signature, and nothing is compiled;
+     * $KILN_OFFLINE=1 sets it for both. kiln_cache_open ignores it. */
     int offline;
 } kiln_cache_options;
 
@@ -549,10 +560,18 @@ typedef struct kiln_cache_gc_options {
     int corrupt;          /* records that fail their checks (not those of another version) */
     uint32_t version;     /* records of this record version; 0: none. Nothing else
                              removes a record of another version */
+    int dry_run;          /* remove nothing: count, and show on_remove, what would go */
+    /* Sees each entry that goes (or would go), before it does; a status
+     * other than KILN_OK ends the gc with it, nothing removed. It must not
+     * call into the cache. When the map must grow the gc starts again, and
+     * on_remove sees those entries again. NULL: none. */
+    kiln_cache_visit_fn on_remove;
+    void *ctx;
 } kiln_cache_gc_options;
 
 /* Remove from the writable cache what o selects, in one transaction.
- * *removed and *bytes (either may be NULL) say how much went.
+ * *removed and *bytes (either may be NULL) say how much went, or would go
+ * on a dry run.
  * KILN_ERR_INVALID_ARG for a NULL c or o; KILN_ERR_STATE when no writable
  * cache is open; KILN_ERR_CACHE, naming the file, when it is damaged;
  * KILN_ERR_CACHE or KILN_ERR_IO when LMDB fails. */
@@ -599,6 +618,53 @@ KILN_API kiln_status kiln_cache_merge(kiln_cache *c, const char *src, kiln_cache
 KILN_API kiln_status kiln_cache_export(kiln_cache *c, const kiln_plan *p, const char *path,
                                        int overwrite);
 
+/* How kiln_cache_export_plans writes. */
+typedef struct kiln_cache_export_options {
+    int overwrite;        /* replace an existing file at path */
+    /* A JSON object whose members go into the file's manifest: what the
+     * deployment checks the file against (the model's identity, the
+     * planning options as given). NULL: none. kiln's own members replace
+     * any of the same name: "kiln" (its version), "schema" (the cache
+     * schema), "created" (unix seconds), "targets", "buckets" (the first
+     * plan's token buckets), "kernels" and "keys" (lowercase hex). */
+    const char *manifest;
+} kiln_cache_export_options;
+
+/* kiln_cache_export of several plans into one file, with a manifest: the
+ * kernels of every plan (one per target of a fleet of mixed GPUs, say),
+ * each once. o may be NULL. Errors as kiln_cache_export, and
+ * KILN_ERR_INVALID_ARG for an n_plans below 1, a NULL plan or a manifest
+ * that is not a JSON object. */
+KILN_API kiln_status kiln_cache_export_plans(kiln_cache *c, const kiln_plan *const *plans,
+                                             int n_plans, const char *path,
+                                             const kiln_cache_export_options *o);
+
+/* The manifest of a layer's file, the JSON text kiln_cache_export_plans
+ * wrote, in *json: owned by c, valid until kiln_cache_close. It is checked
+ * against its checksum, not parsed: a reader parses it as it would any
+ * untrusted text. KILN_ERR_NOT_FOUND when the file has none (a writable
+ * cache, or a file exported by an older kiln); KILN_ERR_CACHE when it is
+ * damaged, or the file was left out as damaged; KILN_ERR_UNSUPPORTED for a
+ * manifest of another version; KILN_ERR_INVALID_ARG for a NULL c or json
+ * or a layer out of range; KILN_ERR_CACHE or KILN_ERR_IO when LMDB fails.
+ * Records are found, listed and counted as if it were not there. */
+KILN_API kiln_status kiln_cache_manifest(kiln_cache *c, int layer, const char **json);
+
+/* Called by kiln_cache_check_plan with each kernel no layer holds: its
+ * signature and its key (lowercase hex), both valid during the call only. */
+typedef void (*kiln_cache_missing_fn)(void *ctx, const char *signature, const char *key_hex);
+
+/* Whether c holds every kernel plan p needs, without compiling anything and
+ * without a GPU: *n_missing (may be NULL) counts the kernels no layer holds
+ * an intact record of, and on_missing (may be NULL) sees each of them, in
+ * the plan's signature order. A miss is not an error. KILN_ERR_INVALID_ARG
+ * for a NULL c or p; KILN_ERR_CACHE, naming the files, when a layer that
+ * may hold a missing kernel was left out as damaged; KILN_ERR_CACHE or
+ * KILN_ERR_IO when LMDB fails. */
+KILN_API kiln_status kiln_cache_check_plan(kiln_cache *c, const kiln_plan *p,
+                                           kiln_cache_missing_fn on_missing, void *ctx,
+                                           int *n_missing);
+
 typedef struct kiln_cache_salvage_result {
     size_t records;    /* intact records written */
     size_t bad;        /* pairs that were not intact records, left out */
@@ -629,7 +695,8 @@ typedef struct kiln_compile_options {
     kiln_cache_options cache;   /* where kernels are looked up and stored */
     int jobs;                   /* compiles at once; 0: one per core */
     const char *keep_source;    /* write sources, NVRTC logs and PTX here */
-    int quiet;                  /* no progress line on a terminal */
+    int quiet;                  /* no progress lines on stderr (on a terminal one line
+                                   rewritten, elsewhere a line every few seconds) */
     kiln_plan_options plan;
     /* Seconds one kernel's compile may take; past it the kernel fails with
      * KILN_ERR_COMPILE naming its signature (NVRTC cannot be stopped: its
@@ -638,6 +705,11 @@ typedef struct kiln_compile_options {
      * positive number fails a compile with KILN_ERR_INVALID_ARG. A session's
      * compiles take the same. */
     double compile_timeout_s;
+    /* Once *stop is nonzero (a SIGINT or SIGTERM handler may set it), no
+     * further kernel starts compiling: the ones compiling finish and are
+     * stored, and the compile fails with KILN_ERR_STATE saying how many
+     * were stored and how many are left. NULL: none. */
+    const volatile sig_atomic_t *stop;
 } kiln_compile_options;
 
 typedef struct kiln_compile_result {
@@ -649,7 +721,10 @@ typedef struct kiln_compile_result {
                                    file is damaged and left out): nothing was stored */
 } kiln_compile_result;
 
-/* KILN_ERR_COMPILE with NVRTC's log when a kernel does not compile, or
+/* Each kernel is stored as soon as it compiles, in a transaction of its
+ * own: a compile that fails or is interrupted (a signal ending the process)
+ * keeps every kernel done before, and the next compiles only the rest.
+ * KILN_ERR_COMPILE with NVRTC's log when a kernel does not compile, or
  * naming it when its compile ran past compile_timeout_s (the ones that did
  * compile are stored); KILN_ERR_NOT_FOUND when NVRTC cannot be loaded;
  * KILN_ERR_NO_KERNEL from planning; KILN_ERR_OFFLINE_MISS naming the
@@ -677,8 +752,10 @@ typedef struct kiln_session_options {
     kiln_cache_options cache;   /* where kernels are looked up and stored */
     int eager;                  /* launch kernels one by one instead of replaying graphs */
     int quiet;                  /* no progress line while compiling */
-    const kiln_target *target;  /* plan for this target, not the device's own
-                                   (its cubins must load on the device) */
+    const kiln_target *target;  /* plan for this target, not the device's own; its
+                                   cubins must load on the device (the same major
+                                   version, minor no newer; an "a" target the same
+                                   architecture), else KILN_ERR_UNSUPPORTED */
     kiln_plan_options plan;
 } kiln_session_options;
 
@@ -689,11 +766,14 @@ typedef struct kiln_session_stats {
     int kernels, cached, compiled;
     double plan_s, cache_s, module_s, weights_s, graphs_s; /* seconds */
     size_t weight_bytes, arena_bytes;
+    double compile_s; /* compiling the kernels no cache held (NVRTC), not in cache_s */
 } kiln_session_stats;
 
 /* KILN_ERR_NO_DEVICE when there is no GPU or driver (callers fall back to
- * the CPU executor); KILN_ERR_OFFLINE_MISS naming the signature; KILN_ERR_CUDA
- * naming the kernel whose cubin the device cannot load. opts may be NULL.
+ * the CPU executor); KILN_ERR_OFFLINE_MISS naming the signature;
+ * KILN_ERR_UNSUPPORTED, before anything is compiled or loaded, when
+ * opts->target's cubins cannot load on the device (kiln_target_loads);
+ * KILN_ERR_CUDA naming the kernel whose cubin the device cannot load. opts may be NULL.
  * The graph and its weight memory must outlive the session. */
 KILN_API kiln_status kiln_session_create(kiln_graph *g, const kiln_session_options *opts,
                                          kiln_session **out);

@@ -613,6 +613,12 @@ static kiln_status session_init(kiln_session *s, const kiln_session_options *o)
     snprintf(s->stats.target, sizeof s->stats.target, "%s", t.name);
     kiln_env env;
     kiln_env_read(&env);
+    if (o->target && !kiln_target_loads(&t, o->target))
+        return kiln_fail(KILN_ERR_UNSUPPORTED,
+                         "device %d (%s, %s) cannot load cubins built for %s (a cubin loads on "
+                         "its architecture's major version at an equal or newer minor, an "
+                         "\"a\" one on its own architecture only); plan for %s",
+                         o->device, s->stats.device, t.name, o->target->name, t.name);
     if (o->target)
         t = *o->target;
     s->target = t;
@@ -646,7 +652,8 @@ static kiln_status session_init(kiln_session *s, const kiln_session_options *o)
     s->stats.kernels = s->build.n;
     s->stats.cached = s->build.cached;
     s->stats.compiled = s->build.compiled;
-    s->stats.cache_s = kiln_now() - t0;
+    s->stats.compile_s = s->build.compile_seconds;
+    s->stats.cache_s = kiln_now() - t0 - s->stats.compile_s;
 
     t0 = kiln_now();
     if ((st = launches_create(s)) || (st = kernels_load(s)))

@@ -532,7 +532,7 @@ Test(cache, layers_in_order)
             memcpy(keys[i], m[i].key, sizeof keys[i]);
     }
     cr_assert_eq(kiln_cache_export_keys(c, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])keys, 3,
-                                        ship, 0),
+                                        ship, 0, NULL),
                  KILN_OK, "%s", kiln_last_error());
     kiln_cache_close(c);
     flip_in_file(ship, &m[1]);
@@ -1164,7 +1164,7 @@ Test(cache, export)
         memcpy(keys[i], m[3 * i].key, KILN_CACHE_KEY_BYTES);
     memcpy(keys[PICK], m[0].key, KILN_CACHE_KEY_BYTES); /* twice is once */
     const uint8_t(*k)[KILN_CACHE_KEY_BYTES] = (const uint8_t(*)[KILN_CACHE_KEY_BYTES])keys;
-    cr_assert_eq(kiln_cache_export_keys(c, k, PICK + 1, ship, 0), KILN_OK, "%s",
+    cr_assert_eq(kiln_cache_export_keys(c, k, PICK + 1, ship, 0, NULL), KILN_OK, "%s",
                  kiln_last_error());
 
     kiln_cache *s = open_shipped(ship);
@@ -1185,12 +1185,13 @@ Test(cache, export)
     /* An existing file stays unless overwriting is asked for. */
     size_t size0, size1;
     uint8_t *before = slurp(ship, &size0);
-    cr_assert_eq(kiln_cache_export_keys(c, k, 1, ship, 0), KILN_ERR_IO);
+    cr_assert_eq(kiln_cache_export_keys(c, k, 1, ship, 0, NULL), KILN_ERR_IO);
     cr_assert(strstr(kiln_last_error(), "exists"), "%s", kiln_last_error());
     uint8_t *after = slurp(ship, &size1);
     cr_assert_eq(size0, size1);
     cr_assert_arr_eq(before, after, size0);
-    cr_assert_eq(kiln_cache_export_keys(c, k, 1, ship, 1), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_cache_export_keys(c, k, 1, ship, 1, NULL), KILN_OK, "%s",
+                 kiln_last_error());
     s = open_shipped(ship);
     cr_assert_eq(entries(s, 0, NULL), 1);
     kiln_cache_close(s);
@@ -1198,13 +1199,13 @@ Test(cache, export)
     /* A key no layer holds: an error naming it, and nothing left behind. */
     char *other = path_in(outdir, "other.kiln");
     memcpy(keys[1], m[N].key, KILN_CACHE_KEY_BYTES);
-    cr_assert_eq(kiln_cache_export_keys(c, k, 2, other, 0), KILN_ERR_NOT_FOUND);
+    cr_assert_eq(kiln_cache_export_keys(c, k, 2, other, 0, NULL), KILN_ERR_NOT_FOUND);
     cr_assert(strstr(kiln_last_error(), m[N].hex), "%s", kiln_last_error());
     cr_assert_not(exists(other));
     cr_assert_eq(count_dir(outdir), 1);
 
     char *nowhere = path_in(dir, "no/such/dir/x.kiln");
-    cr_assert_eq(kiln_cache_export_keys(c, k, 1, nowhere, 0), KILN_ERR_IO);
+    cr_assert_eq(kiln_cache_export_keys(c, k, 1, nowhere, 0, NULL), KILN_ERR_IO);
     cr_assert(strstr(kiln_last_error(), "cannot create a file beside it"), "%s",
               kiln_last_error());
     kiln_cache_close(c);
@@ -1215,6 +1216,69 @@ Test(cache, export)
     free(nowhere);
     free(other);
     free(outdir);
+    free(user);
+    free(ship);
+    tmp_remove(dir);
+}
+
+/* A manifest rides beside the records: read back as written, passed over
+ * by iteration, verify and merge, and a changed byte of it is damage. */
+Test(cache, manifest)
+{
+    char *dir = tmp_dir();
+    char *user = path_in(dir, "user.kiln"), *ship = path_in(dir, "ship.kiln");
+    made m[3];
+    uint8_t keys[3][KILN_CACHE_KEY_BYTES];
+    kiln_cache *c = open_at(user, 0);
+    for (int i = 0; i < 3; i++) {
+        make(&m[i], i, 2000);
+        store(c, &m[i], KILN_CACHE_ADDED);
+        memcpy(keys[i], m[i].key, KILN_CACHE_KEY_BYTES);
+    }
+    const char *json;
+    cr_assert_eq(kiln_cache_manifest(c, 0, &json), KILN_ERR_NOT_FOUND);
+    const char *text = "{\"model\":{\"name\":\"MANIFEST-MARKER\"}}";
+    cr_assert_eq(kiln_cache_export_keys(c, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])keys, 3, ship,
+                                        0, text),
+                 KILN_OK, "%s", kiln_last_error());
+    kiln_cache_close(c);
+
+    kiln_cache *s = open_shipped(ship);
+    cr_assert_eq(kiln_cache_manifest(s, 0, &json), KILN_OK, "%s", kiln_last_error());
+    cr_assert_str_eq(json, text);
+    size_t bad = 1;
+    cr_assert_eq(entries(s, 0, &bad), 3);
+    cr_assert_eq(bad, 0);
+    cr_assert_eq(kiln_cache_manifest(s, 1, &json), KILN_ERR_INVALID_ARG);
+    kiln_cache_close(s);
+
+    /* merged into a writable cache: the records, not the manifest */
+    c = open_at(user, 0);
+    kiln_cache_merge_result mr;
+    cr_assert_eq(kiln_cache_merge(c, ship, NULL, NULL, &mr), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(mr.present, 3);
+    cr_assert_eq(mr.bad + mr.other, 0);
+    cr_assert_eq(kiln_cache_manifest(c, 0, &json), KILN_ERR_NOT_FOUND);
+    kiln_cache_close(c);
+
+    size_t size;
+    uint8_t *bytes = slurp(ship, &size);
+    uint8_t *at = memmem(bytes, size, "MANIFEST-MARKER", 15);
+    cr_assert_not_null(at);
+    at[0] ^= 0x20;
+    FILE *f = fopen(ship, "r+b");
+    cr_assert_not_null(f);
+    cr_assert_eq(fseek(f, at - bytes, SEEK_SET), 0);
+    cr_assert_eq(fwrite(at, 1, 1, f), 1);
+    fclose(f);
+    s = open_shipped(ship);
+    cr_assert_eq(kiln_cache_manifest(s, 0, &json), KILN_ERR_CACHE);
+    cr_assert(strstr(kiln_last_error(), "the manifest is damaged (checksum)"), "%s",
+              kiln_last_error());
+    kiln_cache_close(s);
+    free(bytes);
+    for (int i = 0; i < 3; i++)
+        unmake(&m[i]);
     free(user);
     free(ship);
     tmp_remove(dir);

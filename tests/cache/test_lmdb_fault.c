@@ -212,7 +212,8 @@ static kiln_status op_export(lmdb_ctx *c, kiln_cache *k, kt_digest *d)
     uint8_t keys[2][KILN_CACHE_KEY_BYTES];
     memcpy(keys[0], c->rec[0].key, sizeof keys[0]);
     memcpy(keys[1], c->rec[5].key, sizeof keys[1]);
-    return kiln_cache_export_keys(k, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])keys, 2, c->out, 0);
+    return kiln_cache_export_keys(k, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])keys, 2, c->out, 0,
+                                  NULL);
 }
 
 /* The source holds two intact records under one key, the older on pages

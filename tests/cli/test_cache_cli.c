@@ -182,6 +182,22 @@ static bool line_with(const char *out, const char *prefix, char *line, size_t si
     return false;
 }
 
+/* What cli_bytes prints. */
+static void human_bytes(uint64_t n, char *buf, size_t size)
+{
+    static const char *const units[] = { "KiB", "MiB", "GiB" };
+    double v = (double)n;
+    int u = -1;
+    while (v >= 1024 && u < 2) {
+        v /= 1024;
+        u++;
+    }
+    if (u < 0)
+        snprintf(buf, size, "%llu B", (unsigned long long)n);
+    else
+        snprintf(buf, size, "%.1f %s", v, units[u]);
+}
+
 /* Lines of ls output that are records: they start with 32 hex digits. */
 static int record_lines(const char *out)
 {
@@ -219,7 +235,7 @@ Test(cache_cli, help_describes_every_subcommand_and_option)
     static const char *const words[] = {
         "ls [FILE]", "stat [FILE]", "verify [FILE]", "export --model", "merge SRC",
         "gc [--compiler", "rm KEYPREFIX | --all", "--wide", "--older-than", "--corrupt",
-        "--cache FILE", "--shipped FILE", "--force", "--tokens", "--target", "kiln compile",
+        "--cache FILE", "--shipped FILE", "--force", "--capture", "--target", "kiln compile",
         "--version N", "salvage SRC -o DST",
     };
     static const char *const asks[] = { "cache --help", "cache ls --help", "cache export -h" };
@@ -278,7 +294,7 @@ Test(cache_cli, usage_errors)
         { "cache export --model demo", "export: export where?" },
         { "cache export --model demo -o s extra", "export: unexpected argument 'extra'" },
         { "cache export --model demo -o s --target sm_10", "sm_10" },
-        { "cache export --model demo -o s --tokens 0", "bad --tokens '0'" },
+        { "cache export --model demo -o s --capture 0", "bad --capture '0'" },
         { "cache export --model demo -o s --graph all", "bad --graph 'all'" },
         { "cache export --model demo -o s --strict-backend", "--strict-backend needs --backend" },
         { "cache export --model demo -o s --wide", "export: takes no --wide" },
@@ -322,8 +338,10 @@ Test(cache_cli, ls_lists_every_record)
         cr_assert(line_with(r.out, m[i].hex, line, sizeof line), "no %s in:\n%s", m[i].hex,
                   r.out);
         date_of(m[i].rec.created, "%Y-%m-%d", date, sizeof date);
-        snprintf(want, sizeof want, "%s  %-7s %-7s %9llu  %-10s  ", m[i].hex, m[i].rec.target,
-                 m[i].rec.kind, (unsigned long long)m[i].rec.cubin_size, date);
+        char size[32];
+        human_bytes(m[i].rec.cubin_size, size, sizeof size);
+        snprintf(want, sizeof want, "%s  %-7s %-7s %9s  %-10s  ", m[i].hex, m[i].rec.target,
+                 m[i].rec.kind, size, date);
         cr_assert(!strncmp(line, want, strlen(want)), "got  '%s'\nwant '%s'", line, want);
         /* Cut to fit: the start of the signature, then "...". */
         cr_assert(strstr(line, "linear backend="), "%s", line);
@@ -455,8 +473,11 @@ Test(cache_cli, stat_counts_by_target_and_kind)
     cr_assert(strstr(r.out, want), "%s", r.out);
     snprintf(want, sizeof want, "records:  %d (0 bad)\n", N_LS);
     cr_assert(strstr(r.out, want), "%s", r.out);
-    snprintf(want, sizeof want, "cubins %llu, file %lld, map ", cubins, (long long)file_size(c));
-    cr_assert(line_with(r.out, "bytes:", line, sizeof line) && strstr(line, want),
+    char cu[32], f[32];
+    human_bytes(cubins, cu, sizeof cu);
+    human_bytes((uint64_t)file_size(c), f, sizeof f);
+    snprintf(want, sizeof want, "cubins %s, file %s, map ", cu, f);
+    cr_assert(line_with(r.out, "size:", line, sizeof line) && strstr(line, want),
               "want '%s' in:\n%s", want, r.out);
     char oldest[32], newest[32];
     date_of(m[0].rec.created, "%Y-%m-%dT%H:%M:%SZ", oldest, sizeof oldest);
@@ -464,13 +485,39 @@ Test(cache_cli, stat_counts_by_target_and_kind)
     snprintf(want, sizeof want, "oldest:   %s\nnewest:   %s\n", oldest, newest);
     cr_assert(strstr(r.out, want), "want '%s' in:\n%s", want, r.out);
     for (int t = 0; t < 2; t++) {
-        snprintf(want, sizeof want, "\n%-10s %8zu %12llu\n", targets[t], n_target[t],
-                 by_target[t]);
+        char size[32];
+        human_bytes(by_target[t], size, sizeof size);
+        snprintf(want, sizeof want, "\n%-10s %8zu %12s\n", targets[t], n_target[t], size);
         cr_assert(strstr(r.out, want), "want '%s' in:\n%s", want, r.out);
     }
     for (int k = 0; k < 4; k++) {
-        snprintf(want, sizeof want, "\n%-10s %8zu %12llu\n", kinds[k], n_kind[k], by_kind[k]);
+        char size[32];
+        human_bytes(by_kind[k], size, sizeof size);
+        snprintf(want, sizeof want, "\n%-10s %8zu %12s\n", kinds[k], n_kind[k], size);
         cr_assert(strstr(r.out, want), "want '%s' in:\n%s", want, r.out);
+    }
+    kt_cli_free(&r);
+
+    /* --json: the same numbers, to the byte */
+    r = run("cache stat --cache %s --json", c);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    snprintf(want, sizeof want, "\"cubins\": %llu,\n", cubins);
+    cr_assert(strstr(r.out, want), "want '%s' in:\n%s", want, r.out);
+    snprintf(want, sizeof want, "\"file\": %lld,\n", (long long)file_size(c));
+    cr_assert(strstr(r.out, want), "want '%s' in:\n%s", want, r.out);
+    snprintf(want, sizeof want, "\"records\": %d,\n", N_LS);
+    cr_assert(strstr(r.out, want), "want '%s' in:\n%s", want, r.out);
+    cr_assert(strstr(r.out, "\"manifest\": null"), "%s", r.out);
+    kt_cli_free(&r);
+    r = run("cache ls --cache %s --json", c);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    for (int i = 0; i < N_LS; i++) {
+        snprintf(want, sizeof want, "\"key\": \"%s\"", m[i].hex);
+        const char *at = strstr(r.out, want);
+        cr_assert(at, "no %s in:\n%s", m[i].hex, r.out);
+        snprintf(want, sizeof want, "\"cubin_bytes\": %llu,",
+                 (unsigned long long)m[i].rec.cubin_size);
+        cr_assert(strstr(at, want), "want '%s' in:\n%s", want, at);
     }
     kt_cli_free(&r);
     unmake_all(m, N_LS);
@@ -618,26 +665,58 @@ Test(cache_cli, gc_removes_what_it_is_asked_to)
         free(buf);
         bytes += size;
     }
-    kt_cli r = run("cache gc --compiler 'nvrtc 13.0' --cache %s", c);
+    char size[32], want[512], line[600];
+    human_bytes(bytes, size, sizeof size);
+
+    /* A dry run names what would go and removes nothing. */
+    kt_cli r = run("cache gc --compiler 'nvrtc 13.0' --dry-run --cache %s", c);
     cr_assert_eq(r.status, 0, "%s", r.err);
-    char want[512];
-    snprintf(want, sizeof want, "removed %d records (%llu bytes) from %s\n", N / 3,
-             (unsigned long long)bytes, c);
-    cr_assert_str_eq(r.out, want);
+    for (int i = 0; i < N; i++) {
+        snprintf(want, sizeof want, "would remove %s  ", m[i].hex);
+        cr_assert_eq(strstr(r.out, want) != NULL, i % 3 == 0, "%s:\n%s", m[i].hex, r.out);
+    }
+    snprintf(want, sizeof want, "would remove %d records (%s) from %s", N / 3, size, c);
+    cr_assert(line_with(r.out, "would remove 4 records", line, sizeof line), "%s", r.out);
+    cr_assert_str_eq(line, want);
+    kt_cli_free(&r);
+    r = run("cache ls --cache %s", c);
+    cr_assert_eq(record_lines(r.out), N, "%s", r.out);
+    kt_cli_free(&r);
+
+    /* A compiler no record was made by would remove them all: refused. */
+    r = run("cache gc --compiler 'nvrtc 12.9' --cache %s", c);
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert(strstr(r.err, "no record was made by \"nvrtc 12.9\"") &&
+                  strstr(r.err, "nvrtc 12.4") && strstr(r.err, "--force"),
+              "%s", r.err);
+    kt_cli_free(&r);
+    r = run("cache ls --cache %s", c);
+    cr_assert_eq(record_lines(r.out), N, "%s", r.out);
+    kt_cli_free(&r);
+
+    r = run("cache gc --compiler 'nvrtc 13.0' --cache %s", c);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    for (int i = 0; i < N; i += 3) {
+        snprintf(want, sizeof want, "removing %s  ", m[i].hex);
+        cr_assert(strstr(r.out, want), "%s:\n%s", m[i].hex, r.out);
+    }
+    snprintf(want, sizeof want, "removed %d records (%s) from %s", N / 3, size, c);
+    cr_assert(line_with(r.out, "removed ", line, sizeof line), "%s", r.out);
+    cr_assert_str_eq(line, want);
     kt_cli_free(&r);
 
     r = run("cache gc --older-than 30 --cache %s", c);
     cr_assert_eq(r.status, 0, "%s", r.err);
-    cr_assert(!strncmp(r.out, "removed 4 records (", 19), "%s", r.out);
+    cr_assert(strstr(r.out, "\nremoved 4 records ("), "%s", r.out);
     kt_cli_free(&r);
     /* Nothing left is that old, however a fraction of a day is spelt. */
     r = run("cache gc --older-than 0.5 --cache %s", c);
-    cr_assert(!strncmp(r.out, "removed 0 records (0 bytes)", 27), "%s", r.out);
+    cr_assert(!strncmp(r.out, "removed 0 records (0 B)", 23), "%s", r.out);
     kt_cli_free(&r);
 
     r = run("cache gc --corrupt --cache %s", c);
     cr_assert_eq(r.status, 0, "%s", r.err);
-    cr_assert(!strncmp(r.out, "removed 1 records (", 19), "%s", r.out);
+    cr_assert(strstr(r.out, "\nremoved 1 records ("), "%s", r.out);
     kt_cli_free(&r);
 
     r = run("cache ls --cache %s", c);
@@ -717,11 +796,11 @@ static void corrupt_first(const char *path)
 }
 
 /* Small capture sizes keep the plan, and so the compile, short. */
-#define EXPORT_PLAN "--model demo --tokens 1,16"
+#define EXPORT_PLAN "--model demo --capture 1,16"
 
 static int compiled(const char *target, const char *cache)
 {
-    kt_cli r = run("compile demo --tokens 1,16 --target %s --cache %s --quiet", target, cache);
+    kt_cli r = run("compile demo --capture 1,16 --target %s --cache %s --quiet", target, cache);
     cr_assert_eq(r.status, 0, "compile for %s: %s", target, r.err);
     int n = 0;
     cr_assert_eq(sscanf(r.out, "%d signatures", &n), 1, "%s", r.out);
@@ -739,9 +818,9 @@ Test(cache_cli, export_ships_exactly_the_plan, .timeout = 1200)
 
     kt_cli r = run("cache export " EXPORT_PLAN " --target sm_80 -o %s --cache %s", s, c);
     cr_assert_eq(r.status, 0, "%s", r.err);
-    char want[512];
-    snprintf(want, sizeof want, "exported %d kernels (%lld bytes) to %s\n", n80,
-             (long long)file_size(s), s);
+    char want[512], size[32];
+    human_bytes((uint64_t)file_size(s), size, sizeof size);
+    snprintf(want, sizeof want, "exported %d kernels (%s) to %s\n", n80, size, s);
     cr_assert_str_eq(r.out, want);
     kt_cli_free(&r);
     cr_assert_lt(file_size(s), file_size(c));
@@ -803,13 +882,268 @@ Test(cache_cli, export_ships_exactly_the_plan, .timeout = 1200)
     free(s3);
 
     /* Another plan needs kernels that were never compiled. */
-    r = run("cache export --model demo --tokens 1,16,64 --target sm_80 -o %s/x.kiln --cache %s",
+    r = run("cache export --model demo --capture 1,16,64 --target sm_80 -o %s/x.kiln --cache %s",
             dir, c);
     cr_assert_eq(r.status, 1, "%s", r.out);
     cr_assert(strstr(r.err, "kiln compile demo --target sm_80"), "%s", r.err);
     kt_cli_free(&r);
     free(s2);
     free(empty);
+    free(s);
+    free(c);
+}
+
+static bool exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+/* check says, without a GPU and compiling nothing, whether the caches hold
+ * a plan's kernels, and lists the ones they lack. */
+Test(cache_cli, check_lists_what_a_cache_lacks, .timeout = 600)
+{
+    char *c = path_in("c.kiln");
+    int n = compiled("sm_80", c);
+    kt_cli r = run("cache check " EXPORT_PLAN " --target sm_80 --cache %s", c);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    char want[512];
+    snprintf(want, sizeof want, "%d of %d kernels of demo for sm_80 in %s: complete\n", n, n, c);
+    cr_assert_str_eq(r.out, want);
+    kt_cli_free(&r);
+
+    /* more capture sizes: more kernels, each listed, and exit 1 */
+    r = run("cache check --model demo --capture 1,16,64 --target sm_80 --cache %s", c);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    int missing = 0;
+    for (const char *p = r.out; (p = strstr(p, "missing: linear backend=")); p++)
+        missing++;
+    cr_assert_gt(missing, 0, "%s", r.out);
+    cr_assert(strstr(r.out, ": incomplete\n"), "%s", r.out);
+    cr_assert(strstr(r.err, "kernels missing: kiln compile demo --target sm_80"), "%s", r.err);
+    kt_cli_free(&r);
+
+    r = run("cache check --model demo --capture 1,16,64 --target sm_80 --cache %s --json", c);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert(strstr(r.out, "\"complete\": false"), "%s", r.out);
+    cr_assert(strstr(r.out, "\"signature\": \"linear backend="), "%s", r.out);
+    kt_cli_free(&r);
+
+    /* another target's plan is not covered */
+    r = run("cache check " EXPORT_PLAN " --target sm_90a --cache %s", c);
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    kt_cli_free(&r);
+    free(c);
+}
+
+/* ls, stat, verify and check read: on a fresh machine they create no file
+ * and no folder. */
+Test(cache_cli, reading_creates_nothing)
+{
+    char *user = path_in("user");
+    static const char *const reads[] = { "cache ls", "cache stat", "cache verify",
+                                         "cache check " EXPORT_PLAN " --target sm_80" };
+    for (size_t i = 0; i < sizeof reads / sizeof reads[0]; i++) {
+        kt_cli r = run("%s", reads[i]);
+        cr_assert(strstr(r.err, "no cache at "), "%s: %s", reads[i], r.err);
+        cr_assert(!exists(user), "%s made %s", reads[i], user);
+        kt_cli_free(&r);
+    }
+    kt_cli r = run("cache ls --cache %s/none.kiln", dir);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    kt_cli_free(&r);
+    char *none = path_in("none.kiln");
+    cr_assert(!exists(none));
+    free(none);
+    free(user);
+}
+
+/* The workflow a deployment pipeline runs, on the CPU: compile with
+ * capture sizes of its own, export, check, then run offline from the
+ * shipped file alone; then the traps that once hid until the deployment. */
+Test(cache_cli, shipping_workflow, .timeout = 600)
+{
+    char *c = path_in("build.kiln"), *s = path_in("ship.kiln");
+    compiled("sm_80", c);
+    kt_cli r = run("cache export " EXPORT_PLAN " --target sm_80 -o %s --cache %s", s, c);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    kt_cli_free(&r);
+    r = run("cache check " EXPORT_PLAN " --target sm_80 --shipped %s", s);
+    cr_assert_eq(r.status, 0, "%s%s", r.out, r.err);
+    kt_cli_free(&r);
+    r = run("run demo --device cpu --shipped %s --offline --target sm_80 --capture 1,16 "
+            "--tokens 1,16 --steps 1", s);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "\n16 "), "%s", r.out);
+    kt_cli_free(&r);
+
+    /* the default capture sizes need kernels the file lacks: its manifest
+     * says so first; a file without one (salvaged) is checked kernel by
+     * kernel */
+    r = run("run demo --device cpu --shipped %s --offline --target sm_80 --tokens 1 --steps 1", s);
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert(strstr(r.err, "was made for another set of token buckets: 1,16, not 1,2,4,"),
+              "%s", r.err);
+    kt_cli_free(&r);
+    char *bare = path_in("bare.kiln");
+    r = run("cache salvage %s -o %s", s, bare);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    kt_cli_free(&r);
+    r = run("run demo --device cpu --shipped %s --offline --target sm_80 --tokens 1 --steps 1",
+            bare);
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert(strstr(r.err, "are in no shipped cache") && strstr(r.err, "kiln cache check"),
+              "%s", r.err);
+    kt_cli_free(&r);
+    free(bare);
+    setenv("KILN_OFFLINE", "1", 1);
+    r = run("run demo --device cpu --shipped %s --target sm_80 --tokens 1 --steps 1", s);
+    unsetenv("KILN_OFFLINE");
+    cr_assert_eq(r.status, 1, "KILN_OFFLINE=1 is --offline: %s", r.out);
+    kt_cli_free(&r);
+    /* the old spelling of capture sizes */
+    r = run("cache export --model demo --tokens 1,16 --target sm_80 -o %s/x.kiln --cache %s", dir,
+            c);
+    cr_assert_eq(r.status, 2);
+    cr_assert(strstr(r.err, "--capture 1,16"), "%s", r.err);
+    kt_cli_free(&r);
+    /* a shipped file that is not there */
+    r = run("run demo --shipped %s/none.kiln --offline --tokens 1 --steps 1", dir);
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert(strstr(r.err, "none.kiln"), "%s", r.err);
+    kt_cli_free(&r);
+    /* a device asked for by number that is not there */
+    r = run("run demo --device cuda:999 --tokens 1 --steps 1");
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert(strstr(r.err, "kiln: run"), "%s", r.err);
+    kt_cli_free(&r);
+    free(s);
+    free(c);
+}
+
+/* One file for a fleet of mixed GPUs: compile and export for three
+ * targets at once; the file serves each of them offline, and check says
+ * so per target. */
+Test(cache_cli, one_file_serves_several_targets, .timeout = 900)
+{
+    char *c = path_in("fleet-build.kiln"), *s = path_in("fleet.kiln");
+    static const char *const fleet[] = { "sm_90a", "sm_120a", "sm_80" };
+    kt_cli r = run("compile demo --capture 1,8 --target sm_90a --target SM_120A --target sm_80 "
+                   "--cache %s --quiet", c);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    for (size_t i = 0; i < 3; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "(%s, ", fleet[i]);
+        cr_assert(strstr(r.out, want), "%s: %s", fleet[i], r.out);
+    }
+    kt_cli_free(&r);
+    r = run("cache export --model demo --capture 1,8 --target sm_90a --target sm_120a "
+            "--target sm_80 -o %s --cache %s", s, c);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    kt_cli_free(&r);
+    r = run("cache check --model demo --capture 1,8 --target sm_90a --target sm_120a "
+            "--target sm_80 --shipped %s", s);
+    cr_assert_eq(r.status, 0, "%s%s", r.out, r.err);
+    for (size_t i = 0; i < 3; i++) {
+        char want[64];
+        snprintf(want, sizeof want, " for %s in %s: complete\n", fleet[i], s);
+        cr_assert(strstr(r.out, want), "%s: %s", fleet[i], r.out);
+    }
+    kt_cli_free(&r);
+    for (size_t i = 0; i < 3; i++) {
+        r = run("run demo --device cpu --shipped %s --offline --target %s --capture 1,8 "
+                "--tokens 1,8 --steps 1", s, fleet[i]);
+        cr_assert_eq(r.status, 0, "%s: %s", fleet[i], r.err);
+        kt_cli_free(&r);
+    }
+    /* a target the file was not made for */
+    r = run("run demo --device cpu --shipped %s --offline --target sm_86 --capture 1,8 "
+            "--tokens 1 --steps 1", s);
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    kt_cli_free(&r);
+    /* one target twice is refused */
+    r = run("compile demo --target sm_80 --target a100 --cache %s", c);
+    cr_assert_eq(r.status, 2, "%s", r.out);
+    cr_assert(strstr(r.err, "are one target, sm_80"), "%s", r.err);
+    kt_cli_free(&r);
+    free(s);
+    free(c);
+}
+
+/* An exported file says what it was made for (cache stat shows it), and
+ * kiln run checks it against what it is given before anything loads:
+ * offline every difference is named and fails the run; online they are
+ * warnings (the kernels the file lacks are compiled). */
+Test(cache_cli, manifest_says_what_a_file_was_made_for, .timeout = 600)
+{
+    char *c = path_in("m-build.kiln"), *s = path_in("m.kiln");
+    compiled("sm_80", c);
+    kt_cli r = run("cache export " EXPORT_PLAN " --target sm_80 -o %s --cache %s", s, c);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    kt_cli_free(&r);
+    kt_cli v = run("--version");
+    char want[256];
+    snprintf(want, sizeof want, "manifest: %.*s, kiln-cache-2, ", (int)strcspn(v.out, "\n"),
+             v.out);
+    kt_cli_free(&v);
+    r = run("cache stat %s", s);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, want), "want %s: %s", want, r.out);
+    cr_assert(strstr(r.out, "  model:    demo, graph "), "%s", r.out);
+    cr_assert(strstr(r.out, "  targets:  [\"sm_80\"]\n  buckets:  1,16\n"), "%s", r.out);
+    cr_assert(strstr(r.out, "\"capture\":[1,16]"), "%s", r.out);
+    kt_cli_free(&r);
+    /* the writable cache has none */
+    r = run("cache stat --cache %s", c);
+    cr_assert_null(strstr(r.out, "manifest:"), "%s", r.out);
+    kt_cli_free(&r);
+
+    r = run("run demo --device cpu --shipped %s --offline --target sm_80 --capture 1,16 "
+            "--tokens 1 --steps 1", s);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_null(strstr(r.err, "was made for"), "%s", r.err);
+    kt_cli_free(&r);
+    r = run("run demo --device cpu --shipped %s --offline --target sm_86 --capture 1,8 "
+            "--no-fuse --tokens 1 --steps 1", s);
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert(strstr(r.err, "was made for another set of token buckets: 1,16, not 1,8"), "%s",
+              r.err);
+    cr_assert(strstr(r.err, "was made for another planning option: --no-fuse false, not true"),
+              "%s", r.err);
+    cr_assert(strstr(r.err, "was made for another target: [\"sm_80\"], not sm_86"), "%s", r.err);
+    cr_assert(strstr(r.err, "(3 differences above): nothing was loaded"), "%s", r.err);
+    cr_assert_str_empty(r.out);
+    kt_cli_free(&r);
+    /* not offline: the same differences, as warnings */
+    r = run("run demo --device cpu --shipped %s --target sm_86 --capture 1,8 --tokens 1 "
+            "--steps 1", s);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.err, "was made for another target"), "%s", r.err);
+    kt_cli_free(&r);
+
+    /* a manifest changed on disk: verify and stat say so, run refuses it */
+    long len;
+    char *bytes = kt_read_file(s, &len);
+    cr_assert_not_null(bytes);
+    char *at = memmem(bytes, (size_t)len, "\"capture\":[1,16]", 16);
+    cr_assert_not_null(at, "the manifest's text is in the file");
+    int fd = open(s, O_WRONLY);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(pwrite(fd, "7", 1, (at - bytes) + 12), 1);
+    close(fd);
+    free(bytes);
+    r = run("cache verify %s", s);
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert(strstr(r.out, "manifest  ") && strstr(r.out, "damaged (checksum)"), "%s", r.out);
+    kt_cli_free(&r);
+    r = run("cache stat %s", s);
+    cr_assert(strstr(r.out, "manifest: ") && strstr(r.out, "damaged (checksum)"), "%s", r.out);
+    kt_cli_free(&r);
+    r = run("run demo --device cpu --shipped %s --offline --target sm_80 --capture 1,16 "
+            "--tokens 1 --steps 1", s);
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert(strstr(r.err, "damaged (checksum)"), "%s", r.err);
+    kt_cli_free(&r);
     free(s);
     free(c);
 }

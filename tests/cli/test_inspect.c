@@ -131,3 +131,28 @@ Test(inspect, control_characters_from_a_file_are_escaped)
     cr_assert_null(strchr(r.out, '\x1b'), "no escape byte printed");
     kt_cli_free(&r);
 }
+
+/* Sizes for a reader in the table, to the byte in --json. */
+Test(inspect, sizes_are_read_and_exact_in_json)
+{
+    char model[128], args[256];
+    snprintf(model, sizeof model, "%s/model.safetensors", dir);
+    write_header_only(model, "{\"w\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]},"
+                             "\"e\\u001b\":{\"dtype\":\"U8\",\"shape\":[0],"
+                             "\"data_offsets\":[0,0]}}");
+    snprintf(args, sizeof args, "inspect %s", model);
+    kt_cli r = kt_cli_run(args);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "2 tensors, 0 B\n"), "%s", r.out);
+    kt_cli_free(&r);
+    snprintf(args, sizeof args, "inspect %s --json", model);
+    r = kt_cli_run(args);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "\"container\": \"safetensors\""), "%s", r.out);
+    cr_assert(strstr(r.out, "\"name\": \"w\""), "%s", r.out);
+    cr_assert(strstr(r.out, "\"name\": \"e\\u001B\""), "%s", r.out);
+    cr_assert(strstr(r.out, "\"shape\": [\n    0\n   ]"), "%s", r.out);
+    cr_assert(strstr(r.out, "\"bytes\": 0\n}"), "%s", r.out);
+    cr_assert_null(strchr(r.out, '\x1b'), "no escape byte printed");
+    kt_cli_free(&r);
+}

@@ -1,8 +1,12 @@
 /* kiln plan, compile and run as a user meets them. */
 #include <criterion/criterion.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "clirun.h"
@@ -36,21 +40,25 @@ Test(cli_plan_run, plan_explains_every_linear)
     cr_assert(strstr(r.out, "activation arena: "));
     /* the demo's weights, once in kiln's layout (prefill) and once packed
      * (decode), as a session holds them */
-    cr_assert(strstr(r.out, "weights on the device: 26756224 bytes (13359680 in kiln's storage "
-                            "layout, 13396544 packed for the decode kernels)"),
+    cr_assert(strstr(r.out, "weights on the device: 25.5 MiB (12.7 MiB in kiln's storage "
+                            "layout, 12.8 MiB packed for the decode kernels)"),
               "%s", r.out);
     kt_cli_free(&r);
     r = kt_cli_run("plan demo --target sm_75");
     cr_assert_eq(r.status, 0, "%s", r.err);
-    cr_assert(strstr(r.out, "weights on the device: 13359680 bytes (13359680 in kiln's storage "
-                            "layout, 0 packed"),
+    cr_assert(strstr(r.out, "weights on the device: 12.7 MiB (12.7 MiB in kiln's storage "
+                            "layout, 0 B packed"),
               "%s", r.out);
+    kt_cli_free(&r);
+    /* --json: the same sizes to the byte */
+    r = kt_cli_run("plan demo --target sm_75 --json");
+    cr_assert(strstr(r.out, "\"storage\": 13359680"), "%s", r.out);
     kt_cli_free(&r);
 }
 
 Test(cli_plan_run, plan_json_and_named_targets)
 {
-    kt_cli r = kt_cli_run("plan demo --target h200 --tokens 1,8 --max-tokens 64 --json");
+    kt_cli r = kt_cli_run("plan demo --target h200 --capture 1,8 --max-tokens 64 --json");
     cr_assert_eq(r.status, 0, "%s", r.err);
     cr_assert(strstr(r.out, "\"target\": \"sm_90a\""), "%s", r.out);
     cr_assert(strstr(r.out, "\"buckets\": [\n  1,\n  8,\n  64\n ]"), "%s", r.out);
@@ -65,8 +73,10 @@ Test(cli_plan_run, plan_errors)
     cr_assert_eq(r.status, 1);
     cr_assert(strstr(r.err, "--backend cutlass: no such backend (built: "), "%s", r.err);
     kt_cli_free(&r);
-    static const char *usage[] = { "plan", "plan demo --target sm_100", "plan demo --strict-backend",
-                                   "plan demo --tokens 0", "plan demo --graph attention",
+    static const char *usage[] = { "plan", "plan demo --target sm_10",
+                                   "plan demo --target sm_80 --target sm_90a",
+                                   "plan demo --strict-backend",
+                                   "plan demo --capture 0", "plan demo --graph attention",
                                    "plan demo extra" };
     for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++) {
         r = kt_cli_run(usage[i]);
@@ -112,8 +122,98 @@ Test(cli_plan_run, compile_twice_compiles_nothing_the_second_time, .timeout = 30
     b = kt_cli_run(args);
     cr_assert_eq(b.status, 1, "%s", b.out);
     cr_assert(strstr(b.err, "offline, and kernel \"linear backend="), "%s", b.err);
+    /* and lists every kernel missing, as kiln cache check does */
+    char listed[64];
+    snprintf(listed, sizeof listed, "kiln compile: %d of %d kernels are in no cache\n", first,
+             first);
+    cr_assert(strstr(b.err, listed), "want %s in %s", listed, b.err);
+    int lines = 0;
+    for (const char *q = b.err; (q = strstr(q, "kiln compile: missing: ")); q++)
+        lines++;
+    cr_assert_eq(lines, first, "%s", b.err);
     kt_cli_free(&a);
     kt_cli_free(&b);
+    /* --json: the same counts */
+    snprintf(args, sizeof args, "compile demo --target sm_80 --cache %s/c.kiln --json", dir);
+    a = kt_cli_run(args);
+    cr_assert_eq(a.status, 0, "%s", a.err);
+    snprintf(want, sizeof want, "\"cached\": %d,\n   \"compiled\": 0,", first);
+    cr_assert(strstr(a.out, "\"target\": \"sm_80\""), "%s", a.out);
+    cr_assert(strstr(a.out, want), "want %s in %s", want, a.out);
+    kt_cli_free(&a);
+    /* KILN_OFFLINE=1 is --offline */
+    snprintf(args, sizeof args, "compile demo --target sm_80 --cache %s/empty.kiln", dir);
+    setenv("KILN_OFFLINE", "1", 1);
+    b = kt_cli_run(args);
+    unsetenv("KILN_OFFLINE");
+    cr_assert_eq(b.status, 1, "%s", b.out);
+    cr_assert(strstr(b.err, "offline, and kernel \"linear backend="), "%s", b.err);
+    kt_cli_free(&b);
+}
+
+/* Each kernel is stored as it compiles: a compile stopped by SIGINT after a
+ * few kernels stores the ones compiling, says so and exits 1, leaving
+ * every kernel done in the cache; the next compiles only the rest. Off a
+ * terminal progress comes as lines. */
+Test(cli_plan_run, an_interrupted_compile_keeps_what_it_did, .timeout = 600)
+{
+    char cache[128], err[128];
+    snprintf(cache, sizeof cache, "%s/stopped.kiln", dir);
+    snprintf(err, sizeof err, "%s/compile.err", dir);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        int fd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int null = open("/dev/null", O_WRONLY);
+        if (fd < 0 || null < 0 || dup2(fd, STDERR_FILENO) < 0 || dup2(null, STDOUT_FILENO) < 0)
+            _exit(99);
+        execl(getenv("KILN_CLI"), "kiln", "compile", "demo", "--target", "sm_80", "--cache", cache,
+              "-j", "1", (char *)NULL);
+        _exit(98);
+    }
+    /* Wait for the first progress line: some kernels are done. */
+    char *text = NULL;
+    for (int i = 0; i < 1200; i++) {
+        free(text);
+        text = kt_read_file(err, NULL);
+        if (text && strstr(text, "compiling kernels: "))
+            break;
+        nanosleep(&(struct timespec){ .tv_nsec = 100000000 }, NULL);
+    }
+    cr_assert(text && strstr(text, "compiling kernels: "), "no progress line: %s", text);
+    cr_assert_null(strchr(text, '\r'), "a terminal's line in a file: %s", text);
+    int done = 0;
+    cr_assert_eq(sscanf(strstr(text, "compiling kernels: "), "compiling kernels: %d/", &done), 1);
+    free(text);
+    kill(pid, SIGINT);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 1, "status %#x", status);
+    text = kt_read_file(err, NULL);
+    cr_assert(text && strstr(text, "kiln: compile: interrupted: "), "%s", text);
+    cr_assert(strstr(text, " were compiled and stored, "), "%s", text);
+    free(text);
+
+    char args[256];
+    snprintf(args, sizeof args, "cache check --model demo --target sm_80 --cache %s", cache);
+    kt_cli r = kt_cli_run(args);
+    int kept = 0, total = 0;
+    const char *summary = strstr(r.out, " kernels of demo for sm_80");
+    while (summary && summary > r.out && summary[-1] != '\n')
+        summary--;
+    cr_assert(summary && sscanf(summary, "%d of %d", &kept, &total) == 2, "%s", r.out);
+    kt_cli_free(&r);
+    cr_assert_geq(kept, done, "a kernel done before the signal was lost");
+    cr_assert_gt(kept, 0, "nothing was stored");
+    cr_assert_lt(kept, total);
+
+    snprintf(args, sizeof args, "compile demo --target sm_80 --cache %s --quiet", cache);
+    r = kt_cli_run(args);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    char want[64];
+    snprintf(want, sizeof want, "%d signatures: %d cached, %d compiled", total, kept, total - kept);
+    cr_assert(strstr(r.out, want), "want %s: %s", want, r.out);
+    kt_cli_free(&r);
 }
 
 Test(cli_plan_run, run_on_the_cpu_matches_the_demo)
@@ -132,6 +232,40 @@ Test(cli_plan_run, run_on_the_cpu_matches_the_demo)
     }
     kt_cli_free(&r);
     kt_cli_free(&d);
+    /* --json: the same checksums, and why --check has nothing to compare */
+    r = kt_cli_run("run demo --device cpu --tokens 3 --steps 1 --json --check");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "\"executor\": \"cpu\""), "%s", r.out);
+    cr_assert(strstr(r.out, "\"tokens\": 3,"), "%s", r.out);
+    cr_assert(strstr(r.out, "\"check\": \"nothing to compare: "), "%s", r.out);
+    kt_cli_free(&r);
+    r = kt_cli_run("run demo --device cpu --tokens 1 --steps 1 --check");
+    cr_assert(strstr(r.out, "check: nothing to compare: "), "%s", r.out);
+    kt_cli_free(&r);
+}
+
+/* --capture means capture sizes wherever a plan is made; --tokens is the
+ * token counts kiln run runs, and elsewhere it is refused naming --capture. */
+Test(cli_plan_run, capture_sizes_have_one_name)
+{
+    static const char *old[] = { "plan demo --tokens 1,8", "compile demo --tokens 1,8",
+                                 "cache export --model demo -o x.kiln --tokens 1,8" };
+    for (size_t i = 0; i < sizeof old / sizeof old[0]; i++) {
+        kt_cli r = kt_cli_run(old[i]);
+        cr_assert_eq(r.status, 2, "%s exited %d", old[i], r.status);
+        cr_assert(strstr(r.err, "capture sizes are --capture 1,8"), "%s: %s", old[i], r.err);
+        kt_cli_free(&r);
+    }
+    kt_cli r = kt_cli_run("plan demo --target sm_80 --capture 1,8 --max-tokens 32");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "3 token buckets: 1 8 32"), "%s", r.out);
+    kt_cli_free(&r);
+    /* run takes the same planning options, --target and --capture included */
+    r = kt_cli_run("run demo --device cpu --target sm_80 --capture 1,8 --max-tokens 32 "
+                   "--no-fuse --tokens 3 --steps 1");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "\n3 "), "%s", r.out);
+    kt_cli_free(&r);
 }
 
 /* --profile on the CPU executor says there are no kernels to time and
@@ -165,8 +299,10 @@ Test(cli_plan_run, run_profile_on_either_executor, .timeout = 300)
 Test(cli_plan_run, run_usage_errors)
 {
     static const char *usage[] = { "run", "run demo --device gpu", "run demo --device cuda:x",
-                                   "run demo --steps 0", "run demo --target sm_80",
-                                   "run demo --tokens" };
+                                   "run demo --steps 0", "run demo --target sm_1",
+                                   "run demo --tokens", "run demo --capture 0",
+                                   "run demo --strict-backend",
+                                   "run demo --target sm_80 --target sm_90a" };
     for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++) {
         kt_cli r = kt_cli_run(usage[i]);
         cr_assert_eq(r.status, 2, "%s exited %d", usage[i], r.status);

@@ -620,18 +620,28 @@ Test(lower, graph_without_outputs_is_refused)
     kiln_graph_destroy(g);
 }
 
-/* Kernels are named for a target the signature can name: a device newer
- * than the target table is refused when planned, not when built. */
+/* Kernels are named for a target the signature can name: every live
+ * device plans (one newer than the table too), a made-up name is refused
+ * when planned, not when built. */
 Test(lower, a_target_signatures_cannot_name_is_refused)
 {
     kiln_graph *g = ffn(KILN_FMT_BF16, 1, 256, 512);
-    kiln_target t;
-    cr_assert_eq(kiln_target_from_cc(12, 0, 84, 101376, &t), KILN_OK, "%s", kiln_last_error());
+    kiln_target t = target("sm_80");
+    snprintf(t.name, sizeof t.name, "gpu_x");
     kiln_plan *p = NULL;
     cr_assert_eq(kiln_plan_create_with(&reg, g, &t, NULL, &p), KILN_ERR_NOT_FOUND);
-    cr_assert(strstr(kiln_last_error(), "plan: kernels for target sm_120"), "%s",
+    cr_assert(strstr(kiln_last_error(), "plan: kernels for target gpu_x"), "%s",
               kiln_last_error());
     cr_assert_null(p);
+    static const int cc[][2] = { { 12, 0 }, { 8, 7 }, { 13, 0 } };
+    for (size_t i = 0; i < sizeof cc / sizeof cc[0]; i++) {
+        cr_assert_eq(kiln_target_from_cc(cc[i][0], cc[i][1], 84, 101376, &t), KILN_OK);
+        cr_assert_eq(kiln_plan_create_with(&reg, g, &t, NULL, &p), KILN_OK, "%s: %s", t.name,
+                     kiln_last_error());
+        cr_assert_str_eq(p->kernel_target.name, t.name);
+        cr_assert_eq(p->kernel_target.sm_count, 0);
+        kiln_plan_destroy(p);
+    }
     /* a live device of a known architecture plans for its row of the table */
     cr_assert_eq(kiln_target_from_cc(9, 0, 132, 200000, &t), KILN_OK, "%s", kiln_last_error());
     cr_assert_eq(kiln_plan_create_with(&reg, g, &t, NULL, &p), KILN_OK, "%s", kiln_last_error());

@@ -382,8 +382,8 @@ Test(nvrtc, parallel_compiles_give_the_serial_cubins, .timeout = 600)
     batch_free(&b);
 }
 
-/* On a terminal the pool shows done/total and an ETA; told to be quiet,
- * or off a terminal, it writes nothing. */
+/* On a terminal the pool shows done/total and an ETA on one line; told to
+ * be quiet it writes nothing. */
 static void compile_on_a_terminal(int quiet, char *out, size_t size)
 {
     int master = posix_openpt(O_RDWR | O_NOCTTY);
@@ -432,6 +432,93 @@ Test(nvrtc, a_terminal_sees_progress)
     cr_assert(strstr(out, "ETA"), "%s", out);
     compile_on_a_terminal(1, out, sizeof out);
     cr_assert_str_eq(out, "");
+}
+
+/* Off a terminal (a CI log) progress is whole lines, the last at the end;
+ * each job reaches on_done as it finishes. */
+static char *read_whole(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    char *text = calloc(1, 65536);
+    cr_assert_not_null(text);
+    size_t n = fread(text, 1, 65535, f);
+    text[n] = '\0';
+    fclose(f);
+    return text;
+}
+
+static void count_done(void *ctx, int i, kiln_compile_job *job)
+{
+    int *done = ctx;
+    cr_assert_eq(job->status, KILN_OK, "%s", job->message);
+    cr_assert_not_null(job->cubin);
+    done[i]++;
+}
+
+Test(nvrtc, a_log_sees_progress_lines)
+{
+    char path[] = "/tmp/kiln-progress-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    int saved = dup(STDERR_FILENO);
+    cr_assert_eq(dup2(fd, STDERR_FILENO), STDERR_FILENO);
+    kiln_nvrtc *nv = open_nvrtc();
+    kiln_target t = target("sm_80");
+    kiln_compile_job jobs[3];
+    for (int i = 0; i < 3; i++)
+        jobs[i] = (kiln_compile_job){ .name = "tiny", .entry = "k", .target = &t,
+                                      .source = "extern \"C\" __global__ void k() {}\n" };
+    int done[3] = { 0 };
+    const kiln_nvrtc_pool o = { .threads = 2, .on_done = count_done, .ctx = done };
+    kiln_status st = kiln_nvrtc_compile_all(nv, jobs, 3, &o);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    close(fd);
+    cr_assert_eq(st, KILN_OK, "%s", kiln_last_error());
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(done[i], 1, "job %d reached on_done %d times", i, done[i]);
+        kiln_compile_job_reset(&jobs[i]);
+    }
+    kiln_nvrtc_close(nv);
+    char *out = read_whole(path);
+    unlink(path);
+    cr_assert(strstr(out, "compiling kernels: 3/3, "), "%s", out);
+    cr_assert_null(strchr(out, '\r'), "%s", out);
+    cr_assert_eq(out[strlen(out) - 1], '\n', "%s", out);
+    free(out);
+}
+
+/* A pool told to stop starts no job: each fails as interrupted and still
+ * reaches on_done, so its caller knows what was left. */
+static void count_any(void *ctx, int i, kiln_compile_job *job)
+{
+    int *seen = ctx;
+    cr_assert_eq(job->status, KILN_ERR_STATE);
+    cr_assert(strstr(job->message, "interrupted before it compiled"), "%s", job->message);
+    seen[i]++;
+}
+
+Test(nvrtc, a_stopped_pool_starts_nothing)
+{
+    kiln_nvrtc *nv = open_nvrtc();
+    kiln_target t = target("sm_80");
+    kiln_compile_job jobs[4];
+    for (int i = 0; i < 4; i++)
+        jobs[i] = (kiln_compile_job){ .name = "tiny", .entry = "k", .target = &t,
+                                      .source = "extern \"C\" __global__ void k() {}\n" };
+    static volatile sig_atomic_t stop = 1;
+    int seen[4] = { 0 };
+    const kiln_nvrtc_pool o = { .threads = 2, .quiet = 1, .on_done = count_any, .ctx = seen,
+                                .stop = &stop };
+    cr_assert_eq(kiln_nvrtc_compile_all(nv, jobs, 4, &o), KILN_ERR_STATE);
+    cr_assert(strstr(kiln_last_error(), "4 of 4 kernels failed"), "%s", kiln_last_error());
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(seen[i], 1);
+        cr_assert_null(jobs[i].cubin);
+        kiln_compile_job_reset(&jobs[i]);
+    }
+    kiln_nvrtc_close(nv);
 }
 
 /* ------------------------------------------------------------- keeping */

@@ -174,7 +174,8 @@ Test(nvrtc_fault, the_command_takes_the_limit)
     for (size_t i = 0; i < KILN_ARRAY_LEN(how); i++) {
         if (!how[i][0])
             setenv("KILN_COMPILE_TIMEOUT", "1", 1);
-        snprintf(args, sizeof args, "compile demo --target sm_90a --tokens 1 --quiet --cache %s %s",
+        snprintf(args, sizeof args,
+                 "compile demo --target sm_90a --capture 1 --quiet --cache %s %s",
                  c.cache, how[i]);
         double t0 = kiln_now();
         kt_cli run = kt_cli_run(args);
@@ -196,7 +197,8 @@ Test(nvrtc_fault, the_command_takes_the_limit)
     unsetenv("KT_FAKE_NVRTC");
     /* A limit that is not a positive number is refused by name, never
      * passed over: nothing is compiled. */
-    snprintf(args, sizeof args, "compile demo --target sm_90a --tokens 1 --quiet --cache %s", c.cache);
+    snprintf(args, sizeof args, "compile demo --target sm_90a --capture 1 --quiet --cache %s",
+             c.cache);
     setenv("KILN_COMPILE_TIMEOUT", "10s", 1);
     kt_cli bad = kt_cli_run(args);
     unsetenv("KILN_COMPILE_TIMEOUT");

@@ -299,7 +299,7 @@ Test(sig, demo_plan_signatures_round_trip)
     static const char *const targets[] = { "sm_75", "sm_80", "sm_89", "sm_90", "sm_90a", "h100" };
     for (size_t i = 0; i < KILN_ARRAY_LEN(targets); i++) {
         char args[128];
-        snprintf(args, sizeof args, "plan demo --json --target %s --tokens 1,2,16,64,512",
+        snprintf(args, sizeof args, "plan demo --json --target %s --capture 1,2,16,64,512",
                  targets[i]);
         kt_cli c = kt_cli_run(args);
         cr_assert_eq(c.status, 0, "%s: %s", args, c.err);
@@ -375,6 +375,7 @@ Test(sig, parse_reads_every_field)
     cr_assert_eq(d.act, KILN_ACT_FP8_G128);
     cr_assert_eq(d.width, 7168);
     cr_assert_str_eq(d.target.name, "sm_90a");
+    cr_assert_eq(d.target.sm_count, 0, "the architecture's row, not the product's");
     cr_assert_eq(strncmp(d.entry, "kiln_quant_", 11), 0, "%s", d.entry);
 }
 

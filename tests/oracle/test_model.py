@@ -336,7 +336,12 @@ class Model(unittest.TestCase):
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertIn("architecture:  llama", out.stdout)
         self.assertIn("layers 2, width 256, ffn 512", out.stdout)
-        self.assertRegex(out.stdout, r"blk\.0\.ffn_up\.weight\s+q4_0\s+\[512, 256\]\s+73728")
+        self.assertRegex(out.stdout, r"blk\.0\.ffn_up\.weight\s+q4_0\s+\[512, 256\]\s+72\.0 KiB")
+        out = subprocess.run([CLI, "inspect", path, "--json"], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        up = [t for t in json.loads(out.stdout)["tensors"] if t["name"] == "blk.0.ffn_up.weight"]
+        self.assertEqual(up, [{"name": "blk.0.ffn_up.weight", "type": "Q4_0", "format": "q4_0",
+                               "supported": True, "shape": [512, 256], "bytes": 73728}])
         dst = os.path.join(self.dir, "up.f32")
         out = subprocess.run([CLI, "inspect", path, "--tensor", "blk.0.ffn_up.weight", "--dequant", dst],
                              capture_output=True, text=True)
