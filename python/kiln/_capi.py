@@ -58,7 +58,8 @@ class CacheOptions(Structure):
 
 class CompileOptions(Structure):
     _fields_ = [("cache", CacheOptions), ("jobs", c_int), ("keep_source", c_char_p),
-                ("quiet", c_int), ("plan", PlanOptions), ("compile_timeout_s", c_double)]
+                ("quiet", c_int), ("plan", PlanOptions), ("compile_timeout_s", c_double),
+                ("stop", c_void_p)]
 
 
 class CompileResult(Structure):
@@ -75,7 +76,8 @@ class SessionStats(Structure):
     _fields_ = [("device", c_char * 128), ("target", c_char * 16), ("kernels", c_int),
                 ("cached", c_int), ("compiled", c_int), ("plan_s", c_double),
                 ("cache_s", c_double), ("module_s", c_double), ("weights_s", c_double),
-                ("graphs_s", c_double), ("weight_bytes", c_size_t), ("arena_bytes", c_size_t)]
+                ("graphs_s", c_double), ("weight_bytes", c_size_t), ("arena_bytes", c_size_t),
+                ("compile_s", c_double)]
 
 
 class CpuOptions(Structure):
