@@ -33,7 +33,7 @@ static kiln_status ct_str(const char *file, const json_t *o, const char *key, co
     if (!v || json_is_null(v))
         return KILN_OK;
     if (!json_is_string(v)) {
-        char field[192];
+        char field[256]; /* where is at most 191 bytes, key a field name */
         snprintf(field, sizeof field, "%s%s", where, key);
         return ct_bad(file, field, "is not a string");
     }
