@@ -179,4 +179,20 @@ kiln_status kiln_cache_export_keys(kiln_cache *c, const uint8_t (*keys)[KILN_CAC
                                    size_t n_keys, const char *path, int overwrite,
                                    const char *manifest);
 
+/* The n low bytes of v at p, little-endian, and back: the byte order of
+ * every multi-byte field the cache stores. */
+static inline void kiln_cache_put_le(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline uint64_t kiln_cache_get_le(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
 #endif

@@ -24,19 +24,6 @@ bool kiln_cache_is_manifest(const MDB_val *k)
            !memcmp(k->mv_data, KILN_CACHE_MANIFEST_KEY, k->mv_size);
 }
 
-static void put_le(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
 
 kiln_status kiln_cache_manifest_put(kiln_cache_file *f, MDB_txn *txn, const char *json,
                                     int *rc_out)
@@ -49,8 +36,8 @@ kiln_status kiln_cache_manifest_put(kiln_cache_file *f, MDB_txn *txn, const char
     if (!val)
         return kiln_fail(KILN_ERR_NOMEM, "%s: out of memory for the manifest", f->path);
     memcpy(val, "KLNM", 4);
-    put_le(val + 4, MANIFEST_VERSION, 4);
-    put_le(val + 8, XXH3_64bits(json, n), 8);
+    kiln_cache_put_le(val + 4, MANIFEST_VERSION, 4);
+    kiln_cache_put_le(val + 8, XXH3_64bits(json, n), 8);
     memcpy(val + MANIFEST_HEADER, json, n);
     MDB_val k = { sizeof KILN_CACHE_MANIFEST_KEY - 1, (void *)KILN_CACHE_MANIFEST_KEY };
     MDB_val v = { MANIFEST_HEADER + n, val };
@@ -87,10 +74,11 @@ kiln_status kiln_cache_manifest(kiln_cache *c, int layer, const char **json)
         size_t n = v.mv_size - MANIFEST_HEADER;
         if (v.mv_size < MANIFEST_HEADER || memcmp(p, "KLNM", 4))
             st = kiln_fail(KILN_ERR_CACHE, "%s: the manifest is damaged (no header)", f->path);
-        else if (get_le(p + 4, 4) != MANIFEST_VERSION)
+        else if (kiln_cache_get_le(p + 4, 4) != MANIFEST_VERSION)
             st = kiln_fail(KILN_ERR_UNSUPPORTED, "%s: manifest version %u, not %d", f->path,
-                           (unsigned)get_le(p + 4, 4), MANIFEST_VERSION);
-        else if (n > MANIFEST_MAX || get_le(p + 8, 8) != XXH3_64bits(p + MANIFEST_HEADER, n))
+                           (unsigned)kiln_cache_get_le(p + 4, 4), MANIFEST_VERSION);
+        else if (n > MANIFEST_MAX ||
+                 kiln_cache_get_le(p + 8, 8) != XXH3_64bits(p + MANIFEST_HEADER, n))
             st = kiln_fail(KILN_ERR_CACHE, "%s: the manifest is damaged (checksum)", f->path);
         else if (!(f->manifest = kiln_strndup((const char *)p + MANIFEST_HEADER, n)))
             st = kiln_fail(KILN_ERR_NOMEM, "%s: out of memory for the manifest", f->path);

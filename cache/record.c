@@ -58,19 +58,6 @@ static const char *rec_field_const(const kiln_cache_record *r, const rec_string 
     return *(const char *const *)((const char *)r + s->offset);
 }
 
-static void put_le(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
 
 /* The header checksum of layout L over p[0, end), with the version field
  * read as version: the key first when the layout binds it. */
@@ -79,7 +66,7 @@ static uint64_t header_hash(const rec_layout *L, const uint8_t *p, size_t end, c
 {
     XXH3_state_t st;
     uint8_t v[4];
-    put_le(v, version, 4);
+    kiln_cache_put_le(v, version, 4);
     XXH3_64bits_reset(&st);
     if (L->binds_key)
         XXH3_64bits_update(&st, key, KILN_CACHE_KEY_BYTES);
@@ -133,19 +120,21 @@ kiln_status kiln_cache_cubin_check(const uint8_t *cubin, uint64_t size, const ch
     if (size < ELF_HEADER || memcmp(cubin, "\x7f" "ELF", 4) || cubin[ELF_CLASS] != 2 ||
         cubin[ELF_DATA] != 1)
         return kiln_fail(KILN_ERR_CACHE, "the cubin is not a 64-bit little-endian ELF");
-    unsigned machine = (unsigned)get_le(cubin + ELF_MACHINE, 2);
+    unsigned machine = (unsigned)kiln_cache_get_le(cubin + ELF_MACHINE, 2);
     if (machine != EM_CUDA)
         return kiln_fail(KILN_ERR_CACHE, "the cubin is an ELF for machine %u, not CUDA's %u", machine,
                          EM_CUDA);
     uint64_t tables[][3] = {
-        { get_le(cubin + ELF_PHOFF, 8), get_le(cubin + ELF_PHENTSIZE, 2), get_le(cubin + ELF_PHNUM, 2) },
-        { get_le(cubin + ELF_SHOFF, 8), get_le(cubin + ELF_SHENTSIZE, 2), get_le(cubin + ELF_SHNUM, 2) },
+        { kiln_cache_get_le(cubin + ELF_PHOFF, 8), kiln_cache_get_le(cubin + ELF_PHENTSIZE, 2),
+          kiln_cache_get_le(cubin + ELF_PHNUM, 2) },
+        { kiln_cache_get_le(cubin + ELF_SHOFF, 8), kiln_cache_get_le(cubin + ELF_SHENTSIZE, 2),
+          kiln_cache_get_le(cubin + ELF_SHNUM, 2) },
     };
     for (size_t i = 0; i < KILN_ARRAY_LEN(tables); i++)
         if (tables[i][0] > size || tables[i][1] * tables[i][2] > size - tables[i][0])
             return kiln_fail(KILN_ERR_CACHE, "the cubin's %s table runs past its %llu bytes",
                              i ? "section" : "program header", (unsigned long long)size);
-    unsigned flags = (unsigned)get_le(cubin + ELF_FLAGS, 4), abi = cubin[ELF_ABIVERSION];
+    unsigned flags = (unsigned)kiln_cache_get_le(cubin + ELF_FLAGS, 4), abi = cubin[ELF_ABIVERSION];
     for (size_t i = 0; i < KILN_ARRAY_LEN(elf_sm_field); i++) {
         if (elf_sm_field[i].abi != abi)
             continue;
@@ -196,20 +185,20 @@ kiln_status kiln_cache_record_encode(const kiln_cache_record *r,
         return kiln_fail(KILN_ERR_NOMEM, "cache record \"%s\": out of memory for %zu bytes",
                          r->signature, total);
     memcpy(p, "KLNR", 4);
-    put_le(p + 4, L->version, 4);
-    put_le(p + 8, header, 4);
-    put_le(p + 12, r->threads, 4);
-    put_le(p + 16, r->smem, 4);
-    put_le(p + 20, r->created, 8);
-    put_le(p + 28, r->cubin_size, 8);
-    put_le(p + 36, XXH3_64bits(r->cubin, (size_t)r->cubin_size), 8);
+    kiln_cache_put_le(p + 4, L->version, 4);
+    kiln_cache_put_le(p + 8, header, 4);
+    kiln_cache_put_le(p + 12, r->threads, 4);
+    kiln_cache_put_le(p + 16, r->smem, 4);
+    kiln_cache_put_le(p + 20, r->created, 8);
+    kiln_cache_put_le(p + 28, r->cubin_size, 8);
+    kiln_cache_put_le(p + 36, XXH3_64bits(r->cubin, (size_t)r->cubin_size), 8);
     size_t off = REC_FIXED;
     for (int i = 0; i < L->n_strings; i++) {
-        put_le(p + off, len[i], 4);
+        kiln_cache_put_le(p + off, len[i], 4);
         memcpy(p + off + REC_STRING_PREFIX, rec_field_const(&w, &L->strings[i]), len[i] + 1);
         off += REC_STRING_PREFIX + len[i] + 1;
     }
-    put_le(p + off, header_hash(L, p, off, key, L->version), 8);
+    kiln_cache_put_le(p + off, header_hash(L, p, off, key, L->version), 8);
     memcpy(p + header, r->cubin, (size_t)r->cubin_size);
     *out = p;
     *size = total;
@@ -242,7 +231,7 @@ static kiln_status decode_as(const rec_layout *L, const uint8_t *p, size_t size,
 {
     kiln_cache_record r = { .version = version };
     char why[160];
-    size_t header = (size_t)get_le(p + 8, 4);
+    size_t header = (size_t)kiln_cache_get_le(p + 8, 4);
     if (header < REC_FIXED + REC_HASH || header > size) {
         snprintf(why, sizeof why, "header size %zu outside the record's %zu bytes", header, size);
         return corrupt(&r, why);
@@ -256,7 +245,7 @@ static kiln_status decode_as(const rec_layout *L, const uint8_t *p, size_t size,
             snprintf(why, sizeof why, "the %s runs past the header", name);
             return corrupt(&r, why);
         }
-        uint64_t n = get_le(p + off, 4);
+        uint64_t n = kiln_cache_get_le(p + off, 4);
         off += REC_STRING_PREFIX;
         const char *s = (const char *)p + off;
         if (n >= end - off || s[n] != '\0') {
@@ -276,18 +265,18 @@ static kiln_status decode_as(const rec_layout *L, const uint8_t *p, size_t size,
                  off + REC_HASH);
         return corrupt(&r, why);
     }
-    uint64_t stored = get_le(p + end, 8), actual = header_hash(L, p, end, key, version);
+    uint64_t stored = kiln_cache_get_le(p + end, 8), actual = header_hash(L, p, end, key, version);
     if (stored != actual) {
         snprintf(why, sizeof why, "header checksum %016llx, the header%s hashes to %016llx",
                  (unsigned long long)stored, L->binds_key ? " and its key" : "",
                  (unsigned long long)actual);
         return corrupt(&r, why);
     }
-    r.threads = (uint32_t)get_le(p + 12, 4);
-    r.smem = (uint32_t)get_le(p + 16, 4);
-    r.created = get_le(p + 20, 8);
-    r.cubin_size = get_le(p + 28, 8);
-    r.cubin_hash = get_le(p + 36, 8);
+    r.threads = (uint32_t)kiln_cache_get_le(p + 12, 4);
+    r.smem = (uint32_t)kiln_cache_get_le(p + 16, 4);
+    r.created = kiln_cache_get_le(p + 20, 8);
+    r.cubin_size = kiln_cache_get_le(p + 28, 8);
+    r.cubin_hash = kiln_cache_get_le(p + 36, 8);
     if (r.cubin_size != size - header) {
         snprintf(why, sizeof why, "cubin of %llu bytes, but %zu follow the header",
                  (unsigned long long)r.cubin_size, size - header);
@@ -318,7 +307,7 @@ kiln_status kiln_cache_record_decode(const void *buf, size_t size,
                          size);
     if (memcmp(p, "KLNR", 4))
         return kiln_fail(KILN_ERR_CACHE, "corrupt record: no KLNR magic");
-    uint32_t version = (uint32_t)get_le(p + 4, 4);
+    uint32_t version = (uint32_t)kiln_cache_get_le(p + 4, 4);
     const rec_layout *L = NULL;
     for (size_t i = 0; i < KILN_ARRAY_LEN(rec_layouts); i++)
         if (rec_layouts[i].version == version)
