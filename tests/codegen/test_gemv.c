@@ -15,7 +15,7 @@
 #include "codegen/emit.h"
 #include "codegen/nvrtc.h"
 #include "kernels/gemv/gemv_format.h"
-#include "compile_batch.h"
+#include "codegen_util.h"
 #include "testutil.h"
 
 static const kiln_backend *const gemv = &kiln_backend_gemv;
@@ -52,23 +52,7 @@ static int64_t plan_k(const kiln_target *t, kiln_format f, int64_t k)
 static char *gemv_sig(char *buf, size_t size, const char *variant, kiln_format f, unsigned epi,
                       int64_t n, int64_t k, const char *arch)
 {
-    char epi_text[64];
-    snprintf(buf, size,
-             "linear backend=gemv variant=%s format=%s scales=x act=bf16 n=%lld k=%lld "
-             "epilogue=%s out=bf16 target=%s",
-             variant, kiln_format_get(f)->name, (long long)n, (long long)k,
-             kiln_epilogue_name(epi, epi_text, sizeof epi_text), arch);
-    return buf;
-}
-
-/* A value the source passes to the template: "/\*name*\/ <value>". */
-static long long source_param(const char *text, const char *name)
-{
-    char key[64];
-    snprintf(key, sizeof key, "/*%s*/ ", name);
-    const char *at = strstr(text, key);
-    cr_assert_not_null(at, "no %s in\n%s", name, text);
-    return strtoll(at + strlen(key), NULL, 10);
+    return kt_linear_sig(buf, size, "gemv", variant, f, "bf16", n, k, epi, arch);
 }
 
 /* -------------------------------------------------------------- formats */
@@ -414,10 +398,10 @@ Test(gemv, launches_cover_every_row)
                     kiln_kernel_source src;
                     cr_assert_eq(kiln_emit_text(kiln_registry_default(), sig, &src), KILN_OK,
                                  "%s: %s", sig, kiln_last_error());
-                    const long long rows = source_param(src.text, "rows"),
-                                    warps = source_param(src.text, "warps"),
-                                    split = source_param(src.text, "k_split"),
-                                    tile_k = source_param(src.text, "tile_k");
+                    const long long rows = kt_source_param(src.text, "rows"),
+                                    warps = kt_source_param(src.text, "warps"),
+                                    split = kt_source_param(src.text, "k_split"),
+                                    tile_k = kt_source_param(src.text, "tile_k");
                     const long long block_rows = warps / split * rows;
                     kiln_launch l;
                     cr_assert_eq(gemv->launch(&t, &src.desc.linear, bucket, &l), KILN_OK);
@@ -426,7 +410,7 @@ Test(gemv, launches_cover_every_row)
                                  sig);
                     cr_assert_eq(l.grid[1] * l.grid[2], 1);
                     cr_assert_eq(l.block[0], 32 * warps);
-                    cr_assert_eq(l.smem, source_param(src.text, "smem"), "%s", sig);
+                    cr_assert_eq(l.smem, kt_source_param(src.text, "smem"), "%s", sig);
                     cr_assert_leq(l.smem, (unsigned)t.smem_optin, "%s", sig);
                     cr_assert_eq(tile_k % 32, 0, "%s", sig);
                     cr_assert_eq(warps % split, 0, "%s", sig);
@@ -455,7 +439,7 @@ Test(gemv, decode_shapes_fill_an_h200)
                          kiln_last_error());
             kiln_launch l;
             cr_assert_eq(gemv->launch(&t, &src.desc.linear, 1, &l), KILN_OK);
-            cr_assert_eq(source_param(src.text, "k_split"), 1, "%s", sig);
+            cr_assert_eq(kt_source_param(src.text, "k_split"), 1, "%s", sig);
             cr_assert_eq(l.grid[0], shapes[s][0] / 8, "%s", sig);
             cr_assert_leq(4 * (l.smem + 1024), 228 * 1024, "%s: %u bytes", sig, l.smem);
             kiln_kernel_source_free(&src);
@@ -467,7 +451,7 @@ Test(gemv, decode_shapes_fill_an_h200)
     kiln_kernel_source src;
     cr_assert_eq(kiln_emit_text(kiln_registry_default(), sig, &src), KILN_OK, "%s",
                  kiln_last_error());
-    cr_assert_eq(source_param(src.text, "k_split"), 2, "%s", src.text);
+    cr_assert_eq(kt_source_param(src.text, "k_split"), 2, "%s", src.text);
     kiln_launch l;
     cr_assert_eq(gemv->launch(&t, &src.desc.linear, 1, &l), KILN_OK);
     cr_assert_eq(l.grid[0], 1024 / 4);

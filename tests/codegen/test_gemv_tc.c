@@ -17,7 +17,7 @@
 #include "codegen/nvrtc.h"
 #include "codegen/plan.h"
 #include "kernels/gemv/pack.h"
-#include "compile_batch.h"
+#include "codegen_util.h"
 #include "testutil.h"
 
 static const kiln_backend *const tc = &kiln_backend_gemv_tc;
@@ -61,23 +61,7 @@ static const char *choice_of(const char *arch, kiln_format f, int64_t k, int64_t
 static char *tc_sig(char *buf, size_t size, const char *variant, kiln_format f, unsigned epi,
                     int64_t n, int64_t k, const char *arch)
 {
-    char epi_text[64];
-    snprintf(buf, size,
-             "linear backend=gemv_tc variant=%s format=%s scales=x act=bf16 n=%lld k=%lld "
-             "epilogue=%s out=bf16 target=%s",
-             variant, kiln_format_get(f)->name, (long long)n, (long long)k,
-             kiln_epilogue_name(epi, epi_text, sizeof epi_text), arch);
-    return buf;
-}
-
-/* A value the source passes to the template: "/\*name*\/ <value>". */
-static long long source_param(const char *text, const char *name)
-{
-    char key[64];
-    snprintf(key, sizeof key, "/*%s*/ ", name);
-    const char *at = strstr(text, key);
-    cr_assert_not_null(at, "no %s in\n%s", name, text);
-    return strtoll(at + strlen(key), NULL, 10);
+    return kt_linear_sig(buf, size, "gemv_tc", variant, f, "bf16", n, k, epi, arch);
 }
 
 /* --------------------------------------------------------- capabilities */
@@ -379,13 +363,13 @@ static void tc_emit_worked(const char *sig, kiln_format f, int warps, int stages
 {
     cr_assert_eq(kiln_emit_text(kiln_registry_default(), sig, src), KILN_OK, "%s",
                  kiln_last_error());
-    cr_assert_eq(source_param(src->text, "warps"), warps, "%s", sig);
+    cr_assert_eq(kt_source_param(src->text, "warps"), warps, "%s", sig);
     if (stages)
-        cr_assert_eq(source_param(src->text, "stages"), stages, "%s", sig);
-    cr_assert_eq(source_param(src->text, "smem"), smem, "%s", sig);
-    cr_assert_eq(tc_ring_bytes(f, source_param(src->text, "max_m"),
-                               source_param(src->text, "row_tiles"), warps,
-                               source_param(src->text, "stages")),
+        cr_assert_eq(kt_source_param(src->text, "stages"), stages, "%s", sig);
+    cr_assert_eq(kt_source_param(src->text, "smem"), smem, "%s", sig);
+    cr_assert_eq(tc_ring_bytes(f, kt_source_param(src->text, "max_m"),
+                               kt_source_param(src->text, "row_tiles"), warps,
+                               kt_source_param(src->text, "stages")),
                  smem, "%s", sig);
 }
 
@@ -431,7 +415,7 @@ Test(gemv_tc, shared_memory_worked_by_hand)
         tc_sig(sig, sizeof sig, v, cases[i].f, 0, 4096, 4096, cases[i].arch);
         kiln_kernel_source src;
         tc_emit_worked(sig, cases[i].f, cases[i].warps, 0, cases[i].smem, &src);
-        cr_assert_eq(source_param(src.text, "k_split"), cases[i].k_split, "%s", sig);
+        cr_assert_eq(kt_source_param(src.text, "k_split"), cases[i].k_split, "%s", sig);
         kiln_launch l;
         cr_assert_eq(tc->launch(&t, &src.desc.linear, cases[i].m, &l), KILN_OK, "%s",
                      kiln_last_error());
@@ -456,9 +440,9 @@ Test(gemv_tc, block_halves_to_the_limit_and_refuses_below_one_warp)
     snprintf(k.variant, sizeof k.variant, "tc16");
     cr_assert_eq(tc->emit(&future, &k, "kiln_gemv_tc_0", buf, sizeof buf), KILN_OK, "%s",
                  kiln_last_error());
-    cr_assert_eq(source_param(buf, "warps"), 2, "%s", buf);
-    cr_assert_eq(source_param(buf, "k_split"), 2, "%s", buf);
-    cr_assert_eq(source_param(buf, "smem"), 41472, "%s", buf);
+    cr_assert_eq(kt_source_param(buf, "warps"), 2, "%s", buf);
+    cr_assert_eq(kt_source_param(buf, "k_split"), 2, "%s", buf);
+    cr_assert_eq(kt_source_param(buf, "smem"), 41472, "%s", buf);
     kiln_launch l;
     cr_assert_eq(tc->launch(&future, &k, 16, &l), KILN_OK, "%s", kiln_last_error());
     cr_assert_eq(l.block[0], 64);
@@ -919,12 +903,12 @@ Test(gemv_tc, launches_cover_every_row)
                     kiln_kernel_source src;
                     cr_assert_eq(kiln_emit_text(kiln_registry_default(), sig, &src), KILN_OK,
                                  "%s: %s", sig, kiln_last_error());
-                    const long long max_m = source_param(src.text, "max_m"),
-                                    row_tiles = source_param(src.text, "row_tiles"),
-                                    warps = source_param(src.text, "warps"),
-                                    split = source_param(src.text, "k_split");
-                    const long long smem = source_param(src.text, "smem"),
-                                    stages = source_param(src.text, "stages");
+                    const long long max_m = kt_source_param(src.text, "max_m"),
+                                    row_tiles = kt_source_param(src.text, "row_tiles"),
+                                    warps = kt_source_param(src.text, "warps"),
+                                    split = kt_source_param(src.text, "k_split");
+                    const long long smem = kt_source_param(src.text, "smem"),
+                                    stages = kt_source_param(src.text, "stages");
                     cr_assert_null(strstr(src.text, "/*rows*/"), "%s", src.text);
                     cr_assert_null(strstr(src.text, "/*tile_k*/"), "%s", src.text);
                     cr_assert(strstr(src.text, "__launch_bounds__(shape::threads, "
@@ -1036,14 +1020,14 @@ Test(gemv_tc, decode_shapes_fill_an_h200)
             kiln_kernel_source src;
             kiln_launch l;
             h200_tc(fs[f].f, "tc1", shapes[s].n, shapes[s].k, 1, &sig, &src, &l);
-            cr_assert_eq(source_param(src.text, "row_tiles"), 1, "%s", sig);
-            cr_assert_eq(source_param(src.text, "k_split"), shapes[s].k_split, "%s", sig);
+            cr_assert_eq(kt_source_param(src.text, "row_tiles"), 1, "%s", sig);
+            cr_assert_eq(kt_source_param(src.text, "k_split"), shapes[s].k_split, "%s", sig);
             cr_assert_eq(l.grid[0], shapes[s].grid, "%s", sig);
             const unsigned warps = (unsigned)shapes[s].warps, smem = fs[f].smem / 4 * warps;
-            cr_assert_eq(source_param(src.text, "warps"), warps, "%s", sig);
-            cr_assert_eq(source_param(src.text, "stages"), 3, "%s", sig);
+            cr_assert_eq(kt_source_param(src.text, "warps"), warps, "%s", sig);
+            cr_assert_eq(kt_source_param(src.text, "stages"), 3, "%s", sig);
             cr_assert_eq(l.block[0], 32 * warps, "%s", sig);
-            cr_assert_eq(source_param(src.text, "smem"), smem, "%s", sig);
+            cr_assert_eq(kt_source_param(src.text, "smem"), smem, "%s", sig);
             /* launches within a wave ask for more: see
              * tc_launches_overlap_their_predecessor_on_sm_90 */
             cr_assert_geq(l.smem, smem, "%s", sig);
@@ -1076,7 +1060,7 @@ Test(gemv_tc, split_stops_sooner_for_4_bit_from_two_tokens)
         kiln_kernel_source src;
         kiln_launch l;
         h200_tc(cases[i].f, cases[i].variant, 28672, 4096, cases[i].m, &sig, &src, &l);
-        cr_assert_eq(source_param(src.text, "k_split"), cases[i].k_split, "%s", sig);
+        cr_assert_eq(kt_source_param(src.text, "k_split"), cases[i].k_split, "%s", sig);
         cr_assert_eq(l.grid[0], 1792u / (4 / cases[i].k_split), "%s", sig);
         kiln_kernel_source_free(&src);
     }
@@ -1109,9 +1093,9 @@ Test(gemv_tc, tc16_fills_one_wave_of_an_h200)
         kiln_kernel_source src;
         kiln_launch l;
         h200_tc(cases[i].f, "tc16", cases[i].n, cases[i].k, 16, &sig, &src, &l);
-        cr_assert_eq(source_param(src.text, "row_tiles"), cases[i].row_tiles, "%s", sig);
-        cr_assert_eq(source_param(src.text, "warps"), cases[i].warps, "%s", sig);
-        cr_assert_eq(source_param(src.text, "k_split"), cases[i].k_split, "%s", sig);
+        cr_assert_eq(kt_source_param(src.text, "row_tiles"), cases[i].row_tiles, "%s", sig);
+        cr_assert_eq(kt_source_param(src.text, "warps"), cases[i].warps, "%s", sig);
+        cr_assert_eq(kt_source_param(src.text, "k_split"), cases[i].k_split, "%s", sig);
         cr_assert_eq(l.grid[0], cases[i].grid, "%s", sig);
         cr_assert_eq(l.block[0], 32u * cases[i].warps, "%s", sig);
         kiln_kernel_source_free(&src);
@@ -1272,7 +1256,7 @@ static void compile_every_class(const char *arch)
             cr_assert_str_eq(sig, classes[v].name);
             kt_batch_add(&b, tc_sig(sig, sizeof sig, classes[v].name, (kiln_format)f,
                                  epilogues[(f + v) % 5], shape[0], shape[1], arch));
-            halved += source_param(b.src[b.n - 1].text, "warps") < (classes[v].m == 16 ? 8 : 4);
+            halved += kt_source_param(b.src[b.n - 1].text, "warps") < (classes[v].m == 16 ? 8 : 4);
         }
     /* Thirteen formats in five classes. */
     cr_assert_eq(b.n, 5 * (KILN_FMT_COUNT - 1), "%s", arch);

@@ -14,6 +14,7 @@
 
 #include "codegen/emit.h"
 #include "codegen/nvrtc.h"
+#include "codegen_util.h"
 
 static const char *const arches[] = { "sm_75", "sm_80", "sm_89", "sm_90a" };
 
@@ -110,18 +111,12 @@ static void batch_compile(batch *b, const char *what)
 static char *linear_sig(char *buf, size_t size, const char *variant, kiln_format f, unsigned epi,
                         int64_t n, const char *arch)
 {
-    char epi_text[64];
     const kiln_format_info *fi = kiln_format_get(f);
     /* K past whole tiles where the format allows it: the tail paths too. */
     int64_t k = 3 * (int64_t)(fi->k_multiple > 128 ? fi->k_multiple : 128);
     if (fi->k_multiple == 1)
         k += 7;
-    snprintf(buf, size,
-             "linear backend=simt variant=%s format=%s scales=x act=bf16 n=%lld k=%lld "
-             "epilogue=%s out=bf16 target=%s",
-             variant, fi->name, (long long)n, (long long)k,
-             kiln_epilogue_name(epi, epi_text, sizeof epi_text), arch);
-    return buf;
+    return kt_linear_sig(buf, size, "simt", variant, f, "bf16", n, k, epi, arch);
 }
 
 /* ------------------------------------------------------------- loading */

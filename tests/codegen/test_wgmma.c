@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "clirun.h"
+#include "codegen_util.h"
 #include "codegen/emit.h"
 #include "codegen/nvrtc.h"
 #include "codegen/plan.h"
@@ -42,13 +43,7 @@ static const char *act_of(int f)
 static char *wgmma_sig(char *buf, size_t size, const char *variant, kiln_format f, const char *act,
                        long long n, long long k, unsigned epi, const char *arch)
 {
-    char epi_text[64];
-    snprintf(buf, size,
-             "linear backend=wgmma variant=%s format=%s scales=x act=%s n=%lld k=%lld "
-             "epilogue=%s out=bf16 target=%s",
-             variant, kiln_format_get(f)->name, act, n, k,
-             kiln_epilogue_name(epi, epi_text, sizeof epi_text), arch);
-    return buf;
+    return kt_linear_sig(buf, size, "wgmma", variant, f, act, n, k, epi, arch);
 }
 
 /* ---------------------------------------------------------- capability */

@@ -1,5 +1,5 @@
-/* Many kernels emitted and compiled in one go (compile_batch.h). */
-#include "compile_batch.h"
+/* What the codegen suites share (codegen_util.h). */
+#include "codegen_util.h"
 
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -7,6 +7,28 @@
 #include <string.h>
 
 #include "kernels/registry/backend.h"
+
+char *kt_linear_sig(char *buf, size_t size, const char *backend, const char *variant,
+                    kiln_format f, const char *act, int64_t n, int64_t k, unsigned epi,
+                    const char *arch)
+{
+    char epi_text[64];
+    snprintf(buf, size,
+             "linear backend=%s variant=%s format=%s scales=x act=%s n=%lld k=%lld "
+             "epilogue=%s out=bf16 target=%s",
+             backend, variant, kiln_format_get(f)->name, act, (long long)n, (long long)k,
+             kiln_epilogue_name(epi, epi_text, sizeof epi_text), arch);
+    return buf;
+}
+
+long long kt_source_param(const char *text, const char *name)
+{
+    char key[64];
+    snprintf(key, sizeof key, "/*%s*/ ", name);
+    const char *at = strstr(text, key);
+    cr_assert_not_null(at, "no %s in\n%s", name, text);
+    return strtoll(at + strlen(key), NULL, 10);
+}
 
 void kt_batch_add(kt_batch *b, const char *signature)
 {
