@@ -532,21 +532,30 @@ static kiln_status plans_open(cache_args *a, cache_plans *ps)
     return KILN_OK;
 }
 
-static int run_export(cache_args *a)
+/* What export and check begin with: a model asked for (verb names the
+ * subcommand's question), the planning options finished and every
+ * target's plan made. CLI_OK with ps open, else the exit status. */
+static int plans_start(cache_args *a, const char *verb, cache_plans *ps)
 {
     if (!a->model)
-        return usage(a, "export what? give --model MODEL or --model demo");
-    if (!a->output)
-        return usage(a, "export where? give -o SHIPPED");
+        return usage(a, "%s what? give --model MODEL or --model demo", verb);
     kiln_target t;
     int rc = cli_plan_finish(&cli_cmd_cache, &a->plan, &t);
     if (rc != CLI_OK)
         return rc;
-    cache_plans ps;
-    kiln_status st = plans_open(a, &ps);
-    if (st != KILN_OK)
-        return fail(a, st);
+    kiln_status st = plans_open(a, ps);
+    return st == KILN_OK ? CLI_OK : fail(a, st);
+}
 
+static int run_export(cache_args *a)
+{
+    if (a->model && !a->output)
+        return usage(a, "export where? give -o SHIPPED");
+    cache_plans ps;
+    int rc = plans_start(a, "export", &ps);
+    if (rc != CLI_OK)
+        return rc;
+    kiln_status st = KILN_OK;
     kiln_cache_options o = {
         .shipped = a->files, .n_shipped = a->n_files, .path = a->cache, .strict = 1,
         .on_corrupt = export_corrupt,
@@ -601,16 +610,11 @@ static void check_missing(void *ctx, const char *signature, const char *key_hex)
 
 static int run_check(cache_args *a)
 {
-    if (!a->model)
-        return usage(a, "check what? give --model MODEL or --model demo");
-    kiln_target t;
-    int rc = cli_plan_finish(&cli_cmd_cache, &a->plan, &t);
+    cache_plans ps;
+    int rc = plans_start(a, "check", &ps);
     if (rc != CLI_OK)
         return rc;
-    cache_plans ps;
-    kiln_status st = plans_open(a, &ps);
-    if (st != KILN_OK)
-        return fail(a, st);
+    kiln_status st = KILN_OK;
     kiln_cache *c = NULL;
     json_t *per = json_array();
     int missing = 0;
