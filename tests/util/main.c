@@ -17,8 +17,11 @@
  * only its PRE_INIT. */
 #include <criterion/criterion.h>
 #include <criterion/hooks.h>
+#include <dirent.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #if !defined(KT_MIN_TESTS) || !defined(KT_GPU_SUITE)
 #error "tests/CMakeLists.txt defines KT_MIN_TESTS and KT_GPU_SUITE for each suite"
@@ -54,6 +57,48 @@ ReportHook(POST_ALL)(struct criterion_global_stats *stats)
 {
     run.failed = stats->tests_failed;
 }
+
+/* LeakSanitizer's leak check at exit stops every thread of the process and
+ * reads its stack and TLS; a thread that is exiting at that moment can crash
+ * the check itself ("Tracer caught signal 11", a fatal LeakSanitizer error,
+ * not a leak). Criterion's message thread ends as its worker process exits.
+ * Registered after the sanitizer's start-up and before Criterion starts, this
+ * handler runs after Criterion's own (atexit runs them in reverse) and before
+ * the leak check: it waits, at most half a second, for the other threads to be
+ * gone. A thread that stays (a test's detached worker) is left alive, which
+ * the check handles. */
+#if defined(__SANITIZE_ADDRESS__)
+#define KT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KT_ASAN 1
+#endif
+#endif
+
+#ifdef KT_ASAN
+static int thread_count(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+static void await_lone_thread(void)
+{
+    const struct timespec tick = { .tv_nsec = 1000000 };
+    for (int i = 0; i < 500 && thread_count() > 1; i++)
+        nanosleep(&tick, NULL);
+}
+
+/* A constructor, not main: Criterion's workers run the tests without
+ * passing through main. */
+__attribute__((constructor)) static void register_await(void) { atexit(await_lone_thread); }
+#endif
 
 static int has_arg(int argc, char *argv[], const char *const *names)
 {
