@@ -785,6 +785,33 @@ KILN_API void kiln_session_destroy(kiln_session *s);
 KILN_API kiln_status kiln_session_run(kiln_session *s, int64_t m, const float *const *inputs,
                                       float *const *outputs);
 
+/* A BF16 matrix in device memory, row-major: a row of the tensor's width
+ * (its K for an input, N for an output) every stride elements. */
+typedef struct kiln_device_matrix {
+    uint64_t ptr;   /* a CUdeviceptr in the session's device, 2-byte aligned */
+    int64_t stride; /* elements from one row to the next; 0: the width (packed) */
+} kiln_device_matrix;
+
+/* kiln_session_run on device memory, queued on stream (a CUstream of the
+ * device's primary context, as torch and the runtime API use; NULL is the
+ * legacy default stream) without any host synchronisation: m rows of each
+ * input are copied into the session's activations, the bucket's graph is
+ * launched, and m rows of each output are copied out, in stream order. The
+ * caller's buffers may be slices of larger ones (stride), and must stay
+ * valid until the stream reaches the end. When the caller is capturing a
+ * CUDA graph on stream, the bucket's kernels are launched one by one into
+ * that capture instead of its graph, so the caller's graph holds them.
+ * A session has one activation arena: its runs must be ordered (one
+ * stream, or events between streams), and not overlap with
+ * kiln_session_run, kiln_session_profile or kiln_session_bench, which use
+ * the session's own stream. KILN_ERR_INVALID_ARG naming the input or output
+ * whose pointer or stride is unusable; KILN_ERR_SHAPE when m is outside the
+ * session's buckets; KILN_ERR_CUDA naming the copy or launch the driver
+ * refused (a stream of another context, say). */
+KILN_API kiln_status kiln_session_run_device(kiln_session *s, int64_t m,
+                                             const kiln_device_matrix *inputs,
+                                             const kiln_device_matrix *outputs, void *stream);
+
 /* Replace the weight named name in place: the new values are packed and
  * copied into the existing device buffers (every layout the session holds
  * it in), so the instantiated graphs stay valid. KILN_ERR_STATE, naming the

@@ -26,7 +26,8 @@ static const struct {
     SYM(LaunchKernelEx), SYM(StreamBeginCapture), SYM(StreamEndCapture),
     SYM(GraphInstantiateWithFlags), SYM(GraphLaunch), SYM(GraphExecDestroy), SYM(GraphDestroy),
     SYM(EventCreate), SYM(EventRecord), SYM(EventSynchronize), SYM(EventElapsedTime),
-    SYM(EventDestroy), SYM(TensorMapEncodeTiled),
+    SYM(EventDestroy), SYM(TensorMapEncodeTiled), SYM(Memcpy2DAsync), SYM(MemsetD8Async),
+    SYM(StreamIsCapturing),
 #undef SYM
 };
 

@@ -56,6 +56,9 @@ typedef struct kiln_cu {
                                      const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
                                      const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
                                      CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+    CUresult (*Memcpy2DAsync)(const CUDA_MEMCPY2D *, CUstream);
+    CUresult (*MemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+    CUresult (*StreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
 } kiln_cu;
 
 /* The driver, loaded and initialized once per process. KILN_ERR_NO_DEVICE

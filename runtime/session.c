@@ -423,7 +423,7 @@ static kiln_status maps_create(kiln_session *s)
     return KILN_OK;
 }
 
-static kiln_status launch_step(kiln_session *s, int b, int si)
+static kiln_status launch_step(kiln_session *s, int b, int si, CUstream stream)
 {
     const kiln_program *bk = &s->build.programs[b];
     const kiln_step *st = &bk->steps[si];
@@ -497,7 +497,7 @@ static kiln_status launch_step(kiln_session *s, int b, int si)
         CUlaunchConfig lc = {
             .gridDimX = c->grid[0], .gridDimY = c->grid[1], .gridDimZ = c->grid[2],
             .blockDimX = c->block[0], .blockDimY = c->block[1], .blockDimZ = c->block[2],
-            .sharedMemBytes = c->smem, .hStream = s->stream,
+            .sharedMemBytes = c->smem, .hStream = stream,
             .attrs = c->overlap ? &overlap : NULL, .numAttrs = c->overlap ? 1 : 0,
         };
         CU(s->cu->LaunchKernelEx(&lc, d->fn[f], params, NULL), k->entry[f]);
@@ -505,11 +505,11 @@ static kiln_status launch_step(kiln_session *s, int b, int si)
     return KILN_OK;
 }
 
-static kiln_status launch_program(kiln_session *s, int b)
+static kiln_status launch_program(kiln_session *s, int b, CUstream stream)
 {
     const kiln_program *bk = &s->build.programs[b];
     for (int i = 0; i < bk->n_steps; i++) {
-        kiln_status st = launch_step(s, b, i);
+        kiln_status st = launch_step(s, b, i, stream);
         if (st != KILN_OK)
             return kiln_fail_prefix(st, "bucket %lld, step %d (%s)", (long long)bk->m, i,
                                     bk->steps[i].node ? bk->steps[i].node->name : "?");
@@ -517,13 +517,17 @@ static kiln_status launch_program(kiln_session *s, int b)
     return KILN_OK;
 }
 
-/* Queue bucket b's program on the session's stream: its graph, or its
- * launches one by one in an eager session. */
-static kiln_status replay(kiln_session *s, int b)
+/* Queue bucket b's program on stream: its graph, or its launches one by
+ * one in an eager session or into a capture the caller has begun on
+ * stream (the caller's graph then holds kiln's kernels). */
+static kiln_status replay(kiln_session *s, int b, CUstream stream)
 {
-    if (s->eager)
-        return launch_program(s, b);
-    CU(s->cu->GraphLaunch(s->execs[b], s->stream), "cuGraphLaunch");
+    CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (stream != s->stream)
+        CU(s->cu->StreamIsCapturing(stream, &capturing), "cuStreamIsCapturing");
+    if (s->eager || capturing != CU_STREAM_CAPTURE_STATUS_NONE)
+        return launch_program(s, b, stream);
+    CU(s->cu->GraphLaunch(s->execs[b], stream), "cuGraphLaunch");
     return KILN_OK;
 }
 
@@ -537,7 +541,7 @@ static kiln_status graphs_create(kiln_session *s)
         CUgraph graph;
         CU(s->cu->StreamBeginCapture(s->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
            "cuStreamBeginCapture");
-        kiln_status st = launch_program(s, b);
+        kiln_status st = launch_program(s, b, s->stream);
         CUresult r = s->cu->StreamEndCapture(s->stream, &graph);
         if (st != KILN_OK) {
             if (r == CUDA_SUCCESS)
@@ -763,7 +767,7 @@ kiln_status kiln_session_run(kiln_session *s, int64_t m, const float *const *inp
         /* the staging rows are refilled for the next input */
         CU(s->cu->StreamSynchronize(s->stream), x->name);
     }
-    kiln_status st = replay(s, b);
+    kiln_status st = replay(s, b, s->stream);
     if (st != KILN_OK)
         return st;
     CU(s->cu->StreamSynchronize(s->stream), "run");
@@ -780,6 +784,91 @@ kiln_status kiln_session_run(kiln_session *s, int64_t m, const float *const *inp
     return KILN_OK;
 }
 
+/* Rows of width BF16 elements between a caller's matrix and the arena;
+ * into the arena when to_arena. */
+static kiln_status copy_rows(kiln_session *s, const kiln_device_matrix *d, CUdeviceptr arena,
+                             int64_t m, int64_t width, int to_arena, CUstream stream,
+                             const char *name)
+{
+    size_t row = (size_t)width * 2, pitch = (size_t)(d->stride ? d->stride : width) * 2;
+    CUDA_MEMCPY2D c = {
+        .srcMemoryType = CU_MEMORYTYPE_DEVICE, .dstMemoryType = CU_MEMORYTYPE_DEVICE,
+        .srcDevice = to_arena ? (CUdeviceptr)d->ptr : arena, .srcPitch = to_arena ? pitch : row,
+        .dstDevice = to_arena ? arena : (CUdeviceptr)d->ptr, .dstPitch = to_arena ? row : pitch,
+        .WidthInBytes = row, .Height = (size_t)m,
+    };
+    CU(s->cu->Memcpy2DAsync(&c, stream), name);
+    return KILN_OK;
+}
+
+static kiln_status check_matrix(const kiln_device_matrix *d, const kiln_tensor *t,
+                                const char *what)
+{
+    int64_t width = t->ne[0];
+    if (!d->ptr)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "session run: %s %s: no device pointer", what,
+                         t->name);
+    if (d->ptr % 2 || (d->stride && d->stride < width) || d->stride < 0 ||
+        d->stride > INT64_MAX / 2)
+        return kiln_fail(KILN_ERR_INVALID_ARG,
+                         "session run: %s %s: pointer 0x%llx with a stride of %lld elements; "
+                         "BF16 rows of %lld want an even address and a stride of 0 or at least "
+                         "%lld", what, t->name, (unsigned long long)d->ptr, (long long)d->stride,
+                         (long long)width, (long long)width);
+    return KILN_OK;
+}
+
+kiln_status kiln_session_run_device(kiln_session *s, int64_t m, const kiln_device_matrix *inputs,
+                                    const kiln_device_matrix *outputs, void *stream)
+{
+    if (!s || !inputs || !outputs)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "session run: inputs and outputs are required");
+    int b = m >= 1 ? kiln_plan_bucket_for(s->plan, m) : -1;
+    if (b < 0)
+        return kiln_fail(KILN_ERR_SHAPE, "session run: %lld tokens; the session serves 1 to %lld",
+                         (long long)m, (long long)s->build.programs[s->build.n_programs - 1].m);
+    const kiln_program *bk = &s->build.programs[b];
+    kiln_graph *g = s->graph;
+    for (int i = 0; i < g->inputs.n; i++) {
+        kiln_status st = check_matrix(&inputs[i], g->inputs.v[i], "input");
+        if (st != KILN_OK)
+            return st;
+    }
+    for (int i = 0; i < g->outputs.n; i++) {
+        kiln_status st = check_matrix(&outputs[i], g->outputs.v[i], "output");
+        if (st != KILN_OK)
+            return st;
+    }
+    CUstream on = (CUstream)stream;
+    CU(s->cu->CtxSetCurrent(s->ctx), "cuCtxSetCurrent");
+    for (int i = 0; i < g->inputs.n; i++) {
+        const kiln_tensor *x = g->inputs.v[i];
+        const kiln_value *v = value_of_tensor(bk, x);
+        if (!v)
+            continue;
+        kiln_status st = copy_rows(s, &inputs[i], s->arena + v->offset, m, x->ne[0], 1, on,
+                                   x->name);
+        if (st != KILN_OK)
+            return st;
+        /* Rows past m are zero, so padding never feeds a per-tensor statistic. */
+        size_t row = (size_t)x->ne[0] * 2;
+        if (m < bk->m)
+            CU(s->cu->MemsetD8Async(s->arena + v->offset + (size_t)m * row, 0,
+                                    (size_t)(bk->m - m) * row, on), x->name);
+    }
+    kiln_status st = replay(s, b, on);
+    if (st != KILN_OK)
+        return st;
+    for (int i = 0; i < g->outputs.n; i++) {
+        const kiln_tensor *y = g->outputs.v[i];
+        const kiln_value *v = value_of_tensor(bk, y);
+        st = copy_rows(s, &outputs[i], s->arena + v->offset, m, y->ne[0], 0, on, y->name);
+        if (st != KILN_OK)
+            return st;
+    }
+    return KILN_OK;
+}
+
 void kiln_session_get_stats(const kiln_session *s, kiln_session_stats *out) { *out = s->stats; }
 
 /* ------------------------------------------------------------ bench */
@@ -788,7 +877,7 @@ static kiln_status bench_replays(kiln_session *s, int b, int replays, CUevent st
 {
     CU(s->cu->EventRecord(start, s->stream), "cuEventRecord");
     for (int i = 0; i < replays; i++) {
-        kiln_status st = replay(s, b);
+        kiln_status st = replay(s, b, s->stream);
         if (st != KILN_OK)
             return st;
     }
@@ -806,7 +895,7 @@ static kiln_status profile_runs(kiln_session *s, int b, int reps, CUevent *ev, d
     for (int r = 0; r < reps; r++) {
         CU(s->cu->EventRecord(ev[0], s->stream), "cuEventRecord");
         for (int i = 0; i < bk->n_steps; i++) {
-            kiln_status st = launch_step(s, b, i);
+            kiln_status st = launch_step(s, b, i, s->stream);
             if (st != KILN_OK)
                 return kiln_fail_prefix(st, "step %d (%s)", i,
                                         bk->steps[i].node ? bk->steps[i].node->name : "?");

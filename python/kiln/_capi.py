@@ -80,6 +80,10 @@ class SessionStats(Structure):
                 ("compile_s", c_double)]
 
 
+class DeviceMatrix(Structure):
+    _fields_ = [("ptr", ctypes.c_uint64), ("stride", c_int64)]
+
+
 class CpuOptions(Structure):
     _fields_ = [("threads", c_int)]
 
@@ -104,7 +108,8 @@ STRUCTS = {
     "kiln_plan_options": PlanOptions, "kiln_plan_linear": PlanLinear,
     "kiln_cache_options": CacheOptions, "kiln_compile_options": CompileOptions,
     "kiln_compile_result": CompileResult, "kiln_session_options": SessionOptions,
-    "kiln_session_stats": SessionStats, "kiln_cpu_options": CpuOptions,
+    "kiln_session_stats": SessionStats, "kiln_device_matrix": DeviceMatrix,
+    "kiln_cpu_options": CpuOptions,
     "kiln_model_options": ModelOptions, "kiln_model_info": ModelInfo,
     "kiln_model_tensor_info": ModelTensorInfo,
 }
@@ -173,6 +178,8 @@ _PROTOTYPES = [
     ("kiln_session_create", [P, POINTER(SessionOptions), PP], c_status),
     ("kiln_session_destroy", [P], None),
     ("kiln_session_run", [P, c_int64, FLOATS, FLOATS], c_status),
+    ("kiln_session_run_device", [P, c_int64, POINTER(DeviceMatrix), POINTER(DeviceMatrix), P],
+     c_status),
     ("kiln_session_get_stats", [P, POINTER(SessionStats)], None),
     ("kiln_cpu_create", [P, POINTER(CpuOptions), PP], c_status),
     ("kiln_cpu_destroy", [P], None),

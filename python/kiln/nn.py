@@ -26,9 +26,11 @@ class Linear(torch.nn.Module):
     it holds no parameters and is not trainable.
 
     Inputs ``[..., in_features]`` of any float dtype and device come back as
-    ``[..., out_features]`` in the input's dtype, on its device. The values
-    travel through host memory as float32 (see :meth:`kiln.Session.run`);
-    a batch larger than the session's largest bucket runs in chunks.
+    ``[..., out_features]`` in the input's dtype, on its device. On the
+    session's GPU they stay there as BF16, on the current torch stream;
+    elsewhere they travel through host memory as float32 (see
+    :meth:`kiln.Session.run`). A batch larger than the session's largest
+    bucket runs in chunks.
 
     Args:
         weight: ``[out_features, in_features]``, a torch tensor or an array.

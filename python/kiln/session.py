@@ -161,12 +161,15 @@ class Session(Handle):
             several): float32 numpy arrays; torch tensors on the first
             input's device and in its dtype when it is a torch tensor.
 
-        The C API runs on host float32 arrays (``kiln_session_run``,
-        ``kiln_cpu_run``) and has no entry point on device buffers or a
-        caller's stream yet, so torch tensors are copied through host
-        memory, synchronously: a CUDA tensor costs a device-to-host and a
-        host-to-device copy, and the run does not join the current torch
-        stream or a CUDA graph being captured.
+        On a GPU session, torch tensors on the session's GPU stay there
+        (``kiln_session_run_device``): they are cast to BF16 where they are
+        not, the run is queued on the current torch stream without waiting
+        for it, and a CUDA graph being captured on that stream takes kiln's
+        kernels in. Rows may be strided (a slice of a larger tensor); the
+        last dimension must be contiguous or the input is copied. Anything
+        else (numpy arrays, the CPU executor, tensors on another device)
+        goes through host float32 arrays (``kiln_session_run``,
+        ``kiln_cpu_run``), synchronously.
 
         Raises:
             ValueError: wrong number of inputs or shapes that do not match
@@ -181,6 +184,8 @@ class Session(Handle):
         tensor_type = _torch_tensor_type()
         like = inputs[0] if tensor_type is not None and isinstance(inputs[0], tensor_type) \
             else None
+        if like is not None and self._on_this_gpu(inputs, tensor_type):
+            return self._run_device(inputs)
         xs: List[np.ndarray] = []
         for t, x in zip(g_in, inputs):
             if tensor_type is not None and isinstance(x, tensor_type):
@@ -207,6 +212,44 @@ class Session(Handle):
         return res[0] if len(res) == 1 else tuple(res)
 
     __call__ = run
+
+    def _on_this_gpu(self, inputs: Sequence[Any], tensor_type: type) -> bool:
+        if self.device == "cpu":
+            return False
+        ordinal = int(self.device[5:])
+        return all(isinstance(x, tensor_type) and x.is_cuda and x.device.index == ordinal
+                   for x in inputs)
+
+    def _run_device(self, inputs: Sequence[Any]) -> Any:
+        """run() on torch CUDA tensors, on the current torch stream."""
+        torch = sys.modules["torch"]
+        g_in = self.graph.inputs
+        like = inputs[0]
+        xs = []
+        for t, x in zip(g_in, inputs):
+            k = t.shape[1]
+            if x.dim() != 2 or x.shape[1] != k:
+                raise ValueError(f"run: input {t.name!r} wants [M, {k}], got shape "
+                                 f"{tuple(x.shape)}")
+            x = x.detach().to(torch.bfloat16)
+            if x.stride(1) != 1 or x.stride(0) < k:
+                x = x.contiguous()
+            xs.append(x)
+        m = xs[0].shape[0]
+        if any(x.shape[0] != m for x in xs):
+            raise ValueError(f"run: inputs differ in M: {[x.shape[0] for x in xs]}")
+        ys = [torch.empty((m, t.shape[1]), dtype=torch.bfloat16, device=like.device)
+              for t in self.graph.outputs]
+        ins = (_capi.DeviceMatrix * len(xs))(
+            *[_capi.DeviceMatrix(x.data_ptr(), x.stride(0) if m > 1 else 0) for x in xs])
+        outs = (_capi.DeviceMatrix * max(len(ys), 1))(
+            *[_capi.DeviceMatrix(y.data_ptr(), 0) for y in ys])
+        stream = torch.cuda.current_stream(like.device).cuda_stream
+        with self._lock:
+            check(_capi.lib().kiln_session_run_device(self._live(), m, ins, outs, stream))
+        dtype = like.dtype if like.is_floating_point() else torch.float32
+        res = [y if dtype == torch.bfloat16 else y.to(dtype) for y in ys]
+        return res[0] if len(res) == 1 else tuple(res)
 
     def __repr__(self) -> str:
         if self.closed:

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "kernels/registry/backend.h"
+#include "runtime/driver.h"
 #include "runtime/session.h"
 #include "gpuutil.h"
 
@@ -420,6 +421,154 @@ Test(gpu_session, profile_times_every_step, .timeout = 300)
     }
     cr_assert_eq(kiln_session_profile(s, 100000, 1, NULL, 0, &(int){ 0 }), KILN_ERR_SHAPE);
     kt_session_destroy(s);
+    kiln_graph_destroy(g);
+    kt_weight_free(&gate);
+    kt_weight_free(&up);
+    kt_weight_free(&down);
+}
+
+/* --------------------------------------------------- caller's device buffers */
+
+/* A BF16 matrix of rows x width in device memory, rows stride elements
+ * apart; the columns past width hold a pattern no run may touch. */
+typedef struct dev_matrix {
+    CUdeviceptr ptr;
+    int64_t rows, width, stride;
+} dev_matrix;
+
+static const kiln_cu *driver(void)
+{
+    const kiln_cu *cu;
+    cr_assert_eq(kiln_cu_get(&cu), KILN_OK, "%s", kiln_last_error());
+    return cu;
+}
+
+static dev_matrix dev_matrix_new(const kiln_cu *cu, int64_t rows, int64_t width, int64_t stride)
+{
+    dev_matrix d = { 0, rows, width, stride };
+    size_t bytes = (size_t)(rows * stride) * 2;
+    cr_assert_eq(cu->MemAlloc(&d.ptr, bytes), CUDA_SUCCESS);
+    cr_assert_eq(cu->MemsetD8(d.ptr, 0xab, bytes), CUDA_SUCCESS);
+    return d;
+}
+
+/* x's rows, rounded to BF16, into d; x keeps the rounded values. */
+static void dev_matrix_put(const kiln_cu *cu, const dev_matrix *d, float *x)
+{
+    size_t n = (size_t)(d->rows * d->stride);
+    uint16_t *h = malloc(n * 2);
+    cr_assert(h);
+    cr_assert_eq(cu->MemcpyDtoH(h, d->ptr, n * 2), CUDA_SUCCESS);
+    for (int64_t r = 0; r < d->rows; r++)
+        for (int64_t c = 0; c < d->width; c++) {
+            h[r * d->stride + c] = kiln_f32_to_bf16(x[r * d->width + c]);
+            x[r * d->width + c] = kiln_bf16_to_f32(h[r * d->stride + c]);
+        }
+    cr_assert_eq(cu->MemcpyHtoD(d->ptr, h, n * 2), CUDA_SUCCESS);
+    free(h);
+}
+
+/* d's first m rows into y as f32, asserting the bytes past each row's width
+ * (and the rows past m) still hold the pattern. */
+static void dev_matrix_get(const kiln_cu *cu, const dev_matrix *d, int64_t m, float *y)
+{
+    size_t n = (size_t)(d->rows * d->stride);
+    uint16_t *h = malloc(n * 2);
+    cr_assert(h);
+    cr_assert_eq(cu->MemcpyDtoH(h, d->ptr, n * 2), CUDA_SUCCESS);
+    for (int64_t r = 0; r < d->rows; r++)
+        for (int64_t c = 0; c < d->stride; c++) {
+            if (r < m && c < d->width)
+                y[r * d->width + c] = kiln_bf16_to_f32(h[r * d->stride + c]);
+            else
+                cr_assert_eq(h[r * d->stride + c], 0xabab, "row %lld column %lld written",
+                             (long long)r, (long long)c);
+        }
+    free(h);
+}
+
+/* kiln_session_run_device on strided slices of the caller's buffers and
+ * the caller's stream computes what kiln_session_run computes, bit for bit
+ * (the same kernels on the same BF16 inputs), and writes nothing else: on
+ * the session's graphs, eagerly, and inside a CUDA graph the caller
+ * captures on its stream and replays with new inputs. */
+Test(gpu_session, device_buffers_on_the_callers_stream, .timeout = 600)
+{
+    kt_need_gpu();
+    fresh_cache();
+    const kiln_cu *cu = driver();
+    kt_rng r = kt_rng_new(13);
+    enum { D = 512, F = 768, MAX_M = 64, PAD = 24 };
+    float norm[D];
+    kt_fill_normal(&r, norm, D, 0.2f);
+    kt_weight gate, up, down;
+    kt_weight_make(&gate, &r, KILN_FMT_Q4_K, F, D);
+    kt_weight_make(&up, &r, KILN_FMT_Q4_K, F, D);
+    kt_weight_make(&down, &r, KILN_FMT_Q4_K, D, F);
+    kiln_graph *g = kt_ffn_graph(&gate, &up, &down, norm);
+    static float x[MAX_M * D], want[MAX_M * D], got[MAX_M * D];
+    CUstream stream;
+    cr_assert_eq(cu->StreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    for (int eager = 0; eager < 2; eager++) {
+        kiln_session *s = session(g, eager);
+        dev_matrix dx = dev_matrix_new(cu, MAX_M, D, D + PAD),
+                   dy = dev_matrix_new(cu, MAX_M, D, D + 2 * PAD);
+        kiln_device_matrix in = { dx.ptr, dx.stride }, out = { dy.ptr, dy.stride };
+        static const int64_t ms[] = { 1, 5, 16, 37, 64 };
+        for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+            int64_t m = ms[i];
+            kt_fill_normal(&r, x, (size_t)(MAX_M * D), 1.0f);
+            dev_matrix_put(cu, &dx, x);
+            const float *hin[] = { x };
+            float *hout[] = { want };
+            cr_assert_eq(kiln_session_run(s, m, hin, hout), KILN_OK, "%s", kiln_last_error());
+            cr_assert_eq(kiln_session_run_device(s, m, &in, &out, stream), KILN_OK, "%s",
+                         kiln_last_error());
+            cr_assert_eq(cu->StreamSynchronize(stream), CUDA_SUCCESS);
+            dev_matrix_get(cu, &dy, m, got);
+            cr_assert_eq(memcmp(got, want, (size_t)(m * D) * sizeof *got), 0,
+                         "eager %d, m %lld: device buffers and host arrays differ", eager,
+                         (long long)m);
+            cr_assert_eq(cu->MemsetD8(dy.ptr, 0xab, (size_t)(dy.rows * dy.stride) * 2),
+                         CUDA_SUCCESS);
+        }
+        /* Captured by the caller, replayed twice with new inputs. */
+        int64_t m = 23;
+        CUgraph graph;
+        CUgraphExec exec;
+        cr_assert_eq(cu->StreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL),
+                     CUDA_SUCCESS);
+        kiln_status st = kiln_session_run_device(s, m, &in, &out, stream);
+        cr_assert_eq(cu->StreamEndCapture(stream, &graph), CUDA_SUCCESS);
+        cr_assert_eq(st, KILN_OK, "inside the caller's capture: %s", kiln_last_error());
+        cr_assert_eq(cu->GraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
+        for (int rep = 0; rep < 2; rep++) {
+            kt_fill_normal(&r, x, (size_t)(MAX_M * D), 1.0f);
+            dev_matrix_put(cu, &dx, x);
+            const float *hin[] = { x };
+            float *hout[] = { want };
+            cr_assert_eq(kiln_session_run(s, m, hin, hout), KILN_OK, "%s", kiln_last_error());
+            cr_assert_eq(cu->GraphLaunch(exec, stream), CUDA_SUCCESS);
+            cr_assert_eq(cu->StreamSynchronize(stream), CUDA_SUCCESS);
+            dev_matrix_get(cu, &dy, m, got);
+            cr_assert_eq(memcmp(got, want, (size_t)(m * D) * sizeof *got), 0,
+                         "eager %d, the caller's graph, replay %d: differs", eager, rep);
+        }
+        cu->GraphExecDestroy(exec);
+        cu->GraphDestroy(graph);
+        /* Unusable buffers are refused, naming them, before anything runs. */
+        kiln_device_matrix odd = { dx.ptr + 1, 0 }, narrow = { dx.ptr, D - 1 };
+        cr_assert_eq(kiln_session_run_device(s, 4, &odd, &out, stream), KILN_ERR_INVALID_ARG);
+        cr_assert(strstr(kiln_last_error(), "input x"), "%s", kiln_last_error());
+        cr_assert_eq(kiln_session_run_device(s, 4, &in, &narrow, stream), KILN_ERR_INVALID_ARG);
+        cr_assert(strstr(kiln_last_error(), "output"), "%s", kiln_last_error());
+        cr_assert_eq(kiln_session_run_device(s, 0, &in, &out, stream), KILN_ERR_SHAPE);
+        cr_assert_eq(kiln_session_run_device(s, MAX_M + 1, &in, &out, stream), KILN_ERR_SHAPE);
+        cu->MemFree(dx.ptr);
+        cu->MemFree(dy.ptr);
+        kt_session_destroy(s);
+    }
+    cu->StreamDestroy(stream);
     kiln_graph_destroy(g);
     kt_weight_free(&gate);
     kt_weight_free(&up);

@@ -61,3 +61,48 @@ def test_a_gpu_session_matches_the_cpu_executor():
     with pytest.raises(kiln.Error) as ei:
         gpu.run(np.zeros((33, 256), np.float32))
     assert ei.value.status == kiln.Status.ERR_SHAPE
+
+
+def _gpu_linear_session(rng, fmt="q8_0"):
+    g = kiln.Graph()
+    x = g.input("x", 256)
+    g.output(g.linear("y", x, g.weight("w", rng.standard_normal((128, 256)), fmt)))
+    return kiln.Session(g, device="cuda:0", capture=[1, 16], max_tokens=32)
+
+
+def test_cuda_tensors_stay_on_the_device_and_match_the_host_path():
+    gpu_or_skip()
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no GPU")
+    rng = np.random.default_rng(1)
+    s = _gpu_linear_session(rng)
+    big = torch.randn(40, 300, device="cuda:0", dtype=torch.bfloat16)
+    for m in (1, 7, 32):
+        x = big[:m, 10:266]  # a strided slice: rows 300 elements apart
+        y = s.run(x)
+        assert y.device == x.device and y.dtype == torch.bfloat16 and y.shape == (m, 128)
+        want = s.run(x.float().cpu().numpy())  # the host path, same BF16 inputs
+        np.testing.assert_array_equal(y.float().cpu().numpy(), want)
+    y32 = s.run(big[:5, :256].float())
+    assert y32.dtype == torch.float32 and y32.is_cuda
+
+
+def test_a_torch_cuda_graph_captures_the_run():
+    gpu_or_skip()
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no GPU")
+    rng = np.random.default_rng(2)
+    s = _gpu_linear_session(rng, "bf16")
+    x = torch.randn(9, 256, device="cuda:0", dtype=torch.bfloat16)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        s.run(x)  # warm-up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = s.run(x)
+    for _ in range(2):
+        x.copy_(torch.randn(9, 256, device="cuda:0", dtype=torch.bfloat16))
+        graph.replay()
+        torch.cuda.synchronize()
+        np.testing.assert_array_equal(y.float().cpu().numpy(), s.run(x.float().cpu().numpy()))
