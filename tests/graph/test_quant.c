@@ -386,6 +386,156 @@ static void rt_ggml_mxfp4(const rt_case *c)
     }
 }
 
+/* Q5_0: Q4_0's scheme on 32 levels, d = max / -16, x / d + 16 in [0, 32]:
+ * the opposite side can reach 32 and clips to 31. */
+static void rt_q5_0(const rt_case *c)
+{
+    int64_t count = c->q->t.n * c->q->t.k;
+    for (int64_t b = 0; b < count / 32; b++) {
+        const float *x = c->x + b * 32, *y = c->y + b * 32;
+        float amax = 0, max = 0;
+        for (int j = 0; j < 32; j++)
+            if (fabsf(x[j]) > amax) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        float dt = max / -16;
+        double d16 = f16_at(data_u8(c->q) + b * 22);
+        cr_assert_eq(d16, kiln_f16_to_f32(kiln_f32_to_f16(dt)), "q5_0 block %lld: d = f16(max/-16)", (long long)b);
+        for (int j = 0; j < 32; j++) {
+            double v = (double)x[j] / dt + 16;
+            double bound = fabs(dt) * (v > 31.5 ? v - 31 : 0.5) * (1 + 0x1p-20) + 16 * fabs(d16 - dt);
+            cr_assert(fabs((double)y[j] - x[j]) <= bound, "q5_0 block %lld: %a -> %a", (long long)b, x[j], y[j]);
+        }
+    }
+}
+
+/* Q5_1: d = (max - min) / 31, m = min, both f16; q = round((x - min) / d)
+ * costs half a step of the exact d, the f16 errors |q| <= 31 times d's
+ * and once m's. */
+static void rt_q5_1(const rt_case *c)
+{
+    int64_t count = c->q->t.n * c->q->t.k;
+    for (int64_t b = 0; b < count / 32; b++) {
+        const float *x = c->x + b * 32, *y = c->y + b * 32;
+        const uint8_t *blk = data_u8(c->q) + b * 24;
+        float min = x[0], max = x[0];
+        for (int j = 1; j < 32; j++) {
+            min = fminf(min, x[j]);
+            max = fmaxf(max, x[j]);
+        }
+        float dt = (max - min) / 31;
+        double d16 = f16_at(blk), m16 = f16_at(blk + 2);
+        cr_assert_eq(d16, kiln_f16_to_f32(kiln_f32_to_f16(dt)), "q5_1 block %lld: d = f16((max-min)/31)",
+                     (long long)b);
+        cr_assert_eq(m16, kiln_f16_to_f32(kiln_f32_to_f16(min)), "q5_1 block %lld: m = f16(min)", (long long)b);
+        double bound = 0.5 * dt * (1 + 0x1p-20) + 31 * fabs(d16 - dt) + fabs(m16 - min) + 0x1p-20 * fabs(min);
+        for (int j = 0; j < 32; j++)
+            cr_assert(fabs((double)y[j] - x[j]) <= bound, "q5_1 block %lld: %a -> %a", (long long)b, x[j], y[j]);
+    }
+}
+
+/* Q2_K: sub-blocks of 16, 4-bit scale and min codes under f16 d, dmin;
+ * 4 levels over a sub-block's range leave a relative RMS near 0.25 on
+ * Gaussian data. */
+static void rt_q2_k(const rt_case *c)
+{
+    int64_t count = c->q->t.n * c->q->t.k;
+    for (int64_t b = 0; b < count / 256; b++) {
+        const uint8_t *blk = data_u8(c->q) + b * 84;
+        float d = f16_at(blk + 80), dmin = f16_at(blk + 82);
+        for (int j = 0; j < 16; j++) {
+            const float *x = c->x + b * 256 + 16 * j, *y = c->y + b * 256 + 16 * j;
+            rt_nearest_on_grid(x, y, 16, (double)(d * (blk[j] & 15)), (double)(dmin * (blk[j] >> 4)), 0, 3, "q2_k");
+        }
+    }
+    if (c->sigma >= 1)
+        rt_rms(c, 0.35, "q2_k");
+}
+
+/* Q3_K: sub-blocks of 16, signed 6-bit scales (stored + 32) under f16 d,
+ * levels -4..3. */
+static void rt_q3_k(const rt_case *c)
+{
+    int64_t count = c->q->t.n * c->q->t.k;
+    for (int64_t b = 0; b < count / 256; b++) {
+        const uint8_t *blk = data_u8(c->q) + b * 110;
+        float d = f16_at(blk + 108);
+        for (int j = 0; j < 16; j++) {
+            const uint8_t *s = blk + 96;
+            int sc = (j < 8 ? s[j] & 15 : s[j - 8] >> 4) | ((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4;
+            const float *x = c->x + b * 256 + 16 * j, *y = c->y + b * 256 + 16 * j;
+            rt_nearest_on_grid(x, y, 16, (double)(d * (sc - 32)), 0.0, -4, 3, "q3_k");
+        }
+    }
+    if (c->sigma >= 1)
+        rt_rms(c, 0.20, "q3_k");
+}
+
+/* Q5_K: Q4_K's scales and mins on 32 levels. */
+static void rt_q5_k(const rt_case *c)
+{
+    int64_t count = c->q->t.n * c->q->t.k;
+    for (int64_t b = 0; b < count / 256; b++) {
+        const uint8_t *blk = data_u8(c->q) + b * 176;
+        float d = f16_at(blk), dmin = f16_at(blk + 2);
+        for (int j = 0; j < 8; j++) {
+            int sc, m;
+            q4_k_unpack(blk + 4, j, &sc, &m);
+            const float *x = c->x + b * 256 + 32 * j, *y = c->y + b * 256 + 32 * j;
+            rt_nearest_on_grid(x, y, 32, (double)(d * sc), (double)(dmin * m), 0, 31, "q5_k");
+        }
+    }
+    if (c->sigma >= 1)
+        rt_rms(c, 0.05, "q5_k");
+}
+
+static const int iq4_levels[16] = { -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113 };
+
+/* IQ4: each value is the codebook point nearest to x under the block's
+ * scale d · l before d's f16 rounding (IQ4_NL: l = 1; IQ4_XS: the 6-bit
+ * l, rounded against the unrounded d too); against the stored scale ds =
+ * f16(d) · l that leaves the nearest point plus twice 127 times |l| times
+ * the f16 rounding of d (2^-11 relative, 2^-25 absolute when subnormal,
+ * which tiny blocks reach). */
+static void rt_iq4_block(const float *x, const float *y, double d16, int l, const char *what)
+{
+    const double ds = d16 * l;
+    double slack = 2 * 127 * abs(l) * (ldexp(fabs(d16), -11) + 0x1p-25) * (1 + 0x1p-20);
+    for (int j = 0; j < 32; j++) {
+        double best = INFINITY;
+        for (int q = 0; q < 16; q++)
+            best = fmin(best, fabs(x[j] - ds * iq4_levels[q]));
+        cr_assert(fabs((double)y[j] - x[j]) <= best + slack + 0x1p-20 * fabs(x[j]),
+                  "%s: %a -> %a, nearest codebook point is %a away", what, x[j], y[j], best);
+    }
+}
+
+static void rt_iq4_nl(const rt_case *c)
+{
+    int64_t count = c->q->t.n * c->q->t.k;
+    for (int64_t b = 0; b < count / 32; b++)
+        rt_iq4_block(c->x + b * 32, c->y + b * 32, f16_at(data_u8(c->q) + b * 18), 1, "iq4_nl");
+    if (c->sigma >= 1)
+        rt_rms(c, 0.12, "iq4_nl");
+}
+
+static void rt_iq4_xs(const rt_case *c)
+{
+    int64_t count = c->q->t.n * c->q->t.k;
+    for (int64_t b = 0; b < count / 256; b++) {
+        const uint8_t *blk = data_u8(c->q) + b * 136;
+        float d = f16_at(blk);
+        unsigned h = (unsigned)(blk[2] | blk[3] << 8);
+        for (int ib = 0; ib < 8; ib++) {
+            int ls = ((blk[4 + ib / 2] >> (4 * (ib % 2))) & 15) | (int)((h >> (2 * ib)) & 3) << 4;
+            rt_iq4_block(c->x + b * 256 + 32 * ib, c->y + b * 256 + 32 * ib, d, ls - 32, "iq4_xs");
+        }
+    }
+    if (c->sigma >= 1)
+        rt_rms(c, 0.12, "iq4_xs");
+}
+
 static void (*const rt_check[])(const rt_case *) = {
     [KILN_FMT_F32] = rt_f32,
     [KILN_FMT_F16] = rt_f16,
@@ -401,6 +551,13 @@ static void (*const rt_check[])(const rt_case *) = {
     [KILN_FMT_Q4_K] = rt_q4_k,
     [KILN_FMT_Q6_K] = rt_q6_k,
     [KILN_FMT_GGML_MXFP4] = rt_ggml_mxfp4,
+    [KILN_FMT_Q5_0] = rt_q5_0,
+    [KILN_FMT_Q5_1] = rt_q5_1,
+    [KILN_FMT_Q2_K] = rt_q2_k,
+    [KILN_FMT_Q3_K] = rt_q3_k,
+    [KILN_FMT_Q5_K] = rt_q5_k,
+    [KILN_FMT_IQ4_NL] = rt_iq4_nl,
+    [KILN_FMT_IQ4_XS] = rt_iq4_xs,
 };
 _Static_assert(sizeof rt_check / sizeof rt_check[0] == KILN_FMT_COUNT, "one round-trip check per format");
 
@@ -446,6 +603,13 @@ Test(round_trip, q4_0) { round_trip(KILN_FMT_Q4_0); }
 Test(round_trip, q4_k) { round_trip(KILN_FMT_Q4_K); }
 Test(round_trip, q6_k) { round_trip(KILN_FMT_Q6_K); }
 Test(round_trip, ggml_mxfp4) { round_trip(KILN_FMT_GGML_MXFP4); }
+Test(round_trip, q5_0) { round_trip(KILN_FMT_Q5_0); }
+Test(round_trip, q5_1) { round_trip(KILN_FMT_Q5_1); }
+Test(round_trip, q2_k) { round_trip(KILN_FMT_Q2_K); }
+Test(round_trip, q3_k) { round_trip(KILN_FMT_Q3_K); }
+Test(round_trip, q5_k) { round_trip(KILN_FMT_Q5_K); }
+Test(round_trip, iq4_nl) { round_trip(KILN_FMT_IQ4_NL); }
+Test(round_trip, iq4_xs) { round_trip(KILN_FMT_IQ4_XS); }
 
 /* --------------------------------------------------- hand-built decoding */
 
@@ -737,8 +901,10 @@ Test(quantize, all_zero_tensors_give_zeros_and_finite_scales)
  * stored scale, and its neighbours are unaffected. */
 Test(quantize, zero_block_inside_a_tensor)
 {
-    const kiln_format fmts[] = { KILN_FMT_MXFP8, KILN_FMT_MXFP4, KILN_FMT_NVFP4, KILN_FMT_Q8_0, KILN_FMT_Q4_0,
-                                 KILN_FMT_Q4_K, KILN_FMT_Q6_K, KILN_FMT_GGML_MXFP4, KILN_FMT_FP8_BLOCK };
+    const kiln_format fmts[] = { KILN_FMT_MXFP8, KILN_FMT_MXFP4, KILN_FMT_NVFP4,  KILN_FMT_Q8_0,       KILN_FMT_Q4_0,
+                                 KILN_FMT_Q4_K,  KILN_FMT_Q6_K,  KILN_FMT_GGML_MXFP4, KILN_FMT_FP8_BLOCK, KILN_FMT_Q5_0,
+                                 KILN_FMT_Q5_1,  KILN_FMT_Q2_K,  KILN_FMT_Q3_K,  KILN_FMT_Q5_K,       KILN_FMT_IQ4_NL,
+                                 KILN_FMT_IQ4_XS };
     kt_rng rng = kt_rng_new(7);
     float x[3 * 256];
     kt_fill_normal(&rng, x, 3 * 256, 1.0f);
@@ -1201,7 +1367,9 @@ Test(errors, unknown_format)
     uint8_t buf[64];
     kiln_qtensor t = { .format = KILN_FMT_COUNT, .n = 1, .k = 32, .data = buf, .scale = buf };
     cr_assert_eq(kiln_quantize(x, &t), KILN_ERR_UNSUPPORTED);
-    cr_assert(strstr(kiln_last_error(), "format 14"), "%s", kiln_last_error());
+    char count_text[32];
+    snprintf(count_text, sizeof count_text, "format %d", (int)KILN_FMT_COUNT);
+    cr_assert(strstr(kiln_last_error(), count_text), "%s", kiln_last_error());
     t.format = (kiln_format)-1;
     cr_assert_eq(kiln_dequantize(&t, y), KILN_ERR_UNSUPPORTED);
     cr_assert(strstr(kiln_last_error(), "format -1"), "%s", kiln_last_error());
@@ -1215,6 +1383,9 @@ Test(errors, k_breaking_the_block_rule_names_format_and_k)
         { KILN_FMT_Q4_K, 288, "q4_k" }, { KILN_FMT_Q6_K, 128, "q6_k" }, { KILN_FMT_Q8_0, 48, "q8_0" },
         { KILN_FMT_Q4_0, 16, "q4_0" }, { KILN_FMT_MXFP8, 40, "mxfp8" }, { KILN_FMT_MXFP4, 16, "mxfp4" },
         { KILN_FMT_NVFP4, 24, "nvfp4" }, { KILN_FMT_GGML_MXFP4, 33, "ggml_mxfp4" },
+        { KILN_FMT_Q5_0, 48, "q5_0" }, { KILN_FMT_Q5_1, 16, "q5_1" }, { KILN_FMT_Q2_K, 128, "q2_k" },
+        { KILN_FMT_Q3_K, 320, "q3_k" }, { KILN_FMT_Q5_K, 96, "q5_k" }, { KILN_FMT_IQ4_NL, 40, "iq4_nl" },
+        { KILN_FMT_IQ4_XS, 384, "iq4_xs" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char k_text[32];
