@@ -2,11 +2,11 @@
  * indexes ggml's kvalues_iq4nl codebook of sixteen int8 levels, scaled per
  * 32 values.
  *
- * Quantization follows ggml's quantize_row_iq4_nl_impl without importance
- * weights (the path quantize_row_iq4_nl_ref and quantize_iq4_xs take with
- * no imatrix): x²-weighted least squares over fifteen candidate scales,
- * in f32 and in ggml's order. Dequantization follows dequantize_row_iq4_*
- * and is bit-identical. In both, element j < 16 of a 32-value block is the
+ * Quantization follows ggml's quantize_row_iq4_nl_ref and
+ * quantize_row_iq4_xs_ref (quantize_row_iq4_nl_impl with no importance
+ * weights): x²-weighted least-squares scales, in f32 and in ggml's order,
+ * so the bytes are ggml's. Dequantization follows dequantize_row_iq4_* and
+ * is bit-identical. In both, element j < 16 of a 32-value block is the
  * low nibble of qs[j] and element j + 16 its high nibble, as Q4_0. */
 #include "core.h"
 #include "graph/quant.h"
@@ -38,35 +38,52 @@ static int nearest_level(float x)
     return x - iq4_values[hi - 1] < iq4_values[hi] - x ? hi - 1 : hi;
 }
 
-/* The scale of one block of 32 (0 for a block below KILN_GROUP_MAX_EPS):
- * start from d = -max / -127 (max: the signed element of largest
- * magnitude), then try inverse scales (t - 127) / max for t in [-7, 7] and
- * keep the one of least x²-weighted error. */
-static float fit_block(const float *x)
+/* The least-squares scale of levels L for x, weighted by x². */
+static float ls_scale(const float *x, const uint8_t *L, float *best)
 {
-    float amax = 0, max = 0;
-    for (int j = 0; j < QK; j++) {
-        if (fabsf(x[j]) > amax) {
-            amax = fabsf(x[j]);
-            max = x[j];
-        }
-    }
-    if (amax < KILN_GROUP_MAX_EPS)
-        return 0.0f;
-    float d = -max / iq4_values[0];
-    float id = 1 / d;
     float sumqx = 0, sumq2 = 0;
     for (int j = 0; j < QK; j++) {
-        float q = iq4_values[nearest_level(id * x[j])];
+        float q = iq4_values[L[j]];
         float w = x[j] * x[j];
         sumqx += w * q * x[j];
         sumq2 += w * q * q;
     }
-    d = sumqx / sumq2;
-    float best = d * sumqx;
+    float d = sumqx / sumq2;
+    *best = d * sumqx;
+    return d;
+}
+
+/* The signed element of largest magnitude, and that magnitude. */
+static float block_max(const float *x, float *amax)
+{
+    float max = 0;
+    *amax = 0;
+    for (int j = 0; j < QK; j++) {
+        if (fabsf(x[j]) > *amax) {
+            *amax = fabsf(x[j]);
+            max = x[j];
+        }
+    }
+    return max;
+}
+
+/* IQ4_XS's fit of one block of 32 (quantize_iq4_xs, ntry 7): levels of
+ * x / d for d = max / 127, their least-squares scale, then inverse scales
+ * (t - 127) / max for t in [-7, 7], keeping the scale of least
+ * x²-weighted error. 0 for a block below KILN_GROUP_MAX_EPS. */
+static float fit_block_search(const float *x)
+{
+    float amax, max = block_max(x, &amax);
+    if (amax < KILN_GROUP_MAX_EPS)
+        return 0.0f;
+    uint8_t L[QK];
+    float id = 1 / (-max / iq4_values[0]);
+    for (int j = 0; j < QK; j++)
+        L[j] = (uint8_t)nearest_level(id * x[j]);
+    float best, d = ls_scale(x, L, &best);
     for (int itry = -7; itry <= 7; itry++) {
         id = (itry + iq4_values[0]) / max;
-        sumqx = sumq2 = 0;
+        float sumqx = 0, sumq2 = 0;
         for (int j = 0; j < QK; j++) {
             float q = iq4_values[nearest_level(id * x[j])];
             float w = x[j] * x[j];
@@ -98,17 +115,31 @@ static void unpack_block(const uint8_t *qs, float d, float *out)
 
 /* ------------------------------------------------------------- IQ4_NL */
 
-/* 32 values: f16 d at 0, qs[16] at 2. y = d * kvalues[q]. The levels are
- * taken against the unrounded fit, as ggml does. */
+/* 32 values: f16 d at 0, qs[16] at 2. y = d * kvalues[q].
+ * quantize_row_iq4_nl_ref's fit (ntry -1): the levels of x / d0 for
+ * d0 = max / -127 (the block's extreme takes level 0, -127), and the
+ * least-squares scale of those levels, with no search and no
+ * requantization. An all-zero block (d = 0) keeps the levels of the block
+ * before it, as ggml's reused level buffer does; the first block's, which
+ * ggml leaves undefined, are 0. */
 void kiln_quant_iq4_nl_quantize(const float *src, kiln_qtensor *t)
 {
     size_t nb = kiln_quant_blocks(t, QK);
+    uint8_t L[QK] = { 0 };
     for (size_t b = 0; b < nb; b++) {
         const float *x = src + b * QK;
         uint8_t *y = (uint8_t *)t->data + b * IQ4_NL_BYTES;
-        const float d = fit_block(x);
+        float amax, max = block_max(x, &amax), d = 0.0f;
+        if (!(amax < KILN_GROUP_MAX_EPS)) {
+            const float id = 1 / (max / iq4_values[0]);
+            for (int j = 0; j < QK; j++)
+                L[j] = (uint8_t)nearest_level(id * x[j]);
+            float best;
+            d = ls_scale(x, L, &best);
+        }
         kiln_quant_store_f16(y, d);
-        pack_block(x, d != 0.0f ? 1 / d : 0.0f, y + 2);
+        for (int j = 0; j < QK / 2; j++)
+            y[2 + j] = (uint8_t)(L[j] | (L[j + QK / 2] << 4));
     }
 }
 
@@ -141,7 +172,7 @@ static void iq4_xs_quantize_block(const float *x, uint8_t *y)
     float scales[QK_K / QK];
     float max_scale = 0, amax_scale = 0;
     for (int ib = 0; ib < QK_K / QK; ib++) {
-        scales[ib] = fit_block(x + QK * ib);
+        scales[ib] = fit_block_search(x + QK * ib);
         if (fabsf(scales[ib]) > amax_scale) {
             amax_scale = fabsf(scales[ib]);
             max_scale = scales[ib];
