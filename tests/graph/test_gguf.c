@@ -1151,6 +1151,26 @@ Test(gguf, bad_tensor_infos)
                "tensor name is 65 bytes long, the limit is 64");
 }
 
+/* The GGML types read since Q5_0 (6), Q5_1 (7), Q2_K (10), Q3_K (11), Q5_K
+ * (13), IQ4_NL (20) and IQ4_XS (23): a row that is not whole blocks, and
+ * data past the end of the file, are refused naming the tensor and type. */
+Test(gguf, later_ggml_types_refuse_part_blocks_and_truncated_data)
+{
+    static const uint32_t ids[] = { 6, 7, 10, 11, 13, 20, 23 };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(ids); i++) {
+        const kiln_gguf_tensor_type *tt = kiln_gguf_tensor_type_get(ids[i]);
+        char frag[128];
+        const uint64_t half[] = {(uint64_t)tt->block / 2, 2};
+        snprintf(frag, sizeof frag, "type %s needs ne[0] to be a multiple of %d, but ne[0] is %d",
+                 tt->name, tt->block, tt->block / 2);
+        bad_tensor("blk.0.ffn_up.weight", 2, half, ids[i], 0, KILN_ERR_MALFORMED, frag);
+        /* one_tensor writes 512 bytes of data: one row more than fits */
+        const uint64_t rows[] = {(uint64_t)tt->block, 512 / (uint64_t)tt->type_size + 1};
+        bad_tensor("blk.0.ffn_up.weight", 2, rows, ids[i], 0, KILN_ERR_MALFORMED,
+                   "runs past the end of the file");
+    }
+}
+
 Test(gguf, tensor_name_with_nul)
 {
     buf b = {0};
