@@ -365,7 +365,8 @@ struct fmt_q3_k {
         const u8 *b = row_of<block, block_bytes, K>(w, n) + (k0 / block) * block_bytes;
         const int p = k0 % block, j = p / 16;
         const u8 *s = b + 96;
-        const u32 sc = ((u32)(s[j % 8] >> (4 * (j / 8))) & 0xFu) | (((u32)s[8 + j % 4] >> (2 * (j / 4))) & 3u) << 4;
+        const u32 sc = ((u32)(s[j % 8] >> (4 * (j / 8))) & 0xFu) |
+                       (((u32)s[8 + j % 4] >> (2 * (j / 4))) & 3u) << 4;
         float dl = f16_to_f32((u16)load_u16_bytes(b + 108)) * (float)((int)sc - 32);
         int shift;
         const u8 *q = two_bit_bytes(b + 32, p, shift);

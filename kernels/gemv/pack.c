@@ -221,7 +221,8 @@ static const kiln_gemv_tc_format layouts[KILN_FMT_COUNT] = { KILN_TC_FORMATS(LAY
 #define LAYOUT_COUNT(...) +1
 /* Every format up to GGML MXFP4 but F32; the GGML formats after it have no
  * packed layout yet. */
-_Static_assert(0 KILN_TC_FORMATS(LAYOUT_COUNT) == KILN_FMT_GGML_MXFP4, "every format to GGML MXFP4 but F32");
+_Static_assert(0 KILN_TC_FORMATS(LAYOUT_COUNT) == KILN_FMT_GGML_MXFP4,
+               "every format to GGML MXFP4 but F32");
 #undef LAYOUT_COUNT
 
 const kiln_gemv_tc_format *kiln_gemv_tc_format_get(kiln_format f)

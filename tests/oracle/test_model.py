@@ -74,7 +74,10 @@ def gguf_model(path, ffn_types, extra=None):
             w.add_tensor(name, data)
             ref[name] = data.astype(np.float64)
         else:
-            q = gguf.quants.quantize(arr, typ)
+            try:
+                q = gguf.quants.quantize(arr, typ)
+            except NotImplementedError:  # gguf-py has no K-quant or IQ4 quantizer: kiln's
+                q = kiln.quantize(arr, typ.name.lower()).data.reshape(arr.shape[0], -1)
             w.add_tensor(name, q, raw_dtype=typ)
             ref[name] = gguf.quants.dequantize(q, typ).astype(np.float64).reshape(arr.shape)
 
@@ -225,6 +228,22 @@ class Model(unittest.TestCase):
             x, y = run_ffn(path, m)
             assert_close(self, y, ffn_reference(x, ref, names))
         print(f"gguf FFN stack (q8_0, q4_0): matches float64 for M = 1, 5")
+
+    def test_gguf_ffn_stacks_of_the_common_download_types_match_float64(self):
+        # the FFN types of Q2_K, Q3_K_M, Q5_K_M, IQ4_XS and Q5_0 / Q5_1 / IQ4_NL files
+        mixes = [(T.Q2_K, T.Q3_K), (T.Q3_K, T.Q5_K), (T.Q5_K, T.Q6_K), (T.IQ4_XS, T.Q4_K),
+                 (T.Q5_0, T.Q5_1), (T.IQ4_NL, T.Q8_0)]
+        names = [(f"blk.{l}.ffn_norm.weight", f"blk.{l}.ffn_gate.weight", f"blk.{l}.ffn_up.weight",
+                  f"blk.{l}.ffn_down.weight") for l in range(LAYERS)]
+        for mix in mixes:
+            with self.subTest(types=[t.name for t in mix]):
+                path = os.path.join(self.dir, "_".join(t.name for t in mix) + ".gguf")
+                ref = gguf_model(path, list(mix))
+                for m in (1, 5):
+                    x, y = run_ffn(path, m)
+                    assert_close(self, y, ffn_reference(x, ref, names))
+        print("gguf FFN stacks (" + "; ".join(", ".join(t.name.lower() for t in mix) for mix in mixes)
+              + "): match float64 for M = 1, 5")
 
     def test_hf_ffn_stack_matches_float64(self):
         ref = hf_model(self.dir)
