@@ -1,4 +1,5 @@
-/* CPU reference quantize / dequantize (graph/quant.c, graph/quant_ggml.c).
+/* CPU reference quantize / dequantize (graph/quant.c, graph/quant_ggml.c,
+ * graph/quant_q2k_q3k.c, graph/quant_iq4.c).
  *
  *  - round trips on random normal data, every format and several shapes,
  *    against error bounds that follow from each format's definition, with
@@ -884,6 +885,81 @@ Test(decode, ggml_mxfp4_half_scale_and_e_ff)
     want[48] = INFINITY;
     want[64] = 12 * 0x1p-128f;
     expect_values(&q, want, 96, "ggml_mxfp4");
+    qbuf_free(&q);
+}
+
+/* Value i of a dequantized tensor, checked bit for bit. */
+static void expect_at(const float *y, int i, float want, const char *what)
+{
+    assert_same(y[i], want, what, i);
+}
+
+/* Q5_0's fifth bits: bit j of the little-endian u32 qh is element j's. */
+Test(decode, q5_0_fifth_bit_from_qh)
+{
+    qbuf q = qbuf_new(KILN_FMT_Q5_0, 1, 32);
+    uint8_t *b = data_u8(&q);
+    memset(b, 0, 22);
+    put_f16(b, 0x3800); /* d = 0.5 */
+    b[2] = 0x01;        /* element 0 */
+    b[4] = 0x02;        /* element 17 */
+    b[6] = 0x3F;        /* element 0: 0xF, element 16: 3 */
+    float *y = dequant(&q);
+    expect_at(y, 0, (31 - 16) * 0.5f, "q5_0");
+    expect_at(y, 16, (3 - 16) * 0.5f, "q5_0");
+    expect_at(y, 1, -8.0f, "q5_0");
+    expect_at(y, 17, 0.0f, "q5_0");
+    free(y);
+    qbuf_free(&q);
+}
+
+/* Q3_K: sub-block 0's scale 33 (low 4 bits 1 in scales[0], high 2 bits 2
+ * in scales[8]), sub-block 9's 30 (0xE in the high nibble of scales[1], 1
+ * at bits 4-5 of scales[9]), the others 0; a value's level loses 4 unless
+ * its hmask bit (bit v / 32 of hmask[v % 32]) is set. */
+Test(decode, q3_k_six_bit_scales_and_high_mask)
+{
+    qbuf q = qbuf_new(KILN_FMT_Q3_K, 1, 256);
+    uint8_t *b = data_u8(&q);
+    memset(b, 0, 110);
+    put_f16(b + 108, 0x3C00); /* d = 1 */
+    b[96 + 0] = 0x01;
+    b[96 + 8] = 0x02;
+    b[96 + 1] = 0xE0;
+    b[96 + 9] = 0x10;
+    b[32 + 0] = 0x03;  /* value 0: level 3 */
+    b[0] = 0x01;       /* value 0: hmask bit 0 */
+    b[32 + 48] = 0x01; /* value 144: level 1 (second half, byte 16) */
+    b[16] = 0x10;      /* value 144: hmask[16] bit 4 */
+    float *y = dequant(&q);
+    expect_at(y, 0, 1.0f * 3, "q3_k");
+    expect_at(y, 1, 1.0f * -4, "q3_k");
+    expect_at(y, 16, -32.0f * -4, "q3_k");
+    expect_at(y, 144, -2.0f * 1, "q3_k");
+    expect_at(y, 145, -2.0f * -4, "q3_k");
+    free(y);
+    qbuf_free(&q);
+}
+
+/* IQ4_XS: block 3's scale 45 (0xD in the high nibble of scales_l[1], 2 at
+ * bits 6-7 of scales_h), the others 0; nibbles index the codebook, split
+ * halves within each block of 32. */
+Test(decode, iq4_xs_six_bit_scales_and_codebook)
+{
+    qbuf q = qbuf_new(KILN_FMT_IQ4_XS, 1, 256);
+    uint8_t *b = data_u8(&q);
+    memset(b, 0, 136);
+    put_f16(b, 0x3400); /* d = 0.25 */
+    b[5] = 0xD0;
+    b[2] = 0x80;
+    b[8 + 48] = 0xF0; /* block 3, element 0: code 0; element 16: code 15 */
+    b[8 + 49] = 0x08; /* block 3, element 1: code 8 */
+    float *y = dequant(&q);
+    expect_at(y, 0, 0.25f * -32 * -127, "iq4_xs");
+    expect_at(y, 96, 0.25f * 13 * -127, "iq4_xs");
+    expect_at(y, 112, 0.25f * 13 * 113, "iq4_xs");
+    expect_at(y, 97, 0.25f * 13 * 1, "iq4_xs");
+    free(y);
     qbuf_free(&q);
 }
 
