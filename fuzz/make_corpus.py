@@ -107,6 +107,21 @@ def kquants(w):
     w.add_tensor("blk.0.ffn_other.weight", raw_blocks(rng, T.Q5_K, 1, 256, [0, 2]), raw_dtype=T.Q5_K)
 
 
+def later_ggml_types(w):
+    """Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL and IQ4_XS, and Q4_1, which kiln
+    does not read."""
+    rng = np.random.default_rng(3)
+    w.add_block_count(1)
+    w.add_tensor("blk.0.attn_q.weight", quantized(rng, T.Q5_0, 2, 64), raw_dtype=T.Q5_0)
+    w.add_tensor("blk.0.attn_k.weight", quantized(rng, T.Q5_1, 2, 64), raw_dtype=T.Q5_1)
+    w.add_tensor("blk.0.attn_v.weight", raw_blocks(rng, T.Q2_K, 2, 256, [80, 82]), raw_dtype=T.Q2_K)
+    w.add_tensor("blk.0.attn_output.weight", raw_blocks(rng, T.Q3_K, 2, 256, [108]), raw_dtype=T.Q3_K)
+    w.add_tensor("blk.0.ffn_up.weight", raw_blocks(rng, T.Q5_K, 2, 256, [0, 2]), raw_dtype=T.Q5_K)
+    w.add_tensor("blk.0.ffn_gate.weight", raw_blocks(rng, T.IQ4_NL, 2, 64, [0]), raw_dtype=T.IQ4_NL)
+    w.add_tensor("blk.0.ffn_down.weight", raw_blocks(rng, T.IQ4_XS, 2, 256, [0]), raw_dtype=T.IQ4_XS)
+    w.add_tensor("blk.0.ffn_other.weight", quantized(rng, T.Q4_1, 1, 64), raw_dtype=T.Q4_1)
+
+
 def no_tensors(w):
     w.add_name("empty")
 
@@ -268,6 +283,7 @@ def main():
     write(os.path.join(out, "values.gguf"), every_value_type, arch="test")
     write(os.path.join(out, "kquants_align64.gguf"), kquants, alignment=64)
     write(os.path.join(out, "no_tensors.gguf"), no_tensors)
+    write(os.path.join(out, "later_ggml_types.gguf"), later_ggml_types)
 
 
 if __name__ == "__main__":

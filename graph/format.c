@@ -86,6 +86,45 @@ static const kiln_format_info format_table[] = {
         .block = 32, .block_bytes = 17, .k_multiple = 32, .bits_per_weight = 4.25,
         .scale_type = KILN_SCALE_NONE, .gguf_type = 39, .scale_desc = "e8m0 per 32, inline",
     },
+    [KILN_FMT_Q5_0] = {
+        .name = "q5_0", .desc = "GGML Q5_0: 32 x 5-bit, f16 scale",
+        .block = 32, .block_bytes = 22, .k_multiple = 32, .bits_per_weight = 5.5,
+        .scale_type = KILN_SCALE_NONE, .gguf_type = 6, .scale_desc = "f16 per 32, inline",
+    },
+    [KILN_FMT_Q5_1] = {
+        .name = "q5_1", .desc = "GGML Q5_1: 32 x 5-bit, f16 scale and min",
+        .block = 32, .block_bytes = 24, .k_multiple = 32, .bits_per_weight = 6.0,
+        .scale_type = KILN_SCALE_NONE, .gguf_type = 7, .scale_desc = "f16 d, m per 32, inline",
+    },
+    [KILN_FMT_Q2_K] = {
+        .name = "q2_k", .desc = "GGML Q2_K: 256 x 2-bit, 4-bit scales and mins per 16",
+        .block = 256, .block_bytes = 84, .k_multiple = 256, .bits_per_weight = 2.625,
+        .scale_type = KILN_SCALE_NONE, .gguf_type = 10,
+        .scale_desc = "f16 d, dmin per 256 + 4-bit scale, min per 16, inline",
+    },
+    [KILN_FMT_Q3_K] = {
+        .name = "q3_k", .desc = "GGML Q3_K: 256 x 3-bit, 6-bit scales per 16",
+        .block = 256, .block_bytes = 110, .k_multiple = 256, .bits_per_weight = 3.4375,
+        .scale_type = KILN_SCALE_NONE, .gguf_type = 11,
+        .scale_desc = "f16 d per 256 + 6-bit scale per 16, inline",
+    },
+    [KILN_FMT_Q5_K] = {
+        .name = "q5_k", .desc = "GGML Q5_K: 256 x 5-bit, 6-bit scales and mins per 32",
+        .block = 256, .block_bytes = 176, .k_multiple = 256, .bits_per_weight = 5.5,
+        .scale_type = KILN_SCALE_NONE, .gguf_type = 13,
+        .scale_desc = "f16 d, dmin per 256 + 6-bit scale, min per 32, inline",
+    },
+    [KILN_FMT_IQ4_NL] = {
+        .name = "iq4_nl", .desc = "GGML IQ4_NL: 32 x 4-bit non-linear codebook, f16 scale",
+        .block = 32, .block_bytes = 18, .k_multiple = 32, .bits_per_weight = 4.5,
+        .scale_type = KILN_SCALE_NONE, .gguf_type = 20, .scale_desc = "f16 per 32, inline",
+    },
+    [KILN_FMT_IQ4_XS] = {
+        .name = "iq4_xs", .desc = "GGML IQ4_XS: 256 x 4-bit non-linear codebook, 6-bit scales per 32",
+        .block = 256, .block_bytes = 136, .k_multiple = 256, .bits_per_weight = 4.25,
+        .scale_type = KILN_SCALE_NONE, .gguf_type = 23,
+        .scale_desc = "f16 d per 256 + 6-bit scale per 32, inline",
+    },
 };
 _Static_assert(KILN_ARRAY_LEN(format_table) == KILN_FMT_COUNT, "one row per kiln_format");
 

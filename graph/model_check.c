@@ -20,6 +20,13 @@ static const struct {
     { KILN_FMT_Q4_0, 1, { 0 } },
     { KILN_FMT_Q4_K, 2, { 0, 2 } },
     { KILN_FMT_Q6_K, 1, { 208 } },
+    { KILN_FMT_Q5_0, 1, { 0 } },
+    { KILN_FMT_Q5_1, 2, { 0, 2 } },
+    { KILN_FMT_Q2_K, 2, { 80, 82 } },
+    { KILN_FMT_Q3_K, 1, { 108 } },
+    { KILN_FMT_Q5_K, 2, { 0, 2 } },
+    { KILN_FMT_IQ4_NL, 1, { 0 } },
+    { KILN_FMT_IQ4_XS, 1, { 0 } },
 };
 
 static int f16_finite(const uint8_t *p)

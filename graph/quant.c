@@ -325,6 +325,13 @@ static const quant_ops quant_table[] = {
     [KILN_FMT_Q4_K] = { kiln_quant_q4_k_quantize, kiln_quant_q4_k_dequantize },
     [KILN_FMT_Q6_K] = { kiln_quant_q6_k_quantize, kiln_quant_q6_k_dequantize },
     [KILN_FMT_GGML_MXFP4] = { kiln_quant_ggml_mxfp4_quantize, kiln_quant_ggml_mxfp4_dequantize },
+    [KILN_FMT_Q5_0] = { kiln_quant_q5_0_quantize, kiln_quant_q5_0_dequantize },
+    [KILN_FMT_Q5_1] = { kiln_quant_q5_1_quantize, kiln_quant_q5_1_dequantize },
+    [KILN_FMT_Q2_K] = { kiln_quant_q2_k_quantize, kiln_quant_q2_k_dequantize },
+    [KILN_FMT_Q3_K] = { kiln_quant_q3_k_quantize, kiln_quant_q3_k_dequantize },
+    [KILN_FMT_Q5_K] = { kiln_quant_q5_k_quantize, kiln_quant_q5_k_dequantize },
+    [KILN_FMT_IQ4_NL] = { kiln_quant_iq4_nl_quantize, kiln_quant_iq4_nl_dequantize },
+    [KILN_FMT_IQ4_XS] = { kiln_quant_iq4_xs_quantize, kiln_quant_iq4_xs_dequantize },
 };
 _Static_assert(KILN_ARRAY_LEN(quant_table) == KILN_FMT_COUNT, "one quant_ops row per kiln_format");
 

@@ -1,9 +1,11 @@
-/* The GGML block formats: Q8_0, Q4_0, Q4_K, Q6_K and GGML MXFP4.
+/* The GGML block formats: Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K and GGML
+ * MXFP4 (Q2_K and Q3_K are in quant_q2k_q3k.c, IQ4_NL and IQ4_XS in
+ * quant_iq4.c).
  *
  * Quantization follows ggml's quantize_row_*_ref (ggml-quants.c) operation
  * for operation in f32, in the same order, so that a file written by kiln
  * is byte-identical to one written by ggml / gguf-py (the oracle test checks
- * Q8_0, Q4_0 and MXFP4 against gguf-py). Dequantization follows
+ * Q8_0, Q4_0, Q5_0, Q5_1 and MXFP4 against gguf-py). Dequantization follows
  * dequantize_row_* and is bit-identical for every block, including the
  * product order (d * sc) * q where ggml has it.
  *
@@ -18,42 +20,15 @@
 #include "core.h"
 #include "graph/quant.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
-enum { QK = 32, QK_K = 256 };
-enum { Q8_0_BYTES = 34, Q4_0_BYTES = 18, Q4_K_BYTES = 144, Q6_K_BYTES = 210, MXFP4_BYTES = 17 };
-
-/* Below this block maximum a K-quant sub-block counts as all zero. */
-#define GROUP_MAX_EPS 1e-15f
-
-static float load_f16(const uint8_t *p) { return kiln_f16_to_f32((uint16_t)(p[0] | (p[1] << 8))); }
-
-static void store_f16(uint8_t *p, float v)
-{
-    uint16_t h = kiln_f32_to_f16(v);
-    p[0] = (uint8_t)(h & 0xFF);
-    p[1] = (uint8_t)(h >> 8);
-}
-
-static size_t n_blocks(const kiln_qtensor *t, int block) { return (size_t)t->n * (size_t)t->k / (size_t)block; }
-
-/* Round to nearest, ties to even, as ggml's nearest_int (which adds
- * 1.5 * 2^23 and is exact only for |v| <= 2^22 - 1): the range is clamped
- * there, and NaN gives 0. */
-static int nearest_int(float v)
-{
-    const float lim = 4194303.0f;
-    if (!(v == v))
-        return 0;
-    if (v > lim)
-        v = lim;
-    if (v < -lim)
-        v = -lim;
-    return (int)rintf(v);
-}
-
-static int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+enum { QK = KILN_QK, QK_K = KILN_QK_K };
+enum {
+    Q8_0_BYTES = 34, Q4_0_BYTES = 18, Q5_0_BYTES = 22, Q5_1_BYTES = 24, Q4_K_BYTES = 144,
+    Q5_K_BYTES = 176, Q6_K_BYTES = 210, MXFP4_BYTES = 17
+};
 
 /* A stored byte read as two's-complement int8 without an
  * implementation-defined conversion. */
@@ -65,7 +40,7 @@ static int as_i8(uint8_t b) { return (int)b - ((b & 0x80) << 1); }
  * zero; the stored d is f16(d) while q used the unrounded d. */
 void kiln_quant_q8_0_quantize(const float *src, kiln_qtensor *t)
 {
-    size_t nb = n_blocks(t, QK);
+    size_t nb = kiln_quant_blocks(t, QK);
     for (size_t b = 0; b < nb; b++) {
         const float *x = src + b * QK;
         uint8_t *y = (uint8_t *)t->data + b * Q8_0_BYTES;
@@ -74,7 +49,7 @@ void kiln_quant_q8_0_quantize(const float *src, kiln_qtensor *t)
             amax = amax > fabsf(x[j]) ? amax : fabsf(x[j]);
         const float d = amax / 127;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        store_f16(y, d);
+        kiln_quant_store_f16(y, d);
         for (int j = 0; j < QK; j++) {
             float r = roundf(x[j] * id);
             int q = r == r ? (r > 127.0f ? 127 : r < -128.0f ? -128 : (int)r) : 0;
@@ -85,10 +60,10 @@ void kiln_quant_q8_0_quantize(const float *src, kiln_qtensor *t)
 
 void kiln_quant_q8_0_dequantize(const kiln_qtensor *t, float *dst)
 {
-    size_t nb = n_blocks(t, QK);
+    size_t nb = kiln_quant_blocks(t, QK);
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *y = (const uint8_t *)t->data + b * Q8_0_BYTES;
-        const float d = load_f16(y);
+        const float d = kiln_quant_load_f16(y);
         for (int j = 0; j < QK; j++)
             dst[b * QK + j] = (float)as_i8(y[2 + j]) * d;
     }
@@ -102,7 +77,7 @@ void kiln_quant_q8_0_dequantize(const kiln_qtensor *t, float *dst)
  * Element j < 16 is the low nibble of qs[j], element j + 16 its high one. */
 void kiln_quant_q4_0_quantize(const float *src, kiln_qtensor *t)
 {
-    size_t nb = n_blocks(t, QK);
+    size_t nb = kiln_quant_blocks(t, QK);
     for (size_t b = 0; b < nb; b++) {
         const float *x = src + b * QK;
         uint8_t *y = (uint8_t *)t->data + b * Q4_0_BYTES;
@@ -115,7 +90,7 @@ void kiln_quant_q4_0_quantize(const float *src, kiln_qtensor *t)
         }
         const float d = max / -8;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        store_f16(y, d);
+        kiln_quant_store_f16(y, d);
         for (int j = 0; j < QK / 2; j++) {
             uint8_t q[2];
             for (int h = 0; h < 2; h++) {
@@ -129,14 +104,123 @@ void kiln_quant_q4_0_quantize(const float *src, kiln_qtensor *t)
 
 void kiln_quant_q4_0_dequantize(const kiln_qtensor *t, float *dst)
 {
-    size_t nb = n_blocks(t, QK);
+    size_t nb = kiln_quant_blocks(t, QK);
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *y = (const uint8_t *)t->data + b * Q4_0_BYTES;
-        const float d = load_f16(y);
+        const float d = kiln_quant_load_f16(y);
         for (int j = 0; j < QK / 2; j++) {
             dst[b * QK + j] = (float)((y[2 + j] & 0x0F) - 8) * d;
             dst[b * QK + j + QK / 2] = (float)((y[2 + j] >> 4) - 8) * d;
         }
+    }
+}
+
+/* --------------------------------------------------------- Q5_0, Q5_1 */
+
+/* Q5_0: f16 d at 0, qh[4] at 2 (one little-endian u32), qs[16] at 6;
+ * Q5_1 puts f16 m at 2 and shifts the rest by 2. Element j < 16 is the low
+ * nibble of qs[j] and element j + 16 its high nibble, as Q4_0; the fifth
+ * bit of element j is bit j of qh. */
+static uint32_t load_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void pack_5bit(const uint8_t *q, uint8_t *qh, uint8_t *qs)
+{
+    uint32_t h = 0;
+    for (int j = 0; j < QK / 2; j++) {
+        qs[j] = (uint8_t)((q[j] & 0xF) | ((q[j + QK / 2] & 0xF) << 4));
+        h |= (uint32_t)(q[j] >> 4) << j | (uint32_t)(q[j + QK / 2] >> 4) << (j + QK / 2);
+    }
+    for (int i = 0; i < 4; i++)
+        qh[i] = (uint8_t)(h >> (8 * i));
+}
+
+/* The level of element j from qh (as a u32) and qs. */
+static int level_5bit(uint32_t h, const uint8_t *qs, int j)
+{
+    const int nib = j < QK / 2 ? qs[j] & 0xF : qs[j - QK / 2] >> 4;
+    return nib | (int)((h >> j) & 1) << 4;
+}
+
+/* Truncation of v to a level in [0, 31], ggml's MIN(31, (int8_t)v) for the
+ * v >= 0 its scales give; NaN and negative v give 0. */
+static uint8_t trunc_level(float v) { return (uint8_t)(v >= 31.0f ? 31 : v > 0.0f ? (int)v : 0); }
+
+/* Q4_0's scheme on 32 levels: d = max / -16 with max the signed element of
+ * largest magnitude, q = min(31, trunc(x / d + 16.5)), y = d * (q - 16). */
+void kiln_quant_q5_0_quantize(const float *src, kiln_qtensor *t)
+{
+    size_t nb = kiln_quant_blocks(t, QK);
+    for (size_t b = 0; b < nb; b++) {
+        const float *x = src + b * QK;
+        uint8_t *y = (uint8_t *)t->data + b * Q5_0_BYTES;
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < QK; j++) {
+            if (amax < fabsf(x[j])) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        }
+        const float d = max / -16;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        kiln_quant_store_f16(y, d);
+        uint8_t q[QK];
+        for (int j = 0; j < QK; j++)
+            q[j] = trunc_level(x[j] * id + 16.5f);
+        pack_5bit(q, y + 2, y + 6);
+    }
+}
+
+void kiln_quant_q5_0_dequantize(const kiln_qtensor *t, float *dst)
+{
+    size_t nb = kiln_quant_blocks(t, QK);
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *y = (const uint8_t *)t->data + b * Q5_0_BYTES;
+        const float d = kiln_quant_load_f16(y);
+        const uint32_t h = load_u32(y + 2);
+        for (int j = 0; j < QK; j++)
+            dst[b * QK + j] = (float)(level_5bit(h, y + 6, j) - 16) * d;
+    }
+}
+
+/* An affine fit: d = (max - min) / 31, m = min, q = trunc((x - min) / d +
+ * 0.5) clamped to 31 (gguf-py clips, ggml's ref never exceeds it for
+ * finite input), y = d * q + m. */
+void kiln_quant_q5_1_quantize(const float *src, kiln_qtensor *t)
+{
+    size_t nb = kiln_quant_blocks(t, QK);
+    for (size_t b = 0; b < nb; b++) {
+        const float *x = src + b * QK;
+        uint8_t *y = (uint8_t *)t->data + b * Q5_1_BYTES;
+        float min = FLT_MAX, max = -FLT_MAX;
+        for (int j = 0; j < QK; j++) {
+            if (x[j] < min)
+                min = x[j];
+            if (x[j] > max)
+                max = x[j];
+        }
+        const float d = (max - min) / 31;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        kiln_quant_store_f16(y, d);
+        kiln_quant_store_f16(y + 2, min);
+        uint8_t q[QK];
+        for (int j = 0; j < QK; j++)
+            q[j] = trunc_level((x[j] - min) * id + 0.5f);
+        pack_5bit(q, y + 4, y + 8);
+    }
+}
+
+void kiln_quant_q5_1_dequantize(const kiln_qtensor *t, float *dst)
+{
+    size_t nb = kiln_quant_blocks(t, QK);
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *y = (const uint8_t *)t->data + b * Q5_1_BYTES;
+        const float d = kiln_quant_load_f16(y), m = kiln_quant_load_f16(y + 2);
+        const uint32_t h = load_u32(y + 4);
+        for (int j = 0; j < QK; j++)
+            dst[b * QK + j] = (float)level_5bit(h, y + 8, j) * d + m;
     }
 }
 
@@ -185,7 +269,7 @@ static uint8_t mxfp4_scale_code(float amax)
 
 void kiln_quant_ggml_mxfp4_quantize(const float *src, kiln_qtensor *t)
 {
-    size_t nb = n_blocks(t, QK);
+    size_t nb = kiln_quant_blocks(t, QK);
     for (size_t b = 0; b < nb; b++) {
         const float *x = src + b * QK;
         uint8_t *y = (uint8_t *)t->data + b * MXFP4_BYTES;
@@ -202,7 +286,7 @@ void kiln_quant_ggml_mxfp4_quantize(const float *src, kiln_qtensor *t)
 
 void kiln_quant_ggml_mxfp4_dequantize(const kiln_qtensor *t, float *dst)
 {
-    size_t nb = n_blocks(t, QK);
+    size_t nb = kiln_quant_blocks(t, QK);
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *y = (const uint8_t *)t->data + b * MXFP4_BYTES;
         const float d = e8m0_half(y[0]);
@@ -231,11 +315,8 @@ void kiln_quant_q4_k_scale_min(int j, const uint8_t *s, uint8_t *sc, uint8_t *m)
     }
 }
 
-/* ggml's make_qkx2_quants (squared error): fit x ≈ scale * L - the_min with
- * L in [0, nmax] by weighted least squares, trying nstep + 1 candidate
- * inverse scales around nmax / (max - min) and keeping the best. */
-static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint8_t *L, float *the_min,
-                           uint8_t *Laux, float rmin, float rdelta, int nstep)
+float kiln_quant_fit_scale_min(int n, int nmax, const float *x, const float *w, uint8_t *L, float *the_min,
+                               uint8_t *Laux, float rmin, float rdelta, int nstep, int use_mad)
 {
     float min = x[0], max = x[0];
     float sum_w = w[0];
@@ -259,15 +340,15 @@ static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint
     float scale = 1 / iscale;
     float best_error = 0;
     for (int i = 0; i < n; i++) {
-        L[i] = (uint8_t)clamp_int(nearest_int(iscale * (x[i] - min)), 0, nmax);
+        L[i] = (uint8_t)kiln_quant_clamp(kiln_quant_nearest_int(iscale * (x[i] - min)), 0, nmax);
         float diff = scale * L[i] + min - x[i];
-        best_error += w[i] * (diff * diff);
+        best_error += w[i] * (use_mad ? fabsf(diff) : diff * diff);
     }
     for (int is = 0; is <= nstep; is++) {
         iscale = (rmin + rdelta * is + nmax) / (max - min);
         float sum_l = 0, sum_l2 = 0, sum_xl = 0;
         for (int i = 0; i < n; i++) {
-            int l = clamp_int(nearest_int(iscale * (x[i] - min)), 0, nmax);
+            int l = kiln_quant_clamp(kiln_quant_nearest_int(iscale * (x[i] - min)), 0, nmax);
             Laux[i] = (uint8_t)l;
             sum_l += w[i] * l;
             sum_l2 += w[i] * l * l;
@@ -284,7 +365,7 @@ static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint
             float cur_error = 0;
             for (int i = 0; i < n; i++) {
                 float diff = this_scale * Laux[i] + this_min - x[i];
-                cur_error += w[i] * (diff * diff);
+                cur_error += w[i] * (use_mad ? fabsf(diff) : diff * diff);
             }
             if (cur_error < best_error) {
                 memcpy(L, Laux, (size_t)n);
@@ -298,9 +379,15 @@ static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint
     return scale;
 }
 
-static void q4_k_quantize_block(const float *x, uint8_t *y)
+/* What Q4_K and Q5_K share: eight sub-blocks of 32 fitted with levels in
+ * [0, nmax] (make_qkx2_quants with ggml's rmin and nstep for the format),
+ * f16 d and dmin at y, the 6-bit scales and mins packed at y + 4, and the
+ * levels L requantized against the scales as stored (f16, 6 bits). A
+ * sub-block whose stored scale is 0 keeps the fit's levels: they
+ * dequantize to -dmin * m whatever they are. */
+static void k_scale_min_block(const float *x, int nmax, float rmin, int nstep, uint8_t *y, uint8_t *L)
 {
-    uint8_t L[QK_K], Laux[32];
+    uint8_t Laux[32];
     float weights[32], mins[QK_K / 32], scales[QK_K / 32];
     float max_scale = 0, max_min = 0;
     for (int j = 0; j < QK_K / 32; j++) {
@@ -311,7 +398,8 @@ static void q4_k_quantize_block(const float *x, uint8_t *y)
         float av_x = sqrtf(sum_x2 / 32);
         for (int l = 0; l < 32; l++)
             weights[l] = av_x + fabsf(xs[l]);
-        scales[j] = fit_scale_min(32, 15, xs, weights, L + 32 * j, &mins[j], Laux, -1.0f, 0.1f, 20);
+        scales[j] = kiln_quant_fit_scale_min(32, nmax, xs, weights, L + 32 * j, &mins[j], Laux, rmin, 0.1f,
+                                             nstep, 0);
         if (scales[j] > max_scale)
             max_scale = scales[j];
         if (mins[j] > max_min)
@@ -325,8 +413,8 @@ static void q4_k_quantize_block(const float *x, uint8_t *y)
     for (int j = 0; j < QK_K / 32; j++) {
         /* ggml stores nearest_int into a uint8_t before clamping: a negative
          * fit wraps modulo 256 and then clamps to 63, and so does this. */
-        uint8_t ls = (uint8_t)nearest_int(inv_scale * scales[j]);
-        uint8_t lm = (uint8_t)nearest_int(inv_min * mins[j]);
+        uint8_t ls = (uint8_t)kiln_quant_nearest_int(inv_scale * scales[j]);
+        uint8_t lm = (uint8_t)kiln_quant_nearest_int(inv_min * mins[j]);
         ls = ls < 63 ? ls : 63;
         lm = lm < 63 ? lm : 63;
         if (j < 4) {
@@ -338,23 +426,25 @@ static void q4_k_quantize_block(const float *x, uint8_t *y)
             s[j] |= (uint8_t)((lm >> 4) << 6);
         }
     }
-    store_f16(y, max_scale / 63.0f);
-    store_f16(y + 2, max_min / 63.0f);
+    kiln_quant_store_f16(y, max_scale / 63.0f);
+    kiln_quant_store_f16(y + 2, max_min / 63.0f);
 
-    /* Requantize against the scales as stored (f16, 6 bits). A sub-block
-     * whose stored scale is 0 keeps the fit's levels: they dequantize to
-     * -dmin * m whatever they are. */
     for (int j = 0; j < QK_K / 32; j++) {
         uint8_t sc, m;
         kiln_quant_q4_k_scale_min(j, s, &sc, &m);
-        const float d = load_f16(y) * sc;
+        const float d = kiln_quant_load_f16(y) * sc;
         if (d == 0.0f)
             continue;
-        const float dm = load_f16(y + 2) * m;
+        const float dm = kiln_quant_load_f16(y + 2) * m;
         for (int i = 0; i < 32; i++)
-            L[32 * j + i] = (uint8_t)clamp_int(nearest_int((x[32 * j + i] + dm) / d), 0, 15);
+            L[32 * j + i] = (uint8_t)kiln_quant_clamp(kiln_quant_nearest_int((x[32 * j + i] + dm) / d), 0, nmax);
     }
+}
 
+static void q4_k_quantize_block(const float *x, uint8_t *y)
+{
+    uint8_t L[QK_K];
+    k_scale_min_block(x, 15, -1.0f, 20, y, L);
     uint8_t *q = y + 16;
     for (int j = 0; j < QK_K; j += 64, q += 32)
         for (int l = 0; l < 32; l++)
@@ -363,7 +453,7 @@ static void q4_k_quantize_block(const float *x, uint8_t *y)
 
 void kiln_quant_q4_k_quantize(const float *src, kiln_qtensor *t)
 {
-    size_t nb = n_blocks(t, QK_K);
+    size_t nb = kiln_quant_blocks(t, QK_K);
     for (size_t b = 0; b < nb; b++)
         q4_k_quantize_block(src + b * QK_K, (uint8_t *)t->data + b * Q4_K_BYTES);
 }
@@ -372,10 +462,10 @@ void kiln_quant_q4_k_quantize(const float *src, kiln_qtensor *t)
  * (sub-block 2c), high nibbles the next 32 (sub-block 2c + 1). */
 void kiln_quant_q4_k_dequantize(const kiln_qtensor *t, float *dst)
 {
-    size_t nb = n_blocks(t, QK_K);
+    size_t nb = kiln_quant_blocks(t, QK_K);
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *y = (const uint8_t *)t->data + b * Q4_K_BYTES;
-        const float d = load_f16(y), dmin = load_f16(y + 2);
+        const float d = kiln_quant_load_f16(y), dmin = kiln_quant_load_f16(y + 2);
         const uint8_t *q = y + 16;
         float *out = dst + b * QK_K;
         for (int c = 0; c < 4; c++, q += 32, out += 64) {
@@ -388,6 +478,57 @@ void kiln_quant_q4_k_dequantize(const kiln_qtensor *t, float *dst)
                 out[l] = d1 * (q[l] & 0xF) - m1;
             for (int l = 0; l < 32; l++)
                 out[32 + l] = d2 * (q[l] >> 4) - m2;
+        }
+    }
+}
+
+/* --------------------------------------------------------------- Q5_K */
+
+/* Q5_K layout: f16 d at 0, f16 dmin at 2, the 12 bytes of Q4_K's scales
+ * and mins at 4, qh[32] at 16, qs[128] at 48. Value v of chunk c = v / 64
+ * (sub-block g = v / 32) takes its low 4 bits from qs[32c + v % 32] (low
+ * nibble for even g, high for odd) and its fifth bit from bit g of
+ * qh[v % 32]. y = (d * sc) * q - dmin * m, q in [0, 31]. */
+static void q5_k_quantize_block(const float *x, uint8_t *y)
+{
+    uint8_t L[QK_K];
+    k_scale_min_block(x, 31, -0.5f, 15, y, L);
+    uint8_t *qh = y + 16, *ql = y + 48;
+    memset(qh, 0, 32);
+    for (int c = 0; c < 4; c++, ql += 32) {
+        for (int l = 0; l < 32; l++) {
+            const int l1 = L[64 * c + l], l2 = L[64 * c + l + 32];
+            qh[l] |= (uint8_t)(((l1 >> 4) << (2 * c)) | ((l2 >> 4) << (2 * c + 1)));
+            ql[l] = (uint8_t)((l1 & 0xF) | ((l2 & 0xF) << 4));
+        }
+    }
+}
+
+void kiln_quant_q5_k_quantize(const float *src, kiln_qtensor *t)
+{
+    size_t nb = kiln_quant_blocks(t, QK_K);
+    for (size_t b = 0; b < nb; b++)
+        q5_k_quantize_block(src + b * QK_K, (uint8_t *)t->data + b * Q5_K_BYTES);
+}
+
+void kiln_quant_q5_k_dequantize(const kiln_qtensor *t, float *dst)
+{
+    size_t nb = kiln_quant_blocks(t, QK_K);
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *y = (const uint8_t *)t->data + b * Q5_K_BYTES;
+        const float d = kiln_quant_load_f16(y), dmin = kiln_quant_load_f16(y + 2);
+        const uint8_t *qh = y + 16, *ql = y + 48;
+        float *out = dst + b * QK_K;
+        for (int c = 0; c < 4; c++, ql += 32, out += 64) {
+            uint8_t sc, m;
+            kiln_quant_q4_k_scale_min(2 * c, y + 4, &sc, &m);
+            const float d1 = d * sc, m1 = dmin * m;
+            kiln_quant_q4_k_scale_min(2 * c + 1, y + 4, &sc, &m);
+            const float d2 = d * sc, m2 = dmin * m;
+            for (int l = 0; l < 32; l++)
+                out[l] = d1 * ((ql[l] & 0xF) | (((qh[l] >> (2 * c)) & 1) << 4)) - m1;
+            for (int l = 0; l < 32; l++)
+                out[32 + l] = d2 * ((ql[l] >> 4) | (((qh[l] >> (2 * c + 1)) & 1) << 4)) - m2;
         }
     }
 }
@@ -408,14 +549,14 @@ static float fit_scale_symmetric(int n, int nmax, const float *x, int8_t *L)
             max = x[i];
         }
     }
-    if (amax < GROUP_MAX_EPS) {
+    if (amax < KILN_GROUP_MAX_EPS) {
         memset(L, 0, (size_t)n);
         return 0.0f;
     }
     float iscale = -nmax / max;
     float sumlx = 0, suml2 = 0;
     for (int i = 0; i < n; i++) {
-        int l = clamp_int(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+        int l = kiln_quant_clamp(kiln_quant_nearest_int(iscale * x[i]), -nmax, nmax - 1);
         L[i] = (int8_t)(l + nmax);
         float w = x[i] * x[i];
         sumlx += w * x[i] * l;
@@ -429,14 +570,14 @@ static float fit_scale_symmetric(int n, int nmax, const float *x, int8_t *L)
         iscale = -(nmax + 0.1f * is) / max;
         sumlx = suml2 = 0;
         for (int i = 0; i < n; i++) {
-            int l = clamp_int(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+            int l = kiln_quant_clamp(kiln_quant_nearest_int(iscale * x[i]), -nmax, nmax - 1);
             float w = x[i] * x[i];
             sumlx += w * x[i] * l;
             suml2 += w * l * l;
         }
         if (suml2 > 0 && sumlx * sumlx > best * suml2) {
             for (int i = 0; i < n; i++)
-                L[i] = (int8_t)(nmax + clamp_int(nearest_int(iscale * x[i]), -nmax, nmax - 1));
+                L[i] = (int8_t)(nmax + kiln_quant_clamp(kiln_quant_nearest_int(iscale * x[i]), -nmax, nmax - 1));
             scale = sumlx / suml2;
             best = scale * sumlx;
         }
@@ -460,25 +601,25 @@ static void q6_k_quantize_block(const float *x, uint8_t *y)
             max_scale = scales[ib];
         }
     }
-    if (max_abs_scale < GROUP_MAX_EPS) {
+    if (max_abs_scale < KILN_GROUP_MAX_EPS) {
         memset(y, 0, Q6_K_BYTES);
         return;
     }
 
     int8_t *sc = (int8_t *)(y + 192);
     float iscale = -128.0f / max_scale;
-    store_f16(y + 208, 1 / iscale);
+    kiln_quant_store_f16(y + 208, 1 / iscale);
     for (int ib = 0; ib < QK_K / 16; ib++) {
-        int l = nearest_int(iscale * scales[ib]);
+        int l = kiln_quant_nearest_int(iscale * scales[ib]);
         sc[ib] = (int8_t)(l < 127 ? l : 127);
     }
 
     for (int j = 0; j < QK_K / 16; j++) {
-        const float d = load_f16(y + 208) * sc[j];
+        const float d = kiln_quant_load_f16(y + 208) * sc[j];
         if (d == 0.0f)
             continue;
         for (int i = 0; i < 16; i++)
-            L[16 * j + i] = (int8_t)(clamp_int(nearest_int(x[16 * j + i] / d), -32, 31) + 32);
+            L[16 * j + i] = (int8_t)(kiln_quant_clamp(kiln_quant_nearest_int(x[16 * j + i] / d), -32, 31) + 32);
     }
 
     uint8_t *ql = y, *qh = y + 128;
@@ -494,17 +635,17 @@ static void q6_k_quantize_block(const float *x, uint8_t *y)
 
 void kiln_quant_q6_k_quantize(const float *src, kiln_qtensor *t)
 {
-    size_t nb = n_blocks(t, QK_K);
+    size_t nb = kiln_quant_blocks(t, QK_K);
     for (size_t b = 0; b < nb; b++)
         q6_k_quantize_block(src + b * QK_K, (uint8_t *)t->data + b * Q6_K_BYTES);
 }
 
 void kiln_quant_q6_k_dequantize(const kiln_qtensor *t, float *dst)
 {
-    size_t nb = n_blocks(t, QK_K);
+    size_t nb = kiln_quant_blocks(t, QK_K);
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *y = (const uint8_t *)t->data + b * Q6_K_BYTES;
-        const float d = load_f16(y + 208);
+        const float d = kiln_quant_load_f16(y + 208);
         const uint8_t *ql = y, *qh = y + 128;
         const int8_t *sc = (const int8_t *)(y + 192);
         float *out = dst + b * QK_K;

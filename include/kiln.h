@@ -94,6 +94,13 @@ typedef enum kiln_format {
     KILN_FMT_Q4_K,        /* GGML type 12 */
     KILN_FMT_Q6_K,        /* GGML type 14 */
     KILN_FMT_GGML_MXFP4,  /* GGML type 39 */
+    KILN_FMT_Q5_0,        /* GGML type 6 */
+    KILN_FMT_Q5_1,        /* GGML type 7 */
+    KILN_FMT_Q2_K,        /* GGML type 10 */
+    KILN_FMT_Q3_K,        /* GGML type 11 */
+    KILN_FMT_Q5_K,        /* GGML type 13 */
+    KILN_FMT_IQ4_NL,      /* GGML type 20 */
+    KILN_FMT_IQ4_XS,      /* GGML type 23 */
     KILN_FMT_COUNT
 } kiln_format;
 

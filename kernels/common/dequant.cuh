@@ -277,4 +277,188 @@ struct fmt_q6_k {
     }
 };
 
+// The fifth bits of Q5_0 / Q5_1: a little-endian u32 at any byte, bit j
+// for element j.
+__device__ __forceinline__ u32 load_u32_bytes(const u8 *p)
+{
+    return (u32)p[0] | (u32)p[1] << 8 | (u32)p[2] << 16 | (u32)p[3] << 24;
+}
+
+// 32 values: f16 d; u32 qh; uint8 qs[16], split halves; element j's fifth
+// bit is bit j of qh. y = (q - 16) · d.
+struct fmt_q5_0 {
+    static constexpr int block = 32, block_bytes = 22, chunk = 8;
+    template <int K>
+    static __device__ void load(const weight_view &w, int n, int k0, float (&out)[chunk])
+    {
+        const u8 *b = row_of<block, block_bytes, K>(w, n) + (k0 / block) * block_bytes;
+        float d = f16_to_f32((u16)load_u16_bytes(b));
+        const int j0 = k0 % block;
+        u32 qh = load_u32_bytes(b + 2) >> j0;
+        u32 nib[chunk];
+        split_half_nibbles<chunk>(b + 6, j0, nib);
+#pragma unroll
+        for (int i = 0; i < chunk; i++)
+            out[i] = (float)((int)(nib[i] | ((qh >> i) & 1u) << 4) - 16) * d;
+    }
+};
+
+// 32 values: f16 d; f16 m; u32 qh; uint8 qs[16], as Q5_0. y = q · d + m.
+struct fmt_q5_1 {
+    static constexpr int block = 32, block_bytes = 24, chunk = 8;
+    template <int K>
+    static __device__ void load(const weight_view &w, int n, int k0, float (&out)[chunk])
+    {
+        const u8 *b = row_of<block, block_bytes, K>(w, n) + (k0 / block) * block_bytes;
+        float d = f16_to_f32((u16)load_u16_bytes(b));
+        float m = f16_to_f32((u16)load_u16_bytes(b + 2));
+        const int j0 = k0 % block;
+        u32 qh = load_u32_bytes(b + 4) >> j0;
+        u32 nib[chunk];
+        split_half_nibbles<chunk>(b + 8, j0, nib);
+#pragma unroll
+        for (int i = 0; i < chunk; i++)
+            out[i] = __fmul_rn((float)(nib[i] | ((qh >> i) & 1u) << 4), d) + m;
+    }
+};
+
+// The 2-bit levels of Q2_K and Q3_K: in each half of 128 values, byte l of
+// the half's 32 holds values l, l + 32, l + 64, l + 96 at bits 0, 2, 4, 6.
+// A chunk of 16 lies in one run of 32.
+__device__ __forceinline__ const u8 *two_bit_bytes(const u8 *qs, int p, int &shift)
+{
+    shift = 2 * ((p % 128) / 32);
+    return qs + 32 * (p / 128) + p % 32;
+}
+
+// 256 values: uint8 scales[16] (scale low nibble, min high), qs[64], f16
+// d, f16 dmin. Each 16 values share a scale and a min.
+// y = (d·sc)·q − dmin·m.
+struct fmt_q2_k {
+    static constexpr int block = 256, block_bytes = 84, chunk = 16;
+    template <int K>
+    static __device__ void load(const weight_view &w, int n, int k0, float (&out)[chunk])
+    {
+        const u8 *b = row_of<block, block_bytes, K>(w, n) + (k0 / block) * block_bytes;
+        const int p = k0 % block;
+        const u32 sc = b[p / 16];
+        float dl = f16_to_f32((u16)load_u16_bytes(b + 80)) * (float)(sc & 0xFu);
+        float ml = f16_to_f32((u16)load_u16_bytes(b + 82)) * (float)(sc >> 4);
+        int shift;
+        const u8 *q = two_bit_bytes(b + 16, p, shift);
+#pragma unroll
+        for (int i = 0; i < chunk; i++)
+            out[i] = __fmul_rn(dl, (float)((q[i] >> shift) & 3u)) - ml;
+    }
+};
+
+// 256 values: hmask[32], qs[64], 12 bytes of 6-bit scales, f16 d. Value
+// v's level is its 2 bits less 4 unless bit v / 32 of hmask[v % 32] is
+// set; sub-block j's scale keeps its low 4 bits in nibble j / 8 of
+// scales[j % 8] and its high 2 bits at bit 2·(j / 4) of scales[8 + j % 4].
+// y = (d·(sc − 32))·q.
+struct fmt_q3_k {
+    static constexpr int block = 256, block_bytes = 110, chunk = 16;
+    template <int K>
+    static __device__ void load(const weight_view &w, int n, int k0, float (&out)[chunk])
+    {
+        const u8 *b = row_of<block, block_bytes, K>(w, n) + (k0 / block) * block_bytes;
+        const int p = k0 % block, j = p / 16;
+        const u8 *s = b + 96;
+        const u32 sc = ((u32)(s[j % 8] >> (4 * (j / 8))) & 0xFu) |
+                       (((u32)s[8 + j % 4] >> (2 * (j / 4))) & 3u) << 4;
+        float dl = f16_to_f32((u16)load_u16_bytes(b + 108)) * (float)((int)sc - 32);
+        int shift;
+        const u8 *q = two_bit_bytes(b + 32, p, shift);
+        const u8 *hm = b + p % 32;
+        const int hbit = p / 32;
+#pragma unroll
+        for (int i = 0; i < chunk; i++) {
+            int l = (int)((q[i] >> shift) & 3u) - (((hm[i] >> hbit) & 1u) ? 0 : 4);
+            out[i] = dl * (float)l;
+        }
+    }
+};
+
+// 256 values: f16 d, f16 dmin, Q4_K's 12 bytes of 6-bit scales and mins,
+// qh[32], qs[128]. As Q4_K, with the fifth bit of value v at bit v / 32 of
+// qh[v % 32]. y = (d·sc)·q − dmin·m.
+struct fmt_q5_k {
+    static constexpr int block = 256, block_bytes = 176, chunk = 16;
+    template <int K>
+    static __device__ void load(const weight_view &w, int n, int k0, float (&out)[chunk])
+    {
+        const u8 *b = row_of<block, block_bytes, K>(w, n) + (k0 / block) * block_bytes;
+        const u8 *s = b + 4;
+        int p = k0 % block;
+        int j = p / 32;
+        u32 sc, m;
+        if (j < 4) {
+            sc = s[j] & 63u;
+            m = s[j + 4] & 63u;
+        } else {
+            sc = (s[j + 4] & 0xFu) | ((s[j - 4] >> 6) << 4);
+            m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+        }
+        float d1 = f16_to_f32((u16)load_u16_bytes(b)) * (float)sc;
+        float m1 = f16_to_f32((u16)load_u16_bytes(b + 2)) * (float)m;
+        const u8 *qs = b + 48 + 32 * (j / 2) + p % 32;
+        const u8 *qh = b + 16 + p % 32;
+        int shift = (j & 1) * 4;
+#pragma unroll
+        for (int i = 0; i < chunk; i++) {
+            u32 q = ((qs[i] >> shift) & 0xFu) | ((qh[i] >> j) & 1u) << 4;
+            out[i] = __fmul_rn(d1, (float)q) - m1;
+        }
+    }
+};
+
+// ggml's kvalues_iq4nl, level i as the int8 in byte i % 4 of word i / 4:
+// two byte permutes and a select, no table in memory.
+__device__ __forceinline__ float iq4nl_value(u32 i)
+{
+    const u32 lo = __byte_perm(0xBFAD9881u, 0xF6EADDCFu, i & 7u);  // -127 -104 -83 -65 -49 -35 -22 -10
+    const u32 hi = __byte_perm(0x26190D01u, 0x71594535u, i & 7u);  // 1 13 25 38 53 69 89 113
+    return (float)(i8)(u8)((i & 8u) ? hi : lo);
+}
+
+// 32 values: f16 d; uint8 qs[16], split halves, each nibble a level of
+// the codebook. y = d · kvalues[q].
+struct fmt_iq4_nl {
+    static constexpr int block = 32, block_bytes = 18, chunk = 8;
+    template <int K>
+    static __device__ void load(const weight_view &w, int n, int k0, float (&out)[chunk])
+    {
+        const u8 *b = row_of<block, block_bytes, K>(w, n) + (k0 / block) * block_bytes;
+        float d = f16_to_f32((u16)load_u16_bytes(b));
+        u32 nib[chunk];
+        split_half_nibbles<chunk>(b + 2, k0 % block, nib);
+#pragma unroll
+        for (int i = 0; i < chunk; i++)
+            out[i] = d * iq4nl_value(nib[i]);
+    }
+};
+
+// 256 values: f16 d; u16 scales_h; scales_l[4]; qs[128], blocks of 32 as
+// IQ4_NL. Block ib's 6-bit scale keeps its low 4 bits in nibble ib % 2 of
+// scales_l[ib / 2] and its high 2 bits at bit 2·ib of scales_h.
+// y = (d·(ls − 32))·kvalues[q].
+struct fmt_iq4_xs {
+    static constexpr int block = 256, block_bytes = 136, chunk = 8;
+    template <int K>
+    static __device__ void load(const weight_view &w, int n, int k0, float (&out)[chunk])
+    {
+        const u8 *b = row_of<block, block_bytes, K>(w, n) + (k0 / block) * block_bytes;
+        const int p = k0 % block, ib = p / 32;
+        const u32 ls = ((u32)(b[4 + ib / 2] >> (4 * (ib % 2))) & 0xFu) |
+                       ((load_u16_bytes(b + 2) >> (2 * ib)) & 3u) << 4;
+        float dl = f16_to_f32((u16)load_u16_bytes(b)) * (float)((int)ls - 32);
+        u32 nib[chunk];
+        split_half_nibbles<chunk>(b + 8 + 16 * ib, p % 32, nib);
+#pragma unroll
+        for (int i = 0; i < chunk; i++)
+            out[i] = dl * iq4nl_value(nib[i]);
+    }
+};
+
 } // namespace kiln

@@ -17,7 +17,7 @@
 /* How a format streams: its row of kernels/gemv/gemv_format.h, which the
  * device traits (gemv_formats.cuh) are built from too. */
 typedef struct gemv_format {
-    int unit;       /* values one lane decodes at once; K must be a multiple */
+    int unit;       /* values one lane decodes at once; K must be a multiple; 0: no row */
     int aligned;    /* every unit starts 16-byte aligned in every row */
     int scale_cols; /* the stream also copies one scale per scale_cols values; 0: none */
     int scale_elem; /* bytes of one such scale */
@@ -28,8 +28,14 @@ typedef struct gemv_format {
     [KILN_FMT_##fmt] = { unit, aligned, scale_cols, scale_elem, offset },
 static const gemv_format formats[KILN_FMT_COUNT] = { KILN_GEMV_FORMATS(FORMAT_ROW) };
 #undef FORMAT_ROW
+/* The formats with a row: the GGML formats after GGML MXFP4 (Q5_0, Q5_1,
+ * Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS) have no gemv_<name> traits yet, and
+ * simt or wgmma take them. */
+#define FORMAT_BIT(fmt, ...) | 1u << KILN_FMT_##fmt
+#define GEMV_FORMAT_BITS (0 KILN_GEMV_FORMATS(FORMAT_BIT))
 #define FORMAT_COUNT(...) +1
-_Static_assert(0 KILN_GEMV_FORMATS(FORMAT_COUNT) == KILN_FMT_COUNT, "one row per format");
+_Static_assert(0 KILN_GEMV_FORMATS(FORMAT_COUNT) == KILN_FMT_GGML_MXFP4 + 1,
+               "one row per format up to GGML MXFP4");
 #undef FORMAT_COUNT
 
 /* The M classes, smallest first: a bucket takes the first whose max_m
@@ -129,6 +135,10 @@ static int gemv_configure(const kiln_target *t, const kiln_linear_cfg *c, const 
 {
     const kiln_format_info *fi = kiln_format_get(c->format);
     const gemv_format *f = &formats[c->format];
+    if (!f->unit) {
+        snprintf(why, size, "no kernel for %s", fi->name);
+        return 0;
+    }
     if (c->n > INT_MAX || c->k > INT_MAX || c->k / fi->block * fi->block_bytes > INT_MAX) {
         snprintf(why, size, "N=%lld, K=%lld: N, K and the row's bytes must be below 2^31",
                  (long long)c->n, (long long)c->k);
@@ -252,7 +262,7 @@ static kiln_status gemv_launch(const kiln_target *t, const kiln_linear_kernel *k
 /* Weights stay in kiln's storage layout: no layout hook. */
 const kiln_backend kiln_backend_gemv = {
     .name = "gemv",
-    .formats = KILN_FMT_ALL,
+    .formats = GEMV_FORMAT_BITS,
     .epilogues = KILN_EPI_ALL,
     .is_supported = kiln_sm75_or_newer,
     .can_implement = gemv_can_implement,

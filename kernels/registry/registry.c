@@ -11,10 +11,13 @@
  *   simt     the f32 fallback for any sm_75+ target and any shape.
  *
  * gemv_tc has no kernel for F32 (its values are not exact in BF16), so
- * F32's list does not name it. */
+ * F32's list does not name it. The GGML formats Q5_0, Q5_1, Q2_K, Q3_K,
+ * Q5_K, IQ4_NL and IQ4_XS have no gemv_tc or gemv kernel yet (their format
+ * masks leave them out), so their lists start at wgmma. */
 #include "kernels/registry/backend.h"
 
 #define KILN_DECODE_TC { "gemv_tc", "gemv", "wgmma", "simt", NULL }
+#define KILN_DEQUANT { "wgmma", "simt", NULL }
 
 static const kiln_registry default_registry = {
     .backends = { &kiln_backend_gemv_tc, &kiln_backend_gemv, &kiln_backend_wgmma,
@@ -35,6 +38,13 @@ static const kiln_registry default_registry = {
         [KILN_FMT_Q4_K] = KILN_DECODE_TC,
         [KILN_FMT_Q6_K] = KILN_DECODE_TC,
         [KILN_FMT_GGML_MXFP4] = KILN_DECODE_TC,
+        [KILN_FMT_Q5_0] = KILN_DEQUANT,
+        [KILN_FMT_Q5_1] = KILN_DEQUANT,
+        [KILN_FMT_Q2_K] = KILN_DEQUANT,
+        [KILN_FMT_Q3_K] = KILN_DEQUANT,
+        [KILN_FMT_Q5_K] = KILN_DEQUANT,
+        [KILN_FMT_IQ4_NL] = KILN_DEQUANT,
+        [KILN_FMT_IQ4_XS] = KILN_DEQUANT,
     },
 };
 

@@ -16,11 +16,11 @@ def test_every_status_is_named_as_kiln_strerror_names_it():
 
 def test_a_failing_call_raises_its_status_name_and_message():
     with pytest.raises(kiln.Error) as ei:
-        kiln.format_info("q5_k")
+        kiln.format_info("q8_1")
     e = ei.value
     assert e.status == kiln.Status.ERR_NOT_FOUND
     assert e.name == "KILN_ERR_NOT_FOUND"
-    assert "q5_k" in e.message
+    assert "q8_1" in e.message
     assert str(e).startswith("KILN_ERR_NOT_FOUND: ")
 
 

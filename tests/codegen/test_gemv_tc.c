@@ -22,6 +22,10 @@
 
 static const kiln_backend *const tc = &kiln_backend_gemv_tc;
 
+/* The formats up to GGML MXFP4, which gemv_tc and gemv have kernels for;
+ * the GGML formats after it go to wgmma or simt (decode_later_ggml_formats). */
+#define TC_FORMATS_END (KILN_FMT_GGML_MXFP4 + 1)
+
 static kiln_target target(const char *name)
 {
     kiln_target t;
@@ -85,11 +89,11 @@ Test(gemv_tc, runs_on_sm_80_and_newer)
  * epilogue, BF16 activations, in every bucket up to 16 tokens. */
 Test(gemv_tc, covers_every_format_exact_in_bf16)
 {
-    cr_assert_eq(tc->formats, ((1u << KILN_FMT_COUNT) - 1) & ~(1u << KILN_FMT_F32));
+    cr_assert_eq(tc->formats, ((1u << TC_FORMATS_END) - 1) & ~(1u << KILN_FMT_F32));
     cr_assert_eq(tc->epilogues, KILN_EPI_BIAS | KILN_EPI_RESIDUAL | KILN_EPI_SILU_MUL);
     kiln_target t = target("h200");
     char why[256] = "";
-    for (int f = 0; f < KILN_FMT_COUNT; f++) {
+    for (int f = 0; f < TC_FORMATS_END; f++) {
         kiln_linear_cfg c = cfg((kiln_format)f, 4096, 4096);
         for (int64_t m = 1; m <= 16; m++) {
             cr_assert_eq(tc->can_implement(&t, &c, m, why, sizeof why), f != KILN_FMT_F32,
@@ -144,7 +148,7 @@ Test(gemv_tc, variants_follow_the_bucket)
                                         "tc16", "tc16", "tc16", "tc16", "tc16" };
     static const char *const arches[] = { "sm_80", "sm_89", "h200" };
     for (size_t a = 0; a < KILN_ARRAY_LEN(arches); a++)
-        for (int f = KILN_FMT_F16; f < KILN_FMT_COUNT; f++)
+        for (int f = KILN_FMT_F16; f < TC_FORMATS_END; f++)
             for (int64_t m = 1; m <= 16; m++) {
                 kiln_target t = target(arches[a]);
                 kiln_linear_cfg c = cfg((kiln_format)f, 4096, 256);
@@ -188,7 +192,7 @@ Test(gemv_tc, selection_puts_gemv_tc_before_gemv)
     static const char *const tc_arches[] = { "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a",
                                              "a100", "l40s", "h200" };
     for (size_t a = 0; a < KILN_ARRAY_LEN(tc_arches); a++)
-        for (int f = 0; f < KILN_FMT_COUNT; f++)
+        for (int f = 0; f < TC_FORMATS_END; f++)
             for (int64_t m = 1; m <= 16; m++) {
                 const kiln_format fmt = (kiln_format)f;
                 const char *name = kiln_format_get(fmt)->name;
@@ -222,7 +226,7 @@ Test(gemv_tc, one_token_runs_tc1)
 {
     static const char *const arches[] = { "sm_80", "sm_86", "sm_89", "sm_90a", "h200" };
     for (size_t a = 0; a < KILN_ARRAY_LEN(arches); a++)
-        for (int f = 0; f < KILN_FMT_COUNT; f++) {
+        for (int f = 0; f < TC_FORMATS_END; f++) {
             const kiln_format fmt = (kiln_format)f;
             const char *name = kiln_format_get(fmt)->name;
             const int plain = fmt == KILN_FMT_F32;
@@ -244,7 +248,7 @@ Test(gemv_tc, refusals_fall_to_the_next_backend)
     const kiln_registry *r = kiln_registry_default();
     cr_assert_eq(kiln_registry_find(r, "gemv_tc"), tc);
     kiln_target t = target("a100");
-    for (int f = 0; f < KILN_FMT_COUNT; f++) {
+    for (int f = 0; f < TC_FORMATS_END; f++) {
         kiln_linear_cfg c = cfg((kiln_format)f, 4096, 4096);
         kiln_choice ch;
         cr_assert_eq(kiln_backend_select(r, &t, &c, 1, NULL, "y", &ch), KILN_OK);
@@ -274,6 +278,48 @@ Test(gemv_tc, refusals_fall_to_the_next_backend)
     cr_assert_str_eq(ch.backend->name, "gemv");
     cr_assert_str_eq(ch.refused, "gemv_tc: needs sm_80 or newer (bf16 mma.sync), target is "
                                  "sm_75");
+}
+
+/* The GGML formats after GGML MXFP4 have no decode kernel of their own:
+ * gemv_tc and gemv leave them out of their format masks and their lists
+ * start at wgmma, which takes them on sm_90a, simt elsewhere; a forced
+ * gemv or gemv_tc falls back with the reason. */
+Test(gemv_tc, decode_later_ggml_formats)
+{
+    const kiln_registry *r = kiln_registry_default();
+    for (int f = TC_FORMATS_END; f < KILN_FMT_COUNT; f++) {
+        const char *name = kiln_format_get((kiln_format)f)->name;
+        kiln_linear_cfg c = cfg((kiln_format)f, 4096, 4096);
+        char no_kernel[64];
+        snprintf(no_kernel, sizeof no_kernel, "no kernel for %s", name);
+        cr_assert_eq(tc->formats & (1u << f), 0, "%s", name);
+        cr_assert_eq(kiln_backend_gemv.formats & (1u << f), 0, "%s", name);
+        static const struct {
+            const char *arch, *backend;
+        } want[] = { { "sm_75", "simt" }, { "a100", "simt" }, { "h200", "wgmma" } };
+        for (size_t a = 0; a < KILN_ARRAY_LEN(want); a++) {
+            kiln_target t = target(want[a].arch);
+            for (int64_t m = 1; m <= 32; m *= 2) {
+                kiln_choice ch;
+                cr_assert_eq(kiln_backend_select(r, &t, &c, m, NULL, "y", &ch), KILN_OK);
+                cr_assert_str_eq(ch.backend->name, want[a].backend, "%s %s m=%lld", want[a].arch, name,
+                                 (long long)m);
+                cr_assert(!strstr(ch.refused, "gemv"), "%s", ch.refused);
+            }
+        }
+        kiln_target t = target("a100");
+        kiln_choice ch;
+        for (int forced = 0; forced < 2; forced++) {
+            const kiln_backend *b = forced ? tc : &kiln_backend_gemv;
+            cr_assert_eq(kiln_backend_select(r, &t, &c, 1, b, "y", &ch), KILN_OK);
+            cr_assert(ch.fell_back, "%s", name);
+            cr_assert_str_eq(ch.backend->name, "simt");
+            cr_assert_str_eq(ch.fallback_why, no_kernel);
+        }
+        char why[256] = "";
+        cr_assert_eq(kiln_backend_gemv.can_implement(&t, &c, 1, why, sizeof why), 0, "%s", name);
+        cr_assert_str_eq(why, no_kernel);
+    }
 }
 /* The kernel indexes rows and a 16-row tile's packed bytes with ints: a
  * shape past that is refused with the reason (gemv's f32 kernel takes it
@@ -334,7 +380,7 @@ static const struct {
     [KILN_FMT_Q4_0] = { 1, 0, 8, 4 },        [KILN_FMT_Q4_K] = { 1, 1, 8, 4 },
     [KILN_FMT_Q6_K] = { 1, 2, 8, 2 },        [KILN_FMT_GGML_MXFP4] = { 1, 0, 4, 4 },
 };
-_Static_assert(KILN_ARRAY_LEN(tc_fmt) == KILN_FMT_COUNT, "one entry per format");
+_Static_assert(KILN_ARRAY_LEN(tc_fmt) == TC_FORMATS_END, "one entry per format gemv_tc serves");
 
 /* A tensor-core block's rings (tc_smem in tc.cuh): warps · stages ·
  * (batch atoms · row tiles · (pieces · 512 + units · 256 + 8 records) +
@@ -881,7 +927,7 @@ Test(gemv_tc, launches_cover_every_row)
     int checked = 0;
     for (size_t a = 0; a < KILN_ARRAY_LEN(arches); a++)
         for (size_t s = 0; s < KILN_ARRAY_LEN(shapes); s++)
-            for (int f = 0; f < KILN_FMT_COUNT; f++)
+            for (int f = 0; f < TC_FORMATS_END; f++)
                 for (size_t v = 0; v < KILN_ARRAY_LEN(variants); v++) {
                     kiln_target t = target(arches[a]);
                     const int64_t n = shapes[s][0], k = shapes[s][1];
@@ -1113,7 +1159,7 @@ Test(gemv_tc, layout_is_packed)
     static const char *const arches[] = { "sm_80", "sm_89", "sm_90a" };
     for (size_t a = 0; a < KILN_ARRAY_LEN(arches); a++)
         for (size_t s = 0; s < KILN_ARRAY_LEN(shapes); s++)
-            for (int f = 0; f < KILN_FMT_COUNT; f++) {
+            for (int f = 0; f < TC_FORMATS_END; f++) {
                 kiln_target t = target(arches[a]);
                 kiln_linear_kernel k = { .cfg = cfg((kiln_format)f, shapes[s][0], shapes[s][1]),
                                          .act = KILN_ACT_BF16 };
@@ -1242,7 +1288,7 @@ static void compile_every_class(const char *arch)
     kiln_target t = target(arch);
     kt_batch b = { 0 };
     int halved = 0;
-    for (int f = 0; f < KILN_FMT_COUNT; f++)
+    for (int f = 0; f < TC_FORMATS_END; f++)
         for (int v = 0; v < (int)KILN_ARRAY_LEN(classes); v++) {
             const int64_t *shape = shapes[(f + v) % 3];
             kiln_linear_cfg c = cfg((kiln_format)f, shape[0], shape[1]);
@@ -1259,7 +1305,7 @@ static void compile_every_class(const char *arch)
             halved += kt_source_param(b.src[b.n - 1].text, "warps") < (classes[v].m == 16 ? 8 : 4);
         }
     /* Thirteen formats in five classes. */
-    cr_assert_eq(b.n, 5 * (KILN_FMT_COUNT - 1), "%s", arch);
+    cr_assert_eq(b.n, 5 * (TC_FORMATS_END - 1), "%s", arch);
     cr_assert_eq(halved, t.sm == 89 ? 13 : t.sm == 80 ? 7 : 0, "%s", arch);
     char what[64];
     snprintf(what, sizeof what, "%s gemv_tc", arch);

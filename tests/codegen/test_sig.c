@@ -436,7 +436,7 @@ Test(sig, malformed_signatures_are_refused)
         { "linear backend=nosuch variant=v format=q4_0 scales=x act=bf16 n=8 k=32 epilogue=none "
           "out=bf16 target=sm_80",
           KILN_ERR_NOT_FOUND },
-        { SIMT("t16x64", "q5_k", "bf16", "8", "32", "none"), KILN_ERR_NOT_FOUND },
+        { SIMT("t16x64", "q8_1", "bf16", "8", "32", "none"), KILN_ERR_NOT_FOUND },
         { SIMT("t16x64", "q4_0", "bf17", "8", "32", "none"), KILN_ERR_NOT_FOUND },
         { SIMT("t16x64", "q4_0", "bf16", "8", "32x", "none"), KILN_ERR_MALFORMED },
         { "linear backend=simt variant=t16x64 format=q4_0 scales=x act=bf16 n=8 k=32 epilogue=none "

@@ -168,7 +168,7 @@ static void expect_file_error(const char *frag)
 /* -------------------------------------------------------- the valid model */
 
 #define T_K 64
-enum { TY_F32 = 0, TY_Q4_0 = 2, TY_Q8_0 = 8, TY_Q4_K = 12, TY_Q6_K = 14, TY_IQ4_XS = 23,
+enum { TY_F32 = 0, TY_Q4_0 = 2, TY_Q8_0 = 8, TY_Q4_K = 12, TY_Q6_K = 14, TY_IQ3_S = 21,
        TY_BF16 = 30, TY_MXFP4 = 39 };
 
 /* Where a piece of the valid model sits, for tests that break that piece. */
@@ -182,7 +182,7 @@ typedef struct layout {
 } layout;
 
 /* A Llama-ish file: architecture keys, a token list, and three tensors
- * (Q8_0 [64 x 3], F32 [64], IQ4_XS [256 x 1]) whose last byte is the last
+ * (Q8_0 [64 x 3], F32 [64], IQ3_S [256 x 1]) whose last byte is the last
  * byte of the file, so that every shorter prefix is invalid. */
 static void make_model(buf *b, uint32_t version, uint32_t alignment, kt_rng *r, layout *lay)
 {
@@ -219,14 +219,14 @@ static void make_model(buf *b, uint32_t version, uint32_t alignment, kt_rng *r, 
     size_t align = alignment ? alignment : 32;
     l.bytes[0] = (T_K / 32) * 34 * 3;
     l.bytes[1] = T_K * 4;
-    l.bytes[2] = 136;
+    l.bytes[2] = 110;
     uint64_t off[3];
     off[0] = 0;
     off[1] = (l.bytes[0] + align - 1) / align * align;
     off[2] = (off[1] + l.bytes[1] + align - 1) / align * align;
     const char *names[3] = {"blk.0.ffn_up.weight", "blk.0.attn_norm.weight", "blk.0.ffn_down.weight"};
     const uint64_t ne[3][2] = {{T_K, 3}, {T_K, 1}, {256, 1}};
-    const uint32_t types[3] = {TY_Q8_0, TY_F32, TY_IQ4_XS};
+    const uint32_t types[3] = {TY_Q8_0, TY_F32, TY_IQ3_S};
     const uint32_t dims[3] = {2, 1, 2};
     for (int i = 0; i < 3; i++) {
         l.tensor_at[i] = b->n;
@@ -283,11 +283,12 @@ static void check_model(const kiln_model *m, const buf *b, const layout *l, uint
     cr_assert_eq(t[1].qt.n, 1);
 
     cr_assert_str_eq(t[2].name, "blk.0.ffn_down.weight");
-    cr_assert_str_eq(t[2].type_name, "IQ4_XS");
+    cr_assert_str_eq(t[2].type_name, "IQ3_S");
     cr_assert_eq(t[2].supported, 0);
     cr_assert_not_null(t[2].why);
-    cr_assert_str_eq(t[2].why, "GGML type 23 has no kiln format (kiln reads F32, F16, BF16, "
-                               "Q8_0, Q4_0, Q4_K, Q6_K, MXFP4)");
+    cr_assert_str_eq(t[2].why, "GGML type 21 has no kiln format (kiln reads F32, F16, BF16, "
+                               "Q8_0, Q4_0, Q4_K, Q6_K, MXFP4, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, "
+                               "IQ4_NL, IQ4_XS)");
     cr_assert_null(t[2].qt.data);
 
     for (int i = 0; i < 3; i++) {
@@ -1150,6 +1151,26 @@ Test(gguf, bad_tensor_infos)
                "tensor name is 65 bytes long, the limit is 64");
 }
 
+/* The GGML types read since Q5_0 (6), Q5_1 (7), Q2_K (10), Q3_K (11), Q5_K
+ * (13), IQ4_NL (20) and IQ4_XS (23): a row that is not whole blocks, and
+ * data past the end of the file, are refused naming the tensor and type. */
+Test(gguf, later_ggml_types_refuse_part_blocks_and_truncated_data)
+{
+    static const uint32_t ids[] = { 6, 7, 10, 11, 13, 20, 23 };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(ids); i++) {
+        const kiln_gguf_tensor_type *tt = kiln_gguf_tensor_type_get(ids[i]);
+        char frag[128];
+        const uint64_t half[] = {(uint64_t)tt->block / 2, 2};
+        snprintf(frag, sizeof frag, "type %s needs ne[0] to be a multiple of %d, but ne[0] is %d",
+                 tt->name, tt->block, tt->block / 2);
+        bad_tensor("blk.0.ffn_up.weight", 2, half, ids[i], 0, KILN_ERR_MALFORMED, frag);
+        /* one_tensor writes 512 bytes of data: one row more than fits */
+        const uint64_t rows[] = {(uint64_t)tt->block, 512 / (uint64_t)tt->type_size + 1};
+        bad_tensor("blk.0.ffn_up.weight", 2, rows, ids[i], 0, KILN_ERR_MALFORMED,
+                   "runs past the end of the file");
+    }
+}
+
 Test(gguf, tensor_name_with_nul)
 {
     buf b = {0};
@@ -1237,7 +1258,7 @@ Test(gguf, supported_types_map_to_kiln_formats)
         free(b.p);
         seen++;
     }
-    cr_assert_eq(seen, 8);
+    cr_assert_eq(seen, 15);
     cr_assert_null(kiln_gguf_tensor_type_get(42));
     cr_assert_str_eq(kiln_gguf_tensor_type_get(39)->name, "MXFP4");
 }
@@ -1267,8 +1288,8 @@ Test(gguf, unsupported_types_open_and_say_why)
     static const struct {
         uint32_t id;
         const char *name;
-    } types[] = {{3, "Q4_1"},  {6, "Q5_0"},   {9, "Q8_1"},  {10, "Q2_K"}, {13, "Q5_K"},
-                 {15, "Q8_K"}, {16, "IQ2_XXS"}, {24, "I8"}, {27, "I64"},  {28, "F64"},
+    } types[] = {{3, "Q4_1"},  {9, "Q8_1"},   {15, "Q8_K"}, {16, "IQ2_XXS"}, {17, "IQ2_XS"},
+                 {21, "IQ3_S"}, {24, "I8"},  {27, "I64"},  {28, "F64"},  {29, "IQ1_M"},
                  {34, "TQ1_0"}, {40, "NVFP4"}, {41, "Q1_0"}};
     for (size_t i = 0; i < KILN_ARRAY_LEN(types); i++) {
         const kiln_gguf_tensor_type *tt = kiln_gguf_tensor_type_get(types[i].id);

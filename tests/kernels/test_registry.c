@@ -35,8 +35,9 @@ Test(registry, every_priority_name_is_a_registered_backend_for_the_format)
 }
 
 /* Each format's list: gemv_tc first where it has a kernel for the format
- * (every format but F32), then gemv, wgmma and simt. A backend that claims
- * a format is in its list. */
+ * (every format up to GGML MXFP4 but F32), then gemv where it has one
+ * (every format up to GGML MXFP4), then wgmma and simt. A backend that
+ * claims a format is in its list. */
 Test(registry, each_format_lists_the_decode_backends_first)
 {
     const kiln_registry *r = kiln_registry_default();
@@ -44,9 +45,11 @@ Test(registry, each_format_lists_the_decode_backends_first)
         const char *name = kiln_format_get((kiln_format)f)->name;
         const char *want[KILN_MAX_BACKENDS + 1] = { 0 };
         int n = 0;
-        if (f != KILN_FMT_F32)
+        const int decode = f <= KILN_FMT_GGML_MXFP4;
+        if (decode && f != KILN_FMT_F32)
             want[n++] = "gemv_tc";
-        want[n++] = "gemv";
+        if (decode)
+            want[n++] = "gemv";
         want[n++] = "wgmma";
         want[n++] = "simt";
         for (int i = 0; i <= n; i++) {
@@ -67,7 +70,8 @@ Test(registry, each_format_lists_the_decode_backends_first)
         }
     }
     cr_assert_eq(kiln_registry_find(r, "gemv_tc")->formats,
-                 ((1u << KILN_FMT_COUNT) - 1) & ~(1u << KILN_FMT_F32));
+                 ((1u << (KILN_FMT_GGML_MXFP4 + 1)) - 1) & ~(1u << KILN_FMT_F32));
+    cr_assert_eq(kiln_registry_find(r, "gemv")->formats, (1u << (KILN_FMT_GGML_MXFP4 + 1)) - 1);
 }
 
 /* A kernel's entry is "kiln_<backend>_<hash>" (codegen/sig.h): a name

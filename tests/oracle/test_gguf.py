@@ -1,12 +1,16 @@
 """kiln's GGML quantizers against gguf-py, the reference GGUF writers use.
 
 Checks, each printing one summary line:
-  - quantize is byte-identical for Q8_0, Q4_0 and MXFP4 (and the plain BF16
-    and F16 conversions) on random tensors of several shapes: normal data,
+  - quantize is byte-identical for Q8_0, Q4_0, Q5_0, Q5_1 and MXFP4 (and
+    the plain BF16 and F16 conversions) on random tensors of several shapes:
+    normal data,
     heavy-tailed data, rows of very different magnitudes, all-zero rows, and
     MXFP4 values placed exactly on ties between two E2M1 codes;
-  - dequantize is bit-identical (float32 bit patterns) for Q8_0, Q4_0, Q4_K,
-    Q6_K and MXFP4 on random blocks: random bytes with finite f16 scales.
+  - dequantize is bit-identical (float32 bit patterns) for Q8_0, Q4_0, Q5_0,
+    Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4 on random
+    blocks: random bytes with finite f16 scales of every exponent.
+gguf-py has no quantizer for the K-quants and IQ4 types; tests/graph/
+test_quant.c pins those to ggml's own bytes.
 
 libkiln comes from $KILN_LIB. Exits non-zero on the first check that fails,
 after printing where the first mismatch is.
@@ -71,6 +75,13 @@ def kiln_dequantize(name, raw, n, k):
 GGML = {
     "q8_0": (T.Q8_0, 32, 34),
     "q4_0": (T.Q4_0, 32, 18),
+    "q5_0": (T.Q5_0, 32, 22),
+    "q5_1": (T.Q5_1, 32, 24),
+    "q2_k": (T.Q2_K, 256, 84),
+    "q3_k": (T.Q3_K, 256, 110),
+    "q5_k": (T.Q5_K, 256, 176),
+    "iq4_nl": (T.IQ4_NL, 32, 18),
+    "iq4_xs": (T.IQ4_XS, 256, 136),
     "q4_k": (T.Q4_K, 256, 144),
     "q6_k": (T.Q6_K, 256, 210),
     "ggml_mxfp4": (T.MXFP4, 32, 17),
@@ -164,7 +175,9 @@ def random_f16(rng, count):
 
 
 # byte offsets of the f16 fields in each block
-F16_FIELDS = {"q8_0": [0], "q4_0": [0], "q4_k": [0, 2], "q6_k": [208], "ggml_mxfp4": []}
+F16_FIELDS = {"q8_0": [0], "q4_0": [0], "q4_k": [0, 2], "q6_k": [208], "ggml_mxfp4": [],
+              "q5_0": [0], "q5_1": [0, 2], "q2_k": [80, 82], "q3_k": [108], "q5_k": [0, 2],
+              "iq4_nl": [0], "iq4_xs": [0]}
 
 
 def check_dequantize(name):
@@ -189,9 +202,10 @@ def check_dequantize(name):
 
 def main():
     print(f"gguf oracle, seed {SEED} (KILN_TEST_SEED to replay)")
-    for name in ("q8_0", "q4_0", "ggml_mxfp4", "bf16", "f16"):
+    for name in ("q8_0", "q4_0", "q5_0", "q5_1", "ggml_mxfp4", "bf16", "f16"):
         check_quantize(name)
-    for name in ("q8_0", "q4_0", "q4_k", "q6_k", "ggml_mxfp4"):
+    for name in ("q8_0", "q4_0", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl",
+                 "iq4_xs", "ggml_mxfp4"):
         check_dequantize(name)
     if not CHECKS:
         print("no check ran", file=sys.stderr)

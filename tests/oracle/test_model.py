@@ -74,7 +74,10 @@ def gguf_model(path, ffn_types, extra=None):
             w.add_tensor(name, data)
             ref[name] = data.astype(np.float64)
         else:
-            q = gguf.quants.quantize(arr, typ)
+            try:
+                q = gguf.quants.quantize(arr, typ)
+            except NotImplementedError:  # gguf-py has no K-quant or IQ4 quantizer: kiln's
+                q = kiln.quantize(arr, typ.name.lower()).data.reshape(arr.shape[0], -1)
             w.add_tensor(name, q, raw_dtype=typ)
             ref[name] = gguf.quants.dequantize(q, typ).astype(np.float64).reshape(arr.shape)
 
@@ -226,6 +229,22 @@ class Model(unittest.TestCase):
             assert_close(self, y, ffn_reference(x, ref, names))
         print(f"gguf FFN stack (q8_0, q4_0): matches float64 for M = 1, 5")
 
+    def test_gguf_ffn_stacks_of_the_common_download_types_match_float64(self):
+        # the FFN types of Q2_K, Q3_K_M, Q5_K_M, IQ4_XS and Q5_0 / Q5_1 / IQ4_NL files
+        mixes = [(T.Q2_K, T.Q3_K), (T.Q3_K, T.Q5_K), (T.Q5_K, T.Q6_K), (T.IQ4_XS, T.Q4_K),
+                 (T.Q5_0, T.Q5_1), (T.IQ4_NL, T.Q8_0)]
+        names = [(f"blk.{l}.ffn_norm.weight", f"blk.{l}.ffn_gate.weight", f"blk.{l}.ffn_up.weight",
+                  f"blk.{l}.ffn_down.weight") for l in range(LAYERS)]
+        for mix in mixes:
+            with self.subTest(types=[t.name for t in mix]):
+                path = os.path.join(self.dir, "_".join(t.name for t in mix) + ".gguf")
+                ref = gguf_model(path, list(mix))
+                for m in (1, 5):
+                    x, y = run_ffn(path, m)
+                    assert_close(self, y, ffn_reference(x, ref, names))
+        print("gguf FFN stacks (" + "; ".join(", ".join(t.name.lower() for t in mix) for mix in mixes)
+              + "): match float64 for M = 1, 5")
+
     def test_hf_ffn_stack_matches_float64(self):
         ref = hf_model(self.dir)
         names = [(f"model.layers.{l}.post_attention_layernorm.weight",
@@ -244,20 +263,20 @@ class Model(unittest.TestCase):
         self.assertEqual(n, 7 * LAYERS + 1)
 
     def test_unsupported_type_is_an_error_only_when_used(self):
-        path = os.path.join(self.dir, "q5k.gguf")
-        raw = rng.integers(0, 256, size=(4, 176), dtype=np.uint8)  # Q5_K: 176 bytes per 256
-        raw[:, 0:4] = np.frombuffer(np.array([0.01, 0.01], np.float16).tobytes(), np.uint8)
-        gguf_model(path, [T.Q8_0, T.Q8_0], extra={"unused.weight": (raw, T.Q5_K)})
+        path = os.path.join(self.dir, "q8k.gguf")
+        raw = rng.integers(0, 256, size=(4, 292), dtype=np.uint8)  # Q8_K: 292 bytes per 256
+        raw[:, 0:4] = np.frombuffer(np.array([0.01], np.float32).tobytes(), np.uint8)
+        gguf_model(path, [T.Q8_0, T.Q8_0], extra={"unused.weight": (raw, T.Q8_K)})
         x, y = run_ffn(path, 2)  # unused: the FFN stack builds and runs
         self.assertTrue(np.isfinite(y).all())
         out = subprocess.run([CLI, "inspect", path], capture_output=True, text=True)
         self.assertEqual(out.returncode, 0, out.stderr)
-        self.assertIn("Q5_K (unsupported)", out.stdout)
+        self.assertIn("Q8_K (unsupported)", out.stdout)
         out = subprocess.run([CLI, "inspect", path, "--tensor", "unused.weight", "--dequant",
                               os.path.join(self.dir, "o.bin")], capture_output=True, text=True)
         self.assertEqual(out.returncode, 1)
         self.assertIn("unused.weight", out.stderr)
-        self.assertIn("Q5_K", out.stderr)
+        self.assertIn("Q8_K", out.stderr)
         self.assertFalse(os.path.exists(os.path.join(self.dir, "o.bin")))
 
     def test_used_unsupported_or_missing_tensor_names_it(self):
@@ -267,8 +286,8 @@ class Model(unittest.TestCase):
         w.add_embedding_length(D)
         w.add_feed_forward_length(F)
         w.add_tensor("blk.0.ffn_norm.weight", np.ones(D, np.float32))
-        raw = np.zeros((F, 176), np.uint8)  # one Q5_K block per row: K = 256 = D
-        w.add_tensor("blk.0.ffn_gate.weight", raw, raw_dtype=T.Q5_K)
+        raw = np.zeros((F, 292), np.uint8)  # one Q8_K block per row: K = 256 = D
+        w.add_tensor("blk.0.ffn_gate.weight", raw, raw_dtype=T.Q8_K)
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
@@ -277,7 +296,7 @@ class Model(unittest.TestCase):
             with self.assertRaises(kiln.Error) as cm:
                 model.graph("ffn")
             self.assertEqual(cm.exception.status, kiln.Status.ERR_UNSUPPORTED)
-            for part in ("blk.0.ffn_gate.weight", "Q5_K", path):
+            for part in ("blk.0.ffn_gate.weight", "Q8_K", path):
                 self.assertIn(part, cm.exception.message)
             with self.assertRaises(kiln.Error) as cm:
                 model.graph("linears")

@@ -52,8 +52,8 @@ def gguf_file(path, arch, extra=(), eps=1e-5, norm=None, q8_scale=None):
             w.add_tensor(f"blk.0.{name}.weight", q, raw_dtype=T.Q8_0)
         else:
             w.add_tensor(f"blk.0.{name}.weight", a)
-    for name, arr in extra:
-        w.add_tensor(name, arr)
+    for name, arr, *raw_dtype in extra:
+        w.add_tensor(name, arr, raw_dtype=raw_dtype[0] if raw_dtype else None)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -168,6 +168,31 @@ class ModelChecks(unittest.TestCase):
         self.assertEqual(st, KILN_ERR_MALFORMED)
         self.assertIn("tensor blk.0.ffn_up.weight: block scale (d) of block 5 is +inf",
                       kilnlib.last_error(lib))
+
+    def test_nonfinite_ggml_block_scales_are_refused_by_tensor_and_block(self):
+        # (type, f16 field offsets: d first, then dmin / m where the type has one)
+        fields = [(T.Q5_0, [0]), (T.Q5_1, [0, 2]), (T.Q2_K, [80, 82]), (T.Q3_K, [108]),
+                  (T.Q5_K, [0, 2]), (T.IQ4_NL, [0]), (T.IQ4_XS, [0])]
+        bad = [(np.nan, "NaN"), (np.inf, "+inf"), (-np.inf, "-inf")]
+        for i, (qtype, offs) in enumerate(fields):
+            block, size = gguf.GGML_QUANT_SIZES[qtype]
+            for j, off in enumerate(offs):
+                value, text = bad[(i + j) % 3]
+                with self.subTest(type=qtype.name, offset=off):
+                    raw = rng.integers(0, 256, (4 * 512 // block, size), dtype=np.uint8)
+                    for o in offs:
+                        raw[:, o:o + 2] = np.full((raw.shape[0], 1), 0.01, np.float16).view(np.uint8)
+                    raw[3, off:off + 2] = np.array([value], np.float16).view(np.uint8)
+                    path = self.p(f"{qtype.name}_{off}.gguf")
+                    gguf_file(path, "llama", extra=[("extra.weight", raw.reshape(4, -1), qtype)])
+                    st, _ = self.open(path)
+                    self.assertEqual(st, KILN_ERR_MALFORMED)
+                    what = "block min scale (dmin)" if j else "block scale (d)"
+                    self.assertIn(f"tensor extra.weight: {what} of block 3 is {text}",
+                                  kilnlib.last_error(lib))
+                    st, h = self.open(path, allow_nonfinite=1)
+                    self.assertEqual(st, KILN_OK, kilnlib.last_error(lib))
+                    lib.kiln_model_close(h)
 
     def test_nvfp4_global_scale_of_nan(self):
         save_file({"l.weight": np.zeros((2, 8), np.uint8),
