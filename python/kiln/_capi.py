@@ -44,7 +44,8 @@ class PlanOptions(Structure):
 class PlanLinear(Structure):
     _fields_ = [("node", c_char_p), ("format", c_enum), ("n", c_int64), ("k", c_int64),
                 ("backend", c_char_p), ("act", c_char_p), ("epilogue", c_char_p),
-                ("signature", c_int), ("refused", c_char_p), ("fell_back", c_int)]
+                ("signature", c_int), ("refused", c_char_p), ("fell_back", c_int),
+                ("input_scale", c_float), ("input_scale_use", c_char_p)]
 
 
 ON_CORRUPT = CFUNCTYPE(None, c_void_p, c_char_p)
