@@ -34,18 +34,17 @@ static int same_choice(const kiln_plan_linear *a, const kiln_plan_linear *b)
 }
 
 /* The activation scale of l as the plan applies it: "static
- * (input_scale=0.0125)", with how a BF16 kernel takes it or that the
- * kernel ignores it; "dynamic" for activations quantized with their own
- * scales; "-" for none. */
+ * (input_scale=0.0125)" where the kernel reads E4M3 codes made with it,
+ * with " q/dq" where a BF16 kernel reads them dequantized, and "IGNORED: "
+ * before it where the kernel quantizes with dynamic scales of its own;
+ * "dynamic" for FP8 activations without one; "-" for BF16 without one. */
 static const char *act_scale_text(const kiln_plan_linear *l, char *buf, size_t size)
 {
     if (!l->input_scale_use[0])
         return strcmp(l->act, "bf16") ? "dynamic" : "-";
-    int n = snprintf(buf, size, "static (input_scale=%.9g)", (double)l->input_scale);
-    if (n >= 0 && (size_t)n < size && !strcmp(l->input_scale_use, "bf16-qdq"))
-        snprintf(buf + n, size - (size_t)n, " as bf16 q/dq");
-    else if (n >= 0 && (size_t)n < size && !strcmp(l->input_scale_use, "ignored"))
-        snprintf(buf + n, size - (size_t)n, " IGNORED by %s: %s dynamic", l->backend, l->act);
+    int ignored = !strcmp(l->input_scale_use, "ignored");
+    snprintf(buf, size, "%sstatic (input_scale=%.9g)%s", ignored ? "IGNORED: " : "",
+             (double)l->input_scale, strcmp(l->input_scale_use, "bf16-qdq") ? "" : " q/dq");
     return buf;
 }
 
@@ -56,7 +55,7 @@ static void print_text(const kiln_plan *p, const char *source, const kiln_target
            t->alias_of[0] ? " (" : "", t->alias_of, t->alias_of[0] ? ")" : "", nb);
     for (int b = 0; b < nb; b++)
         printf(" %lld", (long long)kiln_plan_bucket(p, b));
-    printf("\n\n%-28s %-11s %-12s %-9s %-7s %-11s %-15s %-15s %s\n", "linear", "format", "N x K",
+    printf("\n\n%-28s %-11s %-12s %-9s %-7s %-11s %-35s %-15s %s\n", "linear", "format", "N x K",
            "tokens", "backend", "activations", "act scale", "epilogue", "refused before it");
     for (int i = 0; i < nl; i++) {
         for (int b0 = 0; b0 < nb;) {
@@ -70,7 +69,7 @@ static void print_text(const kiln_plan *p, const char *source, const kiln_target
             snprintf(range, sizeof range, "%lld-%lld", (long long)kiln_plan_bucket(p, b0),
                      (long long)kiln_plan_bucket(p, b1));
             char scale[128];
-            printf("%-28s %-11s %-12s %-9s %-7s %-11s %-15s %-15s %s%s\n", b0 ? "" : first.node,
+            printf("%-28s %-11s %-12s %-9s %-7s %-11s %-35s %-15s %s%s\n", b0 ? "" : first.node,
                    b0 ? "" : kiln_format_get(first.format)->name, b0 ? "" : shape, range,
                    first.backend, first.act, act_scale_text(&first, scale, sizeof scale),
                    first.epilogue,
