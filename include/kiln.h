@@ -905,7 +905,9 @@ KILN_API void kiln_model_close(kiln_model *m);
 typedef struct kiln_model_options {
     /* Skip the load-time check that every separate scale array, global
      * scale, inline GGML block scale, 1-D float tensor (norm weights,
-     * biases) and rms_norm_eps is finite. */
+     * biases) and rms_norm_eps is finite. A static activation scale that
+     * the checkpoint's settings make a linear read (input_scale) is
+     * refused unless positive and finite all the same. */
     int allow_nonfinite;
     /* A part of the model that the graphs leave out or compute otherwise
      * (an architecture kiln does not know) is a warning
