@@ -222,9 +222,10 @@ KILN_API kiln_status kiln_graph_linear(kiln_graph *g, const char *name, kiln_ten
  * linear then computes y = (x_q · scale) · wᵀ (+ bias) with
  * x_q = e4m3(clamp(x / scale, ±448)), the activations quantized to E4M3
  * with that one scale for every token, as FP8 checkpoints with static
- * activations define it. Every executor honours it (the CPU executor is the
- * reference); a GPU backend whose kernel quantizes activations its own way
- * ignores it, which its plan says (kiln_plan_linear.input_scale_use).
+ * activations define it. The CPU executor (the reference) applies it, and
+ * so do the GPU kernels, but for one that quantizes activations with
+ * scales of its own (block FP8's 1x128 groups), which ignores it, as its
+ * plan says (kiln_plan_linear.input_scale_use).
  * KILN_ERR_INVALID_ARG, naming the linear, when linear is not a linear of
  * g, or scale is not a positive finite number whose product with 448 is
  * finite. Setting it again replaces it. */
