@@ -146,7 +146,7 @@ enum {
     "  --layers N        use only the first N layers of a model file\n"                        \
     "  --no-fuse         keep epilogues as separate kernels\n"                                  \
     "  --allow-nonfinite load a model whose scales, norm weights or rms_norm_eps hold\n"   \
-    "                    NaN or infinity\n"                                                   \
+    "                    NaN or infinity (never a static input_scale)\n"                     \
     "  --allow-partial   build what kiln does not model exactly (an unknown architecture\n"\
     "                    or activation) with a warning instead of refusing it\n"
 

@@ -23,7 +23,7 @@ static void help(FILE *out)
             "  --json            print it all as JSON on stdout, sizes in bytes\n"
             "  --tensor NAME     the tensor to write with --dequant\n"
             "  --allow-nonfinite open a model whose scales, norm weights or rms_norm_eps\n"
-            "                    hold NaN or infinity\n"
+            "                    hold NaN or infinity (never a static input_scale)\n"
             "  --dequant OUT     write NAME dequantized to OUT as little-endian f32,\n"
             "                    row-major [N, K], the raw bytes with no header\n");
 }

@@ -13,9 +13,10 @@ static void help(FILE *out)
             "                 [--layers N] [--no-fuse] [--json]\n"
             "\n"
             "Lowers a model for a target and prints, per linear node, the backend chosen\n"
-            "for each range of token buckets, the activations it reads, the fused\n"
-            "epilogue and why the backends before it in the format's priority list were\n"
-            "refused; then how many kernels the plan needs, the activation arena and the\n"
+            "for each range of token buckets, the activations it reads and their scale\n"
+            "(dynamic, or a checkpoint's static input_scale, and whether the backend\n"
+            "applies or ignores it), the fused epilogue and why the backends before it in\n"
+            "the format's priority list were refused; then how many kernels the plan needs, the activation arena and the\n"
             "weight memory on the device (storage layout and packed), in binary units\n"
             "(MiB); --json gives every size in bytes.\n"
             "\n"
@@ -28,7 +29,23 @@ static void help(FILE *out)
 static int same_choice(const kiln_plan_linear *a, const kiln_plan_linear *b)
 {
     return !strcmp(a->backend, b->backend) && !strcmp(a->act, b->act) &&
-           !strcmp(a->epilogue, b->epilogue) && a->fell_back == b->fell_back;
+           !strcmp(a->epilogue, b->epilogue) && a->fell_back == b->fell_back &&
+           !strcmp(a->input_scale_use, b->input_scale_use);
+}
+
+/* The activation scale of l as the plan applies it: "static
+ * (input_scale=0.0125)" where the kernel reads E4M3 codes made with it,
+ * with " q/dq" where a BF16 kernel reads them dequantized, and "IGNORED: "
+ * before it where the kernel quantizes with dynamic scales of its own;
+ * "dynamic" for FP8 activations without one; "-" for BF16 without one. */
+static const char *act_scale_text(const kiln_plan_linear *l, char *buf, size_t size)
+{
+    if (!l->input_scale_use[0])
+        return strcmp(l->act, "bf16") ? "dynamic" : "-";
+    int ignored = !strcmp(l->input_scale_use, "ignored");
+    snprintf(buf, size, "%sstatic (input_scale=%.9g)%s", ignored ? "IGNORED: " : "",
+             (double)l->input_scale, strcmp(l->input_scale_use, "bf16-qdq") ? "" : " q/dq");
+    return buf;
 }
 
 static void print_text(const kiln_plan *p, const char *source, const kiln_target *t)
@@ -38,8 +55,8 @@ static void print_text(const kiln_plan *p, const char *source, const kiln_target
            t->alias_of[0] ? " (" : "", t->alias_of, t->alias_of[0] ? ")" : "", nb);
     for (int b = 0; b < nb; b++)
         printf(" %lld", (long long)kiln_plan_bucket(p, b));
-    printf("\n\n%-28s %-11s %-12s %-9s %-7s %-11s %-15s %s\n", "linear", "format", "N x K",
-           "tokens", "backend", "activations", "epilogue", "refused before it");
+    printf("\n\n%-28s %-11s %-12s %-9s %-7s %-11s %-35s %-15s %s\n", "linear", "format", "N x K",
+           "tokens", "backend", "activations", "act scale", "epilogue", "refused before it");
     for (int i = 0; i < nl; i++) {
         for (int b0 = 0; b0 < nb;) {
             kiln_plan_linear first, cur;
@@ -51,9 +68,11 @@ static void print_text(const kiln_plan *p, const char *source, const kiln_target
             snprintf(shape, sizeof shape, "%lldx%lld", (long long)first.n, (long long)first.k);
             snprintf(range, sizeof range, "%lld-%lld", (long long)kiln_plan_bucket(p, b0),
                      (long long)kiln_plan_bucket(p, b1));
-            printf("%-28s %-11s %-12s %-9s %-7s %-11s %-15s %s%s\n", b0 ? "" : first.node,
+            char scale[128];
+            printf("%-28s %-11s %-12s %-9s %-7s %-11s %-35s %-15s %s%s\n", b0 ? "" : first.node,
                    b0 ? "" : kiln_format_get(first.format)->name, b0 ? "" : shape, range,
-                   first.backend, first.act, first.epilogue,
+                   first.backend, first.act, act_scale_text(&first, scale, sizeof scale),
+                   first.epilogue,
                    first.fell_back ? "(fallback) " : "", first.refused[0] ? first.refused : "-");
             b0 = b1 + 1;
         }
@@ -94,15 +113,24 @@ static int print_json(const kiln_plan *p, const char *source, const kiln_target 
         for (int b = 0; b < nb; b++) {
             kiln_plan_linear l;
             kiln_plan_linear_at(p, i, b, &l);
-            if (!node)
+            if (!node) {
                 node = json_pack("{s:s, s:s, s:I, s:I}", "name", l.node, "format",
                                  kiln_format_get(l.format)->name, "n", (json_int_t)l.n, "k",
                                  (json_int_t)l.k);
-            json_array_append_new(per, json_pack("{s:I, s:s, s:s, s:s, s:i, s:s, s:b}", "tokens",
-                                                 (json_int_t)kiln_plan_bucket(p, b), "backend",
-                                                 l.backend, "act", l.act, "epilogue", l.epilogue,
-                                                 "signature", l.signature, "refused", l.refused,
-                                                 "fallback", l.fell_back));
+                /* The scale as an f32 printed to round-trip. */
+                json_object_set_new(node, "input_scale",
+                                    l.input_scale_use[0] ? json_real(l.input_scale) : json_null());
+            }
+            char scale[128];
+            json_t *row = json_pack("{s:I, s:s, s:s, s:s, s:s, s:i, s:s, s:b}", "tokens",
+                                    (json_int_t)kiln_plan_bucket(p, b), "backend", l.backend,
+                                    "act", l.act, "act_scale",
+                                    act_scale_text(&l, scale, sizeof scale), "epilogue",
+                                    l.epilogue, "signature", l.signature, "refused", l.refused,
+                                    "fallback", l.fell_back);
+            if (l.input_scale_use[0])
+                json_object_set_new(row, "input_scale_use", json_string(l.input_scale_use));
+            json_array_append_new(per, row);
         }
         json_object_set_new(node, "buckets", per);
         json_array_append_new(linears, node);

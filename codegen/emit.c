@@ -39,6 +39,8 @@ static const struct {
     [KILN_ACT_FP8_TOKEN] = { NULL, "quant_fp8_token", "" },
     [KILN_ACT_FP8_G128] = { NULL, "quant_fp8_groups", ", /*group*/ 128, /*mx*/ false" },
     [KILN_ACT_MXFP8_G32] = { NULL, "quant_fp8_groups", ", /*group*/ 32, /*mx*/ true" },
+    [KILN_ACT_FP8_STATIC] = { NULL, "quant_fp8_static", "" },
+    [KILN_ACT_BF16_QDQ] = { NULL, "quant_bf16_qdq", "" },
 };
 _Static_assert(KILN_ARRAY_LEN(quant_kernels) == KILN_ACT_COUNT, "one row per activation scheme");
 

@@ -213,6 +213,12 @@ static kiln_status plan_select(kiln_plan *p, const kiln_plan_options *o, const k
             c->backend = ch.backend;
             c->fell_back = ch.fell_back;
             c->act = kiln_backend_act(c->backend, &p->target, &l->cfg, p->buckets[b]);
+            c->quant = c->act;
+            if (l->node->input_scale > 0.0f) {
+                kiln_act sf = kiln_act_static_form(c->act);
+                c->ignores_scale = sf == KILN_ACT_COUNT;
+                c->quant = c->ignores_scale ? c->act : sf;
+            }
             c->epilogue = l->cfg.epilogue | (l->candidate & c->backend->epilogues);
             if (!(c->refused = kiln_strdup(ch.refused)))
                 return kiln_fail(KILN_ERR_NOMEM, "plan: out of memory for the refusals");
@@ -287,21 +293,22 @@ static kiln_status aux_signature(builder *b, kiln_step *s)
     return plan_signature(b->p, &d, &s->signature);
 }
 
-/* The value holding x quantized to act, made by one QUANT step shared by
- * every linear of the bucket that reads x in that scheme. */
-static kiln_status quantized(builder *b, int x, kiln_act act, int *out)
+/* The value holding x quantized to act (with input_scale, for a static
+ * scheme; else 0), made by one QUANT step shared by every linear of the
+ * bucket that reads x in that scheme and with that scale. */
+static kiln_status quantized(builder *b, int x, kiln_act act, float input_scale, int *out)
 {
     kiln_program *bk = b->bk;
     for (int i = 0; i < bk->n_steps; i++)
         if (bk->steps[i].kind == KILN_STEP_QUANT && bk->steps[i].src[0] == x &&
-            bk->steps[i].act == act) {
+            bk->steps[i].act == act && bk->steps[i].input_scale == input_scale) {
             *out = bk->steps[i].dst;
             return KILN_OK;
         }
     int q;
     kiln_status st = add_value(b, NULL, bk->values[x].width, act, &q);
     kiln_step s = { .kind = KILN_STEP_QUANT, .node = bk->values[x].tensor, .act = act,
-                    .src = { x, -1, -1 }, .dst = q };
+                    .input_scale = input_scale, .src = { x, -1, -1 }, .dst = q };
     if (st == KILN_OK)
         st = aux_signature(b, &s);
     if (st == KILN_OK)
@@ -356,7 +363,9 @@ static kiln_status build_program(builder *b, kiln_tensor *const *topo, int n)
         kiln_step s = { .kind = KILN_STEP_LINEAR, .node = t, .linear = li,
                         .src = { value_of(b, l->node->src[0]), -1, -1 },
                         .signature = c->signature };
-        if (c->act != KILN_ACT_BF16 && (st = quantized(b, s.src[0], c->act, &s.src[0])))
+        float scale = c->quant != c->act ? l->node->input_scale : 0.0f;
+        if (c->quant != KILN_ACT_BF16 &&
+            (st = quantized(b, s.src[0], c->quant, scale, &s.src[0])))
             break;
         if (c->epilogue & (KILN_EPI_RESIDUAL | KILN_EPI_SILU_MUL))
             s.src[1] = value_of(b, l->aux);
@@ -581,6 +590,10 @@ kiln_status kiln_plan_linear_at(const kiln_plan *p, int linear, int bucket, kiln
         .signature = c->signature,
         .refused = c->refused,
         .fell_back = c->fell_back,
+        .input_scale = l->node->input_scale,
+        .input_scale_use = !(l->node->input_scale > 0.0f) ? ""
+                           : c->ignores_scale            ? "ignored"
+                                                         : kiln_act_name(c->quant),
     };
     return KILN_OK;
 }

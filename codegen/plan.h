@@ -8,7 +8,12 @@
 /* A linear node's choices, one per bucket. */
 typedef struct kiln_plan_choice {
     const kiln_backend *backend;
-    kiln_act act;
+    kiln_act act;      /* what the kernel reads (its signature's act) */
+    /* What the quantization step before it makes: act, or with a static
+     * input scale its static form (kiln_act_static_form), which the kernel
+     * reads as act; act too where the static scale is ignored. */
+    kiln_act quant;
+    int ignores_scale; /* the linear has a static input scale this kernel ignores */
     unsigned epilogue; /* what is fused in this bucket */
     int signature;
     char *refused;

@@ -16,6 +16,11 @@ typedef enum kiln_act {
     KILN_ACT_FP8_TOKEN,   /* E4M3, one scale per token (row) */
     KILN_ACT_FP8_G128,    /* E4M3, one scale per token per 128 along K (block FP8) */
     KILN_ACT_MXFP8_G32,   /* E4M3 with an E8M0 scale per 32 along K */
+    /* The static forms of a linear's input_scale (kiln_graph_linear_input_scale),
+     * made by a quantization step that reads the scale: */
+    KILN_ACT_FP8_STATIC,  /* E4M3 with the static scale, laid out as fp8-token (every
+                             row's scale the same) for the kernels that read that */
+    KILN_ACT_BF16_QDQ,    /* BF16 holding e4m3(x / scale) · scale, for W*A16 kernels */
     KILN_ACT_COUNT
 } kiln_act;
 
@@ -95,6 +100,7 @@ typedef struct kiln_step {
     kiln_tensor *node;   /* the graph node it computes (the last absorbed one if fused) */
     int linear;          /* KILN_STEP_LINEAR: index of the plan's linear */
     kiln_act act;        /* KILN_STEP_QUANT: the scheme */
+    float input_scale;   /* KILN_STEP_QUANT of a static scheme: the scale it applies */
     int src[KILN_STEP_MAX_SRC]; /* value ids, -1 unused; linear: x, aux (residual / gate) */
     int dst;             /* value id */
     int signature;       /* the kernel it runs, index into the plan's signatures */

@@ -3,6 +3,7 @@
  * topological order executors walk. */
 #include "graph_impl.h"
 
+#include <float.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -364,6 +365,27 @@ kiln_status kiln_graph_linear(kiln_graph *g, const char *name, kiln_tensor *x, k
     return KILN_OK;
 }
 
+kiln_status kiln_graph_linear_input_scale(kiln_graph *g, kiln_tensor *linear, float scale)
+{
+    if (!g)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "linear input scale: graph is NULL");
+    kiln_status st = check_operand(g, "linear input scale", "tensor", linear,
+                                   KILN_KIND_ACTIVATION);
+    if (st != KILN_OK)
+        return st;
+    if (linear->op != KILN_OP_LINEAR)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "linear input scale: tensor \"%s\" is %s, not a "
+                         "linear", linear->name, op_traits[linear->op].name);
+    /* x_q · scale must stay finite for every E4M3 code, 448 the largest. */
+    if (!(scale > 0.0f) || !isfinite(scale * 448.0f))
+        return kiln_fail(KILN_ERR_INVALID_ARG,
+                         "linear \"%s\": input scale %g; a static activation scale must be "
+                         "positive, finite and at most %g (448 times it must be finite)",
+                         linear->name, (double)scale, (double)(FLT_MAX / 448.0f));
+    linear->input_scale = scale;
+    return KILN_OK;
+}
+
 static kiln_status binary(kiln_graph *g, kiln_op op, const char *name, kiln_tensor *a,
                           kiln_tensor *b, kiln_tensor **out)
 {
@@ -534,6 +556,11 @@ int64_t kiln_tensor_ne(const kiln_tensor *t, int dim)
 const kiln_qtensor *kiln_tensor_weight(const kiln_tensor *t)
 {
     return t && t->op == KILN_OP_WEIGHT ? &t->weight : NULL;
+}
+
+float kiln_tensor_input_scale(const kiln_tensor *t)
+{
+    return t && t->op == KILN_OP_LINEAR ? t->input_scale : 0.0f;
 }
 
 kiln_tensor *kiln_tensor_src(const kiln_tensor *t, int i)

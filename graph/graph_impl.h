@@ -16,6 +16,7 @@ struct kiln_tensor {
     kiln_qtensor weight;  /* KILN_OP_WEIGHT */
     const float *param;   /* KILN_OP_PARAM: caller memory, ne[0] floats */
     float eps;            /* KILN_OP_RMS_NORM */
+    float input_scale;    /* KILN_OP_LINEAR: static activation scale; 0: none */
     int is_output;
 };
 

@@ -366,6 +366,19 @@ static kiln_status model_bias(kiln_model *m, kiln_graph *g, kiln_tensor *w, kiln
     return t ? model_param_of(m, g, t, kiln_tensor_ne(w, 1), 0, out) : KILN_OK;
 }
 
+/* linear y = x · wᵀ with the static activation scale of w's checkpoint
+ * tensor, where it has one. */
+static kiln_status model_linear(kiln_model *m, kiln_graph *g, const char *name, kiln_tensor *x,
+                                kiln_tensor *w, kiln_tensor *bias, kiln_tensor **out)
+{
+    kiln_status st = kiln_graph_linear(g, name, x, w, bias, out);
+    const kiln_model_tensor *t = st == KILN_OK ? model_find(m, kiln_tensor_name(w)) : NULL;
+    if (t && t->input_scale > 0.0f && (st = kiln_graph_linear_input_scale(g, *out,
+                                                                           t->input_scale)))
+        return kiln_fail_prefix(st, "%s: tensor %s", m->path, t->name);
+    return st;
+}
+
 /* How a family computes its FFN. An architecture is named by GGUF's
  * general.architecture or config.json's architectures[0]. */
 typedef struct model_arch {
@@ -480,7 +493,7 @@ kiln_status kiln_model_build_linears(kiln_model *m, kiln_graph *g, int n_layers)
             if ((st = model_bias(m, g, w, &bias)))
                 break;
             snprintf(name, sizeof name, "%s.out", kiln_tensor_name(w));
-            if ((st = kiln_graph_linear(g, name, x, w, bias, &y)) ||
+            if ((st = model_linear(m, g, name, x, w, bias, &y)) ||
                 (st = kiln_graph_output(g, y)))
                 break;
         }
@@ -520,12 +533,12 @@ kiln_status kiln_model_build_ffn(kiln_model *m, kiln_graph *g, int n_layers)
             (st = model_bias(m, g, gate_w, &gate_b)) || (st = model_bias(m, g, up_w, &up_b)) ||
             (st = model_bias(m, g, down_w, &down_b)) ||
             (st = kiln_graph_rms_norm(g, n[0], x, norm_w, eps, &h)) ||
-            (st = kiln_graph_linear(g, n[1], h, gate_w, gate_b, &gate)) ||
-            (st = kiln_graph_linear(g, n[2], h, up_w, up_b, &up)) ||
+            (st = model_linear(m, g, n[1], h, gate_w, gate_b, &gate)) ||
+            (st = model_linear(m, g, n[2], h, up_w, up_b, &up)) ||
             (st = arch.gelu ? kiln_graph_gelu(g, n[3], gate, &act)
                             : kiln_graph_silu(g, n[3], gate, &act)) ||
             (st = kiln_graph_mul(g, n[4], act, up, &prod)) ||
-            (st = kiln_graph_linear(g, n[5], prod, down_w, down_b, &down)))
+            (st = model_linear(m, g, n[5], prod, down_w, down_b, &down)))
             break;
         if (arch.post_norm) {
             kiln_tensor *post_w;

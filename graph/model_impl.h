@@ -18,6 +18,7 @@ typedef struct kiln_model_tensor {
     size_t bytes;          /* bytes of the stored data */
     kiln_qtensor qt;       /* format, n, k, data (points into the mapping), scale, global */
     char *why;             /* when !supported: why, for the error message */
+    float input_scale;     /* a linear weight's static activation scale; 0: none */
 } kiln_model_tensor;
 
 /* Llama-family hyper-parameters; 0 when the file does not say. */

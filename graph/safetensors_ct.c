@@ -215,6 +215,10 @@ kiln_status kiln_st_ct_lookup(const kiln_st_loader *L, const char *module, kiln_
             out->kind = KILN_ST_CT_NONE; /* activations only: the weight stays as stored */
             return KILN_OK;
         }
+        /* Static activations: one input_scale per linear, stored beside
+         * the weight. */
+        const json_t *in = json_object_get(g, "input_activations");
+        out->act_static = json_is_object(in) && json_is_false(json_object_get(in, "dynamic"));
         if (!strcmp(type, "float") && bits == 8 && !json_is_false(sym) &&
             (!strcmp(strategy, "tensor") || !strcmp(strategy, "channel") ||
              !strcmp(strategy, "block"))) {

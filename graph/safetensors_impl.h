@@ -59,6 +59,10 @@ typedef struct kiln_st_quant {
     int64_t block_rows, block_cols; /* fp8 weight_block_size; 0 when not given */
     int64_t nvfp4_group;            /* ModelOpt NVFP4 group_size; 0 when not given */
     int mxfp8;                      /* ModelOpt quant_algo MXFP8 */
+    /* FP8 weights come with a static activation scale, input_scale, which
+     * the settings named in act_static_why require. */
+    int act_static;
+    char act_static_why[192];
 } kiln_st_quant;
 
 typedef struct kiln_st_loader {
@@ -109,6 +113,7 @@ typedef struct kiln_st_ct_scheme {
     kiln_st_ct_kind kind;
     int64_t block_rows, block_cols; /* FP8 blocks; 0 otherwise */
     int mxfp8;                      /* FP8 in groups of 32 with E8M0 scales */
+    int act_static;                 /* input_activations.dynamic is false */
     char group[64];
     char why[320];
 } kiln_st_ct_scheme;

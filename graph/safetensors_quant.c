@@ -5,7 +5,9 @@
  * and bytes; what is checked here is how the tensors fit together. */
 #include "graph/safetensors_impl.h"
 
+#include <float.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +77,17 @@ kiln_status kiln_st_parse_quant(kiln_st_loader *L, const char *file, const json_
     if (method && !strcasecmp(json_string_value(method), "compressed-tensors"))
         return kiln_st_ct_parse(L, file, q);
     if (method && !strcasecmp(json_string_value(method), "fp8")) {
+        const json_t *scheme = json_object_get(q, "activation_scheme");
+        if (scheme && !json_is_null(scheme) &&
+            (!json_is_string(scheme) || (strcmp(json_string_value(scheme), "static") &&
+                                         strcmp(json_string_value(scheme), "dynamic"))))
+            return kiln_fail(KILN_ERR_MALFORMED,
+                             "%s: activation_scheme is not \"static\" or \"dynamic\"", file);
+        if (json_is_string(scheme) && !strcmp(json_string_value(scheme), "static")) {
+            L->q.act_static = 1;
+            snprintf(L->q.act_static_why, sizeof L->q.act_static_why,
+                     "activation_scheme \"static\" in %s", file);
+        }
         const json_t *wbs = json_object_get(q, "weight_block_size");
         if (wbs && !json_is_null(wbs)) {
             const json_t *r = json_array_get(wbs, 0), *c = json_array_get(wbs, 1);
@@ -86,6 +99,12 @@ kiln_status kiln_st_parse_quant(kiln_st_loader *L, const char *file, const json_
         }
     }
     L->q.mxfp8 = algo && !strcasecmp(json_string_value(algo), "MXFP8");
+    /* ModelOpt's FP8 quantizes activations with a calibrated scale. */
+    if (algo && !strcasecmp(json_string_value(algo), "FP8")) {
+        L->q.act_static = 1;
+        snprintf(L->q.act_static_why, sizeof L->q.act_static_why,
+                 "quant_algo \"FP8\" (ModelOpt: static activations) in %s", file);
+    }
     if (algo && !strcasecmp(json_string_value(algo), "NVFP4")) {
         const json_t *g = json_object_get(q, "group_size");
         if (g && !json_is_null(g)) {
@@ -260,12 +279,60 @@ static kiln_status st_join_mxfp8(kiln_st_slot *w, kiln_st_slot *s)
     return st ? st : st_set_weight(w, KILN_FMT_MXFP8, n, k, st_scales_as_stored(s), 0);
 }
 
+/* The static activation scale of FP8 weight w (base.input_scale), which
+ * the settings require: one F32, BF16 or F16 number, read exactly. Zero,
+ * negative and non-finite scales are refused whatever allow_nonfinite
+ * says: the scale is the grid the activations are quantized on, so the
+ * linear computes nothing meaningful with it, and leaving it out would
+ * run another model. Where the settings say dynamic activations, an
+ * input_scale beside the weight is not read (as vLLM and transformers do:
+ * the config decides), and stays listed as a plain tensor. */
+static kiln_status st_join_input_scale(kiln_st_loader *L, int wi, const char *base)
+{
+    int ii = -1;
+    kiln_status st = st_find(L, base, ".input_scale", &ii);
+    kiln_st_slot *w = &L->v[wi];
+    if (st || !L->q.act_static || !w->t.supported)
+        return st;
+    if (ii < 0)
+        return kiln_fail(KILN_ERR_MALFORMED,
+                         "%s: linear %s: %s, but there is no tensor %s.input_scale", w->file, base,
+                         L->q.act_static_why, base);
+    const kiln_st_slot *s = &L->v[ii];
+    if (s->dtype != KILN_ST_F32 && s->dtype != KILN_ST_BF16 && s->dtype != KILN_ST_F16)
+        return kiln_fail(KILN_ERR_MALFORMED,
+                         "%s: tensor %s: %s; a static activation scale is F32, BF16 or F16",
+                         s->file, s->t.name, s->t.type_name);
+    if (!st_is_scalar(s)) {
+        char shape[128];
+        st_shape_str(s, shape, sizeof shape);
+        return kiln_fail(KILN_ERR_MALFORMED,
+                         "%s: tensor %s: shape %s; a static activation scale is one number "
+                         "([] or [1]) for linear %s", s->file, s->t.name, shape, base);
+    }
+    float v;
+    if (s->dtype == KILN_ST_F32) {
+        memcpy(&v, s->data, sizeof v);
+    } else {
+        uint16_t h;
+        memcpy(&h, s->data, sizeof h);
+        v = s->dtype == KILN_ST_BF16 ? kiln_bf16_to_f32(h) : kiln_f16_to_f32(h);
+    }
+    if (!(v > 0.0f) || !isfinite(v * 448.0f))
+        return kiln_fail(KILN_ERR_MALFORMED,
+                         "%s: tensor %s: %g; a static activation scale must be positive, "
+                         "finite and at most %g (448 times it must be finite)", s->file,
+                         s->t.name, (double)v, (double)(FLT_MAX / 448.0f));
+    w->t.input_scale = v;
+    return KILN_OK;
+}
+
 /* FP8: weight F8_E4M3 [N, K] with weight_scale (scalar, [N] or [N, 1]; or,
  * when the settings say block or the shape can only be one, [ceil(N/128),
  * ceil(K/128)] as compressed-tensors writes it) or with weight_scale_inv
  * [ceil(N/128), ceil(K/128)]; scales F32, BF16, F16 or F8_E8M0 (UE8M0
  * block scales), read as F32. An E8M0 weight_scale of [N, K/32] is MXFP8. */
-static kiln_status st_join_fp8(kiln_st_loader *L, int wi, const char *base)
+static kiln_status st_join_fp8_weight(kiln_st_loader *L, int wi, const char *base)
 {
     int si = -1, bi = -1;
     kiln_status st = st_find(L, base, ".weight_scale", &si);
@@ -316,6 +383,14 @@ static kiln_status st_join_fp8(kiln_st_loader *L, int wi, const char *base)
         return st_refuse(w, "weight_block_size [%" PRId64 ", %" PRId64 "]: kiln's block FP8 is 128x128", br,
                          bc);
     return st_set_weight(w, KILN_FMT_FP8_BLOCK, n, k, sc, 0);
+}
+
+/* An FP8 weight and, where the settings say so, its static activation
+ * scale. */
+static kiln_status st_join_fp8(kiln_st_loader *L, int wi, const char *base)
+{
+    kiln_status st = st_join_fp8_weight(L, wi, base);
+    return st ? st : st_join_input_scale(L, wi, base);
 }
 
 /* ModelOpt NVFP4: weight U8 [N, K/2], weight_scale F8_E4M3 [N, K/16],
@@ -491,6 +566,10 @@ static kiln_status st_join_ct(kiln_st_loader *L, int wi, const char *module, int
     L->q.block_rows = sc.block_rows;
     L->q.block_cols = sc.block_cols;
     L->q.mxfp8 = sc.mxfp8;
+    L->q.act_static = sc.act_static;
+    snprintf(L->q.act_static_why, sizeof L->q.act_static_why,
+             "quantization_config.config_groups.%s.input_activations.dynamic is false in %s",
+             sc.group, L->ct_file);
     st = st_join_fp8(L, wi, module);
     L->q = keep;
     return st;

@@ -225,6 +225,20 @@ KILN_API kiln_status kiln_graph_param(kiln_graph *g, const char *name, int64_t n
 KILN_API kiln_status kiln_graph_linear(kiln_graph *g, const char *name, kiln_tensor *x,
                                        kiln_tensor *w, kiln_tensor *bias, kiln_tensor **out);
 
+/* Give linear a static activation scale (a checkpoint's input_scale): the
+ * linear then computes y = (x_q · scale) · wᵀ (+ bias) with
+ * x_q = e4m3(clamp(x / scale, ±448)), the activations quantized to E4M3
+ * with that one scale for every token, as FP8 checkpoints with static
+ * activations define it. The CPU executor (the reference) applies it, and
+ * so do the GPU kernels, but for one that quantizes activations with
+ * scales of its own (block FP8's 1x128 groups), which ignores it, as its
+ * plan says (kiln_plan_linear.input_scale_use).
+ * KILN_ERR_INVALID_ARG, naming the linear, when linear is not a linear of
+ * g, or scale is not a positive finite number whose product with 448 is
+ * finite. Setting it again replaces it. */
+KILN_API kiln_status kiln_graph_linear_input_scale(kiln_graph *g, kiln_tensor *linear,
+                                                   float scale);
+
 /* Elementwise on activations of the same shape. */
 KILN_API kiln_status kiln_graph_add(kiln_graph *g, const char *name, kiln_tensor *a, kiln_tensor *b,
                                     kiln_tensor **out);
@@ -258,6 +272,10 @@ KILN_API kiln_op kiln_tensor_op(const kiln_tensor *t);
 KILN_API int64_t kiln_tensor_ne(const kiln_tensor *t, int dim);
 /* The weight descriptor of a KILN_OP_WEIGHT tensor, else NULL. */
 KILN_API const kiln_qtensor *kiln_tensor_weight(const kiln_tensor *t);
+/* The static activation scale of a KILN_OP_LINEAR tensor
+ * (kiln_graph_linear_input_scale), else 0: activations as the backend
+ * takes them (BF16, or quantized with dynamic scales). */
+KILN_API float kiln_tensor_input_scale(const kiln_tensor *t);
 /* The i-th source of an op tensor, or NULL. */
 KILN_API kiln_tensor *kiln_tensor_src(const kiln_tensor *t, int i);
 
@@ -361,6 +379,13 @@ typedef struct kiln_plan_linear {
     int signature;          /* index into the plan's signatures */
     const char *refused;    /* "wgmma: needs sm_90a; simt: ..." for backends tried first, or "" */
     int fell_back;          /* --backend was asked for and could not take this node */
+    float input_scale;      /* the linear's static activation scale, 0: none */
+    /* With an input_scale, how this backend honours it (static strings):
+     * "fp8-static" (activations quantized to E4M3 with it, the kernel reads
+     * the codes as act), "bf16-qdq" (quantized with it and dequantized into
+     * the BF16 the kernel reads), or "ignored" (the kernel reads act,
+     * quantized with dynamic scales of its own); "" without one. */
+    const char *input_scale_use;
 } kiln_plan_linear;
 
 KILN_API int kiln_plan_n_linears(const kiln_plan *p);
@@ -888,7 +913,9 @@ KILN_API void kiln_model_close(kiln_model *m);
 typedef struct kiln_model_options {
     /* Skip the load-time check that every separate scale array, global
      * scale, inline GGML block scale, 1-D float tensor (norm weights,
-     * biases) and rms_norm_eps is finite. */
+     * biases) and rms_norm_eps is finite. A static activation scale that
+     * the checkpoint's settings make a linear read (input_scale) is
+     * refused unless positive and finite all the same. */
     int allow_nonfinite;
     /* A part of the model that the graphs leave out or compute otherwise
      * (an architecture kiln does not know) is a warning

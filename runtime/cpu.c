@@ -280,16 +280,32 @@ struct kiln_cpu {
     int64_t widest;       /* the most floats per token of any one buffer */
     float *scratch;
     size_t scratch_floats;
+    int64_t static_k;     /* the widest input of a linear with a static input scale */
+    float *xq;            /* its quantized activations, [m, static_k] */
+    size_t xq_floats;
     kiln_cpu_pool pool;
 };
 
 typedef void (*kiln_cpu_eval)(kiln_cpu *cpu, const kiln_cpu_node *nd, int64_t m, float *y);
 
+/* A static input scale s makes the linear read x_q · s with
+ * x_q = e4m3(x / s): the division and the product in f32, the E4M3
+ * conversion saturating at ±448 (the clamp) and rounding to nearest even. */
+static const float *static_quantize(kiln_cpu *cpu, const kiln_tensor *t, int64_t m)
+{
+    const float *x = cpu->buf[t->src[0]->id];
+    const float s = t->input_scale;
+    size_t n = (size_t)m * (size_t)t->src[0]->ne[0];
+    for (size_t i = 0; i < n; i++)
+        cpu->xq[i] = kiln_e4m3_to_f32(kiln_f32_to_e4m3(x[i] / s)) * s;
+    return cpu->xq;
+}
+
 static void eval_linear(kiln_cpu *cpu, const kiln_cpu_node *nd, int64_t m, float *y)
 {
     const kiln_tensor *t = nd->t;
     kiln_cpu_gemm c = {
-        .x = cpu->buf[t->src[0]->id],
+        .x = t->input_scale > 0.0f ? static_quantize(cpu, t, m) : cpu->buf[t->src[0]->id],
         .panels = nd->panels,
         .bias = t->src[2] ? t->src[2]->param : NULL,
         .y = y,
@@ -492,6 +508,7 @@ void kiln_cpu_destroy(kiln_cpu *cpu)
     free(cpu->input_used);
     free(cpu->buf);
     free(cpu->scratch);
+    free(cpu->xq);
     free(cpu);
 }
 
@@ -544,6 +561,8 @@ static kiln_status cpu_prepare(kiln_cpu *cpu, kiln_graph *g)
         cpu->nodes[i].t = t;
         if (t->op != KILN_OP_LINEAR)
             continue;
+        if (t->input_scale > 0.0f && t->src[0]->ne[0] > cpu->static_k)
+            cpu->static_k = t->src[0]->ne[0];
         const kiln_tensor *w = t->src[1];
         if (!packed_of[w->id]) {
             st = pack_weight(w, &packed_of[w->id]);
@@ -623,6 +642,22 @@ kiln_status kiln_cpu_run(kiln_cpu *cpu, int64_t m, const float *const *inputs,
         free(cpu->scratch);
         cpu->scratch = s;
         cpu->scratch_floats = need;
+    }
+
+    size_t xq_need;
+    if (!kiln_mul_size((size_t)m, (size_t)cpu->static_k, &xq_need) ||
+        !kiln_mul_size(xq_need, sizeof(float), &bytes))
+        return kiln_fail(KILN_ERR_SHAPE, "kiln_cpu_run: m = %" PRId64 " tokens is too large for "
+                         "the quantized activations", m);
+    if (xq_need > cpu->xq_floats) {
+        float *q = kiln_malloc(bytes);
+        if (!q)
+            return kiln_fail(KILN_ERR_NOMEM,
+                             "kiln_cpu_run: out of memory for %zu bytes of quantized activations "
+                             "(m = %" PRId64 ")", bytes, m);
+        free(cpu->xq);
+        cpu->xq = q;
+        cpu->xq_floats = xq_need;
     }
 
     for (int i = 0; i < cpu->n_inputs; i++)

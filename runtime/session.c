@@ -46,6 +46,10 @@ struct kiln_session {
     CUdeviceptr *params;      /* tensor id -> f32 copy of a param, 0 when none */
     CUdeviceptr arena;
     CUdeviceptr quant_scratch; /* fp8-tensor scale + amax partials, per quant step */
+    /* The static input scale of each quantization step that applies one,
+     * f32 [program][step], max_steps a program; read-only once uploaded. */
+    CUdeviceptr input_scales;
+    int max_steps;
     CUgraphExec *execs;        /* [n_buckets] */
     uint16_t *staging;         /* bf16 rows for inputs and outputs */
     size_t staging_elems;
@@ -423,6 +427,28 @@ static kiln_status maps_create(kiln_session *s)
     return KILN_OK;
 }
 
+/* The static input scales of every program's quantization steps, at
+ * [program][step] (0 where a step applies none). */
+static kiln_status input_scales_create(kiln_session *s, int max_steps)
+{
+    size_t n = (size_t)s->build.n_programs * (size_t)(max_steps ? max_steps : 1);
+    float *host = kiln_calloc(n, sizeof *host);
+    if (!host)
+        return kiln_fail(KILN_ERR_NOMEM, "session: out of memory for the input scales");
+    s->max_steps = max_steps;
+    for (int b = 0; b < s->build.n_programs; b++)
+        for (int i = 0; i < s->build.programs[b].n_steps; i++)
+            host[(size_t)b * (size_t)max_steps + (size_t)i] =
+                s->build.programs[b].steps[i].input_scale;
+    kiln_status st = kiln_cu_check(s->cu, s->cu->MemAlloc(&s->input_scales, n * sizeof *host),
+                                   "input scales");
+    if (st == KILN_OK)
+        st = kiln_cu_check(s->cu, s->cu->MemcpyHtoD(s->input_scales, host, n * sizeof *host),
+                           "input scales");
+    free(host);
+    return st;
+}
+
 static kiln_status launch_step(kiln_session *s, int b, int si, CUstream stream)
 {
     const kiln_program *bk = &s->build.programs[b];
@@ -481,6 +507,9 @@ static kiln_status launch_step(kiln_session *s, int b, int si, CUstream stream)
             .partial = (float *)(scratch + 4),
             .m = m,
         };
+        if (st->input_scale > 0.0f)
+            a.quant.scale =
+                (float *)(s->input_scales + ((size_t)b * (size_t)s->max_steps + (size_t)si) * 4);
         break;
     }
     for (int f = 0; f < d->n_fn; f++) {
@@ -587,6 +616,7 @@ void kiln_session_destroy(kiln_session *s)
             cu->MemFree(s->params[i]);
         cu->MemFree(s->arena);
         cu->MemFree(s->quant_scratch);
+        cu->MemFree(s->input_scales);
         if (s->stream)
             cu->StreamDestroy(s->stream);
         cu->DevicePrimaryCtxRelease(s->dev);
@@ -689,6 +719,8 @@ static kiln_status session_init(kiln_session *s, const kiln_session_options *o)
     CU(s->cu->StreamSynchronize(s->stream), "weight upload");
     size_t scratch = (size_t)(max_steps + 1) * (1 + KILN_QUANT_AMAX_PARTS) * 4;
     CU(s->cu->MemAlloc(&s->quant_scratch, scratch), "quantization scratch");
+    if ((st = input_scales_create(s, max_steps)))
+        return st;
     if (!(s->staging = kiln_malloc((staging ? staging : 1) * sizeof *s->staging)))
         return kiln_fail(KILN_ERR_NOMEM, "session: out of memory for the staging buffer");
     s->staging_elems = staging;

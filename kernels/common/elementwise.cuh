@@ -224,6 +224,36 @@ __device__ void quant_fp8_groups(const kiln_quant_args &args)
     }
 }
 
+// The static schemes: the checkpoint's input scale s, read from *args.scale,
+// for every token, x_q = e4m3(x / s) (saturating at ±448, as the clamp
+// does), divided as the CPU reference divides.
+//   fp8-static: the codes, and s as every row's f32 scale (the fp8-token
+//               layout, which the FP8 GEMMs read);
+//   bf16-qdq:   bf16(x_q · s), for the kernels that read BF16.
+template <int K>
+__device__ void quant_fp8_static(const kiln_quant_args &args)
+{
+    const i64 row = (i64)blockIdx.x * K;
+    const u16 *x = static_cast<const u16 *>(args.x) + row;
+    u8 *q = static_cast<u8 *>(args.q);
+    const float s = *args.scale;
+    for (int i = threadIdx.x; i < K; i += row_threads)
+        q[row + i] = f32_to_e4m3(bf16_to_f32(x[i]) / s);
+    if (threadIdx.x == 0)
+        store_f32_bytes(q + (i64)args.m * K + 4 * (i64)blockIdx.x, s);
+}
+
+template <int K>
+__device__ void quant_bf16_qdq(const kiln_quant_args &args)
+{
+    const i64 row = (i64)blockIdx.x * K;
+    const u16 *x = static_cast<const u16 *>(args.x) + row;
+    u16 *y = static_cast<u16 *>(args.q) + row;
+    const float s = *args.scale;
+    for (int i = threadIdx.x; i < K; i += row_threads)
+        y[i] = f32_to_bf16(e4m3_to_f32(f32_to_e4m3(bf16_to_f32(x[i]) / s)) * s);
+}
+
 // fp8-tensor, first kernel: KILN_QUANT_AMAX_PARTS blocks stride over all
 // m·K values; block b writes its amax to partial[b].
 template <int K>

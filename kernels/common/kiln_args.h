@@ -18,6 +18,8 @@
  *   fp8-1x128   f32 [ceil(k/128)][m]    group-major, the order a TMA
  *                                       descriptor of DeepGEMM's kind reads
  *   mxfp8-1x32  e8m0 [m][ceil(k/32)]    OCP MX scale codes
+ *   fp8-static  f32 [m]                 every row the linear's static input scale
+ * bf16-qdq is BF16 [m, k] like bf16, holding e4m3(x / s) · s.
  * f32 scales start at byte m * k, which need not be 4-aligned: they are
  * written and read byte by byte. fp8-tensor keeps no scale in the value:
  * its f32 scale and the amax partials live in `scale` and `partial`. */
@@ -61,7 +63,8 @@ typedef struct kiln_op_args {
 typedef struct kiln_quant_args {
     void *q;              /* m * kiln_act_row_bytes(act, k) bytes, layout above */
     const void *x;        /* bf16 [m, k] */
-    float *scale;         /* fp8-tensor: the f32 scale written; otherwise NULL */
+    float *scale;         /* fp8-tensor: the f32 scale written; fp8-static and bf16-qdq:
+                             the static f32 input scale, read; otherwise NULL */
     float *partial;       /* fp8-tensor: f32 [KILN_QUANT_AMAX_PARTS]; otherwise NULL */
     int m;
 } kiln_quant_args;

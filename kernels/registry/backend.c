@@ -4,16 +4,24 @@
 #include <stdio.h>
 #include <string.h>
 
+/* static_form: what a linear that reads this scheme reads instead when it
+ * has a static input scale (KILN_ACT_COUNT: none, the scale is ignored):
+ * the same layout, made with the checkpoint's scale. */
 static const struct {
     const char *name;
     int group;      /* elements per scale along K; 0: one scale per row or tensor */
     int scale_bytes;
+    int elem_bytes; /* of the values */
+    kiln_act static_form;
 } act_table[] = {
-    [KILN_ACT_BF16] = { "bf16", 0, 0 },
-    [KILN_ACT_FP8_TENSOR] = { "fp8-tensor", 0, 0 }, /* the scale lives outside the rows */
-    [KILN_ACT_FP8_TOKEN] = { "fp8-token", 0, 4 },
-    [KILN_ACT_FP8_G128] = { "fp8-1x128", 128, 4 },
-    [KILN_ACT_MXFP8_G32] = { "mxfp8-1x32", 32, 1 },
+    [KILN_ACT_BF16] = { "bf16", 0, 0, 2, KILN_ACT_BF16_QDQ },
+    /* the scale lives outside the rows */
+    [KILN_ACT_FP8_TENSOR] = { "fp8-tensor", 0, 0, 1, KILN_ACT_COUNT },
+    [KILN_ACT_FP8_TOKEN] = { "fp8-token", 0, 4, 1, KILN_ACT_FP8_STATIC },
+    [KILN_ACT_FP8_G128] = { "fp8-1x128", 128, 4, 1, KILN_ACT_COUNT },
+    [KILN_ACT_MXFP8_G32] = { "mxfp8-1x32", 32, 1, 1, KILN_ACT_COUNT },
+    [KILN_ACT_FP8_STATIC] = { "fp8-static", 0, 4, 1, KILN_ACT_FP8_STATIC },
+    [KILN_ACT_BF16_QDQ] = { "bf16-qdq", 0, 0, 2, KILN_ACT_BF16_QDQ },
 };
 _Static_assert(KILN_ARRAY_LEN(act_table) == KILN_ACT_COUNT, "one row per activation scheme");
 
@@ -24,10 +32,13 @@ const char *kiln_act_name(kiln_act a)
 
 size_t kiln_act_row_bytes(kiln_act a, int64_t k)
 {
-    if (a == KILN_ACT_BF16)
-        return (size_t)k * 2;
     size_t scales = act_table[a].group ? (size_t)kiln_ceil_div(k, act_table[a].group) : 1;
-    return (size_t)k + scales * (size_t)act_table[a].scale_bytes;
+    return (size_t)k * (size_t)act_table[a].elem_bytes + scales * (size_t)act_table[a].scale_bytes;
+}
+
+kiln_act kiln_act_static_form(kiln_act a)
+{
+    return (unsigned)a < KILN_ACT_COUNT ? act_table[a].static_form : KILN_ACT_COUNT;
 }
 
 /* Every combination of the KILN_EPI_* bits, by value. */

@@ -11,6 +11,11 @@
 const char *kiln_act_name(kiln_act a);
 /* Bytes of one token's activations of width k in scheme a, scales included. */
 size_t kiln_act_row_bytes(kiln_act a, int64_t k);
+/* The scheme a linear reading a takes instead when it has a static input
+ * scale: the same layout, quantized with that scale (fp8-token:
+ * fp8-static; bf16: bf16-qdq). KILN_ACT_COUNT where there is none: the
+ * kernel quantizes with scales of its own, and the static one is ignored. */
+kiln_act kiln_act_static_form(kiln_act a);
 
 /* Epilogues a linear can absorb. */
 enum {

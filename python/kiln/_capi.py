@@ -44,7 +44,8 @@ class PlanOptions(Structure):
 class PlanLinear(Structure):
     _fields_ = [("node", c_char_p), ("format", c_enum), ("n", c_int64), ("k", c_int64),
                 ("backend", c_char_p), ("act", c_char_p), ("epilogue", c_char_p),
-                ("signature", c_int), ("refused", c_char_p), ("fell_back", c_int)]
+                ("signature", c_int), ("refused", c_char_p), ("fell_back", c_int),
+                ("input_scale", c_float), ("input_scale_use", c_char_p)]
 
 
 ON_CORRUPT = CFUNCTYPE(None, c_void_p, c_char_p)
@@ -135,6 +136,7 @@ _PROTOTYPES = [
     ("kiln_graph_weight", [P, c_char_p, POINTER(QTensor), PP], c_status),
     ("kiln_graph_param", [P, c_char_p, c_int64, c_void_p, PP], c_status),
     ("kiln_graph_linear", [P, c_char_p, P, P, P, PP], c_status),
+    ("kiln_graph_linear_input_scale", [P, P, c_float], c_status),
     ("kiln_graph_add", [P, c_char_p, P, P, PP], c_status),
     ("kiln_graph_mul", [P, c_char_p, P, P, PP], c_status),
     ("kiln_graph_silu", [P, c_char_p, P, PP], c_status),
@@ -152,6 +154,7 @@ _PROTOTYPES = [
     ("kiln_tensor_op", [P], c_enum),
     ("kiln_tensor_ne", [P, c_int], c_int64),
     ("kiln_tensor_weight", [P], POINTER(QTensor)),
+    ("kiln_tensor_input_scale", [P], c_float),
     ("kiln_tensor_src", [P, c_int], P),
     ("kiln_target_from_name", [c_char_p, POINTER(Target)], c_status),
     ("kiln_target_live", [c_int, POINTER(Target)], c_status),

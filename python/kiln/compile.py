@@ -74,6 +74,8 @@ class PlannedLinear:
     signature: int
     refused: str
     fell_back: bool
+    input_scale: float = 0.0  # the linear's static activation scale; 0: none
+    input_scale_use: str = ""  # "fp8-static", "bf16-qdq" or "ignored" with one
 
 
 class Plan(Handle):
@@ -120,7 +122,7 @@ class Plan(Handle):
             t = _capi.text
             out.append(PlannedLinear(t(c.node), format_name(c.format), c.n, c.k, t(c.backend),
                                      t(c.act), t(c.epilogue), c.signature, t(c.refused),
-                                     bool(c.fell_back)))
+                                     bool(c.fell_back), c.input_scale, t(c.input_scale_use)))
         return out
 
     def arena_bytes(self, bucket: int) -> int:

@@ -190,6 +190,13 @@ class Tensor:
             return (ne0,)
         return (ne1, ne0)
 
+    @property
+    def input_scale(self) -> float:
+        """A linear's static activation scale, 0.0 for none
+        (``kiln_tensor_input_scale``)."""
+        self.graph._live()
+        return float(_capi.lib().kiln_tensor_input_scale(self._t))
+
     def src(self, i: int) -> Optional["Tensor"]:
         """The i-th source of an op (a linear's are x, w, bias), or None."""
         self.graph._live()
@@ -248,10 +255,16 @@ class Graph(Handle):
         self._keep.append(a)
         return self._add("kiln_graph_param", _capi.encode(name), a.size, a.ctypes.data)
 
-    def linear(self, name: str, x: Tensor, w: Tensor, bias: Optional[Tensor] = None) -> Tensor:
-        """``x · wᵀ (+ bias)``: ``[M, k]`` by ``[n, k]`` gives ``[M, n]``."""
-        return self._add("kiln_graph_linear", _capi.encode(name), x._t, w._t,
-                         bias._t if bias is not None else None)
+    def linear(self, name: str, x: Tensor, w: Tensor, bias: Optional[Tensor] = None,
+               input_scale: Optional[float] = None) -> Tensor:
+        """``x · wᵀ (+ bias)``: ``[M, k]`` by ``[n, k]`` gives ``[M, n]``. With
+        a static ``input_scale`` s, x is read as ``e4m3(clamp(x / s, ±448)) · s``
+        (``kiln_graph_linear_input_scale``)."""
+        y = self._add("kiln_graph_linear", _capi.encode(name), x._t, w._t,
+                      bias._t if bias is not None else None)
+        if input_scale is not None:
+            check(_capi.lib().kiln_graph_linear_input_scale(self._live(), y._t, input_scale))
+        return y
 
     def add(self, name: str, a: Tensor, b: Tensor) -> Tensor:
         return self._add("kiln_graph_add", _capi.encode(name), a._t, b._t)

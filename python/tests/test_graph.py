@@ -65,6 +65,33 @@ def test_cpu_session_runs_a_linear_as_numpy_does(rng, m):
         np.testing.assert_allclose(y, x @ w.T.astype(np.float64) + b, rtol=1e-4, atol=1e-4)
 
 
+E4M3 = np.array([(-1) ** (c >> 7) * ((c & 7) / 8 * 2.0**-6 if (c >> 3) & 15 == 0 else
+                  (1 + (c & 7) / 8) * 2.0 ** (((c >> 3) & 15) - 7)) for c in range(256)])
+E4M3_POS = np.sort(np.unique(np.abs(E4M3[np.isfinite(E4M3)])))[:-1]  # 0 to 448, not 480
+
+
+def test_a_static_input_scale_quantizes_the_linear_input(rng):
+    k, n, s = 64, 48, np.float32(2 / 448)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    g = kiln.Graph()
+    x = g.input("x", k)
+    y = g.linear("y", x, g.weight("w", w, "f32"), input_scale=float(s))
+    g.output(y)
+    assert y.input_scale == s and x.input_scale == 0.0
+    with pytest.raises(kiln.Error) as ei:
+        g.linear("z", x, g.find("w"), input_scale=-1.0)
+    assert ei.value.status == kiln.Status.ERR_INVALID_ARG and "static activation scale" in ei.value.message
+    xv = rng.standard_normal((5, k)).astype(np.float32)
+    with kiln.Session(g, device="cpu") as sess:
+        got = sess.run(xv)
+    # the nearest E4M3 value of x / s, saturated at 448 (no ties in random data)
+    q = np.clip(xv / s, -448, 448).astype(np.float64)
+    near = E4M3_POS[np.abs(np.abs(q)[..., None] - E4M3_POS).argmin(axis=-1)] * np.sign(q)
+    want = (near.astype(np.float32) * s).astype(np.float64) @ w.T
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert np.abs(got - xv.astype(np.float64) @ w.T).max() > 1e-2, "the quantization shows"
+
+
 def test_auto_falls_back_to_the_cpu_executor_without_a_gpu(rng):
     g, _, _ = linear_graph(rng)
     s = kiln.Session(g)

@@ -1,10 +1,13 @@
 /* kiln plan, compile and run as a user meets them. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <jansson.h>
+#include <stdint.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -64,6 +67,133 @@ Test(cli_plan_run, plan_json_and_named_targets)
     cr_assert(strstr(r.out, "\"buckets\": [\n  1,\n  8,\n  64\n ]"), "%s", r.out);
     cr_assert(strstr(r.out, "\"signatures\""));
     cr_assert(strstr(r.out, "\"weights\": {\n  \"storage\": "), "%s", r.out);
+    kt_cli_free(&r);
+}
+
+/* A one-layer FP8 FFN with static activations (quant_method fp8,
+ * activation_scheme static) in dir/static: gate and up per tensor with
+ * input scales 0.5 and 0.25, down in 128 x 128 blocks with 0.125. The
+ * weights are zeros: planning reads none of them. */
+static void write_static_fp8_ffn(char *model, size_t size)
+{
+    enum { D = 256, F = 512 };
+    static const struct {
+        const char *name, *dtype;
+        int64_t rows, cols; /* cols 0: [rows]; rows 0: a scalar */
+        float value;
+    } t[] = {
+        { "model.layers.0.post_attention_layernorm.weight", "F32", D, 0, 1.0f },
+        { "model.layers.0.mlp.gate_proj.weight", "F8_E4M3", F, D, 0 },
+        { "model.layers.0.mlp.gate_proj.weight_scale", "F32", 0, 0, 0.01f },
+        { "model.layers.0.mlp.gate_proj.input_scale", "F32", 0, 0, 0.5f },
+        { "model.layers.0.mlp.up_proj.weight", "F8_E4M3", F, D, 0 },
+        { "model.layers.0.mlp.up_proj.weight_scale", "F32", 0, 0, 0.01f },
+        { "model.layers.0.mlp.up_proj.input_scale", "F32", 0, 0, 0.25f },
+        { "model.layers.0.mlp.down_proj.weight", "F8_E4M3", D, F, 0 },
+        { "model.layers.0.mlp.down_proj.weight_scale_inv", "F32", D / 128, F / 128, 0.01f },
+        { "model.layers.0.mlp.down_proj.input_scale", "F32", 0, 0, 0.125f },
+    };
+    snprintf(model, size, "%s/static", dir);
+    cr_assert_eq(mkdir(model, 0755), 0);
+    char header[4096], path[256];
+    size_t at = 0, off = 0, total = 0;
+    at += (size_t)snprintf(header + at, sizeof header - at, "{");
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        size_t n = t[i].rows ? (size_t)t[i].rows * (size_t)(t[i].cols ? t[i].cols : 1) : 1;
+        size_t bytes = n * (strcmp(t[i].dtype, "F32") ? 1 : 4);
+        char shape[32];
+        if (!t[i].rows)
+            snprintf(shape, sizeof shape, "[]");
+        else if (!t[i].cols)
+            snprintf(shape, sizeof shape, "[%lld]", (long long)t[i].rows);
+        else
+            snprintf(shape, sizeof shape, "[%lld, %lld]", (long long)t[i].rows,
+                     (long long)t[i].cols);
+        at += (size_t)snprintf(header + at, sizeof header - at,
+                               "%s\"%s\": {\"dtype\": \"%s\", \"shape\": %s, "
+                               "\"data_offsets\": [%zu, %zu]}",
+                               i ? ", " : "", t[i].name, t[i].dtype, shape, off, off + bytes);
+        off += bytes;
+    }
+    at += (size_t)snprintf(header + at, sizeof header - at, "}");
+    cr_assert_lt(at, sizeof header);
+    total = off;
+    uint8_t *data = calloc(1, total);
+    off = 0;
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        size_t n = t[i].rows ? (size_t)t[i].rows * (size_t)(t[i].cols ? t[i].cols : 1) : 1;
+        int f32 = !strcmp(t[i].dtype, "F32");
+        for (size_t e = 0; f32 && e < n; e++)
+            memcpy(data + off + 4 * e, &t[i].value, 4);
+        off += n * (f32 ? 4 : 1);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", model);
+    FILE *f = fopen(path, "wb");
+    cr_assert(f);
+    uint8_t len[8];
+    for (int i = 0; i < 8; i++)
+        len[i] = (uint8_t)((uint64_t)at >> (8 * i));
+    cr_assert_eq(fwrite(len, 1, 8, f), 8);
+    cr_assert_eq(fwrite(header, 1, at, f), at);
+    cr_assert_eq(fwrite(data, 1, total, f), total);
+    cr_assert_eq(fclose(f), 0);
+    free(data);
+    snprintf(path, sizeof path, "%s/config.json", model);
+    f = fopen(path, "w");
+    cr_assert(f);
+    fprintf(f, "{\"architectures\": [\"LlamaForCausalLM\"], \"num_hidden_layers\": 1, "
+               "\"hidden_size\": %d, \"intermediate_size\": %d, \"rms_norm_eps\": 1e-5, "
+               "\"quantization_config\": {\"quant_method\": \"fp8\", "
+               "\"activation_scheme\": \"static\"}}", D, F);
+    cr_assert_eq(fclose(f), 0);
+}
+
+/* The plan names each FP8 linear's activation scale: static with its
+ * value where the backend applies it (fp8 codes for wgmma's FP8 GEMM, a
+ * BF16 quantize-dequantize for the decode kernels), and says so where the
+ * backend ignores it (block FP8 quantizes its own 1x128 groups). */
+Test(cli_plan_run, plan_shows_static_activation_scales)
+{
+    char model[128], args[256];
+    write_static_fp8_ffn(model, sizeof model);
+    snprintf(args, sizeof args, "plan %s --target sm_90a --capture 1,512", model);
+    kt_cli r = kt_cli_run(args);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "act scale"), "%s", r.out);
+    const char *gate = strstr(r.out, "blk.0.ffn_gate");
+    cr_assert(gate, "%s", r.out);
+    cr_assert(strstr(gate, "gemv_tc bf16        static (input_scale=0.5) q/dq "), "%s", r.out);
+    cr_assert(strstr(gate, "wgmma   fp8-token   static (input_scale=0.5) "), "%s", r.out);
+    cr_assert(strstr(r.out, "static (input_scale=0.25)"), "%s", r.out);
+    cr_assert(strstr(r.out, "wgmma   fp8-1x128   IGNORED: static (input_scale=0.125) "), "%s",
+              r.out);
+    kt_cli_free(&r);
+
+    snprintf(args, sizeof args, "plan %s --target sm_90a --capture 1,512 --json", model);
+    r = kt_cli_run(args);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    json_error_t e;
+    json_t *root = json_loads(r.out, 0, &e), *lin;
+    cr_assert_not_null(root, "%s", e.text);
+    size_t i;
+    const char *want_use[] = { "fp8-static", "fp8-static", "ignored" };
+    const double want_scale[] = { 0.5, 0.25, 0.125 };
+    json_array_foreach(json_object_get(root, "linears"), i, lin) {
+        cr_assert_lt(i, 3);
+        cr_assert_eq(json_real_value(json_object_get(lin, "input_scale")), want_scale[i]);
+        json_t *big = json_array_get(json_object_get(lin, "buckets"), 1);
+        json_t *one = json_array_get(json_object_get(lin, "buckets"), 0);
+        cr_assert_str_eq(json_string_value(json_object_get(big, "input_scale_use")), want_use[i]);
+        cr_assert_str_eq(json_string_value(json_object_get(one, "input_scale_use")), "bf16-qdq");
+        cr_assert(strstr(json_string_value(json_object_get(big, "act_scale")), "static"));
+    }
+    json_decref(root);
+    kt_cli_free(&r);
+
+    /* The demo's FP8 linears quantize activations with dynamic scales. */
+    r = kt_cli_run("plan demo --target sm_90a --json");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "\"input_scale\": null"), "%s", r.out);
     kt_cli_free(&r);
 }
 

@@ -127,6 +127,8 @@ Test(emit, sources_carry_their_parameters)
           "kiln::quant_fp8_groups</*k*/ 9, /*group*/ 128, /*mx*/ false>" },
         { "quant act=mxfp8-1x32 k=9 target=sm_80",
           "kiln::quant_fp8_groups</*k*/ 9, /*group*/ 32, /*mx*/ true>" },
+        { "quant act=fp8-static k=9 target=sm_90a", "kiln::quant_fp8_static</*k*/ 9>" },
+        { "quant act=bf16-qdq k=9 target=sm_75", "kiln::quant_bf16_qdq</*k*/ 9>" },
         { SIMT("t16x64", "nvfp4", "bf16", "3", "32", "none"), "using format = kiln::fmt_nvfp4;" },
         { SIMT("t16x64", "nvfp4", "bf16", "3", "32", "none"),
           "/*bias*/ false, /*residual*/ false, /*silu_mul*/ false" },

@@ -524,6 +524,99 @@ Test(lower, activation_quantization_is_inserted_and_shared)
     kiln_graph_destroy(g);
 }
 
+/* Static input scales with kiln's own backends on sm_90a: one quant step
+ * per (input, scheme, scale); wgmma's FP8 GEMM reads fp8-static codes
+ * through its fp8-token kernel (the same kernel as a dynamic linear),
+ * the decode kernels read bf16-qdq, and wgmma's block-FP8 kernel ignores
+ * the scale, which the plan says. */
+Test(lower, static_input_scales_make_their_own_quant_steps)
+{
+    enum { K = 256, N = 256 };
+    static const struct {
+        const char *name;
+        kiln_format f;
+        float scale;
+    } lin[] = {
+        { "q", KILN_FMT_FP8_CHANNEL, 0.5f },   { "k", KILN_FMT_FP8_CHANNEL, 0.5f },
+        { "v", KILN_FMT_FP8_CHANNEL, 0.25f },  { "blk", KILN_FMT_FP8_BLOCK, 0.5f },
+        { "dyn", KILN_FMT_FP8_CHANNEL, 0.0f },
+    };
+    kiln_graph *g;
+    kiln_tensor *x;
+    cr_assert_eq(kiln_graph_create(&g), KILN_OK);
+    cr_assert_eq(kiln_graph_input(g, "x", K, &x), KILN_OK);
+    for (size_t i = 0; i < KILN_ARRAY_LEN(lin); i++) {
+        char wn[16];
+        snprintf(wn, sizeof wn, "%s.w", lin[i].name);
+        kiln_tensor *y, *w = weight(g, wn, lin[i].f, N, K);
+        cr_assert_eq(kiln_graph_linear(g, lin[i].name, x, w, NULL, &y), KILN_OK);
+        if (lin[i].scale > 0)
+            cr_assert_eq(kiln_graph_linear_input_scale(g, y, lin[i].scale), KILN_OK);
+        cr_assert_eq(kiln_graph_output(g, y), KILN_OK);
+    }
+    kiln_target t = target("sm_90a");
+    const int64_t capture[] = { 1, 512 };
+    const kiln_plan_options o = { .capture = capture, .n_capture = 2 };
+    kiln_plan *p;
+    cr_assert_eq(kiln_plan_create(g, &t, &o, &p), KILN_OK, "%s", kiln_last_error());
+
+    static const char *const use_big[] = { "fp8-static", "fp8-static", "fp8-static", "ignored", "" };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(lin); i++) {
+        kiln_plan_linear big = linear_at(p, (int)i, 512), one = linear_at(p, (int)i, 1);
+        cr_assert_str_eq(big.node, lin[i].name);
+        cr_assert_str_eq(big.backend, "wgmma");
+        cr_assert_eq(big.input_scale, lin[i].scale);
+        cr_assert_str_eq(big.input_scale_use, use_big[i], "%s", lin[i].name);
+        cr_assert_str_eq(one.act, "bf16", "%s: a decode kernel", lin[i].name);
+        cr_assert_str_eq(one.input_scale_use, lin[i].scale > 0 ? "bf16-qdq" : "", "%s",
+                         lin[i].name);
+    }
+    cr_assert_eq(linear_at(p, 0, 512).signature, linear_at(p, 4, 512).signature,
+                 "a static and a dynamic linear share the GEMM kernel");
+    cr_assert_str_eq(linear_at(p, 0, 512).act, "fp8-token");
+    cr_assert_str_eq(linear_at(p, 3, 512).act, "fp8-1x128");
+
+    /* 512: fp8-static for 0.5 (q and k) and 0.25 (v), fp8-token for dyn,
+     * fp8-1x128 for blk. 1: bf16-qdq for 0.5 (q, k, blk) and 0.25 (v). */
+    const kiln_program *big = program(p, 512), *one = program(p, 1);
+    cr_assert_eq(count_steps(big, KILN_STEP_QUANT), 4);
+    cr_assert_eq(count_steps(one, KILN_STEP_QUANT), 2);
+    int statics = 0;
+    for (int i = 0; i < big->n_steps; i++) {
+        const kiln_step *s = &big->steps[i];
+        if (s->kind == KILN_STEP_QUANT) {
+            const char *sig = kiln_plan_signature(p, s->signature);
+            if (s->act == KILN_ACT_FP8_STATIC) {
+                statics++;
+                cr_assert(s->input_scale == 0.5f || s->input_scale == 0.25f);
+                cr_assert_str_eq(sig, "quant act=fp8-static k=256 target=sm_90a");
+                cr_assert_eq(big->values[s->dst].bytes, (size_t)512 * (K + 4),
+                             "the fp8-token layout");
+            } else {
+                cr_assert_eq(s->input_scale, 0.0f, "%s", sig);
+            }
+        }
+        if (s->kind == KILN_STEP_LINEAR) {
+            const kiln_step *q = &big->steps[big->values[s->src[0]].first];
+            cr_assert_eq(q->kind, KILN_STEP_QUANT);
+            float want = p->linears[s->linear].node->input_scale;
+            cr_assert_eq(q->input_scale, q->act == KILN_ACT_FP8_STATIC ? want : 0.0f, "%s",
+                         s->node->name);
+        }
+    }
+    cr_assert_eq(statics, 2);
+    for (int i = 0; i < one->n_steps; i++) {
+        const kiln_step *s = &one->steps[i];
+        if (s->kind != KILN_STEP_QUANT)
+            continue;
+        cr_assert_eq(s->act, KILN_ACT_BF16_QDQ);
+        cr_assert_str_eq(kiln_plan_signature(p, s->signature), "quant act=bf16-qdq k=256 target=sm_90a");
+        cr_assert_eq(one->values[s->dst].bytes, (size_t)1 * K * 2);
+    }
+    kiln_plan_destroy(p);
+    kiln_graph_destroy(g);
+}
+
 Test(lower, epilogues_fuse_where_the_backend_can)
 {
     kiln_graph *g = ffn(KILN_FMT_BF16, 1, 512, 1024);

@@ -132,6 +132,12 @@ Test(sig, prints_the_format_caches_hold)
         { { .kind = KILN_STEP_QUANT, .target = target("sm_89"), .act = KILN_ACT_MXFP8_G32,
             .width = 96 },
           "quant act=mxfp8-1x32 k=96 target=sm_89" },
+        { { .kind = KILN_STEP_QUANT, .target = target("sm_90a"), .act = KILN_ACT_FP8_STATIC,
+            .width = 4096 },
+          "quant act=fp8-static k=4096 target=sm_90a" },
+        { { .kind = KILN_STEP_QUANT, .target = target("sm_80"), .act = KILN_ACT_BF16_QDQ,
+            .width = 512 },
+          "quant act=bf16-qdq k=512 target=sm_80" },
     };
     for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
         char text[KILN_SIG_MAX];
@@ -211,7 +217,7 @@ static const kiln_backend quantizing = {
 static char dummy[1 << 16]; /* planning never reads weight bytes */
 
 /* An FFN block per format, x + down(silu(gate(rms(x))) * up(rms(x))), gate
- * with a bias. */
+ * with a bias, up with a static input scale. */
 static kiln_graph *every_format_graph(void)
 {
     enum { D = 256, F = 512 };
@@ -233,6 +239,7 @@ static kiln_graph *every_format_graph(void)
         cr_assert_eq(kiln_graph_rms_norm(g, NULL, x, nw, 1e-6f, &h), KILN_OK);
         cr_assert_eq(kiln_graph_linear(g, NULL, h, w[0], b, &gate), KILN_OK);
         cr_assert_eq(kiln_graph_linear(g, NULL, h, w[1], NULL, &up), KILN_OK);
+        cr_assert_eq(kiln_graph_linear_input_scale(g, up, 0.0625f), KILN_OK);
         cr_assert_eq(kiln_graph_silu(g, NULL, gate, &act), KILN_OK);
         cr_assert_eq(kiln_graph_mul(g, NULL, up, act, &prod), KILN_OK);
         cr_assert_eq(kiln_graph_linear(g, NULL, prod, w[2], NULL, &down), KILN_OK);
@@ -288,7 +295,8 @@ Test(sig, plans_print_their_descriptors_and_parse_back)
         r.priority[f][0] = "fp8";
     int kinds[3] = { 0 };
     check_plan(&r, g, "sm_89", NULL, kinds, &acts);
-    cr_assert_eq(acts, (1u << KILN_ACT_COUNT) - 2, "a quantizer of every fp8 scheme");
+    cr_assert_eq(acts, (1u << KILN_ACT_COUNT) - 2,
+                 "a quantizer of every scheme but bf16, the static ones included");
     kiln_graph_destroy(g);
 }
 

@@ -86,6 +86,68 @@ Test(gpu_session, fused_ffn_matches_the_cpu, .timeout = 600)
     }
 }
 
+/* Static input scales (a checkpoint's input_scale): the quantizer of the
+ * static schemes (fp8-static before an FP8 GEMM, bf16-qdq before a BF16
+ * kernel) reads each linear's scale from the session, so the GPU computes
+ * e4m3(x / s) · s as the CPU executor does; where the plan says a kernel
+ * ignores the scale, its own scheme's contract holds. s = 2/448 saturates
+ * the inputs past 2σ. In the FFN, gate and up read one input with two
+ * scales: two quantization steps. */
+Test(gpu_session, static_input_scales_match_the_cpu, .timeout = 600)
+{
+    kt_need_gpu();
+    fresh_cache();
+    kt_rng r = kt_rng_new(11);
+    static const kiln_format fs[] = { KILN_FMT_FP8_TENSOR, KILN_FMT_FP8_CHANNEL,
+                                      KILN_FMT_FP8_BLOCK, KILN_FMT_BF16 };
+    static const int64_t ms[] = { 1, 3, 16, 50 };
+    for (size_t f = 0; f < sizeof fs / sizeof fs[0]; f++) {
+        kt_weight w;
+        kt_weight_make(&w, &r, fs[f], 256, 512);
+        kiln_graph *g = kt_linear_graph(&w);
+        cr_assert_eq(kiln_graph_linear_input_scale(g, kiln_graph_find(g, "y"), 2.0f / 448),
+                     KILN_OK);
+        kiln_session *s = session(g, 0);
+        const kiln_plan *p = kt_session_plan(s);
+        double worst = 0;
+        for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+            kiln_plan_linear l;
+            cr_assert_eq(kiln_plan_linear_at(p, 0, kiln_plan_bucket_for(p, ms[i]), &l), KILN_OK);
+            cr_assert_str_neq(l.input_scale_use, "", "the plan carries the scale");
+            worst = fmax(worst, kt_check_session(s, g, ms[i], &r, l.input_scale_use, NULL));
+            fprintf(stderr, "%-12s M=%-3lld %-8s %-10s\n", kiln_format_get(fs[f])->name,
+                    (long long)ms[i], l.backend, l.input_scale_use);
+        }
+        fprintf(stderr, "%-12s static input scale: |gpu-ref| <= %.2f of the bound\n",
+                kiln_format_get(fs[f])->name, worst);
+        kt_session_destroy(s);
+        kiln_graph_destroy(g);
+        kt_weight_free(&w);
+    }
+
+    float norm[512];
+    for (int i = 0; i < 512; i++)
+        norm[i] = 1.0f;
+    kt_weight gate, up, down;
+    kt_weight_make(&gate, &r, KILN_FMT_FP8_CHANNEL, 768, 512);
+    kt_weight_make(&up, &r, KILN_FMT_FP8_CHANNEL, 768, 512);
+    kt_weight_make(&down, &r, KILN_FMT_FP8_CHANNEL, 512, 768);
+    kiln_graph *g = kt_ffn_graph(&gate, &up, &down, norm);
+    static const char *const lin[] = { "gate", "up", "down" };
+    const float scales[] = { 2.0f / 448, 3.0f / 448, 0.25f / 448 };
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(kiln_graph_linear_input_scale(g, kiln_graph_find(g, lin[i]), scales[i]),
+                     KILN_OK, "%s: %s", lin[i], kiln_last_error());
+    kiln_session *s = session(g, 0);
+    for (int64_t m = 1; m <= 64; m *= 4)
+        kt_check_session(s, g, m, &r, "static ffn", NULL);
+    kt_session_destroy(s);
+    kiln_graph_destroy(g);
+    kt_weight_free(&gate);
+    kt_weight_free(&up);
+    kt_weight_free(&down);
+}
+
 Test(gpu_session, graph_replay_equals_eager_launches, .timeout = 600)
 {
     kt_need_gpu();

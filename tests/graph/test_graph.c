@@ -1,4 +1,5 @@
 #include <criterion/criterion.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -378,6 +379,44 @@ Test(graph, linear_validation)
     cr_assert_null(t);
     cr_assert_eq(kiln_graph_n_tensors(g), before, "failed calls add nothing");
     cr_assert_null(kiln_graph_find(g, "y"), "a failed call does not take its name");
+    kiln_graph_destroy(g);
+}
+
+/* A static activation scale lives on the linear; only a positive finite
+ * scale that E4M3's largest value times stays finite is taken, and a
+ * refused one leaves the linear as it was. */
+Test(graph, linear_input_scale)
+{
+    kiln_graph *g = new_graph();
+    kiln_tensor *x = input(g, "x", 64), *w = weight(g, "w", KILN_FMT_FP8_TENSOR, 32, 64), *y;
+    cr_assert_eq(kiln_graph_linear(g, "y", x, w, NULL, &y), KILN_OK);
+    cr_assert_eq(kiln_tensor_input_scale(y), 0.0f, "no static scale until one is given");
+    cr_assert_eq(kiln_graph_linear_input_scale(g, y, 0.0125f), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_tensor_input_scale(y), 0.0125f);
+    const float max_ok = FLT_MAX / 448.0f;
+    cr_assert_eq(kiln_graph_linear_input_scale(g, y, max_ok), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_graph_linear_input_scale(g, y, 1e-40f), KILN_OK, "a subnormal is a scale");
+    cr_assert_eq(kiln_graph_linear_input_scale(g, y, 0.5f), KILN_OK);
+    const float bad[] = { 0.0f, -0.0f, -1.0f, NAN, INFINITY, -INFINITY, FLT_MAX,
+                          nextafterf(max_ok, INFINITY) };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        expect_err(kiln_graph_linear_input_scale(g, y, bad[i]), KILN_ERR_INVALID_ARG,
+                   "linear \"y\"", "static activation scale", NULL);
+        cr_assert_eq(kiln_tensor_input_scale(y), 0.5f, "a refused scale changes nothing");
+    }
+    expect_err(kiln_graph_linear_input_scale(g, x, 0.5f), KILN_ERR_INVALID_ARG, "\"x\"",
+               "not a linear", NULL);
+    expect_err(kiln_graph_linear_input_scale(g, w, 0.5f), KILN_ERR_INVALID_ARG, "\"w\"",
+               "a weight", NULL);
+    expect_err(kiln_graph_linear_input_scale(g, NULL, 0.5f), KILN_ERR_INVALID_ARG, NULL);
+    expect_err(kiln_graph_linear_input_scale(NULL, y, 0.5f), KILN_ERR_INVALID_ARG, NULL);
+    kiln_graph *other = new_graph();
+    expect_err(kiln_graph_linear_input_scale(other, y, 0.5f), KILN_ERR_INVALID_ARG,
+               "another graph", NULL);
+    cr_assert_eq(kiln_tensor_input_scale(x), 0.0f);
+    cr_assert_eq(kiln_tensor_input_scale(w), 0.0f);
+    cr_assert_eq(kiln_tensor_input_scale(NULL), 0.0f);
+    kiln_graph_destroy(other);
     kiln_graph_destroy(g);
 }
 

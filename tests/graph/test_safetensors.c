@@ -1,5 +1,7 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <float.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -406,7 +408,147 @@ Test(safetensors, fp8_per_tensor_with_input_scale)
     cr_assert(is->supported);
     cr_assert_eq(is->qt.format, KILN_FMT_F32);
     cr_assert_eq(*(const float *)is->qt.data, in);
+    cr_assert_eq(w->input_scale, in, "activation_scheme static: the weight carries it");
     cr_assert(find(m, "l.weight_scale")->supported);
+    kiln_model_close(m);
+
+    /* The config decides: with dynamic activations it is not read. */
+    write_text(in_dir("config.json"), "{\"quantization_config\": {\"quant_method\": \"fp8\","
+                                      " \"activation_scheme\": \"dynamic\"}}");
+    m = open_ok(g_dir);
+    cr_assert_eq(find(m, "l.weight")->input_scale, 0.0f);
+    cr_assert(find(m, "l.input_scale")->supported, "still listed as a plain tensor");
+    kiln_model_close(m);
+    write_text(in_dir("config.json"), "{\"quantization_config\": {\"quant_method\": \"fp8\","
+                                      " \"activation_scheme\": \"per-token\"}}");
+    open_fails(g_dir, KILN_ERR_MALFORMED, "config.json", "activation_scheme", NULL);
+}
+
+/* One FP8 linear l [4, 32] with input_scale of dtype and shape as given,
+ * under config (config.json, or hf_quant_config.json when modelopt). */
+static void write_static_fp8(const char *dtype, const char *shape, const void *in, size_t in_bytes,
+                             const char *config, int modelopt)
+{
+    static uint8_t q[4 * 32];
+    float s = 0.03125f;
+    for (size_t i = 0; i < sizeof q; i++)
+        q[i] = (uint8_t)(i * 7 % 0x7E);
+    stb *b = stb_new();
+    stb_tensor(b, "model.layers.0.mlp.up_proj.weight", "F8_E4M3", "[4, 32]", q, sizeof q);
+    stb_tensor(b, "model.layers.0.mlp.up_proj.weight_scale", "F32", "[]", &s, 4);
+    if (dtype)
+        stb_tensor(b, "model.layers.0.mlp.up_proj.input_scale", dtype, shape, in, in_bytes);
+    stb_write(b, in_dir("model.safetensors"), 0);
+    free(b);
+    remove(in_dir("config.json"));
+    remove(in_dir("hf_quant_config.json"));
+    write_text(in_dir(modelopt ? "hf_quant_config.json" : "config.json"), config);
+}
+
+#define FP8_STATIC "{\"quantization_config\": {\"quant_method\": \"fp8\", " \
+                   "\"activation_scheme\": \"static\"}}"
+#define MODELOPT_FP8 "{\"producer\": {\"name\": \"modelopt\"}, \"quantization\": " \
+                     "{\"quant_algo\": \"FP8\", \"kv_cache_quant_algo\": null}}"
+#define CT_STATIC(dynamic)                                                                          \
+    "{\"quantization_config\": {\"quant_method\": \"compressed-tensors\", "                   \
+    "\"format\": \"float-quantized\", \"config_groups\": {\"group_0\": {\"targets\": "      \
+    "[\"Linear\"], \"weights\": {\"num_bits\": 8, \"type\": \"float\", "                   \
+    "\"symmetric\": true, \"strategy\": \"tensor\", \"dynamic\": false}, "                   \
+    "\"input_activations\": {\"num_bits\": 8, \"type\": \"float\", \"symmetric\": true, "  \
+    "\"strategy\": \"tensor\", \"dynamic\": " dynamic "}}}, \"ignore\": [\"lm_head\"]}}"
+
+/* The three conventions that say static activations, each with the scale
+ * in F32, BF16 and F16: read exactly onto the weight. */
+Test(safetensors, static_input_scale_of_every_convention_and_dtype)
+{
+    static const struct {
+        const char *config;
+        int modelopt;
+    } conv[] = { { FP8_STATIC, 0 }, { MODELOPT_FP8, 1 }, { CT_STATIC("false"), 0 } };
+    const float f32 = 0.0123456789f;
+    const uint16_t bf16 = kiln_f32_to_bf16(0.0371f), f16 = kiln_f32_to_f16(0.0371f);
+    for (size_t c = 0; c < KILN_ARRAY_LEN(conv); c++) {
+        const struct {
+            const char *dtype, *shape;
+            const void *p;
+            size_t bytes;
+            float want;
+        } in[] = {
+            { "F32", "[]", &f32, 4, f32 },
+            { "F32", "[1]", &f32, 4, f32 },
+            { "BF16", "[1]", &bf16, 2, kiln_bf16_to_f32(bf16) },
+            { "F16", "[]", &f16, 2, kiln_f16_to_f32(f16) },
+        };
+        for (size_t i = 0; i < KILN_ARRAY_LEN(in); i++) {
+            write_static_fp8(in[i].dtype, in[i].shape, in[i].p, in[i].bytes, conv[c].config,
+                             conv[c].modelopt);
+            kiln_model *m = open_ok(g_dir);
+            const kiln_model_tensor *w = find(m, "model.layers.0.mlp.up_proj.weight");
+            cr_assert(w->supported, "%s", w->why);
+            cr_assert_eq(w->qt.format, KILN_FMT_FP8_TENSOR);
+            cr_assert_eq(w->input_scale, in[i].want, "convention %zu, %s %s: %g", c, in[i].dtype,
+                         in[i].shape, (double)w->input_scale);
+            kiln_model_close(m);
+        }
+    }
+    /* compressed-tensors with dynamic activations: a stray scale is not read. */
+    write_static_fp8("F32", "[]", &f32, 4, CT_STATIC("true"), 0);
+    kiln_model *m = open_ok(g_dir);
+    cr_assert_eq(find(m, "model.layers.0.mlp.up_proj.weight")->input_scale, 0.0f);
+    kiln_model_close(m);
+}
+
+/* A static scheme without its scale, or with one that is no scale:
+ * refused naming the linear or the tensor, whatever allow_nonfinite says. */
+Test(safetensors, static_input_scale_refusals)
+{
+    for (int modelopt = 0; modelopt < 2; modelopt++) {
+        write_static_fp8(NULL, NULL, NULL, 0, modelopt ? MODELOPT_FP8 : FP8_STATIC, modelopt);
+        open_fails(g_dir, KILN_ERR_MALFORMED, "linear model.layers.0.mlp.up_proj",
+                   modelopt ? "quant_algo \"FP8\"" : "activation_scheme \"static\"",
+                   "no tensor model.layers.0.mlp.up_proj.input_scale", NULL);
+    }
+    write_static_fp8(NULL, NULL, NULL, 0, CT_STATIC("false"), 0);
+    open_fails(g_dir, KILN_ERR_MALFORMED, "linear model.layers.0.mlp.up_proj",
+               "config_groups.group_0.input_activations.dynamic is false", NULL);
+
+    const float vals[] = { NAN, INFINITY, -INFINITY, 0.0f, -0.0f, -0.5f, FLT_MAX, 1e37f };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(vals); i++) {
+        write_static_fp8("F32", "[]", &vals[i], 4, FP8_STATIC, 0);
+        open_fails(g_dir, KILN_ERR_MALFORMED, "tensor model.layers.0.mlp.up_proj.input_scale",
+                   "a static activation scale must be positive, finite", NULL);
+        kiln_model *m = (kiln_model *)&m;
+        const kiln_model_options allow = { .allow_nonfinite = 1 };
+        cr_assert_eq(kiln_model_open_with(g_dir, &allow, &m), KILN_ERR_MALFORMED,
+                     "--allow-nonfinite does not make %g a scale", (double)vals[i]);
+    }
+    const uint16_t bf16_nan = 0x7FC0;
+    write_static_fp8("BF16", "[1]", &bf16_nan, 2, CT_STATIC("false"), 0);
+    open_fails(g_dir, KILN_ERR_MALFORMED, "tensor model.layers.0.mlp.up_proj.input_scale", NULL);
+
+    const float two[2] = { 0.5f, 0.25f };
+    write_static_fp8("F32", "[2]", two, 8, FP8_STATIC, 0);
+    open_fails(g_dir, KILN_ERR_MALFORMED, "tensor model.layers.0.mlp.up_proj.input_scale",
+               "shape [2]", "one number", NULL);
+    write_static_fp8("F32", "[1, 1]", two, 4, FP8_STATIC, 0);
+    open_fails(g_dir, KILN_ERR_MALFORMED, "shape [1, 1]", NULL);
+    write_static_fp8("F32", "[0]", two, 0, FP8_STATIC, 0);
+    open_fails(g_dir, KILN_ERR_MALFORMED, "shape [0]", NULL);
+    const uint8_t e4m3 = 0x38;
+    write_static_fp8("F8_E4M3", "[]", &e4m3, 1, FP8_STATIC, 0);
+    open_fails(g_dir, KILN_ERR_MALFORMED, "tensor model.layers.0.mlp.up_proj.input_scale",
+               "F8_E4M3", "F32, BF16 or F16", NULL);
+
+    /* A dynamic scheme never reads it: a NaN there is only the plain
+     * tensor check's business, which --allow-nonfinite lifts. */
+    write_static_fp8("F32", "[]", &vals[0], 4,
+                     "{\"quantization_config\": {\"quant_method\": \"fp8\"}}", 0);
+    kiln_model *m = NULL;
+    cr_assert_eq(kiln_model_open(g_dir, &m), KILN_ERR_MALFORMED, "%s", kiln_last_error());
+    cr_assert(strstr(kiln_last_error(), "--allow-nonfinite"), "%s", kiln_last_error());
+    const kiln_model_options allow = { .allow_nonfinite = 1 };
+    cr_assert_eq(kiln_model_open_with(g_dir, &allow, &m), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(find(m, "model.layers.0.mlp.up_proj.weight")->input_scale, 0.0f);
     kiln_model_close(m);
 }
 

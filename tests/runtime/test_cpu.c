@@ -619,6 +619,76 @@ Test(cpu, outputs_survive_the_nodes_after_them)
     kiln_graph_destroy(g);
 }
 
+/* The E4M3 value nearest v, found by search over every finite code, v
+ * first clamped to ±448: an oracle independent of kiln_f32_to_e4m3. */
+static double e4m3_nearest(double v)
+{
+    v = v > 448 ? 448 : v < -448 ? -448 : v;
+    double best = 0, dist = INFINITY;
+    for (int c = 0; c < 256; c++) {
+        double e = kiln_e4m3_to_f32((uint8_t)c);
+        if (!isnan(e) && fabs(e - v) < dist) {
+            dist = fabs(e - v);
+            best = e;
+        }
+    }
+    return best;
+}
+
+/* A static input scale: each linear reads e4m3(x / s) · s, its own s, the
+ * values past ±448 · s saturated; a linear without one reads x as it is.
+ * Two linears share the input, and the scales make some values saturate. */
+Test(cpu, static_input_scale_quantizes_the_linear_input)
+{
+    enum { M = 5, K = 96, N = 40 };
+    kt_rng r = kt_rng_new(71);
+    test_weight w = make_weight(&r, KILN_FMT_BF16, N, K);
+    float *x = random_floats(&r, M * K, 1.0f);
+    const float scales[2] = { 1.0f / 64, 3.0f / 448 }; /* the second saturates |x| > 3 */
+    x[7] = 5.5f;
+    x[K + 3] = -9.0f;
+    kiln_graph *g = new_graph();
+    kiln_tensor *in, *wt, *y[3];
+    cr_assert_eq(kiln_graph_input(g, "x", K, &in), KILN_OK);
+    cr_assert_eq(kiln_graph_weight(g, "w", &w.q, &wt), KILN_OK);
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(kiln_graph_linear(g, NULL, in, wt, NULL, &y[i]), KILN_OK);
+        if (i < 2)
+            cr_assert_eq(kiln_graph_linear_input_scale(g, y[i], scales[i]), KILN_OK, "%s",
+                         kiln_last_error());
+        cr_assert_eq(kiln_graph_output(g, y[i]), KILN_OK);
+    }
+    kiln_cpu *cpu = new_cpu(g, 2);
+    float *out[3];
+    for (int i = 0; i < 3; i++)
+        out[i] = malloc(M * N * sizeof(float));
+    const float *ins[] = { x };
+    cr_assert_eq(kiln_cpu_run(cpu, M, ins, out), KILN_OK, "%s", kiln_last_error());
+    for (int i = 0; i < 3; i++) {
+        ref_act xr = ref_input(x, M, K);
+        int saturated = 0;
+        for (int64_t e = 0; i < 2 && e < M * K; e++) {
+            double q = (double)x[e] / scales[i];
+            saturated += fabs(q) > 448;
+            /* the quotient and the product are f32 roundings */
+            xr.v[e] = e4m3_nearest((float)q) * scales[i];
+            xr.e[e] = fabs(xr.v[e]) * FLT_EPSILON;
+        }
+        cr_assert(i == 2 || i == 0 || saturated >= 2, "the test saturates some values");
+        ref_act want = ref_linear(&xr, w.deq, NULL, N);
+        char what[32];
+        snprintf(what, sizeof what, "linear %d", i);
+        check_against(out[i], &want, what);
+        ref_free(&want);
+        ref_free(&xr);
+        free(out[i]);
+    }
+    kiln_cpu_destroy(cpu);
+    kiln_graph_destroy(g);
+    free(x);
+    free_weight(&w);
+}
+
 static kiln_graph *small_graph(float *data)
 {
     kiln_graph *g = new_graph();

@@ -205,6 +205,104 @@ Test(gpuref, fp8_activations_pass_and_broken_scales_fail)
         }
 }
 
+typedef enum static_mutant {
+    STATIC_FP8,     /* E4M3 codes with the static scale (wgmma's fp8-static) */
+    STATIC_QDQ,     /* the same dequantized into BF16 for a BF16 kernel (bf16-qdq) */
+    STATIC_DYNAMIC, /* the static scale ignored: each token's own amax / 448 */
+    STATIC_NONE,    /* the static scale ignored: BF16 activations as they come */
+    STATIC_DOUBLED, /* twice the static scale */
+    STATIC_COUNT
+} static_mutant;
+
+static const char *const static_names[] = { "fp8-static", "bf16-qdq", "dynamic per token",
+                                            "unquantized", "doubled static scale" };
+
+/* y = bf16(Σ x_q·ŵ + b) with x_q = e4m3(x̂ / s)·s as the kernels of the
+ * static schemes compute it (the codes and s apart for fp8-static, x_q
+ * stored as BF16 for bf16-qdq), or broken as mut says. */
+static float *emulate_static(const kt_weight *w, const float *x, int64_t m, float s,
+                             static_mutant mut)
+{
+    const int64_t n = w->q.n, k = w->q.k;
+    float *deq = malloc((size_t)(n * k) * sizeof *deq), *y = malloc((size_t)(m * n) * sizeof *y);
+    float *q = malloc((size_t)k * sizeof *q);
+    cr_assert(deq && y && q);
+    cr_assert_eq(kiln_dequantize(&w->q, deq), KILN_OK, "%s", kiln_last_error());
+    for (int64_t i = 0; i < m; i++) {
+        float si = mut == STATIC_DOUBLED ? 2 * s : s;
+        if (mut == STATIC_DYNAMIC) {
+            float amax = 0;
+            for (int64_t l = 0; l < k; l++)
+                amax = fmaxf(amax, fabsf(bf16(x[i * k + l])));
+            si = amax / 448.0f;
+        }
+        for (int64_t l = 0; l < k; l++) {
+            float v = bf16(x[i * k + l]), c = kiln_e4m3_to_f32(kiln_f32_to_e4m3(v / si));
+            q[l] = mut == STATIC_NONE ? v : mut == STATIC_FP8 ? c : bf16(c * si);
+        }
+        for (int64_t j = 0; j < n; j++) {
+            float acc = 0;
+            for (int64_t l = 0; l < k; l++)
+                acc += q[l] * deq[j * k + l];
+            y[i * n + j] = bf16((mut == STATIC_FP8 ? acc * si : acc) + w->bias[j]);
+        }
+    }
+    free(q);
+    free(deq);
+    return y;
+}
+
+/* A static input scale: the plan's fp8-static (wgmma, FP8 weights) and
+ * bf16-qdq (gemv) kernels pass the bound of the model's meaning, e4m3(x /
+ * s)·s, and a kernel that ignores the scale (dynamic or no quantization)
+ * or doubles it is caught. s = 2/448 saturates the inputs past 2σ. */
+Test(gpuref, static_input_scales_pass_and_ignored_or_wrong_ones_fail)
+{
+    kt_rng r = kt_rng_new(33);
+    static const int64_t shapes[][2] = { { 128, 256 }, { 64, 4096 } };
+    static const struct {
+        const char *backend, *use;
+        int64_t m;
+        static_mutant keeps;
+    } paths[] = { { "wgmma", "fp8-static", 64, STATIC_FP8 }, { "gemv", "bf16-qdq", 4, STATIC_QDQ } };
+    const float s = 2.0f / 448;
+    kiln_target t;
+    cr_assert_eq(kiln_target_from_name("sm_90a", &t), KILN_OK);
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
+        for (size_t pa = 0; pa < sizeof paths / sizeof paths[0]; pa++) {
+            const int64_t m = paths[pa].m, k = shapes[sh][1];
+            kt_weight w;
+            kt_weight_make(&w, &r, KILN_FMT_FP8_CHANNEL, shapes[sh][0], k);
+            kiln_graph *g = kt_linear_graph(&w);
+            cr_assert_eq(kiln_graph_linear_input_scale(g, kiln_graph_find(g, "y"), s), KILN_OK);
+            const kiln_plan_options o = { .backend = paths[pa].backend, .strict_backend = 1,
+                                          .capture = &m, .n_capture = 1 };
+            kiln_plan *p = NULL;
+            cr_assert_eq(kiln_plan_create(g, &t, &o, &p), KILN_OK, "%s", kiln_last_error());
+            kiln_plan_linear l;
+            cr_assert_eq(kiln_plan_linear_at(p, 0, 0, &l), KILN_OK);
+            cr_assert_str_eq(l.input_scale_use, paths[pa].use);
+            float *x = malloc((size_t)(m * k) * sizeof *x);
+            cr_assert_not_null(x);
+            kt_fill_normal(&r, x, (size_t)(m * k), 1.0f);
+            kt_ref want = kt_ref_eval(g, p, m, x);
+            for (int mu = 0; mu < STATIC_COUNT; mu++) {
+                if (mu == STATIC_FP8 + STATIC_QDQ - (int)paths[pa].keeps)
+                    continue; /* the other path's kernel: within either bound */
+                float *y = emulate_static(&w, x, m, s, (static_mutant)mu);
+                char what[96];
+                snprintf(what, sizeof what, "%s, %s", paths[pa].backend, static_names[mu]);
+                expect(&want, y, &w, mu == (int)paths[pa].keeps, what);
+                free(y);
+            }
+            kt_ref_free(&want);
+            free(x);
+            kiln_plan_destroy(p);
+            kiln_graph_destroy(g);
+            kt_weight_free(&w);
+        }
+}
+
 /* The output's BF16 rounding is checked exactly: 1 within 0.001 may be
  * stored as 1 only (BF16 neighbours 1 − 2^-8 and 1 + 2^-7), 100 within
  * 0.6 as 99.5, 100 or 100.5; a NaN never passes. The first violation is

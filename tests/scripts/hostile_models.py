@@ -265,6 +265,34 @@ def ct_w4a16(d):
     write_json(os.path.join(d, "config.json"), dict(LLAMA_CONFIG, quantization_config=CT_W4A16))
 
 
+def fp8_static(scale=0.5, shape=(), drop=False):
+    """A function filling a directory with a Llama FFN layer in FP8 with
+    static activations (activation_scheme static), each linear's
+    input_scale an F32 of the given shape holding scale (missing from up_proj
+    with drop)."""
+    def fill(d):
+        header, blobs, at = {}, [], 0
+
+        def put(name, dtype, shp, raw):
+            nonlocal at
+            header[name] = st_tensor(dtype, list(shp), at, at + len(raw))
+            blobs.append(raw)
+            at += len(raw)
+        put("model.layers.0.post_attention_layernorm.weight", "F32", (D,), np.ones(D, np.float32).tobytes())
+        for proj, (n, k) in (("gate_proj", (F, D)), ("up_proj", (F, D)), ("down_proj", (D, F))):
+            p = "model.layers.0.mlp." + proj
+            put(p + ".weight", "F8_E4M3", (n, k), bytes(n * k))
+            put(p + ".weight_scale", "F32", (), np.float32(0.01).tobytes())
+            if not (drop and proj == "up_proj"):
+                put(p + ".input_scale", "F32", shape,
+                    np.full(int(np.prod(shape)), scale, np.float32).tobytes())
+        with open(os.path.join(d, "model.safetensors"), "wb") as f:
+            f.write(st_bytes(header, b"".join(blobs)))
+        write_json(os.path.join(d, "config.json"), dict(LLAMA_CONFIG, quantization_config={
+            "quant_method": "fp8", "activation_scheme": "static"}))
+    return fill
+
+
 # -------------------------------------------------------------- directories
 
 
@@ -365,6 +393,14 @@ def directories():
         "dir_ct_bad_regex": lambda d: hf_dir(d, dict(LLAMA_CONFIG, quantization_config=dict(
             CT_W4A16, config_groups={"g": {"targets": ["re:((("], "weights": None}},
             ignore=["re:[", "re:\\"]))),
+        "dir_fp8_static": fp8_static(),
+        "dir_fp8_static_nan_scale": fp8_static(float("nan")),
+        "dir_fp8_static_inf_scale": fp8_static(float("inf")),
+        "dir_fp8_static_huge_scale": fp8_static(3.4e38),
+        "dir_fp8_static_negative_scale": fp8_static(-0.5),
+        "dir_fp8_static_zero_scale": fp8_static(0.0),
+        "dir_fp8_static_scale_per_channel": fp8_static(shape=(4,)),
+        "dir_fp8_static_scale_missing": fp8_static(drop=True),
         "dir_empty": lambda d: None,
         "dir_fine": hf_dir,
         "dir_fine_sharded": sharded_dir,
@@ -402,6 +438,7 @@ def expectations():
         "dir_ct_bad_regex": (OK, OK, OFF),  # patterns that do not compile match nothing
         "gguf_valid": (OK, OK, OFF),
         "dir_fine": (OK, OK, OFF),
+        "dir_fp8_static": (OK, OK, OFF),
         "dir_fine_sharded": (OK, OK, OFF),
         "fifo.gguf": (R, R, R),
         "dangling.safetensors": (R, R, R),

@@ -132,6 +132,44 @@ static double fp8_error(const double *v, const double *e, const float *w, int64_
     return 8.0 * sqrt(sq) + 4.0 * 0x1p-12 * mag + (g < k ? 2 * EPS * mag : 0);
 }
 
+/* e4m3(v / s) · s, saturated: a static input scale's quantization. */
+static double static_qdq(double v, float s)
+{
+    return (double)kiln_e4m3_to_f32(kiln_f32_to_e4m3((float)(v / s))) * s;
+}
+
+/* A linear's input x under its static scale s, as the GPU makes it: each
+ * value v becomes e4m3(v / s) · s. The GPU's v is known within e, and the
+ * rounding to E4M3 is monotone, so its value lies between what v − e and
+ * v + e quantize to; the f32 quotient and product are a rounding each
+ * (2^-23 relative widens e for the first). bf16: the value is stored as
+ * BF16 (bf16-qdq), one more rounding of 2^-8. */
+static kt_ref ref_static(const kt_ref *x, float s, int bf16)
+{
+    kt_ref y = ref_new(x->m, x->d);
+    for (int64_t i = 0; i < x->m * x->d; i++) {
+        const double v = x->v[i], e = x->e[i] + fabs(v) * 0x1p-23;
+        const double q = static_qdq(v, s);
+        const double spread = fmax(q - static_qdq(v - e, s), static_qdq(v + e, s) - q);
+        y.v[i] = q;
+        y.e[i] = spread + fabs(q) * (0x1p-24 + (bf16 ? 0x1p-8 : 0));
+    }
+    return y;
+}
+
+/* The tensor cores' part of an FP8 product of activations quantized
+ * before (fp8-static): fp8_error's without the quantization. */
+static double fp8_static_error(const double *v, const double *e, const float *w, int64_t k)
+{
+    double mag = 0;
+    for (int64_t l = 0; l < k; l++)
+        mag += (fabs(v[l]) + e[l]) * fabs(w[l]);
+    return 4.0 * 0x1p-12 * mag;
+}
+
+/* fp8_group: 0 for BF16 activations, g > 0 for FP8 quantized in groups of
+ * g along K by the kernel's own scales, -1 for FP8 codes of x made with a
+ * static scale (x holds their values). */
 static kt_ref ref_linear(const kt_ref *x, const kiln_qtensor *q, const float *bias,
                          int round_bf16, int64_t fp8_group)
 {
@@ -156,7 +194,8 @@ static kt_ref ref_linear(const kt_ref *x, const kiln_qtensor *q, const float *bi
             /* the largest sum of a contiguous K range */
             double partial = fmax(hi - lo, off_hi - off_lo);
             if (fp8_group) {
-                prop += fp8_error(xr, er, wr, k, fp8_group);
+                prop += fp8_group > 0 ? fp8_error(xr, er, wr, k, fp8_group)
+                                      : fp8_static_error(xr, er, wr, k);
                 /* the f32 scales multiply the sum: three roundings */
                 mag += 3 * fabs(s);
             }
@@ -246,10 +285,13 @@ static kiln_plan_linear linear_of(const kiln_plan *p, const kiln_tensor *t, int6
     return l;
 }
 
-/* The activation schemes the reference models: BF16 (0), and FP8 in
- * groups of the returned size along K: fp8-token (all of K), fp8-1x128. */
+/* The activation schemes the reference models: BF16 (0), FP8 in groups
+ * of the returned size along K: fp8-token (all of K), fp8-1x128; and -1
+ * for FP8 codes made with the linear's static input scale (fp8-static). */
 static int64_t fp8_group(const kiln_plan_linear *l)
 {
+    if (!strcmp(l->input_scale_use, "fp8-static"))
+        return -1;
     if (!strcmp(l->act, "fp8-token"))
         return l->k;
     if (!strcmp(l->act, "fp8-1x128"))
@@ -282,11 +324,19 @@ kt_ref kt_ref_eval(kiln_graph *g, const kiln_plan *p, int64_t m, const float *x)
         const kt_ref *a = t->src[0] ? &acts[t->src[0]->id] : NULL;
         switch (t->op) {
         case KILN_OP_LINEAR: {
-            kiln_plan_linear l = { .act = "bf16" };
+            /* Without a plan, a static input scale as the model defines it. */
+            const float s = kiln_tensor_input_scale(t);
+            kiln_plan_linear l = { .act = "bf16", .input_scale_use = s > 0 ? "exact" : "" };
             if (p)
                 l = linear_of(p, t, m);
+            kt_ref quantized = { 0 };
+            if (l.input_scale_use[0] && strcmp(l.input_scale_use, "ignored")) {
+                quantized = ref_static(a, s, !strcmp(l.input_scale_use, "bf16-qdq"));
+                a = &quantized;
+            }
             acts[t->id] = ref_linear(a, &t->src[1]->weight, t->src[2] ? t->src[2]->param : NULL,
                                      p && weight_bf16(l.backend), fp8_group(&l));
+            kt_ref_free(&quantized);
             break;
         }
         case KILN_OP_RMS_NORM:

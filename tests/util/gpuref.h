@@ -8,7 +8,10 @@
  * rounded to BF16; a linear multiplies BF16
  * activations by those values and accumulates in f32, or (wgmma on FP8
  * weights) first quantizes each token's activations to E4M3 with one f32
- * scale, or one for each 128 of K (the bound of fp8_error in gpuref.c); every op computes in
+ * scale, or one for each 128 of K (the bound of fp8_error in gpuref.c); a
+ * linear with a static input scale s reads e4m3(x / s) · s, as E4M3 codes
+ * (fp8-static) or stored as BF16 (bf16-qdq), unless its plan says the
+ * kernel ignores s (then its own scheme's contract holds); every op computes in
  * f32 from its BF16 inputs and rounds once to BF16 when it stores. A fused
  * epilogue only removes stores, so a bound that rounds after every op holds
  * for every fusion.
