@@ -125,6 +125,11 @@ static const kiln_format_info format_table[] = {
         .scale_type = KILN_SCALE_NONE, .gguf_type = 23,
         .scale_desc = "f16 d per 256 + 6-bit scale per 32, inline",
     },
+    [KILN_FMT_Q4_1] = {
+        .name = "q4_1", .desc = "GGML Q4_1: 32 x 4-bit, f16 scale and min",
+        .block = 32, .block_bytes = 20, .k_multiple = 32, .bits_per_weight = 5.0,
+        .scale_type = KILN_SCALE_NONE, .gguf_type = 3, .scale_desc = "f16 d, m per 32, inline",
+    },
 };
 _Static_assert(KILN_ARRAY_LEN(format_table) == KILN_FMT_COUNT, "one row per kiln_format");
 

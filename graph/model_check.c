@@ -27,6 +27,7 @@ static const struct {
     { KILN_FMT_Q5_K, 2, { 0, 2 } },
     { KILN_FMT_IQ4_NL, 1, { 0 } },
     { KILN_FMT_IQ4_XS, 1, { 0 } },
+    { KILN_FMT_Q4_1, 2, { 0, 2 } },
 };
 
 static int f16_finite(const uint8_t *p)

@@ -332,6 +332,7 @@ static const quant_ops quant_table[] = {
     [KILN_FMT_Q5_K] = { kiln_quant_q5_k_quantize, kiln_quant_q5_k_dequantize },
     [KILN_FMT_IQ4_NL] = { kiln_quant_iq4_nl_quantize, kiln_quant_iq4_nl_dequantize },
     [KILN_FMT_IQ4_XS] = { kiln_quant_iq4_xs_quantize, kiln_quant_iq4_xs_dequantize },
+    [KILN_FMT_Q4_1] = { kiln_quant_q4_1_quantize, kiln_quant_q4_1_dequantize },
 };
 _Static_assert(KILN_ARRAY_LEN(quant_table) == KILN_FMT_COUNT, "one quant_ops row per kiln_format");
 

@@ -62,6 +62,8 @@ void kiln_quant_q8_0_quantize(const float *src, kiln_qtensor *t);
 void kiln_quant_q8_0_dequantize(const kiln_qtensor *t, float *dst);
 void kiln_quant_q4_0_quantize(const float *src, kiln_qtensor *t);
 void kiln_quant_q4_0_dequantize(const kiln_qtensor *t, float *dst);
+void kiln_quant_q4_1_quantize(const float *src, kiln_qtensor *t);
+void kiln_quant_q4_1_dequantize(const kiln_qtensor *t, float *dst);
 void kiln_quant_q5_0_quantize(const float *src, kiln_qtensor *t);
 void kiln_quant_q5_0_dequantize(const kiln_qtensor *t, float *dst);
 void kiln_quant_q5_1_quantize(const float *src, kiln_qtensor *t);

@@ -1,11 +1,11 @@
-/* The GGML block formats: Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K and GGML
+/* The GGML block formats: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K and GGML
  * MXFP4 (Q2_K and Q3_K are in quant_q2k_q3k.c, IQ4_NL and IQ4_XS in
  * quant_iq4.c).
  *
  * Quantization follows ggml's quantize_row_*_ref (ggml-quants.c) operation
  * for operation in f32, in the same order, so that a file written by kiln
  * is byte-identical to one written by ggml / gguf-py (the oracle test checks
- * Q8_0, Q4_0, Q5_0, Q5_1 and MXFP4 against gguf-py). Dequantization follows
+ * Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and MXFP4 against gguf-py). Dequantization follows
  * dequantize_row_* and is bit-identical for every block, including the
  * product order (d * sc) * q where ggml has it.
  *
@@ -26,7 +26,7 @@
 
 enum { QK = KILN_QK, QK_K = KILN_QK_K };
 enum {
-    Q8_0_BYTES = 34, Q4_0_BYTES = 18, Q5_0_BYTES = 22, Q5_1_BYTES = 24, Q4_K_BYTES = 144,
+    Q8_0_BYTES = 34, Q4_0_BYTES = 18, Q4_1_BYTES = 20, Q5_0_BYTES = 22, Q5_1_BYTES = 24, Q4_K_BYTES = 144,
     Q5_K_BYTES = 176, Q6_K_BYTES = 210, MXFP4_BYTES = 17
 };
 
@@ -111,6 +111,53 @@ void kiln_quant_q4_0_dequantize(const kiln_qtensor *t, float *dst)
         for (int j = 0; j < QK / 2; j++) {
             dst[b * QK + j] = (float)((y[2 + j] & 0x0F) - 8) * d;
             dst[b * QK + j + QK / 2] = (float)((y[2 + j] >> 4) - 8) * d;
+        }
+    }
+}
+
+/* --------------------------------------------------------------- Q4_1 */
+
+/* An affine fit on 16 levels: f16 d at 0, f16 m at 2, qs[16] at 4 (nibbles
+ * as Q4_0). d = (max - min) / 15, m = min, q = trunc((x - min) / d + 0.5)
+ * clamped to 15 (ggml's MIN(15, (int8_t)v); v >= 0 for finite input, and
+ * NaN gives 0 here), y = d * q + m. */
+void kiln_quant_q4_1_quantize(const float *src, kiln_qtensor *t)
+{
+    size_t nb = kiln_quant_blocks(t, QK);
+    for (size_t b = 0; b < nb; b++) {
+        const float *x = src + b * QK;
+        uint8_t *y = (uint8_t *)t->data + b * Q4_1_BYTES;
+        float min = FLT_MAX, max = -FLT_MAX;
+        for (int j = 0; j < QK; j++) {
+            if (x[j] < min)
+                min = x[j];
+            if (x[j] > max)
+                max = x[j];
+        }
+        const float d = (max - min) / 15;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        kiln_quant_store_f16(y, d);
+        kiln_quant_store_f16(y + 2, min);
+        for (int j = 0; j < QK / 2; j++) {
+            uint8_t q[2];
+            for (int h = 0; h < 2; h++) {
+                float v = (x[j + h * QK / 2] - min) * id + 0.5f;
+                q[h] = (uint8_t)(v >= 15.0f ? 15 : v > 0.0f ? (int)v : 0);
+            }
+            y[4 + j] = (uint8_t)(q[0] | (q[1] << 4));
+        }
+    }
+}
+
+void kiln_quant_q4_1_dequantize(const kiln_qtensor *t, float *dst)
+{
+    size_t nb = kiln_quant_blocks(t, QK);
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *y = (const uint8_t *)t->data + b * Q4_1_BYTES;
+        const float d = kiln_quant_load_f16(y), m = kiln_quant_load_f16(y + 2);
+        for (int j = 0; j < QK / 2; j++) {
+            dst[b * QK + j] = (float)(y[4 + j] & 0x0F) * d + m;
+            dst[b * QK + j + QK / 2] = (float)(y[4 + j] >> 4) * d + m;
         }
     }
 }

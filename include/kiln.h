@@ -101,6 +101,7 @@ typedef enum kiln_format {
     KILN_FMT_Q5_K,        /* GGML type 13 */
     KILN_FMT_IQ4_NL,      /* GGML type 20 */
     KILN_FMT_IQ4_XS,      /* GGML type 23 */
+    KILN_FMT_Q4_1,        /* GGML type 3 */
     KILN_FMT_COUNT
 } kiln_format;
 
