@@ -202,6 +202,23 @@ struct fmt_q4_0 {
     }
 };
 
+// 32 values: f16 d; f16 m; uint8 qs[16], split halves. y = d·q + m.
+struct fmt_q4_1 {
+    static constexpr int block = 32, block_bytes = 20, chunk = 8;
+    template <int K>
+    static __device__ void load(const weight_view &w, int n, int k0, float (&out)[chunk])
+    {
+        const u8 *b = row_of<block, block_bytes, K>(w, n) + (k0 / block) * block_bytes;
+        float d = f16_to_f32((u16)load_u16_bytes(b));
+        float m = f16_to_f32((u16)load_u16_bytes(b + 2));
+        u32 nib[chunk];
+        split_half_nibbles<chunk>(b + 4, k0 % block, nib);
+#pragma unroll
+        for (int i = 0; i < chunk; i++)
+            out[i] = __fmul_rn((float)nib[i], d) + m;
+    }
+};
+
 // 32 values: E8M0 e; uint8 qs[16], split halves. ggml doubles the E2M1
 // table and halves the scale: y = (2 · e2m1) · 2^(e - 128), every product
 // exact.

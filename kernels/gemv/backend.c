@@ -29,7 +29,7 @@ typedef struct gemv_format {
 static const gemv_format formats[KILN_FMT_COUNT] = { KILN_GEMV_FORMATS(FORMAT_ROW) };
 #undef FORMAT_ROW
 /* The formats with a row: the GGML formats after GGML MXFP4 (Q5_0, Q5_1,
- * Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS) have no gemv_<name> traits yet, and
+ * Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS, Q4_1) have no gemv_<name> traits yet, and
  * simt or wgmma take them. */
 #define FORMAT_BIT(fmt, ...) | 1u << KILN_FMT_##fmt
 #define GEMV_FORMAT_BITS (0 KILN_GEMV_FORMATS(FORMAT_BIT))

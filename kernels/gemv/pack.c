@@ -209,6 +209,7 @@ static const pack_format formats[] = {
     [KILN_FMT_Q5_K] = { 0 },
     [KILN_FMT_IQ4_NL] = { 0 },
     [KILN_FMT_IQ4_XS] = { 0 },
+    [KILN_FMT_Q4_1] = { 0 },
 };
 _Static_assert(KILN_ARRAY_LEN(formats) == KILN_FMT_COUNT, "one row per format");
 

@@ -12,8 +12,8 @@
  *
  * gemv_tc has no kernel for F32 (its values are not exact in BF16), so
  * F32's list does not name it. The GGML formats Q5_0, Q5_1, Q2_K, Q3_K,
- * Q5_K, IQ4_NL and IQ4_XS have no gemv_tc or gemv kernel yet (their format
- * masks leave them out), so their lists start at wgmma. */
+ * Q5_K, IQ4_NL, IQ4_XS and Q4_1 have no gemv_tc or gemv kernel yet (their
+ * format masks leave them out), so their lists start at wgmma. */
 #include "kernels/registry/backend.h"
 
 #define KILN_DECODE_TC { "gemv_tc", "gemv", "wgmma", "simt", NULL }
@@ -45,6 +45,7 @@ static const kiln_registry default_registry = {
         [KILN_FMT_Q5_K] = KILN_DEQUANT,
         [KILN_FMT_IQ4_NL] = KILN_DEQUANT,
         [KILN_FMT_IQ4_XS] = KILN_DEQUANT,
+        [KILN_FMT_Q4_1] = KILN_DEQUANT,
     },
 };
 
