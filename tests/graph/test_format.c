@@ -37,6 +37,7 @@ static const struct {
     { KILN_FMT_Q5_K, "q5_k", 256, 176, 5.5, KILN_SCALE_NONE, 0, 0, 0, 13 },
     { KILN_FMT_IQ4_NL, "iq4_nl", 32, 18, 4.5, KILN_SCALE_NONE, 0, 0, 0, 20 },
     { KILN_FMT_IQ4_XS, "iq4_xs", 256, 136, 4.25, KILN_SCALE_NONE, 0, 0, 0, 23 },
+    { KILN_FMT_Q4_1, "q4_1", 32, 20, 5.0, KILN_SCALE_NONE, 0, 0, 0, 3 },
 };
 
 Test(format, every_row_matches_formats_md)

@@ -288,7 +288,7 @@ static void check_model(const kiln_model *m, const buf *b, const layout *l, uint
     cr_assert_not_null(t[2].why);
     cr_assert_str_eq(t[2].why, "GGML type 21 has no kiln format (kiln reads F32, F16, BF16, "
                                "Q8_0, Q4_0, Q4_K, Q6_K, MXFP4, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, "
-                               "IQ4_NL, IQ4_XS)");
+                               "IQ4_NL, IQ4_XS, Q4_1)");
     cr_assert_null(t[2].qt.data);
 
     for (int i = 0; i < 3; i++) {
@@ -1152,11 +1152,12 @@ Test(gguf, bad_tensor_infos)
 }
 
 /* The GGML types read since Q5_0 (6), Q5_1 (7), Q2_K (10), Q3_K (11), Q5_K
- * (13), IQ4_NL (20) and IQ4_XS (23): a row that is not whole blocks, and
- * data past the end of the file, are refused naming the tensor and type. */
+ * (13), IQ4_NL (20), IQ4_XS (23) and Q4_1 (3): a row that is not whole
+ * blocks, and data past the end of the file, are refused naming the tensor
+ * and type. */
 Test(gguf, later_ggml_types_refuse_part_blocks_and_truncated_data)
 {
-    static const uint32_t ids[] = { 6, 7, 10, 11, 13, 20, 23 };
+    static const uint32_t ids[] = { 6, 7, 10, 11, 13, 20, 23, 3 };
     for (size_t i = 0; i < KILN_ARRAY_LEN(ids); i++) {
         const kiln_gguf_tensor_type *tt = kiln_gguf_tensor_type_get(ids[i]);
         char frag[128];
@@ -1258,7 +1259,7 @@ Test(gguf, supported_types_map_to_kiln_formats)
         free(b.p);
         seen++;
     }
-    cr_assert_eq(seen, 15);
+    cr_assert_eq(seen, 16);
     cr_assert_null(kiln_gguf_tensor_type_get(42));
     cr_assert_str_eq(kiln_gguf_tensor_type_get(39)->name, "MXFP4");
 }
@@ -1288,7 +1289,7 @@ Test(gguf, unsupported_types_open_and_say_why)
     static const struct {
         uint32_t id;
         const char *name;
-    } types[] = {{3, "Q4_1"},  {9, "Q8_1"},   {15, "Q8_K"}, {16, "IQ2_XXS"}, {17, "IQ2_XS"},
+    } types[] = {{22, "IQ2_S"}, {9, "Q8_1"},  {15, "Q8_K"}, {16, "IQ2_XXS"}, {17, "IQ2_XS"},
                  {21, "IQ3_S"}, {24, "I8"},  {27, "I64"},  {28, "F64"},  {29, "IQ1_M"},
                  {34, "TQ1_0"}, {40, "NVFP4"}, {41, "Q1_0"}};
     for (size_t i = 0; i < KILN_ARRAY_LEN(types); i++) {

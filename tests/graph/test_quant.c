@@ -436,6 +436,31 @@ static void rt_q5_1(const rt_case *c)
     }
 }
 
+/* Q4_1: d = (max - min) / 15, m = min, both f16; q = round((x - min) / d)
+ * costs half a step of the exact d, the f16 errors |q| <= 15 times d's
+ * and once m's. */
+static void rt_q4_1(const rt_case *c)
+{
+    int64_t count = c->q->t.n * c->q->t.k;
+    for (int64_t b = 0; b < count / 32; b++) {
+        const float *x = c->x + b * 32, *y = c->y + b * 32;
+        const uint8_t *blk = data_u8(c->q) + b * 20;
+        float min = x[0], max = x[0];
+        for (int j = 1; j < 32; j++) {
+            min = fminf(min, x[j]);
+            max = fmaxf(max, x[j]);
+        }
+        float dt = (max - min) / 15;
+        double d16 = f16_at(blk), m16 = f16_at(blk + 2);
+        cr_assert_eq(d16, kiln_f16_to_f32(kiln_f32_to_f16(dt)), "q4_1 block %lld: d = f16((max-min)/15)",
+                     (long long)b);
+        cr_assert_eq(m16, kiln_f16_to_f32(kiln_f32_to_f16(min)), "q4_1 block %lld: m = f16(min)", (long long)b);
+        double bound = 0.5 * dt * (1 + 0x1p-20) + 15 * fabs(d16 - dt) + fabs(m16 - min) + 0x1p-20 * fabs(min);
+        for (int j = 0; j < 32; j++)
+            cr_assert(fabs((double)y[j] - x[j]) <= bound, "q4_1 block %lld: %a -> %a", (long long)b, x[j], y[j]);
+    }
+}
+
 /* Q2_K: sub-blocks of 16, 4-bit scale and min codes under f16 d, dmin;
  * 4 levels over a sub-block's range leave a relative RMS near 0.3 on
  * Gaussian data. */
@@ -579,6 +604,7 @@ static void (*const rt_check[])(const rt_case *) = {
     [KILN_FMT_Q5_K] = rt_q5_k,
     [KILN_FMT_IQ4_NL] = rt_iq4_nl,
     [KILN_FMT_IQ4_XS] = rt_iq4_xs,
+    [KILN_FMT_Q4_1] = rt_q4_1,
 };
 _Static_assert(sizeof rt_check / sizeof rt_check[0] == KILN_FMT_COUNT, "one round-trip check per format");
 
@@ -631,6 +657,7 @@ Test(round_trip, q3_k) { round_trip(KILN_FMT_Q3_K); }
 Test(round_trip, q5_k) { round_trip(KILN_FMT_Q5_K); }
 Test(round_trip, iq4_nl) { round_trip(KILN_FMT_IQ4_NL); }
 Test(round_trip, iq4_xs) { round_trip(KILN_FMT_IQ4_XS); }
+Test(round_trip, q4_1) { round_trip(KILN_FMT_Q4_1); }
 
 /* --------------------------------------------------- hand-built decoding */
 
@@ -913,6 +940,31 @@ Test(decode, q5_0_fifth_bit_from_qh)
     qbuf_free(&q);
 }
 
+/* Q4_1: y = d * q + m with the nibbles split as Q4_0's, element j < 16 in
+ * the low nibble of qs[j] and element j + 16 in its high one. */
+Test(decode, q4_1_scale_min_and_split_nibbles)
+{
+    qbuf q = qbuf_new(KILN_FMT_Q4_1, 1, 64);
+    uint8_t *b = data_u8(&q);
+    memset(b, 0, 40);
+    put_f16(b, 0x3800);     /* d = 0.5 */
+    put_f16(b + 2, 0xC000); /* m = -2 */
+    b[4] = 0x3F;            /* element 0: 15, element 16: 3 */
+    b[4 + 15] = 0xA1;       /* element 15: 1, element 31: 10 */
+    put_f16(b + 20, 0x3C00); /* block 1: d = 1, m = 0 */
+    b[24 + 2] = 0x70;        /* element 32 + 18: 7 */
+    float *y = dequant(&q);
+    expect_at(y, 0, 15 * 0.5f - 2, "q4_1");
+    expect_at(y, 16, 3 * 0.5f - 2, "q4_1");
+    expect_at(y, 15, 1 * 0.5f - 2, "q4_1");
+    expect_at(y, 31, 10 * 0.5f - 2, "q4_1");
+    expect_at(y, 1, -2.0f, "q4_1");
+    expect_at(y, 50, 7.0f, "q4_1");
+    expect_at(y, 34, 0.0f, "q4_1");
+    free(y);
+    qbuf_free(&q);
+}
+
 /* Q3_K: sub-block 0's scale 33 (low 4 bits 1 in scales[0], high 2 bits 2
  * in scales[8]), sub-block 9's 30 (0xE in the high nibble of scales[1], 1
  * at bits 4-5 of scales[9]), the others 0; a value's level loses 4 unless
@@ -1000,7 +1052,7 @@ Test(quantize, zero_block_inside_a_tensor)
     const kiln_format fmts[] = { KILN_FMT_MXFP8, KILN_FMT_MXFP4, KILN_FMT_NVFP4,  KILN_FMT_Q8_0,       KILN_FMT_Q4_0,
                                  KILN_FMT_Q4_K,  KILN_FMT_Q6_K,  KILN_FMT_GGML_MXFP4, KILN_FMT_FP8_BLOCK, KILN_FMT_Q5_0,
                                  KILN_FMT_Q5_1,  KILN_FMT_Q2_K,  KILN_FMT_Q3_K,  KILN_FMT_Q5_K,       KILN_FMT_IQ4_NL,
-                                 KILN_FMT_IQ4_XS };
+                                 KILN_FMT_IQ4_XS, KILN_FMT_Q4_1 };
     kt_rng rng = kt_rng_new(7);
     float x[3 * 256];
     kt_fill_normal(&rng, x, 3 * 256, 1.0f);
@@ -1178,7 +1230,7 @@ Test(quantize, ggml_formats_match_ggml_reference_bytes_on_a_fixed_input)
         { KILN_FMT_Q5_0, 0x9cc51e0f06c8129aull }, { KILN_FMT_Q5_1, 0x36855a378761677full },
         { KILN_FMT_Q2_K, 0xed44939e38cb6e89ull }, { KILN_FMT_Q3_K, 0x1435bfb0035ca348ull },
         { KILN_FMT_Q5_K, 0x37eda8ea841c42cfull }, { KILN_FMT_IQ4_NL, 0x8cf0674cd5e5c1eeull },
-        { KILN_FMT_IQ4_XS, 0xb9cffc7f702bd8b1ull },
+        { KILN_FMT_IQ4_XS, 0xb9cffc7f702bd8b1ull }, { KILN_FMT_Q4_1, 0xd006b64390a8bd38ull },
     };
     for (size_t i = 0; i < sizeof golden / sizeof golden[0]; i++) {
         qbuf q = qbuf_new(golden[i].f, 1, N);
@@ -1487,7 +1539,7 @@ Test(errors, k_breaking_the_block_rule_names_format_and_k)
         { KILN_FMT_NVFP4, 24, "nvfp4" }, { KILN_FMT_GGML_MXFP4, 33, "ggml_mxfp4" },
         { KILN_FMT_Q5_0, 48, "q5_0" }, { KILN_FMT_Q5_1, 16, "q5_1" }, { KILN_FMT_Q2_K, 128, "q2_k" },
         { KILN_FMT_Q3_K, 320, "q3_k" }, { KILN_FMT_Q5_K, 96, "q5_k" }, { KILN_FMT_IQ4_NL, 40, "iq4_nl" },
-        { KILN_FMT_IQ4_XS, 384, "iq4_xs" },
+        { KILN_FMT_IQ4_XS, 384, "iq4_xs" }, { KILN_FMT_Q4_1, 40, "q4_1" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char k_text[32];

@@ -89,7 +89,8 @@ Test(gpuref, the_bound_passes_the_contract_and_catches_broken_kernels)
                                       KILN_FMT_MXFP4, KILN_FMT_Q8_0,  KILN_FMT_Q4_0,
                                       KILN_FMT_Q4_K,  KILN_FMT_Q6_K,  KILN_FMT_Q5_0,
                                       KILN_FMT_Q5_1,  KILN_FMT_Q2_K,  KILN_FMT_Q3_K,
-                                      KILN_FMT_Q5_K,  KILN_FMT_IQ4_NL, KILN_FMT_IQ4_XS };
+                                      KILN_FMT_Q5_K,  KILN_FMT_IQ4_NL, KILN_FMT_IQ4_XS,
+                                      KILN_FMT_Q4_1 };
     static const int64_t shapes[][2] = { { 128, 256 }, { 64, 512 } };
     const int64_t m = 16;
     for (size_t f = 0; f < sizeof fs / sizeof fs[0]; f++)
