@@ -108,7 +108,7 @@ def kquants(w):
 
 
 def later_ggml_types(w):
-    """Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL and IQ4_XS, and Q4_1, which kiln
+    """Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL and IQ4_XS, and IQ3_S, which kiln
     does not read."""
     rng = np.random.default_rng(3)
     w.add_block_count(1)
@@ -119,7 +119,18 @@ def later_ggml_types(w):
     w.add_tensor("blk.0.ffn_up.weight", raw_blocks(rng, T.Q5_K, 2, 256, [0, 2]), raw_dtype=T.Q5_K)
     w.add_tensor("blk.0.ffn_gate.weight", raw_blocks(rng, T.IQ4_NL, 2, 64, [0]), raw_dtype=T.IQ4_NL)
     w.add_tensor("blk.0.ffn_down.weight", raw_blocks(rng, T.IQ4_XS, 2, 256, [0]), raw_dtype=T.IQ4_XS)
-    w.add_tensor("blk.0.ffn_other.weight", quantized(rng, T.Q4_1, 1, 64), raw_dtype=T.Q4_1)
+    w.add_tensor("blk.0.ffn_other.weight", raw_blocks(rng, T.IQ3_S, 1, 256, [0]), raw_dtype=T.IQ3_S)
+
+
+def q4_1(w):
+    """Q4_1 weights, as the FFN of a Q4_1 file: gguf.quants' blocks, one
+    tensor of random bytes with finite d and m, and a Q8_0 embedding."""
+    rng = np.random.default_rng(4)
+    w.add_block_count(1)
+    w.add_tensor("token_embd.weight", quantized(rng, T.Q8_0, 4, 64), raw_dtype=T.Q8_0)
+    w.add_tensor("blk.0.ffn_gate.weight", quantized(rng, T.Q4_1, 2, 64), raw_dtype=T.Q4_1)
+    w.add_tensor("blk.0.ffn_up.weight", quantized(rng, T.Q4_1, 2, 64), raw_dtype=T.Q4_1)
+    w.add_tensor("blk.0.ffn_down.weight", raw_blocks(rng, T.Q4_1, 2, 64, [0, 2]), raw_dtype=T.Q4_1)
 
 
 def no_tensors(w):
@@ -284,6 +295,7 @@ def main():
     write(os.path.join(out, "kquants_align64.gguf"), kquants, alignment=64)
     write(os.path.join(out, "no_tensors.gguf"), no_tensors)
     write(os.path.join(out, "later_ggml_types.gguf"), later_ggml_types)
+    write(os.path.join(out, "q4_1.gguf"), q4_1)
 
 
 if __name__ == "__main__":

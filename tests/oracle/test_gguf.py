@@ -1,13 +1,13 @@
 """kiln's GGML quantizers against gguf-py, the reference GGUF writers use.
 
 Checks, each printing one summary line:
-  - quantize is byte-identical for Q8_0, Q4_0, Q5_0, Q5_1 and MXFP4 (and
+  - quantize is byte-identical for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and MXFP4 (and
     the plain BF16 and F16 conversions) on random tensors of several shapes:
     normal data,
     heavy-tailed data, rows of very different magnitudes, all-zero rows, and
     MXFP4 values placed exactly on ties between two E2M1 codes;
-  - dequantize is bit-identical (float32 bit patterns) for Q8_0, Q4_0, Q5_0,
-    Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4 on random
+  - dequantize is bit-identical (float32 bit patterns) for Q8_0, Q4_0, Q4_1,
+    Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4 on random
     blocks: random bytes with finite f16 scales of every exponent.
 gguf-py has no quantizer for the K-quants and IQ4 types; tests/graph/
 test_quant.c pins those to ggml's own bytes.
@@ -75,6 +75,7 @@ def kiln_dequantize(name, raw, n, k):
 GGML = {
     "q8_0": (T.Q8_0, 32, 34),
     "q4_0": (T.Q4_0, 32, 18),
+    "q4_1": (T.Q4_1, 32, 20),
     "q5_0": (T.Q5_0, 32, 22),
     "q5_1": (T.Q5_1, 32, 24),
     "q2_k": (T.Q2_K, 256, 84),
@@ -175,7 +176,7 @@ def random_f16(rng, count):
 
 
 # byte offsets of the f16 fields in each block
-F16_FIELDS = {"q8_0": [0], "q4_0": [0], "q4_k": [0, 2], "q6_k": [208], "ggml_mxfp4": [],
+F16_FIELDS = {"q8_0": [0], "q4_0": [0], "q4_1": [0, 2], "q4_k": [0, 2], "q6_k": [208], "ggml_mxfp4": [],
               "q5_0": [0], "q5_1": [0, 2], "q2_k": [80, 82], "q3_k": [108], "q5_k": [0, 2],
               "iq4_nl": [0], "iq4_xs": [0]}
 
@@ -202,9 +203,9 @@ def check_dequantize(name):
 
 def main():
     print(f"gguf oracle, seed {SEED} (KILN_TEST_SEED to replay)")
-    for name in ("q8_0", "q4_0", "q5_0", "q5_1", "ggml_mxfp4", "bf16", "f16"):
+    for name in ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "ggml_mxfp4", "bf16", "f16"):
         check_quantize(name)
-    for name in ("q8_0", "q4_0", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl",
+    for name in ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl",
                  "iq4_xs", "ggml_mxfp4"):
         check_dequantize(name)
     if not CHECKS:

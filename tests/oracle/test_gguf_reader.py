@@ -4,8 +4,8 @@
 GGUFWriter writes Llama-style files: the llama.* keys, metadata of every
 value type (arrays of strings, arrays of arrays), and tensors in F32, F16,
 BF16, Q8_0, Q4_0, MXFP4 (quantized by gguf.quants), Q4_K, Q6_K, Q5_0, Q5_1,
-Q2_K, Q3_K, Q5_K, IQ4_NL and IQ4_XS (random blocks with finite scales, as raw
-bytes), plus a type kiln does not use (Q4_1).
+Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS and Q4_1 (random blocks with finite scales,
+as raw bytes), plus a type kiln does not use (IQ3_S).
 kiln opens them through the public model API and must report the same
 names, shapes, types and sizes as GGUFReader, point each weight at the very
 bytes the writer stored, and dequantize them bit for bit as
@@ -39,7 +39,8 @@ print(f"test seed: KILN_TEST_SEED={SEED}", file=sys.stderr)
 lib = kilnlib.load()
 # kiln_format values of the GGML types kiln reads (include/kiln.h).
 KILN_FORMAT = {T.F32: 0, T.F16: 1, T.BF16: 2, T.Q8_0: 9, T.Q4_0: 10, T.Q4_K: 11, T.Q6_K: 12, T.MXFP4: 13,
-               T.Q5_0: 14, T.Q5_1: 15, T.Q2_K: 16, T.Q3_K: 17, T.Q5_K: 18, T.IQ4_NL: 19, T.IQ4_XS: 20}
+               T.Q5_0: 14, T.Q5_1: 15, T.Q2_K: 16, T.Q3_K: 17, T.Q5_K: 18, T.IQ4_NL: 19, T.IQ4_XS: 20,
+               T.Q4_1: 21}
 
 
 def last_error():
@@ -149,7 +150,8 @@ def tensors(rng):
         "blk.1.attn_k.weight": (raw_blocks(rng, T.Q3_K, 2, 512, [108]), T.Q3_K, T.Q3_K),
         "blk.1.attn_v.weight": (raw_blocks(rng, T.IQ4_NL, 3, 96, [0]), T.IQ4_NL, T.IQ4_NL),
         "blk.1.attn_output.weight": (raw_blocks(rng, T.IQ4_XS, 2, 256, [0]), T.IQ4_XS, T.IQ4_XS),
-        "blk.1.ffn_norm.weight": (raw_blocks(rng, T.Q4_1, 2, 64, [0, 2]), T.Q4_1, T.Q4_1),
+        "blk.1.ffn_norm.weight": (raw_blocks(rng, T.IQ3_S, 2, 256, [0]), T.IQ3_S, T.IQ3_S),
+        "output.weight": (raw_blocks(rng, T.Q4_1, 40, 64, [0, 2]), T.Q4_1, T.Q4_1),
         "blk.1.experts.weight": (gguf.quants.quantize(x(2, 3, 64), T.Q8_0), T.Q8_0, T.Q8_0),
     }
 

@@ -230,9 +230,9 @@ class Model(unittest.TestCase):
         print(f"gguf FFN stack (q8_0, q4_0): matches float64 for M = 1, 5")
 
     def test_gguf_ffn_stacks_of_the_common_download_types_match_float64(self):
-        # the FFN types of Q2_K, Q3_K_M, Q5_K_M, IQ4_XS and Q5_0 / Q5_1 / IQ4_NL files
+        # the FFN types of Q2_K, Q3_K_M, Q5_K_M, IQ4_XS, Q5_0 / Q5_1 / IQ4_NL and Q4_1 files
         mixes = [(T.Q2_K, T.Q3_K), (T.Q3_K, T.Q5_K), (T.Q5_K, T.Q6_K), (T.IQ4_XS, T.Q4_K),
-                 (T.Q5_0, T.Q5_1), (T.IQ4_NL, T.Q8_0)]
+                 (T.Q5_0, T.Q5_1), (T.IQ4_NL, T.Q8_0), (T.Q4_1, T.Q4_1)]
         names = [(f"blk.{l}.ffn_norm.weight", f"blk.{l}.ffn_gate.weight", f"blk.{l}.ffn_up.weight",
                   f"blk.{l}.ffn_down.weight") for l in range(LAYERS)]
         for mix in mixes:

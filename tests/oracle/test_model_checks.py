@@ -172,7 +172,7 @@ class ModelChecks(unittest.TestCase):
     def test_nonfinite_ggml_block_scales_are_refused_by_tensor_and_block(self):
         # (type, f16 field offsets: d first, then dmin / m where the type has one)
         fields = [(T.Q5_0, [0]), (T.Q5_1, [0, 2]), (T.Q2_K, [80, 82]), (T.Q3_K, [108]),
-                  (T.Q5_K, [0, 2]), (T.IQ4_NL, [0]), (T.IQ4_XS, [0])]
+                  (T.Q5_K, [0, 2]), (T.IQ4_NL, [0]), (T.IQ4_XS, [0]), (T.Q4_1, [0, 2])]
         bad = [(np.nan, "NaN"), (np.inf, "+inf"), (-np.inf, "-inf")]
         for i, (qtype, offs) in enumerate(fields):
             block, size = gguf.GGML_QUANT_SIZES[qtype]
