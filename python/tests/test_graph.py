@@ -13,6 +13,21 @@ def test_format_table():
     assert (q4k.block, q4k.block_bytes) == (256, 144)
 
 
+def test_q4_1_is_an_affine_fit_of_16_levels(rng):
+    info = kiln.format_info("q4_1")
+    assert (info.block, info.block_bytes) == (32, 20)
+    w = (rng.standard_normal((4, 128)) + 1.5).astype(np.float32)
+    q = kiln.quantize(w, "q4_1")
+    assert q.shape == (4, 128) and q.data.size == 4 * 4 * 20
+    # d = (max - min) / 15 and m = min, both f16: half a step, 15 times
+    # d's f16 rounding (2^-11 of it) and m's (2^-11 of |min|)
+    b = w.reshape(4, 4, 32)
+    lo, hi = b.min(axis=2, keepdims=True), b.max(axis=2, keepdims=True)
+    step = (hi - lo) / 15
+    err = np.abs(q.dequantize().reshape(4, 4, 32) - b)
+    assert (err <= (0.5 + 15 * 2.0**-11) * step + 2.0**-11 * np.abs(lo)).all()
+
+
 def test_quantize_round_trips_within_the_format(rng):
     w = rng.standard_normal((8, 256)).astype(np.float32)
     assert np.array_equal(kiln.quantize(w, "f32").dequantize(), w)
