@@ -1,4 +1,5 @@
-/* Internal: the GGML block quantizers of quant_ggml.c, dispatched by quant.c. */
+/* Internal: the quantizers of quant_ggml.c and quant_int.c, dispatched by
+ * quant.c. */
 #ifndef KILN_QUANT_H
 #define KILN_QUANT_H
 
@@ -18,5 +19,10 @@ void kiln_quant_q6_k_quantize(const float *src, kiln_qtensor *t);
 void kiln_quant_q6_k_dequantize(const kiln_qtensor *t, float *dst);
 void kiln_quant_ggml_mxfp4_quantize(const float *src, kiln_qtensor *t);
 void kiln_quant_ggml_mxfp4_dequantize(const kiln_qtensor *t, float *dst);
+
+/* The integer group formats (quant_int.c), all four: the table row says
+ * the bits and whether zero points follow the scales. */
+void kiln_quant_int_group_quantize(const float *src, kiln_qtensor *t);
+void kiln_quant_int_group_dequantize(const kiln_qtensor *t, float *dst);
 
 #endif

@@ -94,6 +94,10 @@ typedef enum kiln_format {
     KILN_FMT_Q4_K,        /* GGML type 12 */
     KILN_FMT_Q6_K,        /* GGML type 14 */
     KILN_FMT_GGML_MXFP4,  /* GGML type 39 */
+    KILN_FMT_INT4_GROUP,    /* int4 in int32 words, f32 scale per group (compressed-tensors) */
+    KILN_FMT_INT4_GROUP_ZP, /* as INT4_GROUP, with an int8 zero point per group */
+    KILN_FMT_INT8_GROUP,    /* int8 in int32 words, f32 scale per group (compressed-tensors) */
+    KILN_FMT_INT8_GROUP_ZP, /* as INT8_GROUP, with an int8 zero point per group */
     KILN_FMT_COUNT
 } kiln_format;
 
@@ -110,6 +114,10 @@ typedef enum kiln_scale_type {
  *   scales: when scale_type != NONE, an array of
  *           ceil(N / scale_rows) x ceil(K / scale_cols) elements, row-major
  *           (scale_rows == 0 means "all N rows", scale_cols == 0 "all K");
+ *           in a grouped format, scale_cols is the weight's group
+ *           (kiln_qtensor.group), and a format with zero points stores one
+ *           int8 zero point per scale right after the scales, in the same
+ *           order;
  *   global: when has_global_scale, one f32 multiplied into every value. */
 typedef struct kiln_format_info {
     const char *name;      /* short name used by the CLI: "q4_k", "nvfp4" */
@@ -124,6 +132,8 @@ typedef struct kiln_format_info {
     int has_global_scale;
     int gguf_type;         /* GGUF/GGML type id, or -1 */
     const char *scale_desc;/* "f16 per 32, inline" */
+    int grouped;           /* scales per kiln_qtensor.group values along K (0: per row) */
+    int zero_point;        /* an int8 zero point per scale follows the scales */
 } kiln_format_info;
 
 /* The table row of fmt, or NULL when fmt is out of range. */
@@ -133,20 +143,32 @@ KILN_API const kiln_format_info *kiln_format_get(kiln_format fmt);
 KILN_API kiln_status kiln_format_from_name(const char *name, kiln_format *out);
 
 /* Bytes of the data array and of the scale array of an [n, k] tensor.
- * KILN_ERR_SHAPE when k breaks the format's k_multiple or a size overflows. */
+ * KILN_ERR_SHAPE when k breaks the format's k_multiple or a size overflows.
+ * For a grouped format the scale bytes are those of group 0 (one scale per
+ * row); kiln_qtensor_scale_bytes gives those of any group. */
 KILN_API kiln_status kiln_format_data_bytes(kiln_format fmt, int64_t n, int64_t k, size_t *out);
 KILN_API kiln_status kiln_format_scale_bytes(kiln_format fmt, int64_t n, int64_t k, size_t *out);
 
 /* A quantized [n, k] tensor in caller memory. scale is NULL for formats with
- * scale_type NONE; global_scale is used only by formats with a global scale
- * (it is ignored otherwise). */
+ * scale_type NONE; global_scale is used only by formats with a global scale,
+ * group only by grouped formats (both are ignored otherwise). */
 typedef struct kiln_qtensor {
     kiln_format format;
     int64_t n, k;
     void *data;
     void *scale;
     float global_scale;
+    /* Grouped formats: values along K that share a scale (and zero point).
+     * 0: all K, one group per row; else a multiple of the format's block
+     * that divides K. */
+    int64_t group;
 } kiln_qtensor;
+
+/* Bytes of t's scale array (zero points included), for any format:
+ * kiln_format_scale_bytes with t's group. KILN_ERR_SHAPE as
+ * kiln_format_scale_bytes, and when a grouped format's group is negative,
+ * not a multiple of its block or does not divide K. */
+KILN_API kiln_status kiln_qtensor_scale_bytes(const kiln_qtensor *t, size_t *out);
 
 /* CPU reference quantization of src[n*k] (row-major f32) into t. t->data and
  * t->scale must hold kiln_format_data_bytes / kiln_format_scale_bytes bytes;

@@ -29,7 +29,8 @@ typedef struct gemv_format {
 static const gemv_format formats[KILN_FMT_COUNT] = { KILN_GEMV_FORMATS(FORMAT_ROW) };
 #undef FORMAT_ROW
 #define FORMAT_COUNT(...) +1
-_Static_assert(0 KILN_GEMV_FORMATS(FORMAT_COUNT) == KILN_FMT_COUNT, "one row per format");
+_Static_assert(0 KILN_GEMV_FORMATS(FORMAT_COUNT) == KILN_FMT_COUNT - 4,
+               "one row per format but the integer groups");
 #undef FORMAT_COUNT
 
 /* The M classes, smallest first: a bucket takes the first whose max_m
@@ -252,7 +253,7 @@ static kiln_status gemv_launch(const kiln_target *t, const kiln_linear_kernel *k
 /* Weights stay in kiln's storage layout: no layout hook. */
 const kiln_backend kiln_backend_gemv = {
     .name = "gemv",
-    .formats = KILN_FMT_ALL,
+    .formats = KILN_FMT_ALL & ~KILN_FMT_INT_GROUPS,
     .epilogues = KILN_EPI_ALL,
     .is_supported = kiln_sm75_or_newer,
     .can_implement = gemv_can_implement,

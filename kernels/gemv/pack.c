@@ -202,6 +202,10 @@ static const pack_format formats[] = {
     [KILN_FMT_Q4_K] = { PACK_INT4, REC_Q4_K, codes_q4_k },
     [KILN_FMT_Q6_K] = { PACK_Q6, REC_Q6_K, codes_q6_k },
     [KILN_FMT_GGML_MXFP4] = { PACK_E2M1, REC_E8M0, codes_ggml_mxfp4 },
+    [KILN_FMT_INT4_GROUP] = { 0 },
+    [KILN_FMT_INT4_GROUP_ZP] = { 0 },
+    [KILN_FMT_INT8_GROUP] = { 0 },
+    [KILN_FMT_INT8_GROUP_ZP] = { 0 },
 };
 _Static_assert(KILN_ARRAY_LEN(formats) == KILN_FMT_COUNT, "one row per format");
 
@@ -212,7 +216,8 @@ _Static_assert(KILN_ARRAY_LEN(formats) == KILN_FMT_COUNT, "one row per format");
 static const kiln_gemv_tc_format layouts[KILN_FMT_COUNT] = { KILN_TC_FORMATS(LAYOUT_ROW) };
 #undef LAYOUT_ROW
 #define LAYOUT_COUNT(...) +1
-_Static_assert(0 KILN_TC_FORMATS(LAYOUT_COUNT) == KILN_FMT_COUNT - 1, "every format but F32");
+_Static_assert(0 KILN_TC_FORMATS(LAYOUT_COUNT) == KILN_FMT_COUNT - 5,
+               "every format but F32 and the integer groups");
 #undef LAYOUT_COUNT
 
 const kiln_gemv_tc_format *kiln_gemv_tc_format_get(kiln_format f)

@@ -11,7 +11,8 @@
  *   simt     the f32 fallback for any sm_75+ target and any shape.
  *
  * gemv_tc has no kernel for F32 (its values are not exact in BF16), so
- * F32's list does not name it. */
+ * F32's list does not name it. The integer group formats have simt's
+ * kernel alone: the others take no group size yet. */
 #include "kernels/registry/backend.h"
 
 #define KILN_DECODE_TC { "gemv_tc", "gemv", "wgmma", "simt", NULL }
@@ -35,6 +36,10 @@ static const kiln_registry default_registry = {
         [KILN_FMT_Q4_K] = KILN_DECODE_TC,
         [KILN_FMT_Q6_K] = KILN_DECODE_TC,
         [KILN_FMT_GGML_MXFP4] = KILN_DECODE_TC,
+        [KILN_FMT_INT4_GROUP] = { "simt", NULL },
+        [KILN_FMT_INT4_GROUP_ZP] = { "simt", NULL },
+        [KILN_FMT_INT8_GROUP] = { "simt", NULL },
+        [KILN_FMT_INT8_GROUP_ZP] = { "simt", NULL },
     },
 };
 

@@ -1,6 +1,7 @@
 /* The format table and the storage sizes derived from it (graph/format.c). */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "kiln.h"
@@ -29,6 +30,10 @@ static const struct {
     { KILN_FMT_Q4_K, "q4_k", 256, 144, 4.5, KILN_SCALE_NONE, 0, 0, 0, 12 },
     { KILN_FMT_Q6_K, "q6_k", 256, 210, 6.5625, KILN_SCALE_NONE, 0, 0, 0, 14 },
     { KILN_FMT_GGML_MXFP4, "ggml_mxfp4", 32, 17, 4.25, KILN_SCALE_NONE, 0, 0, 0, 39 },
+    { KILN_FMT_INT4_GROUP, "int4_group", 8, 4, 4.0, KILN_SCALE_F32, 1, 0, 0, -1 },
+    { KILN_FMT_INT4_GROUP_ZP, "int4_group_zp", 8, 4, 4.0, KILN_SCALE_F32, 1, 0, 0, -1 },
+    { KILN_FMT_INT8_GROUP, "int8_group", 4, 4, 8.0, KILN_SCALE_F32, 1, 0, 0, -1 },
+    { KILN_FMT_INT8_GROUP_ZP, "int8_group_zp", 4, 4, 8.0, KILN_SCALE_F32, 1, 0, 0, -1 },
 };
 
 Test(format, every_row_matches_formats_md)
@@ -182,7 +187,9 @@ Test(format, unknown_format_and_null_out_are_rejected)
 {
     size_t b;
     cr_assert_eq(kiln_format_data_bytes(KILN_FMT_COUNT, 1, 32, &b), KILN_ERR_UNSUPPORTED);
-    cr_assert(strstr(kiln_last_error(), "format 14"), "%s", kiln_last_error());
+    char want[32];
+    snprintf(want, sizeof want, "format %d", (int)KILN_FMT_COUNT);
+    cr_assert(strstr(kiln_last_error(), want), "%s", kiln_last_error());
     cr_assert_eq(kiln_format_scale_bytes((kiln_format)-3, 1, 32, &b), KILN_ERR_UNSUPPORTED);
     cr_assert(strstr(kiln_last_error(), "format -3"), "%s", kiln_last_error());
     cr_assert_eq(kiln_format_data_bytes(KILN_FMT_Q8_0, 1, 32, NULL), KILN_ERR_INVALID_ARG);

@@ -678,9 +678,8 @@ Test(safetensors, compressed_tensors_fp8_groups_and_ignore)
     free(q);
 }
 
-/* W4A16 (pack-quantized int4 groups) and the schemes kiln has no format
- * for: the weights are listed unsupported, saying which config field asks
- * for what. */
+/* The schemes kiln has no format for: the weights are listed unsupported,
+ * saying which config field asks for what. */
 Test(safetensors, compressed_tensors_schemes_without_a_format_are_refused_by_field)
 {
     int32_t packed[4 * 16] = { 0 };
@@ -689,13 +688,22 @@ Test(safetensors, compressed_tensors_schemes_without_a_format_are_refused_by_fie
     static const struct {
         const char *weights, *format, *why;
     } cases[] = {
+        { "{\"num_bits\": 3, \"type\": \"int\", \"symmetric\": true, \"strategy\": \"group\","
+          " \"group_size\": 128}", "pack-quantized",
+          "config_groups.group_0.weights: int3 group 128 (pack-quantized): num_bits 3: kiln's "
+          "integer formats are int4 and int8" },
         { "{\"num_bits\": 4, \"type\": \"int\", \"symmetric\": true, \"strategy\": \"group\","
-          " \"group_size\": 128}", "pack-quantized",
-          "config_groups.group_0.weights: int4 group 128 (pack-quantized): integer groups "
-          "(W4A16/W8A16) have no kiln format yet" },
-        { "{\"num_bits\": 4, \"type\": \"int\", \"symmetric\": false, \"strategy\": \"group\","
-          " \"group_size\": 128}", "pack-quantized",
-          "int4 group 128 (pack-quantized): asymmetric integer groups" },
+          " \"group_size\": 128, \"actorder\": \"group\"}", "pack-quantized",
+          "int4 group 128 (pack-quantized): actorder group: act-order weights need weight_g_idx" },
+        { "{\"num_bits\": 4, \"type\": \"int\", \"symmetric\": true, \"strategy\": \"group\","
+          " \"group_size\": 128, \"dynamic\": true}", "pack-quantized",
+          "int4 group 128 (pack-quantized): dynamic: weights quantized at run time" },
+        { "{\"num_bits\": 4, \"type\": \"int\", \"symmetric\": true, \"strategy\": \"tensor\"}",
+          "pack-quantized", "int4 tensor (pack-quantized): strategy tensor: kiln's integer formats "
+          "are per group or per channel" },
+        { "{\"num_bits\": 8, \"type\": \"int\", \"symmetric\": true, \"strategy\": \"channel\"}",
+          "int-quantized", "int8 channel (int-quantized): format \"int-quantized\": kiln reads "
+          "integer weights as pack-quantized writes them" },
         { "{\"num_bits\": 4, \"type\": \"float\", \"symmetric\": true, \"strategy\":"
           " \"tensor_group\", \"group_size\": 16, \"dynamic\": false}", "nvfp4-pack-quantized",
           "float4 tensor_group 16 (nvfp4-pack-quantized): compressed-tensors' NVFP4 stores "

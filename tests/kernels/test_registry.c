@@ -44,10 +44,14 @@ Test(registry, each_format_lists_the_decode_backends_first)
         const char *name = kiln_format_get((kiln_format)f)->name;
         const char *want[KILN_MAX_BACKENDS + 1] = { 0 };
         int n = 0;
-        if (f != KILN_FMT_F32)
+        /* The integer groups: simt alone takes a group size. */
+        int int_group = kiln_format_get((kiln_format)f)->grouped;
+        if (f != KILN_FMT_F32 && !int_group)
             want[n++] = "gemv_tc";
-        want[n++] = "gemv";
-        want[n++] = "wgmma";
+        if (!int_group) {
+            want[n++] = "gemv";
+            want[n++] = "wgmma";
+        }
         want[n++] = "simt";
         for (int i = 0; i <= n; i++) {
             if (!want[i]) {
@@ -67,7 +71,7 @@ Test(registry, each_format_lists_the_decode_backends_first)
         }
     }
     cr_assert_eq(kiln_registry_find(r, "gemv_tc")->formats,
-                 ((1u << KILN_FMT_COUNT) - 1) & ~(1u << KILN_FMT_F32));
+                 ((1u << KILN_FMT_COUNT) - 1) & ~(1u << KILN_FMT_F32) & ~KILN_FMT_INT_GROUPS);
 }
 
 /* A kernel's entry is "kiln_<backend>_<hash>" (codegen/sig.h): a name
