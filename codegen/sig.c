@@ -103,8 +103,9 @@ static const char *print_scales(const kiln_kernel_desc *d, size_t at, char *buf,
     return buf;
 }
 
-/* After the format: a grouped format's group from "f32:1x<group>" (1xK:
- * 0); the other formats' scales follow from the format. */
+/* After the format: a grouped format's group from "f32:1x<group>" (1xK,
+ * or nothing after the x: 0); the other formats' scales follow from the
+ * format. */
 static kiln_status parse_scales(const kiln_registry *r, const char *sig, const char *value,
                                 size_t at, kiln_kernel_desc *d)
 {
@@ -114,7 +115,7 @@ static kiln_status parse_scales(const kiln_registry *r, const char *sig, const c
     const char *x = strchr(value, 'x');
     if (!x)
         return malformed(sig, "the scales of a grouped format are not <type>:1x<group>");
-    if (x[1] == 'K' && (x[2] == '\0' || x[2] == '+')) {
+    if (x[1] == '\0' || (x[1] == 'K' && (x[2] == '\0' || x[2] == '+'))) {
         d->linear.cfg.group = 0;
         return KILN_OK;
     }

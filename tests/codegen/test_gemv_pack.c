@@ -586,7 +586,7 @@ Test(gemv_pack, format_rows_name_their_formats)
 {
     int rows = 0;
     KILN_TC_FORMATS(ROW_CHECK)
-    cr_assert_eq(rows, KILN_FMT_COUNT - 1);
+    cr_assert_eq(rows, KILN_FMT_COUNT - 5, "every format but F32 and the integer groups");
     cr_assert_null(kiln_gemv_tc_format_get(KILN_FMT_F32));
     cr_assert_null(kiln_gemv_tc_format_get(KILN_FMT_COUNT));
     for (int f = 0; f < KILN_FMT_COUNT; f++) {

@@ -252,11 +252,13 @@ Test(nvrtc, format_traits_match_the_format_table)
     int n = snprintf(src, sizeof src, "#include \"kiln/dequant.cuh\"\n");
     for (int f = 0; f < KILN_FMT_COUNT; f++) {
         const kiln_format_info *fi = kiln_format_get((kiln_format)f);
+        /* A grouped format's traits take the group and N. */
+        const char *args = fi->grouped ? "<128, 7>" : "";
         n += snprintf(src + n, sizeof src - (size_t)n,
-                      "static_assert(kiln::fmt_%s::block == %d && kiln::fmt_%s::block_bytes == %d"
-                      " && %d %% kiln::fmt_%s::chunk == 0, \"%s\");\n",
-                      fi->name, fi->block, fi->name, fi->block_bytes, fi->block, fi->name,
-                      fi->name);
+                      "static_assert(kiln::fmt_%s%s::block == %d && kiln::fmt_%s%s::block_bytes == %d"
+                      " && %d %% kiln::fmt_%s%s::chunk == 0, \"%s\");\n",
+                      fi->name, args, fi->block, fi->name, args, fi->block_bytes, fi->block,
+                      fi->name, args, fi->name);
     }
     cr_assert_lt((size_t)n, sizeof src);
     kiln_nvrtc *nv = open_nvrtc();
