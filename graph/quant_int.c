@@ -8,10 +8,11 @@
  * little-endian bit string, which for b = 4 and 8 is bits 4 (k % 8) of word
  * k / 8, and byte k. A weight's scales are f32 [N, K / group] (one column
  * when the group is 0), then, for the _zp formats, int8 zero points in the
- * same order. w = (q - zp) * s: q - zp is an integer of at most 9 bits and
- * s came from BF16, F16 or F32, so the product is formed in f32 exactly as
- * compressed-tensors' dequantize forms it in the scale's dtype, before that
- * dtype rounds it.
+ * same order. w = (q - zp) * s, one f32 multiplication: q - zp is an
+ * integer of at most 9 bits, so with a BF16 or F16 scale (what checkpoints
+ * ship) the product is exact, the value compressed-tensors' dequantize
+ * forms in the scale's dtype before that dtype rounds it; with an f32
+ * scale it is rounded once, as compressed-tensors rounds it in f32.
  *
  * The quantizer is compressed-tensors' min-max observer and quantize, in
  * f32: symmetric s = max|x| / ((2^b - 1) / 2), zp = 0; asymmetric

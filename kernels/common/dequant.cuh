@@ -284,7 +284,7 @@ struct fmt_q6_k {
 // q + 2^(Bits−1); scales are f32 [N, K / group] (group 0: one per row), and
 // for ZeroPoint int8 zero points [N, K / group] follow them. A chunk is one
 // word and a group whole words, so a chunk has one scale. w = (q − zp) · s,
-// exact in f32 as on the CPU.
+// one f32 multiplication as on the CPU.
 template <int Bits, bool ZeroPoint, int Group, int N>
 struct fmt_int_group {
     static_assert(Bits == 4 || Bits == 8, "int4 or int8");
