@@ -286,4 +286,7 @@ class IntGroups(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    result = unittest.main(verbosity=2, exit=False).result
+    if result.testsRun == 0:
+        sys.exit("no test ran")
+    sys.exit(0 if result.wasSuccessful() else 1)
