@@ -147,10 +147,12 @@ class QTensor:
         return f"kiln.QTensor({self.format}, n={self.n}, k={self.k})"
 
 
-def quantize(w: np.ndarray, format: str) -> QTensor:
+def quantize(w: np.ndarray, format: str, group: int = 0) -> QTensor:
     """Quantize a float ``[n, k]`` array into format with kiln's CPU reference
-    (the global scale of NVFP4 is computed). :class:`kiln.Error`
-    (``KILN_ERR_SHAPE``) when k breaks the format's block rule."""
+    (the global scale of NVFP4 is computed; an integer group format takes
+    ``group`` values along K per scale, 0 for one per row).
+    :class:`kiln.Error` (``KILN_ERR_SHAPE``) when k breaks the format's block
+    rule or the group does not fit it."""
     w = np.ascontiguousarray(w, dtype=np.float32)
     if w.ndim != 2:
         raise ValueError(f"quantize: want a 2-D [n, k] array, got shape {w.shape}")
@@ -158,10 +160,12 @@ def quantize(w: np.ndarray, format: str) -> QTensor:
     fmt = format_id(format)
     lib = _capi.lib()
     data = np.zeros(_bytes_of(lib.kiln_format_data_bytes, fmt, n, k), np.uint8)
-    scale = np.zeros(_bytes_of(lib.kiln_format_scale_bytes, fmt, n, k), np.uint8)
-    q = _capi.QTensor(fmt, n, k, data.ctypes.data, scale.ctypes.data if scale.size else None, 0)
+    scale = np.zeros(_scale_bytes(fmt, n, k, group), np.uint8)
+    q = _capi.QTensor(fmt, n, k, data.ctypes.data, scale.ctypes.data if scale.size else None, 0,
+                      group)
     check(lib.kiln_quantize(w.ctypes.data, ctypes.byref(q)))
-    return QTensor(format, n, k, data, scale if scale.size else None, q.global_scale)
+    return QTensor(format, n, k, data, scale if scale.size else None, q.global_scale,
+                   group=group)
 
 
 class Tensor:
