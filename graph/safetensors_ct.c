@@ -212,10 +212,12 @@ static int ct_int_scheme(const json_t *w, const char *fmt, kiln_st_ct_scheme *ou
         snprintf(why, size, "format \"%s\": kiln reads integer weights as pack-quantized writes "
                  "them, in int32 words", fmt);
     else if (bits != 4 && bits != 8)
-        snprintf(why, size, "num_bits %lld: kiln's integer formats are int4 and int8", (long long)bits);
+        snprintf(why, size, "num_bits %lld: kiln's integer formats are int4 and int8",
+                 (long long)bits);
     else if (dyn && !json_is_false(dyn) && !json_is_null(dyn))
         snprintf(why, size, "dynamic: weights quantized at run time store no codes to read");
-    else if (json_is_true(order) || (ord && (!strcasecmp(ord, "group") || !strcasecmp(ord, "dynamic"))))
+    else if (json_is_true(order) ||
+             (ord && (!strcasecmp(ord, "group") || !strcasecmp(ord, "dynamic"))))
         snprintf(why, size, "actorder %s: act-order weights need weight_g_idx, which kiln does not "
                  "apply", ord ? ord : "true");
     else if (strcmp(strategy, "group") && strcmp(strategy, "channel"))

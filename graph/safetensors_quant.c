@@ -487,7 +487,8 @@ static kiln_status st_add_joined(kiln_st_loader *L, const char *name, int before
     if (!kiln_st_grow((void **)&L->v, &L->cap, L->n + 1, sizeof *L->v))
         return kiln_st_nomem();
     b = &L->v[before];
-    kiln_st_slot x = { .dtype = dtype, .rank = 2, .data = b->data, .file = b->file, .insert_before = before };
+    kiln_st_slot x = { .dtype = dtype, .rank = 2, .data = b->data, .file = b->file,
+                       .insert_before = before };
     x.t.name = kiln_strdup(name);
     x.t.type_name = kiln_strdup(b->t.type_name);
     /* json_object_set_new takes ix, even when it fails; nothing else does. */
@@ -513,7 +514,8 @@ static kiln_status st_add_joined(kiln_st_loader *L, const char *name, int before
  * them with packed_dim 0, or I8 [N, G] unpacked, as compressed-tensors
  * stored it before it packed zero points. They become weight module.weight
  * with kiln's scale array: the scales in f32, then the zero points in int8. */
-static kiln_status st_join_int(kiln_st_loader *L, int wi, const char *module, const kiln_st_ct_scheme *sc)
+static kiln_status st_join_int(kiln_st_loader *L, int wi, const char *module,
+                               const kiln_st_ct_scheme *sc)
 {
     int si = -1, zi = -1, hi = -1, gi = -1;
     kiln_status st = st_find(L, module, ".weight_scale", &si);
@@ -536,8 +538,9 @@ static kiln_status st_join_int(kiln_st_loader *L, int wi, const char *module, co
         return kiln_fail(KILN_ERR_MALFORMED, "%s: tensor %s: %s %s: pack-quantized codes are I32 "
                          "[N, K * %d / 32]", w->file, w->t.name, w->t.type_name, ws, bits);
     if (si < 0)
-        return kiln_fail(KILN_ERR_MALFORMED, "%s: tensor %s: pack-quantized weight without %s.weight_scale",
-                         w->file, w->t.name, module);
+        return kiln_fail(KILN_ERR_MALFORMED,
+                         "%s: tensor %s: pack-quantized weight without %s.weight_scale", w->file,
+                         w->t.name, module);
     if (sc->int_zero_point && zi < 0)
         return kiln_fail(KILN_ERR_MALFORMED,
                          "%s: tensor %s: the config says symmetric: false, but there is no "
@@ -594,8 +597,9 @@ static kiln_status st_join_int(kiln_st_loader *L, int wi, const char *module, co
     if (z && !packed_zp && !(z->dtype == KILN_ST_I8 && z->rank == 2 && z->shape[0] == n &&
                              z->shape[1] == groups)) {
         char expect[128];
-        snprintf(expect, sizeof expect, "I32 [ceil(N / %d), %" PRId64 "] packed along N, or I8 [N, %" PRId64 "]",
-                 per_word, groups, groups);
+        snprintf(expect, sizeof expect,
+                 "I32 [ceil(N / %d), %" PRId64 "] packed along N, or I8 [N, %" PRId64 "]", per_word,
+                 groups, groups);
         return st_shape_error(w, z, expect);
     }
     size_t count = (size_t)n * (size_t)groups, bytes;

@@ -383,8 +383,8 @@ Test(gemv, launches_cover_every_row)
     for (size_t a = 0; a < KILN_ARRAY_LEN(arches); a++)
         for (size_t s = 0; s < KILN_ARRAY_LEN(shapes); s++)
             for (int f = 0; f < KILN_FMT_COUNT; f++)
-                for (size_t v = 0; v < KILN_ARRAY_LEN(variants) && !kiln_format_get((kiln_format)f)->grouped;
-                     v++) {
+                for (size_t v = 0;
+                     v < KILN_ARRAY_LEN(variants) && !kiln_format_get((kiln_format)f)->grouped; v++) {
                     kiln_target t = target(arches[a]);
                     kiln_linear_cfg c = cfg((kiln_format)f, shapes[s][0], shapes[s][1]);
                     char why[256];
