@@ -171,7 +171,8 @@ typedef struct kiln_qtensor {
 KILN_API kiln_status kiln_qtensor_scale_bytes(const kiln_qtensor *t, size_t *out);
 
 /* CPU reference quantization of src[n*k] (row-major f32) into t. t->data and
- * t->scale must hold kiln_format_data_bytes / kiln_format_scale_bytes bytes;
+ * t->scale must hold kiln_format_data_bytes / kiln_qtensor_scale_bytes bytes
+ * (a grouped format quantizes in t->group);
  * the global scale (NVFP4) is computed and written to t->global_scale.
  * Follows the authoritative source of each format bit for bit (FORMATS.md). */
 KILN_API kiln_status kiln_quantize(const float *src, kiln_qtensor *t);
@@ -227,7 +228,8 @@ KILN_API kiln_status kiln_graph_input(kiln_graph *g, const char *name, int64_t k
 
 /* A weight [w->n, w->k] in any format. The descriptor is copied; the data
  * and scale arrays it points to are not. KILN_ERR_SHAPE when k is not a
- * multiple of the format's block; KILN_ERR_UNSUPPORTED for an unknown format. */
+ * multiple of the format's block, or a grouped format's group does not fit
+ * it (kiln_qtensor_scale_bytes); KILN_ERR_UNSUPPORTED for an unknown format. */
 KILN_API kiln_status kiln_graph_weight(kiln_graph *g, const char *name, const kiln_qtensor *w,
                                        kiln_tensor **out);
 
