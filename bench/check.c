@@ -71,11 +71,17 @@ kiln_status kiln_bench_tile_repeat(const kiln_qtensor *tile, kiln_qtensor *full)
         return KILN_OK;
     if (!tile->scale || !full->scale)
         return kiln_fail(KILN_ERR_INVALID_ARG, "tile repeat: %s needs scale arrays", fi->name);
-    int64_t cols = fi->scale_cols ? kiln_ceil_div(tile->k, fi->scale_cols) : 1;
+    int64_t per = fi->grouped ? tile->group : fi->scale_cols;
+    int64_t cols = per ? kiln_ceil_div(tile->k, per) : 1;
     size_t scale_row = (size_t)cols * scale_elem_bytes[fi->scale_type];
     int64_t full_rows = sr ? kiln_ceil_div(full->n, sr) : 1;
     int64_t tile_rows = sr ? kiln_ceil_div(tile->n, sr) : 1;
     repeat_rows(full->scale, full_rows, tile->scale, tile_rows, scale_row);
+    /* Zero points (a byte per scale) follow the scales. */
+    if (fi->zero_point)
+        repeat_rows((uint8_t *)full->scale + (size_t)full_rows * scale_row, full_rows,
+                    (const uint8_t *)tile->scale + (size_t)tile_rows * scale_row, tile_rows,
+                    (size_t)cols);
     return KILN_OK;
 }
 

@@ -142,7 +142,16 @@ static int print_text(kiln_model *m, const char *path, int metadata)
             break;
         char shape[96], fmt[40], size[32];
         shape_text(&t, shape, sizeof shape);
-        if (t.supported)
+        /* A grouped format with its group: int4_group/g128, or /row. */
+        kiln_qtensor q = { .group = 0 };
+        int grouped = t.supported && kiln_format_get(t.format)->grouped &&
+                      kiln_model_weight(m, t.name, &q) == KILN_OK;
+        if (grouped && q.group)
+            snprintf(fmt, sizeof fmt, "%s/g%lld", kiln_format_get(t.format)->name,
+                     (long long)q.group);
+        else if (grouped)
+            snprintf(fmt, sizeof fmt, "%s/row", kiln_format_get(t.format)->name);
+        else if (t.supported)
             snprintf(fmt, sizeof fmt, "%s", kiln_format_get(t.format)->name);
         else
             snprintf(fmt, sizeof fmt, "%s (unsupported)",

@@ -134,6 +134,12 @@ static kiln_status emit_linear(const kiln_kernel_desc *d, char *buf, size_t size
     kiln_status st = d->backend->emit(&d->target, &d->linear, d->entry, buf, size);
     if (st != KILN_OK)
         return kiln_fail_prefix(st, "%s", d->entry);
+    /* The backend's emit refuses what it knows it cannot build; a signature
+     * from outside a plan may still name a format its table leaves out:
+     * refused here, not by NVRTC. */
+    if (!(d->backend->formats & (1u << d->linear.cfg.format)))
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: backend %s has no kernel for %s", d->entry,
+                         d->backend->name, kiln_format_get(d->linear.cfg.format)->name);
     return KILN_OK;
 }
 

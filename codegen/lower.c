@@ -523,9 +523,10 @@ kiln_status kiln_plan_create_with(const kiln_registry *r, kiln_graph *g, const k
             continue;
         kiln_plan_lin *l = &p->linears[j++];
         l->node = lin;
-        l->cfg = (kiln_linear_cfg){ .format = lin->src[1]->weight.format,
-                                    .n = lin->src[1]->weight.n, .k = lin->src[1]->weight.k,
-                                    .epilogue = lin->src[2] ? KILN_EPI_BIAS : 0 };
+        const kiln_qtensor *wt = &lin->src[1]->weight;
+        l->cfg = (kiln_linear_cfg){ .format = wt->format, .n = wt->n, .k = wt->k,
+                                    .epilogue = lin->src[2] ? KILN_EPI_BIAS : 0,
+                                    .group = kiln_format_get(wt->format)->grouped ? wt->group : 0 };
         if (!(l->choice = kiln_calloc((size_t)p->n_buckets, sizeof *l->choice))) {
             st = kiln_fail(KILN_ERR_NOMEM, "plan: out of memory");
             goto fail;

@@ -84,7 +84,9 @@ static kiln_status parse_format(const kiln_registry *r, const char *sig, const c
 }
 
 /* The scale granularity of the format: "f32:128x128", "ue4m3:1x16+f32";
- * "inline" for scales inside the blocks (GGML), "none" for none. */
+ * "inline" for scales inside the blocks (GGML), "none" for none. A grouped
+ * format's columns are the weight's group ("f32:1x128+zp"), the one part
+ * of the field read back. */
 static const char *print_scales(const kiln_kernel_desc *d, size_t at, char *buf, size_t size)
 {
     (void)at;
@@ -92,12 +94,38 @@ static const char *print_scales(const kiln_kernel_desc *d, size_t at, char *buf,
     const kiln_format_info *fi = kiln_format_get(d->linear.cfg.format);
     if (fi->scale_type == KILN_SCALE_NONE)
         return fi->block > 1 ? "inline" : "none";
-    char rows[12], cols[12];
+    int64_t per = fi->grouped ? d->linear.cfg.group : fi->scale_cols;
+    char rows[12], cols[24];
     snprintf(rows, sizeof rows, "%d", fi->scale_rows);
-    snprintf(cols, sizeof cols, "%d", fi->scale_cols);
-    snprintf(buf, size, "%s:%sx%s%s", types[fi->scale_type], fi->scale_rows ? rows : "N",
-             fi->scale_cols ? cols : "K", fi->has_global_scale ? "+f32" : "");
+    snprintf(cols, sizeof cols, "%lld", (long long)per);
+    snprintf(buf, size, "%s:%sx%s%s%s", types[fi->scale_type], fi->scale_rows ? rows : "N",
+             per ? cols : "K", fi->has_global_scale ? "+f32" : "", fi->zero_point ? "+zp" : "");
     return buf;
+}
+
+/* After the format: a grouped format's group from "f32:1x<group>" (1xK,
+ * or nothing after the x: 0); the other formats' scales follow from the
+ * format. */
+static kiln_status parse_scales(const kiln_registry *r, const char *sig, const char *value,
+                                size_t at, kiln_kernel_desc *d)
+{
+    (void)r, (void)at;
+    if (!kiln_format_get(d->linear.cfg.format)->grouped)
+        return KILN_OK;
+    const char *x = strchr(value, 'x');
+    if (!x)
+        return malformed(sig, "the scales of a grouped format are not <type>:1x<group>");
+    if (x[1] == '\0' || (x[1] == 'K' && (x[2] == '\0' || x[2] == '+'))) {
+        d->linear.cfg.group = 0;
+        return KILN_OK;
+    }
+    char *end;
+    errno = 0;
+    long long g = strtoll(x + 1, &end, 10);
+    if (errno || end == x + 1 || g <= 0 || (*end && *end != '+'))
+        return malformed(sig, "the group of a grouped format's scales is not a positive count");
+    d->linear.cfg.group = g;
+    return KILN_OK;
 }
 
 static const char *print_act(const kiln_kernel_desc *d, size_t at, char *buf, size_t size)
@@ -232,7 +260,7 @@ static const sig_field linear_fields[] = {
     FIELD("backend", backend),
     TEXT("variant", variant, linear.variant),
     FIELD("format", format),
-    { "scales", print_scales, NULL, 0 },
+    FIELD("scales", scales),
     ACT("act", linear.act),
     COUNT("n", linear.cfg.n),
     COUNT("k", linear.cfg.k),

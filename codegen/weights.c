@@ -58,7 +58,7 @@ kiln_status kiln_plan_weight_bytes(const kiln_plan *p, size_t *storage, size_t *
         if (wl.storage) {
             size_t data, scale;
             if ((st = kiln_format_data_bytes(w->weight.format, w->weight.n, w->weight.k, &data)) ||
-                (st = kiln_format_scale_bytes(w->weight.format, w->weight.n, w->weight.k, &scale)))
+                (st = kiln_qtensor_scale_bytes(&w->weight, &scale)))
                 return kiln_fail_prefix(st, "weight %s", w->name);
             if (!kiln_add_size(*storage, data, storage) || !kiln_add_size(*storage, scale, storage))
                 return kiln_fail(KILN_ERR_SHAPE, "plan weight bytes: the sum overflows");

@@ -164,7 +164,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         if (fi->scale_type != KILN_SCALE_NONE &&
             (!t->qt.scale ||
-             kiln_format_scale_bytes(t->qt.format, t->qt.n, t->qt.k, &scale_bytes) != KILN_OK))
+             kiln_qtensor_scale_bytes(&t->qt, &scale_bytes) != KILN_OK))
             abort();
         const uint8_t *p = t->qt.data, *s = t->qt.scale;
         for (size_t j = 0; j < data_bytes; j++)

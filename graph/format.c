@@ -3,6 +3,7 @@
  * here, its quantizer in quant.c and its tests. */
 #include "core.h"
 
+#include <stdint.h>
 #include <string.h>
 
 static const kiln_format_info format_table[] = {
@@ -130,6 +131,34 @@ static const kiln_format_info format_table[] = {
         .block = 32, .block_bytes = 20, .k_multiple = 32, .bits_per_weight = 5.0,
         .scale_type = KILN_SCALE_NONE, .gguf_type = 3, .scale_desc = "f16 d, m per 32, inline",
     },
+    /* compressed-tensors pack-quantized: the codes as weight_packed stores
+     * them, in little-endian int32 words; scales per group of the weight. */
+    [KILN_FMT_INT4_GROUP] = {
+        .name = "int4_group", .desc = "int4 in int32 words, f32 scale per group",
+        .block = 8, .block_bytes = 4, .k_multiple = 8, .bits_per_weight = 4.0,
+        .scale_type = KILN_SCALE_F32, .scale_rows = 1, .scale_cols = 0, .grouped = 1,
+        .gguf_type = -1, .scale_desc = "f32 per group [N, K/group]",
+    },
+    [KILN_FMT_INT4_GROUP_ZP] = {
+        .name = "int4_group_zp", .desc = "int4 in int32 words, f32 scale and int8 zero point per group",
+        .block = 8, .block_bytes = 4, .k_multiple = 8, .bits_per_weight = 4.0,
+        .scale_type = KILN_SCALE_F32, .scale_rows = 1, .scale_cols = 0, .grouped = 1,
+        .zero_point = 1,
+        .gguf_type = -1, .scale_desc = "f32 per group [N, K/group], then int8 zero points [N, K/group]",
+    },
+    [KILN_FMT_INT8_GROUP] = {
+        .name = "int8_group", .desc = "int8 in int32 words, f32 scale per group",
+        .block = 4, .block_bytes = 4, .k_multiple = 4, .bits_per_weight = 8.0,
+        .scale_type = KILN_SCALE_F32, .scale_rows = 1, .scale_cols = 0, .grouped = 1,
+        .gguf_type = -1, .scale_desc = "f32 per group [N, K/group]",
+    },
+    [KILN_FMT_INT8_GROUP_ZP] = {
+        .name = "int8_group_zp", .desc = "int8 in int32 words, f32 scale and int8 zero point per group",
+        .block = 4, .block_bytes = 4, .k_multiple = 4, .bits_per_weight = 8.0,
+        .scale_type = KILN_SCALE_F32, .scale_rows = 1, .scale_cols = 0, .grouped = 1,
+        .zero_point = 1,
+        .gguf_type = -1, .scale_desc = "f32 per group [N, K/group], then int8 zero points [N, K/group]",
+    },
 };
 _Static_assert(KILN_ARRAY_LEN(format_table) == KILN_FMT_COUNT, "one row per kiln_format");
 
@@ -199,19 +228,48 @@ kiln_status kiln_format_data_bytes(kiln_format fmt, int64_t n, int64_t k, size_t
 /* kiln_ceil_div's a + b - 1 would wrap for a near INT64_MAX. */
 static int64_t ceil_div_nowrap(int64_t a, int64_t b) { return a / b + (a % b != 0); }
 
+/* The scale bytes of [n, k] with cols values along K per scale (0: all K). */
+static kiln_status scale_bytes(const kiln_format_info *fi, int64_t n, int64_t k, int64_t cols_per,
+                               size_t *out)
+{
+    int64_t rows = fi->scale_rows ? ceil_div_nowrap(n, fi->scale_rows) : 1;
+    int64_t cols = cols_per ? ceil_div_nowrap(k, cols_per) : 1;
+    size_t elems, total, zero = 0;
+    if (!kiln_mul_size((size_t)rows, (size_t)cols, &elems) ||
+        !kiln_mul_size(elems, scale_elem_bytes[fi->scale_type], &total) ||
+        (fi->zero_point && (zero = elems) > SIZE_MAX - total))
+        return kiln_fail(KILN_ERR_SHAPE, "%s: scales of [N=%lld, K=%lld] overflow size_t", fi->name,
+                         (long long)n, (long long)k);
+    *out = total + zero;
+    return KILN_OK;
+}
+
 kiln_status kiln_format_scale_bytes(kiln_format fmt, int64_t n, int64_t k, size_t *out)
 {
     const kiln_format_info *fi = NULL;
     kiln_status st = check_shape(fmt, n, k, out, &fi);
     if (st != KILN_OK)
         return st;
-    int64_t rows = fi->scale_rows ? ceil_div_nowrap(n, fi->scale_rows) : 1;
-    int64_t cols = fi->scale_cols ? ceil_div_nowrap(k, fi->scale_cols) : 1;
-    size_t elems, total;
-    if (!kiln_mul_size((size_t)rows, (size_t)cols, &elems) ||
-        !kiln_mul_size(elems, scale_elem_bytes[fi->scale_type], &total))
-        return kiln_fail(KILN_ERR_SHAPE, "%s: scales of [N=%lld, K=%lld] overflow size_t", fi->name,
-                         (long long)n, (long long)k);
-    *out = total;
-    return KILN_OK;
+    return scale_bytes(fi, n, k, fi->scale_cols, out);
+}
+
+/* A group shares one scale per chunk a kernel decodes only when it is a
+ * whole number of blocks; compressed-tensors' groups (32, 64, 128, or all
+ * of K) always are. */
+kiln_status kiln_qtensor_scale_bytes(const kiln_qtensor *t, size_t *out)
+{
+    if (!t)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_qtensor_scale_bytes: the tensor must not be NULL");
+    const kiln_format_info *fi = NULL;
+    kiln_status st = check_shape(t->format, t->n, t->k, out, &fi);
+    if (st != KILN_OK)
+        return st;
+    if (!fi->grouped)
+        return scale_bytes(fi, t->n, t->k, fi->scale_cols, out);
+    if (t->group < 0 || t->group % fi->block != 0 || (t->group && t->k % t->group != 0))
+        return kiln_fail(KILN_ERR_SHAPE,
+                         "%s: group %lld of [N=%lld, K=%lld] is not a multiple of %d that divides K "
+                         "(or 0, one group per row)",
+                         fi->name, (long long)t->group, (long long)t->n, (long long)t->k, fi->block);
+    return scale_bytes(fi, t->n, t->k, t->group, out);
 }

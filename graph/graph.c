@@ -283,7 +283,7 @@ static kiln_status check_weight(const char *where, const kiln_qtensor *w)
     size_t bytes;
     kiln_status st = kiln_format_data_bytes(w->format, w->n, w->k, &bytes);
     if (st == KILN_OK)
-        st = kiln_format_scale_bytes(w->format, w->n, w->k, &bytes);
+        st = kiln_qtensor_scale_bytes(w, &bytes);
     if (st != KILN_OK)
         return kiln_fail_prefix(st, "%s", where);
     return KILN_OK;

@@ -65,9 +65,10 @@ static kiln_status check_scales(const kiln_model *m, const kiln_model_tensor *t)
     if (fi->has_global_scale && !isfinite(q->global_scale))
         return check_fail(m, t, "global scale", 0, q->global_scale);
     if (fi->scale_type != KILN_SCALE_NONE && q->scale &&
-        kiln_format_scale_bytes(q->format, q->n, q->k, &bytes) == KILN_OK) {
+        kiln_qtensor_scale_bytes(q, &bytes) == KILN_OK) {
         const uint8_t *s = q->scale;
-        size_t n = fi->scale_type == KILN_SCALE_F32 ? bytes / 4 : bytes;
+        /* Zero points (one byte per scale) follow the scales: not scales. */
+        size_t n = bytes / ((fi->scale_type == KILN_SCALE_F32 ? 4 : 1) + (fi->zero_point ? 1 : 0));
         for (size_t i = 0; i < n; i++) {
             float v = fi->scale_type == KILN_SCALE_F32    ? elem_f32(KILN_FMT_F32, s, (int64_t)i)
                       : fi->scale_type == KILN_SCALE_E8M0 ? kiln_e8m0_to_f32(s[i])

@@ -1,6 +1,7 @@
 /* CPU reference quantization and dequantization, one row of function
  * pointers per format. This file holds the plain, FP8, OCP MX and NVFP4
- * formats; the GGML block formats live in quant_ggml.c.
+ * formats; the GGML block formats live in quant_ggml.c, the integer group
+ * formats in quant_int.c.
  *
  * Buffers are caller memory that may come straight from a file mapping, so
  * multi-byte elements (f32 scales, f16/bf16 values) are moved with memcpy and
@@ -333,6 +334,10 @@ static const quant_ops quant_table[] = {
     [KILN_FMT_IQ4_NL] = { kiln_quant_iq4_nl_quantize, kiln_quant_iq4_nl_dequantize },
     [KILN_FMT_IQ4_XS] = { kiln_quant_iq4_xs_quantize, kiln_quant_iq4_xs_dequantize },
     [KILN_FMT_Q4_1] = { kiln_quant_q4_1_quantize, kiln_quant_q4_1_dequantize },
+    [KILN_FMT_INT4_GROUP] = { kiln_quant_int_group_quantize, kiln_quant_int_group_dequantize },
+    [KILN_FMT_INT4_GROUP_ZP] = { kiln_quant_int_group_quantize, kiln_quant_int_group_dequantize },
+    [KILN_FMT_INT8_GROUP] = { kiln_quant_int_group_quantize, kiln_quant_int_group_dequantize },
+    [KILN_FMT_INT8_GROUP_ZP] = { kiln_quant_int_group_quantize, kiln_quant_int_group_dequantize },
 };
 _Static_assert(KILN_ARRAY_LEN(quant_table) == KILN_FMT_COUNT, "one quant_ops row per kiln_format");
 
@@ -348,6 +353,8 @@ static kiln_status check_qtensor(const char *fn, const kiln_qtensor *t, const fl
         return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: format %d is not a kiln_format", fn, (int)t->format);
     size_t bytes, elems;
     kiln_status st = kiln_format_data_bytes(t->format, t->n, t->k, &bytes);
+    if (st == KILN_OK)
+        st = kiln_qtensor_scale_bytes(t, &bytes);
     if (st != KILN_OK)
         return kiln_fail_prefix(st, "%s", fn);
     if (!kiln_mul_size((size_t)t->n, (size_t)t->k, &elems) || !kiln_mul_size(elems, sizeof(float), &bytes))

@@ -1,5 +1,6 @@
 /* Internal: the GGML block quantizers of quant_ggml.c, quant_q2k_q3k.c and
- * quant_iq4.c, dispatched by quant.c, and the helpers they share. */
+ * quant_iq4.c and the integer group quantizers of quant_int.c, dispatched
+ * by quant.c, and the helpers they share. */
 #ifndef KILN_QUANT_H
 #define KILN_QUANT_H
 
@@ -90,5 +91,10 @@ void kiln_quant_iq4_nl_quantize(const float *src, kiln_qtensor *t);
 void kiln_quant_iq4_nl_dequantize(const kiln_qtensor *t, float *dst);
 void kiln_quant_iq4_xs_quantize(const float *src, kiln_qtensor *t);
 void kiln_quant_iq4_xs_dequantize(const kiln_qtensor *t, float *dst);
+
+/* The integer group formats (quant_int.c), all four: the table row says
+ * the bits and whether zero points follow the scales. */
+void kiln_quant_int_group_quantize(const float *src, kiln_qtensor *t);
+void kiln_quant_int_group_dequantize(const kiln_qtensor *t, float *dst);
 
 #endif

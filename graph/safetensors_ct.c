@@ -2,10 +2,11 @@
  * with quant_method "compressed-tensors", and which of its schemes a weight
  * falls under. Its FP8 schemes (float, 8 bits, per tensor, per channel, in
  * blocks, or MXFP8's groups of 32) store the layouts safetensors_quant.c
- * already joins; the rest
- * (integer groups in int32 words, NVFP4 with a reciprocal global scale) have
- * no kiln format yet and are refused naming the config field that asks for
- * them.
+ * already joins, and its pack-quantized integer schemes (int4 and int8
+ * per group or per channel, symmetric or with zero points) map to kiln's
+ * integer group formats; the rest (act-order g_idx, other bit widths,
+ * dynamic weights, NVFP4 with a reciprocal global scale) are refused
+ * naming the config field that asks for them.
  *
  * A group's targets and the ignore list match a module as compressed-tensors
  * does: "re:PATTERN" when the pattern matches at the start of the module's
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static kiln_status ct_bad(const char *file, const char *field, const char *what)
 {
@@ -81,7 +83,10 @@ static kiln_status ct_check_args(const char *file, const char *group, const char
     for (size_t i = 0; i < KILN_ARRAY_LEN(ints); i++) {
         const json_t *v = json_object_get(a, ints[i]);
         snprintf(field, sizeof field, "%s.%s", where, ints[i]);
-        if (v && !json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) <= 0))
+        /* group_size -1 is compressed-tensors' spelling of per channel. */
+        int channel = i == 1 && json_is_integer(v) && json_integer_value(v) == -1;
+        if (v && !json_is_null(v) && !channel &&
+            (!json_is_integer(v) || json_integer_value(v) <= 0))
             return ct_bad(file, field, "is not a positive integer");
     }
     static const char *bools[] = { "symmetric", "dynamic" };
@@ -191,6 +196,45 @@ static const char *ct_text(const json_t *o, const char *key, const char *none)
     return json_is_string(v) ? json_string_value(v) : none;
 }
 
+/* An integer scheme kiln has a format for: pack-quantized int4 or int8
+ * codes, static, per group or per channel, in column order (actorder
+ * "weight" / "static" changes calibration only; "group" / "dynamic" / true
+ * stores weight_g_idx, a permutation kiln's kernels do not apply). 1 with
+ * out filled, or 0 with why naming the field that asks for more. */
+static int ct_int_scheme(const json_t *w, const char *fmt, kiln_st_ct_scheme *out, char *why,
+                         size_t size)
+{
+    const char *strategy = ct_text(w, "strategy", "tensor");
+    int64_t bits = ct_int(w, "num_bits"), group = ct_int(w, "group_size");
+    const json_t *dyn = json_object_get(w, "dynamic"), *order = json_object_get(w, "actorder");
+    const char *ord = json_is_string(order) ? json_string_value(order) : NULL;
+    if (strcmp(fmt, "pack-quantized"))
+        snprintf(why, size, "format \"%s\": kiln reads integer weights as pack-quantized writes "
+                 "them, in int32 words", fmt);
+    else if (bits != 4 && bits != 8)
+        snprintf(why, size, "num_bits %lld: kiln's integer formats are int4 and int8",
+                 (long long)bits);
+    else if (dyn && !json_is_false(dyn) && !json_is_null(dyn))
+        snprintf(why, size, "dynamic: weights quantized at run time store no codes to read");
+    else if (json_is_true(order) ||
+             (ord && (!strcasecmp(ord, "group") || !strcasecmp(ord, "dynamic"))))
+        snprintf(why, size, "actorder %s: act-order weights need weight_g_idx, which kiln does not "
+                 "apply", ord ? ord : "true");
+    else if (strcmp(strategy, "group") && strcmp(strategy, "channel"))
+        snprintf(why, size, "strategy %s: kiln's integer formats are per group or per channel",
+                 strategy);
+    else if (!strcmp(strategy, "group") && group <= 0)
+        snprintf(why, size, "strategy group without a positive group_size");
+    else {
+        out->kind = KILN_ST_CT_INT;
+        out->int_bits = (int)bits;
+        out->int_group = !strcmp(strategy, "group") ? group : 0;
+        out->int_zero_point = json_is_false(json_object_get(w, "symmetric"));
+        return 1;
+    }
+    return 0;
+}
+
 kiln_status kiln_st_ct_lookup(const kiln_st_loader *L, const char *module, kiln_st_ct_scheme *out)
 {
     *out = (kiln_st_ct_scheme){ .kind = KILN_ST_CT_NONE };
@@ -238,6 +282,9 @@ kiln_status kiln_st_ct_lookup(const kiln_st_loader *L, const char *module, kiln_
             out->mxfp8 = 1;
             return KILN_OK;
         }
+        char int_why[160] = "";
+        if (!strcmp(type, "int") && ct_int_scheme(w, fmt, out, int_why, sizeof int_why))
+            return KILN_OK;
         out->kind = KILN_ST_CT_UNSUPPORTED;
         char scheme[96];
         if (group)
@@ -246,10 +293,8 @@ kiln_status kiln_st_ct_lookup(const kiln_st_loader *L, const char *module, kiln_
         else
             snprintf(scheme, sizeof scheme, "%s%lld %s", type, (long long)bits, strategy);
         const char *why;
-        if (!strcmp(type, "int"))
-            why = json_is_false(sym) ? "asymmetric integer groups (W4A16/W8A16 with zero points) "
-                                       "have no kiln format yet"
-                                     : "integer groups (W4A16/W8A16) have no kiln format yet";
+        if (int_why[0])
+            why = int_why;
         else if (!strcmp(type, "float") && bits == 4 && group == 16)
             why = "compressed-tensors' NVFP4 stores weight_global_scale, the reciprocal of "
                   "kiln's global scale, which kiln would have to round; not read yet";

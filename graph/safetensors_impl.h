@@ -106,6 +106,7 @@ typedef enum kiln_st_ct_kind {
     KILN_ST_CT_NONE,        /* no group quantizes the module's weight */
     KILN_ST_CT_IGNORED,     /* the ignore list names the module */
     KILN_ST_CT_FP8,         /* FP8 per tensor, per channel, in blocks, or MXFP8 */
+    KILN_ST_CT_INT,         /* int4 / int8 in int32 words, per group or per channel */
     KILN_ST_CT_UNSUPPORTED, /* a scheme kiln has no format for: why says which */
 } kiln_st_ct_kind;
 
@@ -114,6 +115,9 @@ typedef struct kiln_st_ct_scheme {
     int64_t block_rows, block_cols; /* FP8 blocks; 0 otherwise */
     int mxfp8;                      /* FP8 in groups of 32 with E8M0 scales */
     int act_static;                 /* input_activations.dynamic is false */
+    int int_bits;                   /* KILN_ST_CT_INT: 4 or 8 */
+    int64_t int_group;              /* KILN_ST_CT_INT: group_size; 0 per channel */
+    int int_zero_point;             /* KILN_ST_CT_INT: asymmetric, weight_zero_point */
     char group[64];
     char why[320];
 } kiln_st_ct_scheme;

@@ -216,17 +216,18 @@ static kiln_status st_scales_f32(kiln_st_loader *L, kiln_st_slot *w, const kiln_
     return KILN_OK;
 }
 
-/* Make w a usable weight of format fmt, [n, k] with its scales, unless
- * kiln's format table refuses the shape (a K its blocks do not divide, an
- * empty tensor). */
-static kiln_status st_set_weight(kiln_st_slot *w, kiln_format fmt, int64_t n, int64_t k,
-                                 st_scales sc, float global)
+/* Make w a usable weight of format fmt, [n, k] with its scales (in groups
+ * of group along K, for a grouped format), unless kiln's format table
+ * refuses the shape (a K its blocks do not divide, an empty tensor). */
+static kiln_status st_set_weight_group(kiln_st_slot *w, kiln_format fmt, int64_t n, int64_t k,
+                                       int64_t group, st_scales sc, float global)
 {
     size_t data_bytes = 0, scale_bytes = 0;
     const kiln_format_info *fi = kiln_format_get(fmt);
+    kiln_qtensor q = { .format = fmt, .n = n, .k = k, .group = group };
     kiln_status fst = kiln_format_data_bytes(fmt, n, k, &data_bytes);
     if (!fst)
-        fst = kiln_format_scale_bytes(fmt, n, k, &scale_bytes);
+        fst = kiln_qtensor_scale_bytes(&q, &scale_bytes);
     if (fst)
         return st_refuse(w, "%s [%" PRId64 ", %" PRId64 "]: %s", fi->name, n, k, kiln_last_error());
     /* The callers matched the shapes to the checkpoint convention, which for
@@ -241,7 +242,7 @@ static kiln_status st_set_weight(kiln_st_slot *w, kiln_format fmt, int64_t n, in
                          w->t.name, sc.bytes, sc.from->t.name);
     w->t.qt = (kiln_qtensor){
         .format = fmt, .n = n, .k = k, .data = (void *)w->data, .scale = (void *)sc.data,
-        .global_scale = global
+        .global_scale = global, .group = group
     };
     /* The logical [N, K], not the packed bytes (NVFP4 stores K/2 columns). */
     w->t.ne[0] = k;
@@ -250,6 +251,12 @@ static kiln_status st_set_weight(kiln_st_slot *w, kiln_format fmt, int64_t n, in
     free(w->t.why);
     w->t.why = NULL;
     return KILN_OK;
+}
+
+static kiln_status st_set_weight(kiln_st_slot *w, kiln_format fmt, int64_t n, int64_t k,
+                                 st_scales sc, float global)
+{
+    return st_set_weight_group(w, fmt, n, k, 0, sc, global);
 }
 
 static kiln_status st_shape_error(const kiln_st_slot *w, const kiln_st_slot *s, const char *expect)
@@ -516,6 +523,210 @@ static kiln_status st_join_mxfp4(kiln_st_loader *L, int bi, const char *base, co
     return st_set_weight(xs, KILN_FMT_MXFP4, n, k, st_scales_as_stored(&L->v[si]), 0);
 }
 
+/* Element i of an I64 or I32 tensor. */
+static int64_t st_int_at(const kiln_st_slot *s, int64_t i)
+{
+    if (s->dtype == KILN_ST_I64) {
+        int64_t v;
+        memcpy(&v, s->data + 8 * i, sizeof v);
+        return v;
+    }
+    int32_t v;
+    memcpy(&v, s->data + 4 * i, sizeof v);
+    return v;
+}
+
+/* Scale i of an F32, BF16 or F16 tensor, exactly. */
+static float st_float_at(const kiln_st_slot *s, size_t i)
+{
+    if (s->dtype == KILN_ST_F32) {
+        float f;
+        memcpy(&f, s->data + 4 * i, sizeof f);
+        return f;
+    }
+    uint16_t h = (uint16_t)(s->data[2 * i] | s->data[2 * i + 1] << 8);
+    return s->dtype == KILN_ST_BF16 ? kiln_bf16_to_f32(h) : kiln_f16_to_f32(h);
+}
+
+/* A new slot named name, listed just before slot before, for a weight
+ * joined from stored tensors; *out is its index. */
+static kiln_status st_add_joined(kiln_st_loader *L, const char *name, int before, kiln_st_dtype dtype,
+                                 int *out)
+{
+    const kiln_st_slot *b = &L->v[before];
+    if (json_object_get(L->names, name)) {
+        const kiln_st_slot *x = &L->v[json_integer_value(json_object_get(L->names, name))];
+        return kiln_fail(KILN_ERR_MALFORMED, "%s: tensor %s: weight %s is also stored as tensor %s",
+                         b->file, b->t.name, name, x->t.name);
+    }
+    if (!kiln_st_grow((void **)&L->v, &L->cap, L->n + 1, sizeof *L->v))
+        return kiln_st_nomem();
+    b = &L->v[before];
+    kiln_st_slot x = { .dtype = dtype, .rank = 2, .data = b->data, .file = b->file,
+                       .insert_before = before };
+    x.t.name = kiln_strdup(name);
+    x.t.type_name = kiln_strdup(b->t.type_name);
+    /* json_object_set_new takes ix, even when it fails; nothing else does. */
+    json_t *ix = x.t.name && x.t.type_name ? json_integer(L->n) : NULL;
+    if (!x.t.name || !x.t.type_name || !ix || json_object_set_new(L->names, name, ix)) {
+        kiln_st_tensor_free(&x.t);
+        return kiln_st_nomem();
+    }
+    x.t.n_dims = 2;
+    x.t.ne[2] = x.t.ne[3] = 1;
+    x.t.bytes = b->t.bytes;
+    L->v[L->n] = x;
+    *out = L->n++;
+    return KILN_OK;
+}
+
+/* compressed-tensors pack-quantized, int4 or int8 (sc, the scheme of
+ * module): weight_packed I32 [N, K * bits / 32] (kiln's data as it is
+ * stored), weight_shape I64 or I32 [2] = [N, K], weight_scale F32, BF16 or
+ * F16 [N, G] with G = K / group_size (1 per channel, and where group_size
+ * is at least K), and when asymmetric weight_zero_point: I32
+ * [ceil(N * bits / 32), G], the codes packed along N as pack_to_int32 packs
+ * them with packed_dim 0, or I8 [N, G] unpacked, as compressed-tensors
+ * stored it before it packed zero points. They become weight module.weight
+ * with kiln's scale array: the scales in f32, then the zero points in int8. */
+static kiln_status st_join_int(kiln_st_loader *L, int wi, const char *module,
+                               const kiln_st_ct_scheme *sc)
+{
+    int si = -1, zi = -1, hi = -1, gi = -1;
+    kiln_status st = st_find(L, module, ".weight_scale", &si);
+    if (!st)
+        st = st_find(L, module, ".weight_zero_point", &zi);
+    if (!st)
+        st = st_find(L, module, ".weight_shape", &hi);
+    if (!st)
+        st = st_find(L, module, ".weight_g_idx", &gi);
+    if (st)
+        return st;
+    kiln_st_slot *w = &L->v[wi];
+    const int bits = sc->int_bits, per_word = 32 / bits, half = 1 << (bits - 1);
+    char ws[128];
+    st_shape_str(w, ws, sizeof ws);
+    if (gi >= 0)
+        return st_refuse(w, "tensor %s: act-order weights (weight_g_idx) are not applied by kiln",
+                         L->v[gi].t.name);
+    if (w->dtype != KILN_ST_I32 || w->rank != 2)
+        return kiln_fail(KILN_ERR_MALFORMED, "%s: tensor %s: %s %s: pack-quantized codes are I32 "
+                         "[N, K * %d / 32]", w->file, w->t.name, w->t.type_name, ws, bits);
+    if (si < 0)
+        return kiln_fail(KILN_ERR_MALFORMED,
+                         "%s: tensor %s: pack-quantized weight without %s.weight_scale", w->file,
+                         w->t.name, module);
+    if (sc->int_zero_point && zi < 0)
+        return kiln_fail(KILN_ERR_MALFORMED,
+                         "%s: tensor %s: the config says symmetric: false, but there is no "
+                         "%s.weight_zero_point", w->file, w->t.name, module);
+    int64_t n = w->shape[0], words = w->shape[1], k;
+    if (hi >= 0) {
+        const kiln_st_slot *h = &L->v[hi];
+        if ((h->dtype != KILN_ST_I64 && h->dtype != KILN_ST_I32) || h->rank != 1 || h->shape[0] != 2)
+            return kiln_fail(KILN_ERR_MALFORMED, "%s: tensor %s: %s of rank %d: weight_shape is "
+                             "[N, K] in I64 or I32", h->file, h->t.name, h->t.type_name, h->rank);
+        k = st_int_at(h, 1);
+        if (st_int_at(h, 0) != n || k <= 0 || k > INT64_MAX / bits ||
+            st_ceil_div(k * bits, 32) != words)
+            return kiln_fail(KILN_ERR_MALFORMED,
+                             "%s: tensor %s: weight_shape [%" PRId64 ", %" PRId64 "] does not fit "
+                             "weight_packed %s %s, which holds [N, ceil(K * %d / 32)]",
+                             h->file, h->t.name, st_int_at(h, 0), st_int_at(h, 1), w->t.name, ws, bits);
+    } else if (__builtin_mul_overflow(words, per_word, &k)) {
+        return st_shape_error(w, w, "[N, K * bits / 32] with K to fit in 64 bits");
+    }
+    int zp = sc->int_zero_point;
+    kiln_format fmt = bits == 4 ? (zp ? KILN_FMT_INT4_GROUP_ZP : KILN_FMT_INT4_GROUP)
+                                : (zp ? KILN_FMT_INT8_GROUP_ZP : KILN_FMT_INT8_GROUP);
+    const kiln_format_info *fi = kiln_format_get(fmt);
+    int64_t group = sc->int_group, groups = 1;
+    if (group > 0 && group < k) {
+        if (k % group)
+            return kiln_fail(KILN_ERR_MALFORMED,
+                             "%s: tensor %s: group_size %" PRId64 " does not divide K = %" PRId64,
+                             w->file, w->t.name, group, k);
+        groups = k / group;
+    } else {
+        group = 0;
+    }
+    kiln_st_slot *s = &L->v[si];
+    if (!(s->rank == 2 && s->shape[0] == n && s->shape[1] == groups) &&
+        !(groups == 1 && s->rank == 1 && s->shape[0] == n)) {
+        char expect[96];
+        snprintf(expect, sizeof expect, "[N, K / group_size] = [%" PRId64 ", %" PRId64 "]", n, groups);
+        return st_shape_error(w, s, expect);
+    }
+    if (s->dtype != KILN_ST_F32 && s->dtype != KILN_ST_BF16 && s->dtype != KILN_ST_F16)
+        return st_refuse(w, "scale %s is %s: kiln reads these scales as F32, BF16 or F16", s->t.name,
+                         s->t.type_name);
+    if (k % per_word)
+        return st_refuse(w, "%s: K = %" PRId64 " is not a multiple of %d, so its rows do not fill "
+                         "whole int32 words", fi->name, k, per_word);
+    if (group % fi->block)
+        return st_refuse(w, "%s: group_size %" PRId64 " is not a multiple of %d", fi->name, group,
+                         fi->block);
+    const kiln_st_slot *z = zi >= 0 && zp ? &L->v[zi] : NULL;
+    int packed_zp = z && z->dtype == KILN_ST_I32 && z->rank == 2 &&
+                    z->shape[0] == st_ceil_div(n, per_word) && z->shape[1] == groups;
+    if (z && !packed_zp && !(z->dtype == KILN_ST_I8 && z->rank == 2 && z->shape[0] == n &&
+                             z->shape[1] == groups)) {
+        char expect[128];
+        snprintf(expect, sizeof expect,
+                 "I32 [ceil(N / %d), %" PRId64 "] packed along N, or I8 [N, %" PRId64 "]", per_word,
+                 groups, groups);
+        return st_shape_error(w, z, expect);
+    }
+    size_t count = (size_t)n * (size_t)groups, bytes;
+    if (!kiln_mul_size(count, sizeof(float) + (zp ? 1 : 0), &bytes))
+        return st_shape_error(w, s, "a scale array that fits in memory");
+    kiln_st_impl *impl = L->impl;
+    uint8_t *buf = kiln_malloc(bytes ? bytes : 1);
+    if (!buf || !kiln_st_grow((void **)&impl->owned, &impl->cap_owned, impl->n_owned + 1,
+                              sizeof *impl->owned)) {
+        free(buf);
+        return kiln_st_nomem();
+    }
+    impl->owned[impl->n_owned++] = buf;
+    for (size_t i = 0; i < count; i++) {
+        float f = st_float_at(s, i);
+        memcpy(buf + i * sizeof f, &f, sizeof f);
+    }
+    for (int64_t r = 0; z && r < n; r++) {
+        for (int64_t g = 0; g < groups; g++) {
+            int v;
+            if (packed_zp) {
+                size_t at = 4 * (size_t)((r / per_word) * groups + g);
+                uint32_t word = (uint32_t)z->data[at] | (uint32_t)z->data[at + 1] << 8 |
+                                (uint32_t)z->data[at + 2] << 16 | (uint32_t)z->data[at + 3] << 24;
+                v = (int)((word >> (bits * (r % per_word))) & ((1u << bits) - 1)) - half;
+            } else {
+                v = (int8_t)z->data[r * groups + g];
+                if (v < -half || v >= half)
+                    return kiln_fail(KILN_ERR_MALFORMED,
+                                     "%s: tensor %s: zero point %" PRId64 " is %d, outside int%d's "
+                                     "[%d, %d]", z->file, z->t.name, r * groups + g, v, bits, -half,
+                                     half - 1);
+            }
+            buf[count * sizeof(float) + (size_t)(r * groups + g)] = (uint8_t)(int8_t)v;
+        }
+    }
+    char *name = kiln_st_strdupf("%s.weight", module);
+    int xi = -1;
+    if (!name)
+        return kiln_st_nomem();
+    st = st_add_joined(L, name, wi, KILN_ST_I32, &xi);
+    free(name);
+    const int parts[] = { wi, si, zi, hi };
+    for (size_t i = 0; !st && i < KILN_ARRAY_LEN(parts); i++)
+        if (parts[i] >= 0)
+            st = st_refuse(&L->v[parts[i]], "part of %s weight %s", fi->name, L->v[xi].t.name);
+    if (st)
+        return st;
+    return st_set_weight_group(&L->v[xi], fmt, n, k, group,
+                               (st_scales){ .data = buf, .bytes = bytes, .from = &L->v[si] }, 0);
+}
+
 /* Every stored tensor on its own: plain float types are usable as they are;
  * the rest wait for a convention to claim them. */
 static kiln_status st_classify(kiln_st_loader *L, kiln_st_slot *s)
@@ -554,6 +765,8 @@ static kiln_status st_join_ct(kiln_st_loader *L, int wi, const char *module, int
         return st;
     if (sc.kind == KILN_ST_CT_UNSUPPORTED)
         return st_refuse(w, "%s", sc.why);
+    if (sc.kind == KILN_ST_CT_INT && kiln_st_ends_with(w->t.name, ".weight_packed"))
+        return st_join_int(L, wi, module, &sc);
     if (w->dtype != KILN_ST_F8_E4M3 || !kiln_st_ends_with(w->t.name, ".weight")) {
         *handled = 0;
         return KILN_OK;

@@ -102,6 +102,10 @@ typedef enum kiln_format {
     KILN_FMT_IQ4_NL,      /* GGML type 20 */
     KILN_FMT_IQ4_XS,      /* GGML type 23 */
     KILN_FMT_Q4_1,        /* GGML type 3 */
+    KILN_FMT_INT4_GROUP,    /* int4 in int32 words, f32 scale per group (compressed-tensors) */
+    KILN_FMT_INT4_GROUP_ZP, /* as INT4_GROUP, with an int8 zero point per group */
+    KILN_FMT_INT8_GROUP,    /* int8 in int32 words, f32 scale per group (compressed-tensors) */
+    KILN_FMT_INT8_GROUP_ZP, /* as INT8_GROUP, with an int8 zero point per group */
     KILN_FMT_COUNT
 } kiln_format;
 
@@ -118,6 +122,10 @@ typedef enum kiln_scale_type {
  *   scales: when scale_type != NONE, an array of
  *           ceil(N / scale_rows) x ceil(K / scale_cols) elements, row-major
  *           (scale_rows == 0 means "all N rows", scale_cols == 0 "all K");
+ *           in a grouped format, scale_cols is the weight's group
+ *           (kiln_qtensor.group), and a format with zero points stores one
+ *           int8 zero point per scale right after the scales, in the same
+ *           order;
  *   global: when has_global_scale, one f32 multiplied into every value. */
 typedef struct kiln_format_info {
     const char *name;      /* short name used by the CLI: "q4_k", "nvfp4" */
@@ -132,6 +140,8 @@ typedef struct kiln_format_info {
     int has_global_scale;
     int gguf_type;         /* GGUF/GGML type id, or -1 */
     const char *scale_desc;/* "f16 per 32, inline" */
+    int grouped;           /* scales per kiln_qtensor.group values along K (0: per row) */
+    int zero_point;        /* an int8 zero point per scale follows the scales */
 } kiln_format_info;
 
 /* The table row of fmt, or NULL when fmt is out of range. */
@@ -141,23 +151,36 @@ KILN_API const kiln_format_info *kiln_format_get(kiln_format fmt);
 KILN_API kiln_status kiln_format_from_name(const char *name, kiln_format *out);
 
 /* Bytes of the data array and of the scale array of an [n, k] tensor.
- * KILN_ERR_SHAPE when k breaks the format's k_multiple or a size overflows. */
+ * KILN_ERR_SHAPE when k breaks the format's k_multiple or a size overflows.
+ * For a grouped format the scale bytes are those of group 0 (one scale per
+ * row); kiln_qtensor_scale_bytes gives those of any group. */
 KILN_API kiln_status kiln_format_data_bytes(kiln_format fmt, int64_t n, int64_t k, size_t *out);
 KILN_API kiln_status kiln_format_scale_bytes(kiln_format fmt, int64_t n, int64_t k, size_t *out);
 
 /* A quantized [n, k] tensor in caller memory. scale is NULL for formats with
- * scale_type NONE; global_scale is used only by formats with a global scale
- * (it is ignored otherwise). */
+ * scale_type NONE; global_scale is used only by formats with a global scale,
+ * group only by grouped formats (both are ignored otherwise). */
 typedef struct kiln_qtensor {
     kiln_format format;
     int64_t n, k;
     void *data;
     void *scale;
     float global_scale;
+    /* Grouped formats: values along K that share a scale (and zero point).
+     * 0: all K, one group per row; else a multiple of the format's block
+     * that divides K. */
+    int64_t group;
 } kiln_qtensor;
 
+/* Bytes of t's scale array (zero points included), for any format:
+ * kiln_format_scale_bytes with t's group. KILN_ERR_SHAPE as
+ * kiln_format_scale_bytes, and when a grouped format's group is negative,
+ * not a multiple of its block or does not divide K. */
+KILN_API kiln_status kiln_qtensor_scale_bytes(const kiln_qtensor *t, size_t *out);
+
 /* CPU reference quantization of src[n*k] (row-major f32) into t. t->data and
- * t->scale must hold kiln_format_data_bytes / kiln_format_scale_bytes bytes;
+ * t->scale must hold kiln_format_data_bytes / kiln_qtensor_scale_bytes bytes
+ * (a grouped format quantizes in t->group);
  * the global scale (NVFP4) is computed and written to t->global_scale.
  * Follows the authoritative source of each format bit for bit (FORMATS.md). */
 KILN_API kiln_status kiln_quantize(const float *src, kiln_qtensor *t);
@@ -213,7 +236,8 @@ KILN_API kiln_status kiln_graph_input(kiln_graph *g, const char *name, int64_t k
 
 /* A weight [w->n, w->k] in any format. The descriptor is copied; the data
  * and scale arrays it points to are not. KILN_ERR_SHAPE when k is not a
- * multiple of the format's block; KILN_ERR_UNSUPPORTED for an unknown format. */
+ * multiple of the format's block, or a grouped format's group does not fit
+ * it (kiln_qtensor_scale_bytes); KILN_ERR_UNSUPPORTED for an unknown format. */
 KILN_API kiln_status kiln_graph_weight(kiln_graph *g, const char *name, const kiln_qtensor *w,
                                        kiln_tensor **out);
 

@@ -150,8 +150,7 @@ static kiln_status weight_for(kiln_session *s, const kiln_step *st, dev_weight *
         kiln_status e =
             kiln_format_data_bytes(t->weight.format, t->weight.n, t->weight.k, &w->data_bytes);
         if (e == KILN_OK)
-            e = kiln_format_scale_bytes(t->weight.format, t->weight.n, t->weight.k,
-                                        &w->scale_bytes);
+            e = kiln_qtensor_scale_bytes(&t->weight, &w->scale_bytes);
         if (e != KILN_OK)
             return kiln_fail_prefix(e, "weight %s", t->name);
     }
@@ -168,7 +167,7 @@ static kiln_status weight_for(kiln_session *s, const kiln_step *st, dev_weight *
         if (s->weights[i].layout.pack == w->layout.pack && a->data == q->data &&
             a->scale == q->scale &&
             a->format == q->format && a->n == q->n && a->k == q->k &&
-            a->global_scale == q->global_scale)
+            a->global_scale == q->global_scale && a->group == q->group)
             same = &s->weights[i];
     }
     if (!same)
@@ -222,15 +221,17 @@ kiln_status kiln_session_set_weight(kiln_session *s, const char *name, const kil
     if (!copies)
         return kiln_fail(KILN_ERR_NOT_FOUND, "set_weight: no weight %s in the session", name);
     const kiln_qtensor *old = &t->weight;
-    if (q->format != old->format || q->n != old->n || q->k != old->k)
+    int grouped = kiln_format_get(old->format)->grouped;
+    if (q->format != old->format || q->n != old->n || q->k != old->k ||
+        (grouped && q->group != old->group))
         return kiln_fail(KILN_ERR_STATE,
-                         "set_weight %s: the session holds %s [%lld, %lld] and the graphs "
-                         "captured its buffers; %s [%lld, %lld] does not fit them (create a new "
-                         "session for a new layout)",
+                         "set_weight %s: the session holds %s [%lld, %lld] (group %lld) and the "
+                         "graphs captured its buffers; %s [%lld, %lld] (group %lld) does not fit "
+                         "them (create a new session for a new layout)",
                          name, kiln_format_get(old->format)->name, (long long)old->n,
-                         (long long)old->k,
+                         (long long)old->k, (long long)old->group,
                          kiln_format_get(q->format) ? kiln_format_get(q->format)->name : "?",
-                         (long long)q->n, (long long)q->k);
+                         (long long)q->n, (long long)q->k, (long long)q->group);
     if (!q->data || (kiln_format_get(q->format)->scale_type != KILN_SCALE_NONE && !q->scale))
         return kiln_fail(KILN_ERR_INVALID_ARG, "set_weight %s: data or scale missing", name);
     /* Every copy is packed before any is written, so that a weight one

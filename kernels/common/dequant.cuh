@@ -478,4 +478,42 @@ struct fmt_iq4_xs {
     }
 };
 
+// ------------------------------------------------------ integer groups
+
+// compressed-tensors pack-quantized (graph/quant_int.c): element k of a
+// row is the Bits-bit field at bit Bits·k of the row's int32 words, holding
+// q + 2^(Bits−1); scales are f32 [N, K / group] (group 0: one per row), and
+// for ZeroPoint int8 zero points [N, K / group] follow them. A chunk is one
+// word and a group whole words, so a chunk has one scale. w = (q − zp) · s,
+// one f32 multiplication as on the CPU.
+template <int Bits, bool ZeroPoint, int Group, int N>
+struct fmt_int_group {
+    static_assert(Bits == 4 || Bits == 8, "int4 or int8");
+    static constexpr int block = 32 / Bits, block_bytes = 4, chunk = 32 / Bits;
+    template <int K>
+    static __device__ void load(const weight_view &w, int n, int k0, float (&out)[chunk])
+    {
+        constexpr int group = Group ? Group : K;
+        static_assert(group % chunk == 0 && K % group == 0, "groups are whole words dividing K");
+        constexpr i64 groups = K / group;
+        const i64 si = (i64)n * groups + k0 / group;
+        const float s = scale_f32(w, si);
+        int zp = 0;
+        if constexpr (ZeroPoint)
+            zp = (int)(i8)w.scale[(i64)N * groups * 4 + si];
+        const u8 *q = row_of<block, block_bytes, K>(w, n) + k0 * Bits / 8;
+        const u32 word = (u32)q[0] | (u32)q[1] << 8 | (u32)q[2] << 16 | (u32)q[3] << 24;
+#pragma unroll
+        for (int i = 0; i < chunk; i++) {
+            const int code = (int)((word >> (Bits * i)) & ((1u << Bits) - 1)) - (1 << (Bits - 1));
+            out[i] = (float)(code - zp) * s;
+        }
+    }
+};
+
+template <int Group, int N> struct fmt_int4_group : fmt_int_group<4, false, Group, N> {};
+template <int Group, int N> struct fmt_int4_group_zp : fmt_int_group<4, true, Group, N> {};
+template <int Group, int N> struct fmt_int8_group : fmt_int_group<8, false, Group, N> {};
+template <int Group, int N> struct fmt_int8_group_zp : fmt_int_group<8, true, Group, N> {};
+
 } // namespace kiln

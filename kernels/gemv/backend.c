@@ -190,6 +190,10 @@ static int gemv_can_implement(const kiln_target *t, const kiln_linear_cfg *c, in
         snprintf(why, size, "M bucket %lld > %lld", (long long)bucket, (long long)GEMV_MAX_M);
         return 0;
     }
+    if (!formats[c->format].unit) {
+        snprintf(why, size, "no kernel for %s", kiln_format_get(c->format)->name);
+        return 0;
+    }
     gemv_config cfg;
     return gemv_configure(t, c, variant_for_bucket(bucket), &cfg, why, size);
 }

@@ -210,6 +210,10 @@ static const pack_format formats[] = {
     [KILN_FMT_IQ4_NL] = { 0 },
     [KILN_FMT_IQ4_XS] = { 0 },
     [KILN_FMT_Q4_1] = { 0 },
+    [KILN_FMT_INT4_GROUP] = { 0 },
+    [KILN_FMT_INT4_GROUP_ZP] = { 0 },
+    [KILN_FMT_INT8_GROUP] = { 0 },
+    [KILN_FMT_INT8_GROUP_ZP] = { 0 },
 };
 _Static_assert(KILN_ARRAY_LEN(formats) == KILN_FMT_COUNT, "one row per format");
 

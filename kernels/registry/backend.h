@@ -25,6 +25,11 @@ enum {
 };
 #define KILN_EPI_ALL (KILN_EPI_BIAS | KILN_EPI_RESIDUAL | KILN_EPI_SILU_MUL)
 #define KILN_FMT_ALL ((1u << KILN_FMT_COUNT) - 1)
+/* The integer group formats: their scales come in the weight's group, which
+ * only the simt kernel takes as a parameter so far. */
+#define KILN_FMT_INT_GROUPS                                                                        \
+    ((1u << KILN_FMT_INT4_GROUP) | (1u << KILN_FMT_INT4_GROUP_ZP) | (1u << KILN_FMT_INT8_GROUP) | \
+     (1u << KILN_FMT_INT8_GROUP_ZP))
 /* "none", "bias", "bias+residual", ... into buf; kiln_epilogue_str gives
  * the same text as a string with static storage ("?" for bits that are no
  * epilogue). */
@@ -40,6 +45,7 @@ typedef struct kiln_linear_cfg {
     kiln_format format;
     int64_t n, k;
     unsigned epilogue;
+    int64_t group; /* a grouped format's kiln_qtensor.group; 0 for the others */
 } kiln_linear_cfg;
 
 /* One linear kernel as its signature names it: the linear, the fused

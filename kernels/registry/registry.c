@@ -13,7 +13,9 @@
  * gemv_tc has no kernel for F32 (its values are not exact in BF16), so
  * F32's list does not name it. The GGML formats Q5_0, Q5_1, Q2_K, Q3_K,
  * Q5_K, IQ4_NL, IQ4_XS and Q4_1 have no gemv_tc or gemv kernel yet (their
- * format masks leave them out), so their lists start at wgmma. */
+ * format masks leave them out), so their lists start at wgmma. The integer
+ * group formats have simt's kernel alone: the others take no group size
+ * yet. */
 #include "kernels/registry/backend.h"
 
 #define KILN_DECODE_TC { "gemv_tc", "gemv", "wgmma", "simt", NULL }
@@ -46,6 +48,10 @@ static const kiln_registry default_registry = {
         [KILN_FMT_IQ4_NL] = KILN_DEQUANT,
         [KILN_FMT_IQ4_XS] = KILN_DEQUANT,
         [KILN_FMT_Q4_1] = KILN_DEQUANT,
+        [KILN_FMT_INT4_GROUP] = { "simt", NULL },
+        [KILN_FMT_INT4_GROUP_ZP] = { "simt", NULL },
+        [KILN_FMT_INT8_GROUP] = { "simt", NULL },
+        [KILN_FMT_INT8_GROUP_ZP] = { "simt", NULL },
     },
 };
 

@@ -74,6 +74,11 @@ static kiln_status simt_check(const kiln_linear_kernel *k, const simt_tile **out
     kiln_status common = kiln_linear_kernel_check("simt", k, KILN_ACT_BF16);
     if (common != KILN_OK)
         return common;
+    const kiln_format_info *fi = kiln_format_get(k->cfg.format);
+    int64_t g = k->cfg.group;
+    if (fi->grouped && (g < 0 || g % fi->block || (g && k->cfg.k % g)))
+        return kiln_fail(KILN_ERR_SHAPE, "simt: %s group %lld is not a multiple of %d dividing K = %lld",
+                         fi->name, (long long)g, fi->block, (long long)k->cfg.k);
     *out = tile;
     return KILN_OK;
 }
@@ -86,11 +91,15 @@ static kiln_status simt_emit(const kiln_target *t, const kiln_linear_kernel *k, 
     kiln_status st = simt_check(k, &tile);
     if (st != KILN_OK)
         return st;
-    char epi_args[96];
+    char epi_args[96], group[64] = "";
+    const kiln_format_info *fi = kiln_format_get(k->cfg.format);
+    if (fi->grouped)
+        snprintf(group, sizeof group, "</*group*/ %lld, /*n*/ %lld>", (long long)k->cfg.group,
+                 (long long)k->cfg.n);
     return kiln_backend_source(buf, size, "simt",
         "#include \"kiln/simt.cuh\"\n"
         "\n"
-        "using format = kiln::fmt_%s;\n"
+        "using format = kiln::fmt_%s%s;\n"
         "using tile = kiln::simt_tile</*bm*/ %d, /*bn*/ %d, /*bk*/ %d, /*tm*/ %d, /*tn*/ %d>;\n"
         "using epilogue = kiln::epilogue<%s>;\n"
         "\n"
@@ -99,7 +108,7 @@ static kiln_status simt_emit(const kiln_target *t, const kiln_linear_kernel *k, 
         "{\n"
         "    kiln::simt_gemm<format, tile, epilogue, /*n*/ %lld, /*k*/ %lld>(args);\n"
         "}\n",
-        kiln_format_get(k->cfg.format)->name, tile->bm, tile->bn, tile->bk, tile->tm, tile->tn,
+        fi->name, group, tile->bm, tile->bn, tile->bk, tile->tm, tile->tn,
         kiln_epilogue_template_args(k->cfg.epilogue, epi_args, sizeof epi_args), entry, (long long)k->cfg.n,
         (long long)k->cfg.k);
 }

@@ -367,7 +367,7 @@ static kiln_status wgmma_launch(const kiln_target *t, const kiln_linear_kernel *
 
 const kiln_backend kiln_backend_wgmma = {
     .name = "wgmma",
-    .formats = KILN_FMT_ALL,
+    .formats = KILN_FMT_ALL & ~KILN_FMT_INT_GROUPS,
     .epilogues = KILN_EPI_ALL,
     .is_supported = wgmma_is_supported,
     .can_implement = wgmma_can_implement,

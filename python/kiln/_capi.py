@@ -22,12 +22,13 @@ class FormatInfo(Structure):
     _fields_ = [("name", c_char_p), ("desc", c_char_p), ("block", c_int), ("block_bytes", c_int),
                 ("k_multiple", c_int), ("bits_per_weight", c_double), ("scale_type", c_enum),
                 ("scale_rows", c_int), ("scale_cols", c_int), ("has_global_scale", c_int),
-                ("gguf_type", c_int), ("scale_desc", c_char_p)]
+                ("gguf_type", c_int), ("scale_desc", c_char_p), ("grouped", c_int),
+                ("zero_point", c_int)]
 
 
 class QTensor(Structure):
     _fields_ = [("format", c_enum), ("n", c_int64), ("k", c_int64), ("data", c_void_p),
-                ("scale", c_void_p), ("global_scale", c_float)]
+                ("scale", c_void_p), ("global_scale", c_float), ("group", c_int64)]
 
 
 class Target(Structure):
@@ -127,6 +128,7 @@ _PROTOTYPES = [
     ("kiln_format_from_name", [c_char_p, POINTER(c_enum)], c_status),
     ("kiln_format_data_bytes", [c_enum, c_int64, c_int64, POINTER(c_size_t)], c_status),
     ("kiln_format_scale_bytes", [c_enum, c_int64, c_int64, POINTER(c_size_t)], c_status),
+    ("kiln_qtensor_scale_bytes", [POINTER(QTensor), POINTER(c_size_t)], c_status),
     ("kiln_quantize", [c_void_p, POINTER(QTensor)], c_status),
     ("kiln_dequantize", [POINTER(QTensor), c_void_p], c_status),
     ("kiln_op_name", [c_enum], c_char_p),

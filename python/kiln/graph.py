@@ -71,24 +71,33 @@ def _bytes_of(fn, fmt: int, n: int, k: int) -> int:
     return out.value
 
 
+def _scale_bytes(fmt: int, n: int, k: int, group: int) -> int:
+    out = ctypes.c_size_t()
+    q = _capi.QTensor(fmt, n, k, None, None, 0.0, group)
+    check(_capi.lib().kiln_qtensor_scale_bytes(ctypes.byref(q), ctypes.byref(out)))
+    return out.value
+
+
 class QTensor:
     """A weight ``W[n, k]`` in one of kiln's storage formats.
 
     ``data`` and ``scale`` are uint8 arrays in the layout FORMATS.md gives
     (``scale`` is None for formats without a separate scale array);
-    ``global_scale`` is used by NVFP4 only. A QTensor read from a model views
-    the model's mapping and keeps the model open.
+    ``global_scale`` is used by NVFP4 only, ``group`` (values along K per
+    scale, 0 for one per row) by the integer group formats only. A QTensor
+    read from a model views the model's mapping and keeps the model open.
     """
 
     def __init__(self, format: str, n: int, k: int, data: np.ndarray,
                  scale: Optional[np.ndarray] = None, global_scale: float = 0.0,
-                 owner: object = None):
+                 owner: object = None, group: int = 0):
         self.format = format
         self.n, self.k = int(n), int(k)
+        self.group = int(group)
         fmt = format_id(format)
         lib = _capi.lib()
         want = _bytes_of(lib.kiln_format_data_bytes, fmt, self.n, self.k)
-        want_scale = _bytes_of(lib.kiln_format_scale_bytes, fmt, self.n, self.k)
+        want_scale = _scale_bytes(fmt, self.n, self.k, self.group)
         data = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
         if data.size != want:
             raise ValueError(f"{format} [{n}, {k}]: data is {data.size} bytes, want {want}")
@@ -108,19 +117,19 @@ class QTensor:
     def _c(self) -> _capi.QTensor:
         return _capi.QTensor(format_id(self.format), self.n, self.k, self.data.ctypes.data,
                              self.scale.ctypes.data if self.scale is not None else None,
-                             self.global_scale)
+                             self.global_scale, self.group)
 
     @classmethod
     def _from_c(cls, q: _capi.QTensor, owner: object) -> "QTensor":
         """A view of a C descriptor's arrays, which must outlive owner."""
         lib = _capi.lib()
         nd = _bytes_of(lib.kiln_format_data_bytes, q.format, q.n, q.k)
-        ns = _bytes_of(lib.kiln_format_scale_bytes, q.format, q.n, q.k)
+        ns = _scale_bytes(q.format, q.n, q.k, q.group)
         data = np.ctypeslib.as_array((ctypes.c_uint8 * nd).from_address(q.data)) if nd else \
             np.zeros(0, np.uint8)
         scale = np.ctypeslib.as_array((ctypes.c_uint8 * ns).from_address(q.scale)) \
             if ns and q.scale else None
-        return cls(format_name(q.format), q.n, q.k, data, scale, q.global_scale, owner)
+        return cls(format_name(q.format), q.n, q.k, data, scale, q.global_scale, owner, q.group)
 
     @property
     def shape(self) -> Tuple[int, int]:
@@ -138,10 +147,12 @@ class QTensor:
         return f"kiln.QTensor({self.format}, n={self.n}, k={self.k})"
 
 
-def quantize(w: np.ndarray, format: str) -> QTensor:
+def quantize(w: np.ndarray, format: str, group: int = 0) -> QTensor:
     """Quantize a float ``[n, k]`` array into format with kiln's CPU reference
-    (the global scale of NVFP4 is computed). :class:`kiln.Error`
-    (``KILN_ERR_SHAPE``) when k breaks the format's block rule."""
+    (the global scale of NVFP4 is computed; an integer group format takes
+    ``group`` values along K per scale, 0 for one per row).
+    :class:`kiln.Error` (``KILN_ERR_SHAPE``) when k breaks the format's block
+    rule or the group does not fit it."""
     w = np.ascontiguousarray(w, dtype=np.float32)
     if w.ndim != 2:
         raise ValueError(f"quantize: want a 2-D [n, k] array, got shape {w.shape}")
@@ -149,10 +160,12 @@ def quantize(w: np.ndarray, format: str) -> QTensor:
     fmt = format_id(format)
     lib = _capi.lib()
     data = np.zeros(_bytes_of(lib.kiln_format_data_bytes, fmt, n, k), np.uint8)
-    scale = np.zeros(_bytes_of(lib.kiln_format_scale_bytes, fmt, n, k), np.uint8)
-    q = _capi.QTensor(fmt, n, k, data.ctypes.data, scale.ctypes.data if scale.size else None, 0)
+    scale = np.zeros(_scale_bytes(fmt, n, k, group), np.uint8)
+    q = _capi.QTensor(fmt, n, k, data.ctypes.data, scale.ctypes.data if scale.size else None, 0,
+                      group)
     check(lib.kiln_quantize(w.ctypes.data, ctypes.byref(q)))
-    return QTensor(format, n, k, data, scale if scale.size else None, q.global_scale)
+    return QTensor(format, n, k, data, scale if scale.size else None, q.global_scale,
+                   group=group)
 
 
 class Tensor:

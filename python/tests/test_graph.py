@@ -42,6 +42,21 @@ def test_quantize_round_trips_within_the_format(rng):
     assert nv.scale is not None and nv.global_scale > 0
 
 
+def test_integer_groups_quantize_per_group(rng):
+    w = rng.standard_normal((5, 256)).astype(np.float32)
+    q = kiln.quantize(w, "int4_group_zp", group=64)
+    assert q.group == 64 and q.scale.size == 5 * 4 * (4 + 1)  # f32 scales, then int8 zero points
+    # int4 with a zero point: at most half of one of 15 steps of each group's range
+    x = w.reshape(5, 4, 64)
+    step = (np.maximum(x.max(axis=2), 0) - np.minimum(x.min(axis=2), 0)) / 15
+    err = np.abs(q.dequantize() - w).reshape(5, 4, 64)
+    assert (err <= 0.5001 * step[:, :, None]).all()
+    assert kiln.format_info("int8_group").block == 4
+    with pytest.raises(kiln.Error) as ei:
+        kiln.quantize(w, "int4_group", group=12)
+    assert ei.value.status == kiln.Status.ERR_SHAPE
+
+
 def test_a_k_that_breaks_the_block_rule_is_kiln_error_shape(rng):
     with pytest.raises(kiln.Error) as ei:
         kiln.quantize(rng.standard_normal((4, 100)), "q4_k")

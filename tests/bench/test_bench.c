@@ -173,7 +173,7 @@ Test(bench_args, formats)
     cr_assert_eq(n, KILN_FMT_COUNT);
     cr_assert_eq(f[0], KILN_FMT_NVFP4);
     refused("gemm --formats q4_0,int4", "\"int4\" is not a kiln format (f32, f16, bf16");
-    refused("gemm --formats q4_0,int4", "iq4_xs, q4_1, all)");
+    refused("gemm --formats q4_0,int4", "int8_group_zp, all)");
 }
 
 Test(bench_args, every_option)

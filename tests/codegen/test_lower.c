@@ -122,6 +122,9 @@ static kiln_registry reg = {
         [KILN_FMT_GGML_MXFP4] = INT_LIST, [KILN_FMT_Q5_0] = INT_LIST, [KILN_FMT_Q5_1] = INT_LIST,
         [KILN_FMT_Q2_K] = INT_LIST, [KILN_FMT_Q3_K] = INT_LIST, [KILN_FMT_Q5_K] = INT_LIST,
         [KILN_FMT_IQ4_NL] = INT_LIST, [KILN_FMT_IQ4_XS] = INT_LIST, [KILN_FMT_Q4_1] = INT_LIST,
+        [KILN_FMT_INT4_GROUP] = INT_LIST,
+        [KILN_FMT_INT4_GROUP_ZP] = INT_LIST, [KILN_FMT_INT8_GROUP] = INT_LIST,
+        [KILN_FMT_INT8_GROUP_ZP] = INT_LIST,
     },
 };
 
@@ -353,6 +356,50 @@ Test(lower, fallback_warns_once_per_layer_type)
     }
     kiln_plan_destroy(p);
     kiln_graph_destroy(g);
+}
+
+/* With kiln's own registry: the integer group formats have simt alone, so
+ * --backend gemv (or gemv_tc, or wgmma) falls back to simt for their
+ * layers, with one warning, in every bucket; the group reaches the
+ * signature. */
+Test(lower, integer_groups_fall_back_to_simt_with_one_warning)
+{
+    static const char *const forced[] = { "gemv", "gemv_tc", "wgmma" };
+    for (size_t b = 0; b < KILN_ARRAY_LEN(forced); b++) {
+        kiln_graph *g;
+        cr_assert_eq(kiln_graph_create(&g), KILN_OK);
+        for (int i = 0; i < 4; i++) {
+            char n[32];
+            kiln_tensor *x, *y, *w;
+            snprintf(n, sizeof n, "x%d", i);
+            cr_assert_eq(kiln_graph_input(g, n, 512, &x), KILN_OK);
+            kiln_qtensor q = { .format = KILN_FMT_INT4_GROUP_ZP, .n = 256, .k = 512,
+                               .data = dummy, .scale = dummy, .group = 128 };
+            snprintf(n, sizeof n, "w%d", i);
+            cr_assert_eq(kiln_graph_weight(g, n, &q, &w), KILN_OK, "%s", kiln_last_error());
+            cr_assert_eq(kiln_graph_linear(g, NULL, x, w, NULL, &y), KILN_OK);
+            cr_assert_eq(kiln_graph_output(g, y), KILN_OK);
+        }
+        kiln_target t = target("h200");
+        kiln_plan *p = NULL;
+        cr_assert_eq(kiln_plan_create(g, &t, &(kiln_plan_options){ .backend = forced[b] }, &p),
+                     KILN_OK, "%s", kiln_last_error());
+        const char *const *w = kiln_plan_warnings(p);
+        cr_assert_not_null(w[0], "%s", forced[b]);
+        cr_assert_null(w[1], "one warning, got a second: %s", w[1]);
+        cr_assert(strstr(w[0], "int4_group_zp"), "%s", w[0]);
+        for (int i = 0; i < kiln_plan_n_linears(p); i++)
+            for (int bk = 0; bk < kiln_plan_n_buckets(p); bk++) {
+                kiln_plan_linear l;
+                cr_assert_eq(kiln_plan_linear_at(p, i, bk, &l), KILN_OK);
+                cr_assert(l.fell_back);
+                cr_assert_str_eq(l.backend, "simt");
+                cr_assert(strstr(kiln_plan_signature(p, l.signature), " scales=f32:1x128+zp "),
+                          "%s", kiln_plan_signature(p, l.signature));
+            }
+        kiln_plan_destroy(p);
+        kiln_graph_destroy(g);
+    }
 }
 
 Test(lower, strict_backend_makes_fallback_an_error)

@@ -161,9 +161,23 @@ Test(nvrtc, options_name_the_architecture)
 
 /* --------------------------------------------------- every instantiation */
 
+/* sig with its scales field naming a group of 128 along K, which a
+ * grouped format's kernel takes as a template argument. */
+static const char *in_groups_of_128(char *sig, size_t size)
+{
+    char *at = strstr(sig, "scales=x ");
+    cr_assert_not_null(at, "%s", sig);
+    char rest[512];
+    snprintf(rest, sizeof rest, "%s", at + strlen("scales=x"));
+    snprintf(at, size - (size_t)(at - sig), "scales=f32:1x128%s", rest);
+    return sig;
+}
+
 /* Every format, each with two tile variants and an epilogue per variant,
  * rotating through all five fusions so every arch sees each of them; N is
- * not a multiple of any tile, so the edge paths are compiled too. */
+ * not a multiple of any tile, so the edge paths are compiled too. A
+ * grouped format's first kernel has one group per row, its second groups
+ * of 128 along K. */
 static void add_linears(batch *b, const char *arch)
 {
     static const unsigned epilogues[] = {
@@ -173,9 +187,12 @@ static void add_linears(batch *b, const char *arch)
     static const char *const variants[] = { "t16x64", "t64x64", "t128x128" };
     char sig[512];
     for (int f = 0; f < KILN_FMT_COUNT; f++)
-        for (int v = 0; v < 2; v++)
-            batch_add(b, linear_sig(sig, sizeof sig, variants[(f + v) % 3], (kiln_format)f,
-                                    epilogues[(2 * f + v) % 5], 1000 + f, arch));
+        for (int v = 0; v < 2; v++) {
+            linear_sig(sig, sizeof sig, variants[(f + v) % 3], (kiln_format)f,
+                       epilogues[(2 * f + v) % 5], 1000 + f, arch);
+            batch_add(b, v && kiln_format_get((kiln_format)f)->grouped ? in_groups_of_128(sig, sizeof sig)
+                                                                        : sig);
+        }
 }
 
 Test(nvrtc, every_format_compiles_for_sm_75, .timeout = 600)
@@ -252,11 +269,13 @@ Test(nvrtc, format_traits_match_the_format_table)
     int n = snprintf(src, sizeof src, "#include \"kiln/dequant.cuh\"\n");
     for (int f = 0; f < KILN_FMT_COUNT; f++) {
         const kiln_format_info *fi = kiln_format_get((kiln_format)f);
+        /* A grouped format's traits take the group and N. */
+        const char *args = fi->grouped ? "<128, 7>" : "";
         n += snprintf(src + n, sizeof src - (size_t)n,
-                      "static_assert(kiln::fmt_%s::block == %d && kiln::fmt_%s::block_bytes == %d"
-                      " && %d %% kiln::fmt_%s::chunk == 0, \"%s\");\n",
-                      fi->name, fi->block, fi->name, fi->block_bytes, fi->block, fi->name,
-                      fi->name);
+                      "static_assert(kiln::fmt_%s%s::block == %d && kiln::fmt_%s%s::block_bytes == %d"
+                      " && %d %% kiln::fmt_%s%s::chunk == 0, \"%s\");\n",
+                      fi->name, args, fi->block, fi->name, args, fi->block_bytes, fi->block,
+                      fi->name, args, fi->name);
     }
     cr_assert_lt((size_t)n, sizeof src);
     kiln_nvrtc *nv = open_nvrtc();

@@ -41,6 +41,7 @@ static void assert_same_desc(const kiln_kernel_desc *a, const kiln_kernel_desc *
         cr_assert_eq(a->linear.cfg.n, b->linear.cfg.n, "%s", sig);
         cr_assert_eq(a->linear.cfg.k, b->linear.cfg.k, "%s", sig);
         cr_assert_eq(a->linear.cfg.epilogue, b->linear.cfg.epilogue, "%s", sig);
+        cr_assert_eq(a->linear.cfg.group, b->linear.cfg.group, "%s", sig);
         cr_assert_eq(a->linear.act, b->linear.act, "%s", sig);
         break;
     case KILN_STEP_OP:
@@ -351,6 +352,30 @@ Test(sig, parse_takes_fields_in_any_order)
     assert_same_desc(&a, &b, shuffled);
 }
 
+/* An integer group format's scales name the weight's group, so weights of
+ * one shape in different groups are different kernels; 1xK is one group
+ * per row. */
+Test(sig, grouped_formats_print_and_parse_their_group)
+{
+    kiln_kernel_desc d = linear("simt", "t16x64", KILN_FMT_INT4_GROUP_ZP, KILN_ACT_BF16, 4096, 4096,
+                                0, "sm_80");
+    d.linear.cfg.group = 128;
+    char text[KILN_SIG_MAX];
+    print_ok(&d, text);
+    cr_assert_str_eq(text, "linear backend=simt variant=t16x64 format=int4_group_zp "
+                           "scales=f32:1x128+zp act=bf16 n=4096 k=4096 epilogue=none out=bf16 "
+                           "target=sm_80");
+    kiln_kernel_desc back;
+    assert_round_trip(reg(), text, &back);
+    cr_assert_eq(back.linear.cfg.group, 128);
+    d.linear.cfg.group = 0;
+    d.linear.cfg.format = KILN_FMT_INT8_GROUP;
+    print_ok(&d, text);
+    cr_assert(strstr(text, " scales=f32:1xK "), "%s", text);
+    assert_round_trip(reg(), text, &back);
+    cr_assert_eq(back.linear.cfg.group, 0);
+}
+
 Test(sig, parse_reads_every_field)
 {
     kiln_kernel_desc d;
@@ -451,6 +476,15 @@ Test(sig, malformed_signatures_are_refused)
           "out=f32 target=sm_80",
           KILN_ERR_UNSUPPORTED },
         { SIMT("t16x64", "q4_0", "bf16", "8", "32", "scale"), KILN_ERR_MALFORMED },
+        { "linear backend=simt variant=t16x64 format=int4_group scales=f32:1x12q act=bf16 n=8 "
+          "k=32 epilogue=none out=bf16 target=sm_80",
+          KILN_ERR_MALFORMED },
+        { "linear backend=simt variant=t16x64 format=int4_group scales=f32:1x-8 act=bf16 n=8 "
+          "k=32 epilogue=none out=bf16 target=sm_80",
+          KILN_ERR_MALFORMED },
+        { "linear backend=simt variant=t16x64 format=int8_group scales=f32 act=bf16 n=8 "
+          "k=32 epilogue=none out=bf16 target=sm_80",
+          KILN_ERR_MALFORMED },
         { SIMT("t16x64", "q4_0", "bf16", "8", "32", "bias+bias"), KILN_ERR_MALFORMED },
         { SIMT("t16x64", "q4_0", "bf16", "8", "32", "bias+"), KILN_ERR_MALFORMED },
         { SIMT("t16x64", "q4_0", "bf16", "8", "32", "+bias"), KILN_ERR_MALFORMED },

@@ -76,15 +76,26 @@ Test(wgmma, runs_only_where_wgmma_exists)
 }
 
 /* BF16 activations, but for E4M3 weights with a tensor or row scale, which
- * the TMA kernel multiplies on per-token E4M3 activations. */
+ * the TMA kernel multiplies on per-token E4M3 activations. Every format but
+ * the integer groups, whose signatures it refuses to emit. */
 Test(wgmma, takes_every_format_and_epilogue)
 {
-    cr_assert_eq(wg->formats, (1u << KILN_FMT_COUNT) - 1);
+    cr_assert_eq(wg->formats, ((1u << KILN_FMT_COUNT) - 1) & ~KILN_FMT_INT_GROUPS);
+    kiln_kernel_source src;
+    cr_assert_eq(kiln_emit_text(kiln_registry_default(),
+                                "linear backend=wgmma variant=bm64bn64 format=int4_group "
+                                "scales=f32:1x128 act=bf16 n=1014 k=768 epilogue=none out=bf16 "
+                                "target=sm_90a",
+                                &src),
+                 KILN_ERR_UNSUPPORTED);
+    cr_assert(strstr(kiln_last_error(), "backend wgmma has no kernel for int4_group"), "%s",
+              kiln_last_error());
     cr_assert_eq(wg->epilogues, KILN_EPI_BIAS | KILN_EPI_RESIDUAL | KILN_EPI_SILU_MUL);
     kiln_target t = target("sm_90a");
     static const int64_t buckets[] = { 1, 16, 17, 64, 512, 8192 };
     for (int f = 0; f < KILN_FMT_COUNT; f++)
-        for (size_t b = 0; b < KILN_ARRAY_LEN(buckets); b++) {
+        for (size_t b = 0; b < KILN_ARRAY_LEN(buckets) && !kiln_format_get((kiln_format)f)->grouped;
+             b++) {
             char why[128] = "";
             /* N need not fill a tile: the last one is partial. */
             kiln_linear_cfg c = { .format = (kiln_format)f, .n = 200, .k = 768 };
@@ -638,13 +649,15 @@ Test(wgmma, every_format_variant_and_epilogue_compiles_for_sm_90a, .timeout = 12
 {
     enum { NV = KILN_ARRAY_LEN(variants), NT = KILN_ARRAY_LEN(tma_variants) };
     enum { NE = KILN_ARRAY_LEN(epilogues) };
-    /* BF16 on every TMA tile, E4M3 on all but the widest */
-    enum { JOBS = (KILN_FMT_COUNT - 4) * NV * NE + NT * NE + 3 * (NT - 1) * NE };
+    /* BF16 on every TMA tile, E4M3 on all but the widest; no integer groups */
+    enum { JOBS = (KILN_FMT_COUNT - 4 - 4) * NV * NE + NT * NE + 3 * (NT - 1) * NE };
     static kiln_kernel_source src[JOBS];
     static kiln_compile_job jobs[JOBS];
     static char sigs[JOBS][512];
     int n = 0;
     for (int f = 0; f < KILN_FMT_COUNT; f++) {
+        if (kiln_format_get((kiln_format)f)->grouped)
+            continue;
         const int tma = f == KILN_FMT_BF16 || fp8_tma(f);
         for (int v = fp8_tma(f); v < (tma ? NT : NV); v++)
             for (int e = 0; e < NE; e++, n++) {

@@ -221,6 +221,39 @@ Test(gpu_backends, strict_plans_run_the_forced_backend_on_named_targets)
     }
 }
 
+/* The matrix runs the integer group formats with one group per row; here
+ * simt runs them in groups along K, against the CPU reference, in every
+ * bucket class, with an N of no whole tile. */
+Test(gpu_backends, simt_runs_integer_groups_along_k, .timeout = 600)
+{
+    kt_need_gpu();
+    kt_fresh_cache(cache_path, sizeof cache_path);
+    kt_rng r = kt_rng_new(42);
+    static const kiln_format fmts[] = { KILN_FMT_INT4_GROUP, KILN_FMT_INT4_GROUP_ZP,
+                                        KILN_FMT_INT8_GROUP, KILN_FMT_INT8_GROUP_ZP };
+    static const int64_t groups[] = { 32, 128 };
+    static const int64_t ms[] = { 1, 17, 192 };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(fmts); i++)
+        for (size_t j = 0; j < KILN_ARRAY_LEN(groups); j++) {
+            kt_weight w;
+            kt_weight_make_group(&w, &r, fmts[i], 137, 512, groups[j]);
+            kiln_graph *g = kt_linear_graph(&w);
+            kiln_plan_options po = { .backend = "simt", .strict_backend = 1, .capture = capture,
+                                     .n_capture = N_CAPTURE };
+            kiln_session_options o = { .cache.path = cache_path, .quiet = 1, .plan = po };
+            kiln_session *s = kt_session_create(g, &o);
+            for (size_t m = 0; m < KILN_ARRAY_LEN(ms); m++) {
+                char what[96];
+                snprintf(what, sizeof what, "simt %s group %lld M=%lld",
+                         kiln_format_get(fmts[i])->name, (long long)groups[j], (long long)ms[m]);
+                kt_check_session(s, g, ms[m], &r, what, NULL);
+            }
+            kt_session_destroy(s);
+            kiln_graph_destroy(g);
+            kt_weight_free(&w);
+        }
+}
+
 Test(gpu_backends, every_backend_and_format_on_every_bucket_class, .timeout = 1200)
 {
     kt_need_gpu();

@@ -38,6 +38,10 @@ static const struct {
     { KILN_FMT_IQ4_NL, "iq4_nl", 32, 18, 4.5, KILN_SCALE_NONE, 0, 0, 0, 20 },
     { KILN_FMT_IQ4_XS, "iq4_xs", 256, 136, 4.25, KILN_SCALE_NONE, 0, 0, 0, 23 },
     { KILN_FMT_Q4_1, "q4_1", 32, 20, 5.0, KILN_SCALE_NONE, 0, 0, 0, 3 },
+    { KILN_FMT_INT4_GROUP, "int4_group", 8, 4, 4.0, KILN_SCALE_F32, 1, 0, 0, -1 },
+    { KILN_FMT_INT4_GROUP_ZP, "int4_group_zp", 8, 4, 4.0, KILN_SCALE_F32, 1, 0, 0, -1 },
+    { KILN_FMT_INT8_GROUP, "int8_group", 4, 4, 8.0, KILN_SCALE_F32, 1, 0, 0, -1 },
+    { KILN_FMT_INT8_GROUP_ZP, "int8_group_zp", 4, 4, 8.0, KILN_SCALE_F32, 1, 0, 0, -1 },
 };
 
 Test(format, every_row_matches_formats_md)

@@ -10,6 +10,7 @@
  *  - every error path.
  * Bit-exactness against ggml / gguf-py is tests/oracle/test_gguf.py's job. */
 #include <criterion/criterion.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -582,6 +583,22 @@ static void rt_iq4_xs(const rt_case *c)
         rt_rms(c, 0.10, "iq4_xs");
 }
 
+/* The integer groups at group 0 (one per row): each value is the nearest
+ * point of its row's grid s · (q − zp); quant_int.c's own suite tests
+ * groups along K. */
+static void rt_int_group(const rt_case *c)
+{
+    const kiln_format_info *fi = kiln_format_get(c->q->t.format);
+    int bits = fi->block == 8 ? 4 : 8, half = 1 << (bits - 1);
+    int64_t n = c->q->t.n, k = c->q->t.k;
+    for (int64_t r = 0; r < n; r++) {
+        float s = scale_f32(c->q, (size_t)r);
+        int zp = fi->zero_point ? (int8_t)scale_u8(c->q)[(size_t)n * 4 + (size_t)r] : 0;
+        rt_nearest_on_grid(c->x + r * k, c->y + r * k, (int)k, (double)s, (double)s * zp, -half,
+                           half - 1, fi->name);
+    }
+}
+
 static void (*const rt_check[])(const rt_case *) = {
     [KILN_FMT_F32] = rt_f32,
     [KILN_FMT_F16] = rt_f16,
@@ -605,6 +622,10 @@ static void (*const rt_check[])(const rt_case *) = {
     [KILN_FMT_IQ4_NL] = rt_iq4_nl,
     [KILN_FMT_IQ4_XS] = rt_iq4_xs,
     [KILN_FMT_Q4_1] = rt_q4_1,
+    [KILN_FMT_INT4_GROUP] = rt_int_group,
+    [KILN_FMT_INT4_GROUP_ZP] = rt_int_group,
+    [KILN_FMT_INT8_GROUP] = rt_int_group,
+    [KILN_FMT_INT8_GROUP_ZP] = rt_int_group,
 };
 _Static_assert(sizeof rt_check / sizeof rt_check[0] == KILN_FMT_COUNT, "one round-trip check per format");
 
@@ -658,6 +679,10 @@ Test(round_trip, q5_k) { round_trip(KILN_FMT_Q5_K); }
 Test(round_trip, iq4_nl) { round_trip(KILN_FMT_IQ4_NL); }
 Test(round_trip, iq4_xs) { round_trip(KILN_FMT_IQ4_XS); }
 Test(round_trip, q4_1) { round_trip(KILN_FMT_Q4_1); }
+Test(round_trip, int4_group) { round_trip(KILN_FMT_INT4_GROUP); }
+Test(round_trip, int4_group_zp) { round_trip(KILN_FMT_INT4_GROUP_ZP); }
+Test(round_trip, int8_group) { round_trip(KILN_FMT_INT8_GROUP); }
+Test(round_trip, int8_group_zp) { round_trip(KILN_FMT_INT8_GROUP_ZP); }
 
 /* --------------------------------------------------- hand-built decoding */
 
@@ -1029,9 +1054,11 @@ Test(quantize, all_zero_tensors_give_zeros_and_finite_scales)
         float *y = dequant(&q);
         for (int i = 0; i < 2 * 256; i++)
             cr_assert(y[i] == 0.0f, "%s[%d] = %a", fi->name, i, y[i]);
+        /* compressed-tensors gives a zero range f32's epsilon as its scale. */
         if (fi->scale_type == KILN_SCALE_F32)
-            for (size_t i = 0; i < q.scale_bytes / 4; i++)
-                cr_assert_eq(scale_f32(&q, i), 0.0f, "%s scale %zu", fi->name, i);
+            for (size_t i = 0; i < q.scale_bytes / (4 + (size_t)fi->zero_point); i++)
+                cr_assert_eq(scale_f32(&q, i), fi->grouped ? FLT_EPSILON : 0.0f, "%s scale %zu",
+                             fi->name, i);
         if (fi->scale_type == KILN_SCALE_E8M0)
             for (size_t i = 0; i < q.scale_bytes; i++)
                 cr_assert_eq(scale_u8(&q)[i], 0, "%s: a zero block gets code 0", fi->name);
@@ -1435,8 +1462,11 @@ Test(quantize, extreme_and_non_finite_inputs_are_defined_for_every_format)
             if (under_an_extreme(fi, i))
                 continue;
             cr_assert(isfinite(y[i]), "%s[%d]: %a -> %a", fi->name, i, x[i], y[i]);
+            /* The integer groups' symmetric grid reaches 8 / 7.5 of the
+             * largest magnitude, where -amax rounds to code -8. */
             if (i >= EXT_K)
-                cr_assert(fabsf(y[i]) <= 0x1p-133f && (y[i] == 0.0f || signbit(y[i]) == signbit(x[i])),
+                cr_assert(fabsf(y[i]) <= (fi->grouped ? 0x1p-133f * 16 / 15 : 0x1p-133f) &&
+                          (y[i] == 0.0f || signbit(y[i]) == signbit(x[i])),
                           "%s[%d]: subnormal %a -> %a", fi->name, i, x[i], y[i]);
         }
 

@@ -820,9 +820,8 @@ Test(safetensors, compressed_tensors_fp8_groups_and_ignore)
     free(q);
 }
 
-/* W4A16 (pack-quantized int4 groups) and the schemes kiln has no format
- * for: the weights are listed unsupported, saying which config field asks
- * for what. */
+/* The schemes kiln has no format for: the weights are listed unsupported,
+ * saying which config field asks for what. */
 Test(safetensors, compressed_tensors_schemes_without_a_format_are_refused_by_field)
 {
     int32_t packed[4 * 16] = { 0 };
@@ -831,13 +830,22 @@ Test(safetensors, compressed_tensors_schemes_without_a_format_are_refused_by_fie
     static const struct {
         const char *weights, *format, *why;
     } cases[] = {
+        { "{\"num_bits\": 3, \"type\": \"int\", \"symmetric\": true, \"strategy\": \"group\","
+          " \"group_size\": 128}", "pack-quantized",
+          "config_groups.group_0.weights: int3 group 128 (pack-quantized): num_bits 3: kiln's "
+          "integer formats are int4 and int8" },
         { "{\"num_bits\": 4, \"type\": \"int\", \"symmetric\": true, \"strategy\": \"group\","
-          " \"group_size\": 128}", "pack-quantized",
-          "config_groups.group_0.weights: int4 group 128 (pack-quantized): integer groups "
-          "(W4A16/W8A16) have no kiln format yet" },
-        { "{\"num_bits\": 4, \"type\": \"int\", \"symmetric\": false, \"strategy\": \"group\","
-          " \"group_size\": 128}", "pack-quantized",
-          "int4 group 128 (pack-quantized): asymmetric integer groups" },
+          " \"group_size\": 128, \"actorder\": \"group\"}", "pack-quantized",
+          "int4 group 128 (pack-quantized): actorder group: act-order weights need weight_g_idx" },
+        { "{\"num_bits\": 4, \"type\": \"int\", \"symmetric\": true, \"strategy\": \"group\","
+          " \"group_size\": 128, \"dynamic\": true}", "pack-quantized",
+          "int4 group 128 (pack-quantized): dynamic: weights quantized at run time" },
+        { "{\"num_bits\": 4, \"type\": \"int\", \"symmetric\": true, \"strategy\": \"tensor\"}",
+          "pack-quantized", "int4 tensor (pack-quantized): strategy tensor: kiln's integer formats "
+          "are per group or per channel" },
+        { "{\"num_bits\": 8, \"type\": \"int\", \"symmetric\": true, \"strategy\": \"channel\"}",
+          "int-quantized", "int8 channel (int-quantized): format \"int-quantized\": kiln reads "
+          "integer weights as pack-quantized writes them" },
         { "{\"num_bits\": 4, \"type\": \"float\", \"symmetric\": true, \"strategy\":"
           " \"tensor_group\", \"group_size\": 16, \"dynamic\": false}", "nvfp4-pack-quantized",
           "float4 tensor_group 16 (nvfp4-pack-quantized): compressed-tensors' NVFP4 stores "
@@ -873,6 +881,88 @@ Test(safetensors, compressed_tensors_schemes_without_a_format_are_refused_by_fie
         kiln_graph_destroy(g);
         kiln_model_close(m);
     }
+}
+
+/* compressed-tensors W4A16 with zero points: weight_packed, weight_shape,
+ * weight_scale and weight_zero_point become one int4_group_zp weight named
+ * .weight, listed before its parts, which are listed as parts of it;
+ * actorder "weight" changes calibration only and is read. A weight_g_idx
+ * tensor (act order in groups) refuses the weight naming it. */
+static void write_w4a16(int with_g_idx)
+{
+    /* Row r: codes 0..15 (q = -8..7) twice over its 16 columns, per row
+     * groups of 8: a scale and a zero point each. */
+    uint8_t packed[4 * 8];
+    for (int r = 0; r < 4; r++)
+        for (int b = 0; b < 8; b++)
+            packed[8 * r + b] = (uint8_t)((2 * b % 16) | ((2 * b + 1) % 16) << 4);
+    uint16_t scale[4 * 2];
+    for (int i = 0; i < 8; i++)
+        scale[i] = kiln_f32_to_bf16(0.25f * (float)(i + 1));
+    int64_t shape[2] = { 4, 16 };
+    /* zero points (n, g) = n - g - 1, packed along N: word [0][g] holds
+     * rows 0..3 at bits 4n, offset by 8 */
+    int32_t zp[2];
+    for (int g = 0; g < 2; g++) {
+        uint32_t w = 0;
+        for (int n = 0; n < 4; n++)
+            w |= (uint32_t)(n - g - 1 + 8) << (4 * n);
+        zp[g] = (int32_t)w;
+    }
+    int32_t g_idx[16] = { 0 };
+    stb *b = stb_new();
+    stb_tensor(b, "model.layers.0.mlp.up_proj.weight_packed", "I32", "[4, 2]", packed, sizeof packed);
+    stb_tensor(b, "model.layers.0.mlp.up_proj.weight_scale", "BF16", "[4, 2]", scale, sizeof scale);
+    stb_tensor(b, "model.layers.0.mlp.up_proj.weight_shape", "I64", "[2]", shape, sizeof shape);
+    stb_tensor(b, "model.layers.0.mlp.up_proj.weight_zero_point", "I32", "[1, 2]", zp, sizeof zp);
+    if (with_g_idx)
+        stb_tensor(b, "model.layers.0.mlp.up_proj.weight_g_idx", "I32", "[16]", g_idx, sizeof g_idx);
+    stb_write(b, in_dir("model.safetensors"), 0);
+    free(b);
+    write_text(in_dir("config.json"),
+               "{\"num_hidden_layers\": 1, \"quantization_config\": {\"quant_method\":"
+               " \"compressed-tensors\", \"format\": \"pack-quantized\", \"config_groups\":"
+               " {\"group_0\": {\"targets\": [\"Linear\"], \"weights\": {\"num_bits\": 4,"
+               " \"type\": \"int\", \"symmetric\": false, \"strategy\": \"group\","
+               " \"group_size\": 8, \"actorder\": \"weight\"}}}}}");
+}
+
+Test(safetensors, compressed_tensors_w4a16_becomes_one_int4_group_zp_weight)
+{
+    write_w4a16(0);
+    kiln_model *m = open_ok(g_dir);
+    const kiln_model_tensor *w = find(m, "model.layers.0.mlp.up_proj.weight");
+    cr_assert(w->supported, "%s", w->why ? w->why : "");
+    cr_assert_eq(w->qt.format, KILN_FMT_INT4_GROUP_ZP);
+    cr_assert_eq(w->qt.n, 4);
+    cr_assert_eq(w->qt.k, 16);
+    cr_assert_eq(w->qt.group, 8);
+    cr_assert_eq(index_of(m, "model.layers.0.mlp.up_proj.weight") + 1,
+                 index_of(m, "model.layers.0.mlp.up_proj.weight_packed"));
+    const kiln_model_tensor *p = find(m, "model.layers.0.mlp.up_proj.weight_zero_point");
+    cr_assert_not(p->supported);
+    cr_assert(strstr(p->why, "part of int4_group_zp weight model.layers.0.mlp.up_proj.weight"),
+              "%s", p->why);
+    float y[4 * 16];
+    cr_assert_eq(kiln_dequantize(&w->qt, y), KILN_OK, "%s", kiln_last_error());
+    for (int n = 0; n < 4; n++)
+        for (int k = 0; k < 16; k++) {
+            int g = k / 8, q = k - 8, zp = n - g - 1;
+            float want = (float)(q - zp) * 0.25f * (float)(2 * n + g + 1);
+            cr_assert_eq(y[16 * n + k], want, "[%d, %d]: %g, want %g", n, k, y[16 * n + k], want);
+        }
+    kiln_model_close(m);
+}
+
+Test(safetensors, compressed_tensors_g_idx_refuses_the_weight_naming_it)
+{
+    write_w4a16(1);
+    kiln_model *m = open_ok(g_dir);
+    const kiln_model_tensor *w = find(m, "model.layers.0.mlp.up_proj.weight_packed");
+    cr_assert_not(w->supported);
+    cr_assert(strstr(w->why, "tensor model.layers.0.mlp.up_proj.weight_g_idx: act-order"), "%s",
+              w->why);
+    kiln_model_close(m);
 }
 
 #define PATTERNS_4 "\"re:a\", \"re:b\", \"re:c\", \"re:d\""

@@ -8,7 +8,7 @@ VP = ctypes.c_void_p
 
 class QTensor(ctypes.Structure):
     _fields_ = [("format", ctypes.c_int), ("n", ctypes.c_int64), ("k", ctypes.c_int64),
-                ("data", VP), ("scale", VP), ("global_scale", ctypes.c_float)]
+                ("data", VP), ("scale", VP), ("global_scale", ctypes.c_float), ("group", ctypes.c_int64)]
 
 
 class TensorInfo(ctypes.Structure):

@@ -21,9 +21,10 @@ as config.json and as a shard; dangling symbolic links in each place; a
 shard missing, one named outside the directory, an index nested a hundred
 thousand deep; a config.json that is not an object, one whose layer count
 is 2^31; an empty directory; compressed-tensors configs with a hundred
-thousand patterns, with patterns that are no regular expression, and an
-int4 W4A16 checkpoint kiln has no format for. At the top: a FIFO, a dangling link and a
-directory named like model files.
+thousand patterns, with patterns that are no regular expression, an int4
+W4A16 checkpoint (read), an int3 one kiln has no format for and an int4 one
+whose group_size does not divide K. At the top: a FIFO, a dangling link and
+a directory named like model files.
 
 Usage: hostile_models.py OUTDIR (new or empty). Prints one line per entry: its name, then
 what `kiln inspect`, `kiln plan` and `kiln compile --offline` (with an
@@ -251,18 +252,25 @@ CT_W4A16 = {"quant_method": "compressed-tensors", "format": "pack-quantized", "i
                 "group_size": 32, "dynamic": False}, "input_activations": None}}}
 
 
-def ct_w4a16(d):
-    """compressed-tensors W4A16: int4 groups in int32 words, which kiln has
-    no format for: listed, and a graph on them refused naming the field."""
+def ct_packed(d, bits=4, group_size=32):
+    """compressed-tensors pack-quantized int groups in int32 words: int4 in
+    groups of 32 is read and planned; int3 is listed, and a graph on it
+    refused naming the field; a group_size that does not divide K is
+    refused naming the tensor."""
     arrays = llama_arrays()
     p = "model.layers.0.mlp."
     for proj in ("gate_proj", "up_proj", "down_proj"):
         w = arrays.pop(p + proj + ".weight")
-        arrays[p + proj + ".weight_packed"] = np.zeros((w.shape[0], w.shape[1] // 8), np.int32)
+        words = -(-w.shape[1] * bits // 32)
+        arrays[p + proj + ".weight_packed"] = np.zeros((w.shape[0], words), np.int32)
         arrays[p + proj + ".weight_scale"] = np.ones((w.shape[0], w.shape[1] // 32), np.float16)
         arrays[p + proj + ".weight_shape"] = np.array(w.shape, np.int64)
     save_file(arrays, os.path.join(d, "model.safetensors"))
-    write_json(os.path.join(d, "config.json"), dict(LLAMA_CONFIG, quantization_config=CT_W4A16))
+    weights = dict(CT_W4A16["config_groups"]["group_0"]["weights"], num_bits=bits,
+                   group_size=group_size)
+    cfg = dict(CT_W4A16, config_groups={"group_0": {"targets": ["Linear"], "weights": weights,
+                                                    "input_activations": None}})
+    write_json(os.path.join(d, "config.json"), dict(LLAMA_CONFIG, quantization_config=cfg))
 
 
 def fp8_static(scale=0.5, shape=(), drop=False):
@@ -387,7 +395,9 @@ def directories():
         "dir_config_huge_width": lambda d: hf_dir(d, dict(LLAMA_CONFIG, hidden_size=2**62,
                                                           intermediate_size=2**62)),
         "dir_gptoss_zero_experts": gptoss_zero_experts,
-        "dir_ct_w4a16_packed": ct_w4a16,
+        "dir_ct_w4a16_packed": ct_packed,
+        "dir_ct_w3a16_packed": lambda d: ct_packed(d, bits=3),
+        "dir_ct_w4a16_group_40": lambda d: ct_packed(d, group_size=40),
         "dir_ct_pattern_flood": lambda d: hf_dir(d, dict(LLAMA_CONFIG, quantization_config=dict(
             CT_W4A16, ignore=["re:(a*)*b"] * 100000))),
         "dir_ct_bad_regex": lambda d: hf_dir(d, dict(LLAMA_CONFIG, quantization_config=dict(
@@ -434,7 +444,8 @@ def expectations():
         "dir_config_layers_2_31": (OK, R, R),
         "dir_config_huge_width": (OK, R, R),
         "dir_gptoss_zero_experts": (OK, R, R),
-        "dir_ct_w4a16_packed": (OK, R, R),
+        "dir_ct_w4a16_packed": (OK, OK, OFF),
+        "dir_ct_w3a16_packed": (OK, R, R),
         "dir_ct_bad_regex": (OK, OK, OFF),  # patterns that do not compile match nothing
         "gguf_valid": (OK, OK, OFF),
         "dir_fine": (OK, OK, OFF),

@@ -25,13 +25,19 @@ void kt_fresh_cache(char *path, size_t size)
 
 void kt_weight_make(kt_weight *w, kt_rng *r, kiln_format f, int64_t n, int64_t k)
 {
+    kt_weight_make_group(w, r, f, n, k, 0);
+}
+
+void kt_weight_make_group(kt_weight *w, kt_rng *r, kiln_format f, int64_t n, int64_t k, int64_t group)
+{
     size_t data, scale;
+    w->q = (kiln_qtensor){ .format = f, .n = n, .k = k, .group = group };
     cr_assert_eq(kiln_format_data_bytes(f, n, k, &data), KILN_OK);
-    cr_assert_eq(kiln_format_scale_bytes(f, n, k, &scale), KILN_OK);
+    cr_assert_eq(kiln_qtensor_scale_bytes(&w->q, &scale), KILN_OK, "%s", kiln_last_error());
     float *src = malloc((size_t)(n * k) * sizeof *src);
     kt_fill_normal(r, src, (size_t)(n * k), 1.0f / sqrtf((float)k));
-    w->q = (kiln_qtensor){ .format = f, .n = n, .k = k, .data = malloc(data),
-                           .scale = scale ? malloc(scale) : NULL };
+    w->q.data = malloc(data);
+    w->q.scale = scale ? malloc(scale) : NULL;
     cr_assert_eq(kiln_quantize(src, &w->q), KILN_OK, "%s", kiln_last_error());
     free(src);
     w->bias = malloc((size_t)n * sizeof *w->bias);

@@ -23,6 +23,8 @@ typedef struct kt_weight {
     float *bias;
 } kt_weight;
 void kt_weight_make(kt_weight *w, kt_rng *r, kiln_format f, int64_t n, int64_t k);
+/* The same with a grouped format's group (kiln_qtensor.group). */
+void kt_weight_make_group(kt_weight *w, kt_rng *r, kiln_format f, int64_t n, int64_t k, int64_t group);
 void kt_weight_free(kt_weight *w);
 
 /* y = x·wᵀ + b, alone in a graph: input "x", weight "w", output "y". */
