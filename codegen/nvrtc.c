@@ -336,13 +336,9 @@ typedef struct compile_pool {
     int n_workers, cap_workers;
     int live;               /* threads taking jobs (not abandoned, not left) */
     char *keep;
-    int progress;           /* the caller wants progress: 1 on a terminal, 2 elsewhere */
+    kiln_progress progress; /* mode 0 when the caller wants none */
     const volatile sig_atomic_t *stop; /* set: take no more jobs */
-    double start, last_line;
 } compile_pool;
-
-/* Off a terminal (a CI log) progress is a line this often, and at the end. */
-#define PROGRESS_EVERY_S 5.0
 
 static void pool_free(compile_pool *p)
 {
@@ -425,21 +421,14 @@ static kiln_status pool_create(kiln_nvrtc *nv, const kiln_compile_job *jobs, int
 /* "compiling kernels: 12/40, 4 s, ETA 9 s" — the ETA from the mean time per
  * finished job so far, over the jobs left. On a terminal the line is
  * rewritten in place after each job; elsewhere a new line comes every
- * PROGRESS_EVERY_S and at the end. Called with mu held. */
+ * KILN_PROGRESS_EVERY_S and at the end. Called with mu held. */
 static void progress_line(compile_pool *p)
 {
-    double now = kiln_now(), elapsed = now - p->start;
+    double elapsed = kiln_now() - p->progress.start;
     double eta = elapsed / p->finished * (p->n - p->finished);
-    bool last = p->finished == p->n;
-    if (p->progress == 1) {
-        fprintf(stderr, "\rcompiling kernels: %d/%d, %.0f s, ETA %.0f s   %s", p->finished, p->n,
-                elapsed, eta, last ? "\n" : "");
-    } else if (last || now - p->last_line >= PROGRESS_EVERY_S) {
-        fprintf(stderr, "compiling kernels: %d/%d, %.0f s, ETA %.0f s\n", p->finished, p->n,
-                elapsed, eta);
-        p->last_line = now;
-    }
-    fflush(stderr);
+    kiln_progress_show(&p->progress, p->finished == p->n,
+                       "compiling kernels: %d/%d, %.0f s, ETA %.0f s", p->finished, p->n, elapsed,
+                       eta);
 }
 
 /* Compile jobs until none is waiting, or until the caller abandons w's
@@ -459,8 +448,7 @@ static void pool_run(compile_pool *p, pool_worker *w)
             return;
         j->state = JOB_DONE;
         p->finished++;
-        if (p->progress)
-            progress_line(p);
+        progress_line(p);
         pthread_cond_signal(&p->changed);
     }
 }
@@ -619,9 +607,8 @@ kiln_status kiln_nvrtc_compile_all(kiln_nvrtc *nv, kiln_compile_job *jobs, int n
     kiln_status st = pool_create(nv, jobs, n, threads, o->keep_dir, &p);
     if (st)
         return st;
-    p->progress = o->quiet || n < 2 ? 0 : isatty(STDERR_FILENO) ? 1 : 2;
+    kiln_progress_start(&p->progress, o->quiet || n < 2, 0, 0);
     p->stop = o->stop;
-    p->start = p->last_line = kiln_now();
 
     /* With no thread to compile, the caller compiles, and nothing watches
      * the clock. */

@@ -77,6 +77,27 @@ double kiln_now(void);
 /* Number of online CPU cores (at least 1). */
 int kiln_cpu_count(void);
 
+/* A progress line on stderr for a task that may run long: on a terminal
+ * one line rewritten in place, at most every tty_every_s; elsewhere (a CI
+ * log) a new line every KILN_PROGRESS_EVERY_S; and one at the end. Nothing
+ * is shown before delay_s has passed, so a short task prints nothing. */
+#define KILN_PROGRESS_EVERY_S 5.0
+typedef struct kiln_progress {
+    int mode;           /* 0: quiet; 1: a terminal; 2: log lines */
+    double delay_s, tty_every_s;
+    double start, last_line;
+    int shown;          /* a line has been printed */
+} kiln_progress;
+
+/* Starts the clock; mode 0 when quiet, else from whether stderr is a
+ * terminal. */
+void kiln_progress_start(kiln_progress *p, int quiet, double delay_s, double tty_every_s);
+
+/* Shows fmt as the task's line now if its mode and clock say so; last
+ * closes the line (printed when any line was, or when delay_s is 0). The
+ * caller serializes the calls. */
+void kiln_progress_show(kiln_progress *p, int last, const char *fmt, ...) KILN_PRINTF(3, 4);
+
 /* kiln's environment, read in this one place. A text is the variable's
  * value, NULL when it is unset or empty; it stays valid until the process
  * changes its environment. A flag is 1 when its variable is "1". */
@@ -92,6 +113,13 @@ typedef struct kiln_env {
     const char *compile_timeout;
     double compile_timeout_s;   /* KILN_COMPILE_TIMEOUT: seconds one compile may take; 0 when
                                    unset, -1 when it is not a positive number */
+    /* A session's weight load: reader threads, staging buffers and the
+     * bytes of each (KILN_LOAD_SLOT_SIZE takes a K, M or G suffix, powers
+     * of 1024). 0 when unset, -1 when not a positive number; the texts
+     * are for the error that names a bad one. */
+    const char *load_threads_text, *load_slots_text, *load_slot_size_text;
+    long load_threads, load_slots;
+    long long load_slot_size;
 } kiln_env;
 void kiln_env_read(kiln_env *out);
 

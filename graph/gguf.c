@@ -598,6 +598,17 @@ static kiln_status gguf_map(const char *path, void **map, size_t *size)
     return st;
 }
 
+static const char *gguf_file_of(const kiln_model *m, const void *p, size_t bytes,
+                                uint64_t *offset)
+{
+    const kiln_gguf_impl *impl = m->impl;
+    uintptr_t base = (uintptr_t)impl->map, at = (uintptr_t)p;
+    if (!base || at < base || at - base > impl->map_size || bytes > impl->map_size - (at - base))
+        return NULL;
+    *offset = at - base;
+    return m->path;
+}
+
 kiln_status kiln_gguf_open(const char *path, kiln_model **out)
 {
     if (!path || !out)
@@ -612,6 +623,7 @@ kiln_status kiln_gguf_open(const char *path, kiln_model **out)
     }
     m->impl = impl;
     m->impl_free = gguf_impl_free;
+    m->impl_file_of = gguf_file_of;
     kiln_status st = gguf_map(path, &impl->map, &impl->map_size);
     if (st == KILN_OK) {
         kiln_gguf_parser p = {.path = path, .base = impl->map, .size = impl->map_size};

@@ -7,6 +7,14 @@
 
 #define KILN_MAX_SRC 3
 
+/* Where bytes a tensor points at are stored in a model's file, so that a
+ * session reads them with pread: a file that changed since it was mapped
+ * is then an error naming it, not a SIGBUS. path NULL: memory only. */
+typedef struct kiln_file_span {
+    const char *path;     /* the model's, which outlives the graph's sessions */
+    uint64_t offset;      /* of the first byte in the file */
+} kiln_file_span;
+
 struct kiln_tensor {
     kiln_op op;
     int id;               /* index in the graph's creation order */
@@ -14,6 +22,7 @@ struct kiln_tensor {
     int64_t ne[2];        /* see kiln_tensor_ne */
     kiln_tensor *src[KILN_MAX_SRC];
     kiln_qtensor weight;  /* KILN_OP_WEIGHT */
+    kiln_file_span data_file, scale_file; /* KILN_OP_WEIGHT from a model: weight.data, .scale */
     const float *param;   /* KILN_OP_PARAM: caller memory, ne[0] floats */
     float eps;            /* KILN_OP_RMS_NORM */
     float input_scale;    /* KILN_OP_LINEAR: static activation scale; 0: none */

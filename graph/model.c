@@ -3,6 +3,7 @@
 #include "model_impl.h"
 
 #include "graph/gguf.h"
+#include "graph/graph_impl.h"
 #include "graph/safetensors.h"
 
 #include <errno.h>
@@ -265,6 +266,20 @@ static kiln_status model_role_need(const kiln_model *m, int role, int l,
     return kiln_fail(KILN_ERR_NOT_FOUND, "%s: layer %d has no %s (nor %s)", m->path, l, name, hf);
 }
 
+/* Where w's data and scale lie in the model's files, for a session to
+ * read them from there. */
+static void model_spans(const kiln_model *m, kiln_tensor *w)
+{
+    const kiln_qtensor *q = &w->weight;
+    size_t data = 0, scale = 0;
+    if (!m->impl_file_of || kiln_format_data_bytes(q->format, q->n, q->k, &data) != KILN_OK ||
+        kiln_qtensor_scale_bytes(q, &scale) != KILN_OK)
+        return;
+    w->data_file.path = m->impl_file_of(m, q->data, data, &w->data_file.offset);
+    if (scale && q->scale)
+        w->scale_file.path = m->impl_file_of(m, q->scale, scale, &w->scale_file.offset);
+}
+
 static kiln_status model_role_weight(const kiln_model *m, kiln_graph *g, int role, int l,
                                      kiln_tensor **out)
 {
@@ -284,6 +299,8 @@ static kiln_status model_role_weight(const kiln_model *m, kiln_graph *g, int rol
                        m->path, t->name, t->n_dims);
     if (st == KILN_OK)
         st = kiln_graph_weight(g, t->name, &q, out);
+    if (st == KILN_OK)
+        model_spans(m, *out);
     return st;
 }
 

@@ -139,6 +139,22 @@ int kiln_st_ends_with(const char *s, const char *suffix)
 
 /* ------------------------------------------------------------ file access */
 
+static const char *st_file_of(const kiln_model *m, const void *p, size_t bytes,
+                              uint64_t *offset)
+{
+    const kiln_st_impl *impl = m->impl;
+    uintptr_t at = (uintptr_t)p;
+    for (int i = 0; impl && i < impl->n_maps; i++) {
+        const kiln_st_map *f = &impl->maps[i];
+        uintptr_t base = (uintptr_t)f->base;
+        if (at >= base && at - base <= f->size && bytes <= f->size - (at - base)) {
+            *offset = at - base;
+            return f->path;
+        }
+    }
+    return NULL;
+}
+
 /* Map a shard read-only for the model's life. */
 static kiln_status st_map_file(kiln_st_impl *impl, const char *path, const kiln_st_map **out)
 {
@@ -686,6 +702,7 @@ static kiln_status st_finish(kiln_st_loader *L, const char *path, kiln_model **o
     m->n_tensors = L->n;
     m->impl = L->impl;
     m->impl_free = st_impl_free;
+    m->impl_file_of = st_file_of;
     L->n = 0;
     L->impl = NULL;
     *out = m;

@@ -824,6 +824,13 @@ typedef struct kiln_session_stats {
     double plan_s, cache_s, module_s, weights_s, graphs_s; /* seconds */
     size_t weight_bytes, arena_bytes;
     double compile_s; /* compiling the kernels no cache held (NVRTC), not in cache_s */
+    /* The weights' load, within weights_s: bytes read from the model's
+     * files (or memory), copied to the device and written by the CPU
+     * packers; its seconds; the reader threads that ran it
+     * ($KILN_LOAD_THREADS); 1 when it staged them in pinned memory. */
+    size_t load_read_bytes, load_copied_bytes, load_packed_bytes;
+    double load_s;
+    int load_threads, load_pinned;
 } kiln_session_stats;
 
 /* KILN_ERR_NO_DEVICE when there is no GPU or driver (callers fall back to

@@ -6,6 +6,7 @@
 #include "graph/graph_impl.h"
 #include "kernels/common/kiln_args.h"
 #include "runtime/driver.h"
+#include "runtime/load.h"
 #include "runtime/session.h"
 
 #include <stdio.h>
@@ -21,6 +22,7 @@ typedef struct dev_weight {
     kiln_weight_layout layout;
     CUdeviceptr data, scale, global;
     size_t data_bytes, scale_bytes;
+    int same; /* the index of an earlier copy with the same bytes, -1 when none */
 } dev_weight;
 
 typedef struct dev_kernel {
@@ -53,7 +55,7 @@ struct kiln_session {
     CUgraphExec *execs;        /* [n_buckets] */
     uint16_t *staging;         /* bf16 rows for inputs and outputs */
     size_t staging_elems;
-    int eager;
+    int eager, quiet;
     /* What the device gives launches; sm_count 0 where no kernel may start
      * before the one before it has finished: $KILN_SERIAL=1, or a driver
      * before 12.3, which cannot capture such launches into a graph. */
@@ -122,28 +124,15 @@ static kiln_status weight_send(kiln_session *s, dev_weight *w, const void *data,
     return st;
 }
 
-static kiln_status weight_upload(kiln_session *s, dev_weight *w, const kiln_qtensor *q)
-{
-    const void *data, *scale;
-    void *owned;
-    kiln_status st = weight_host(s, w, q, &data, &scale, &owned);
-    if (st != KILN_OK)
-        return st;
-    st = weight_send(s, w, data, scale, q);
-    kiln_status sync = kiln_cu_check(s->cu, s->cu->StreamSynchronize(s->stream), w->tensor->name);
-    free(owned);
-    return st != KILN_OK ? st : sync;
-}
-
 /* The device copy of the weight of linear step st in the layout its
- * kernel reads, created and uploaded on first use. */
+ * kernel reads, its buffers allocated on first use; the load fills them. */
 static kiln_status weight_for(kiln_session *s, const kiln_step *st, dev_weight **out)
 {
     kiln_tensor *t = st->weight;
     if ((*out = weight_of(s, t, st->layout.pack)))
         return KILN_OK;
     dev_weight *w = *out = &s->weights[s->n_weights++];
-    *w = (dev_weight){ .tensor = t, .layout = st->layout };
+    *w = (dev_weight){ .tensor = t, .layout = st->layout, .same = -1 };
     if (st->layout.pack) {
         w->data_bytes = st->layout.data_bytes, w->scale_bytes = st->layout.scale_bytes;
     } else {
@@ -160,22 +149,93 @@ static kiln_status weight_for(kiln_session *s, const kiln_step *st, dev_weight *
     CU(s->cu->MemAlloc(&w->global, sizeof(float)), t->name);
     s->stats.weight_bytes += w->data_bytes + w->scale_bytes;
     /* Graph weights that share host bytes (a benchmark's rotated copies)
-     * are packed once and copied on the device. */
-    const dev_weight *same = NULL;
-    for (int i = 0; i < s->n_weights - 1 && !same; i++) {
+     * are loaded once and copied on the device. */
+    for (int i = 0; i < s->n_weights - 1 && w->same < 0; i++) {
         const kiln_qtensor *a = &s->weights[i].tensor->weight, *q = &t->weight;
         if (s->weights[i].layout.pack == w->layout.pack && a->data == q->data &&
             a->scale == q->scale &&
             a->format == q->format && a->n == q->n && a->k == q->k &&
             a->global_scale == q->global_scale && a->group == q->group)
-            same = &s->weights[i];
+            w->same = i;
     }
-    if (!same)
-        return weight_upload(s, w, &t->weight);
-    CU(s->cu->MemcpyDtoD(w->data, same->data, w->data_bytes), t->name);
-    if (w->scale_bytes)
-        CU(s->cu->MemcpyDtoD(w->scale, same->scale, w->scale_bytes), t->name);
-    CU(s->cu->MemcpyDtoD(w->global, same->global, sizeof(float)), t->name);
+    return KILN_OK;
+}
+
+/* The load's settings: $KILN_LOAD_THREADS readers (one per core, at most
+ * 8), $KILN_LOAD_SLOTS staging buffers (4) of $KILN_LOAD_SLOT_SIZE bytes
+ * (64 MiB). */
+static kiln_status load_options(const kiln_session *s, kiln_load_options *o)
+{
+    kiln_env env;
+    kiln_env_read(&env);
+    const struct {
+        const char *name, *text;
+        long long value;
+    } bad[] = { { "KILN_LOAD_THREADS", env.load_threads_text, env.load_threads },
+                { "KILN_LOAD_SLOTS", env.load_slots_text, env.load_slots },
+                { "KILN_LOAD_SLOT_SIZE", env.load_slot_size_text, env.load_slot_size } };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(bad); i++)
+        if (bad[i].value < 0 || (i < 2 && bad[i].value > 4096))
+            return kiln_fail(KILN_ERR_INVALID_ARG,
+                             "%s=%s: want a positive count%s", bad[i].name, bad[i].text,
+                             i < 2 ? " up to 4096" : " of bytes (a K, M or G suffix allowed)");
+    int cores = kiln_cpu_count();
+    *o = (kiln_load_options){
+        .cu = s->cu,
+        .ctx = s->ctx,
+        .stream = s->stream,
+        .target = &s->target,
+        .threads = env.load_threads ? (int)env.load_threads : cores < 8 ? cores : 8,
+        .slots = env.load_slots ? (int)env.load_slots : 4,
+        .slot_bytes = env.load_slot_size ? (size_t)env.load_slot_size : (size_t)64 << 20,
+        .quiet = s->quiet,
+    };
+    return KILN_OK;
+}
+
+/* Every weight through the load, then the copies of shared ones and the
+ * global scales. */
+static kiln_status weights_load(kiln_session *s)
+{
+    kiln_load_options o;
+    kiln_status st = load_options(s, &o);
+    if (st)
+        return st;
+    kiln_load_item *items = kiln_calloc((size_t)s->n_weights + 1, sizeof *items);
+    if (!items)
+        return kiln_fail(KILN_ERR_NOMEM, "session: out of memory for the weight load");
+    int n = 0;
+    for (int i = 0; i < s->n_weights; i++) {
+        const dev_weight *w = &s->weights[i];
+        if (w->same < 0)
+            items[n++] = (kiln_load_item){ .tensor = w->tensor, .pack = w->layout.pack,
+                                           .data = w->data, .scale = w->scale,
+                                           .data_bytes = w->data_bytes,
+                                           .scale_bytes = w->scale_bytes };
+    }
+    kiln_load_stats ls;
+    st = kiln_load_run(&o, items, n, &ls);
+    free(items);
+    s->stats.load_read_bytes = ls.read_bytes;
+    s->stats.load_copied_bytes = ls.copied_bytes;
+    s->stats.load_packed_bytes = ls.packed_bytes;
+    s->stats.load_s = ls.seconds;
+    s->stats.load_threads = ls.threads;
+    s->stats.load_pinned = ls.pinned;
+    if (st)
+        return st;
+    for (int i = 0; i < s->n_weights; i++) {
+        dev_weight *w = &s->weights[i];
+        const char *name = w->tensor->name;
+        if (w->same >= 0) {
+            const dev_weight *same = &s->weights[w->same];
+            CU(s->cu->MemcpyDtoD(w->data, same->data, w->data_bytes), name);
+            if (w->scale_bytes)
+                CU(s->cu->MemcpyDtoD(w->scale, same->scale, w->scale_bytes), name);
+        }
+        CU(s->cu->MemcpyHtoDAsync(w->global, &w->tensor->weight.global_scale, sizeof(float),
+                                  s->stream), name);
+    }
     return KILN_OK;
 }
 
@@ -198,6 +258,9 @@ static kiln_status weights_create(kiln_session *s)
             if (e != KILN_OK)
                 return e;
         }
+    kiln_status e = weights_load(s);
+    if (e != KILN_OK)
+        return e;
     for (int i = 0; i < s->graph->tensors.n; i++) {
         kiln_tensor *t = s->graph->tensors.v[i];
         if (t->op != KILN_OP_PARAM)
@@ -755,6 +818,7 @@ kiln_status kiln_session_create(kiln_graph *g, const kiln_session_options *opts,
     s->cu = cu;
     s->graph = g;
     s->eager = o->eager;
+    s->quiet = o->quiet;
     if ((st = session_init(s, o)) != KILN_OK) {
         kiln_session_destroy(s);
         return st;

@@ -79,7 +79,9 @@ class SessionStats(Structure):
                 ("cached", c_int), ("compiled", c_int), ("plan_s", c_double),
                 ("cache_s", c_double), ("module_s", c_double), ("weights_s", c_double),
                 ("graphs_s", c_double), ("weight_bytes", c_size_t), ("arena_bytes", c_size_t),
-                ("compile_s", c_double)]
+                ("compile_s", c_double), ("load_read_bytes", c_size_t),
+                ("load_copied_bytes", c_size_t), ("load_packed_bytes", c_size_t),
+                ("load_s", c_double), ("load_threads", c_int), ("load_pinned", c_int)]
 
 
 class DeviceMatrix(Structure):

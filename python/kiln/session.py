@@ -33,6 +33,13 @@ class SessionStats:
     graphs_s: float
     weight_bytes: int
     arena_bytes: int
+    compile_s: float = 0.0
+    load_read_bytes: int = 0
+    load_copied_bytes: int = 0
+    load_packed_bytes: int = 0
+    load_s: float = 0.0
+    load_threads: int = 0
+    load_pinned: bool = False
 
 
 def _parse_device(device: Union[str, int, Any]) -> Tuple[str, int]:
@@ -146,7 +153,9 @@ class Session(Handle):
         _capi.lib().kiln_session_get_stats(self._live(), ctypes.byref(s))
         return SessionStats(_capi.text(s.device), _capi.text(s.target), s.kernels, s.cached,
                             s.compiled, s.plan_s, s.cache_s, s.module_s, s.weights_s,
-                            s.graphs_s, s.weight_bytes, s.arena_bytes)
+                            s.graphs_s, s.weight_bytes, s.arena_bytes, s.compile_s,
+                            s.load_read_bytes, s.load_copied_bytes, s.load_packed_bytes,
+                            s.load_s, s.load_threads, bool(s.load_pinned))
 
     def run(self, *inputs: Any) -> Any:
         """Run the graph on ``M`` tokens.

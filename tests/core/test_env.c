@@ -56,3 +56,37 @@ Test(env, compile_timeout)
                      cases[i].value ? cases[i].value : "(unset)", e.compile_timeout_s);
     }
 }
+
+/* The weight load's counts are positive integers, the slot size with an
+ * optional K, M or G; anything else set is -1, which a session refuses by
+ * name. */
+Test(env, load_counts)
+{
+    static const struct {
+        const char *value;
+        long long threads, size;
+    } cases[] = { { NULL, 0, 0 },        { "", 0, 0 },          { "4", 4, 4 },
+                  { "64K", -1, 65536 },  { "2M", -1, 2 << 20 }, { "1G", -1, 1LL << 30 },
+                  { "0", -1, -1 },       { "-2", -1, -1 },      { "3x", -1, -1 },
+                  { "1KB", -1, -1 },     { "K", -1, -1 },       { "99999999999999999999", -1, -1 },
+                  { "9000000000000G", -1, -1 } };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *v = cases[i].value;
+        if (v) {
+            setenv("KILN_LOAD_THREADS", v, 1);
+            setenv("KILN_LOAD_SLOTS", v, 1);
+            setenv("KILN_LOAD_SLOT_SIZE", v, 1);
+        } else {
+            unsetenv("KILN_LOAD_THREADS");
+            unsetenv("KILN_LOAD_SLOTS");
+            unsetenv("KILN_LOAD_SLOT_SIZE");
+        }
+        kiln_env e;
+        kiln_env_read(&e);
+        cr_assert_eq(e.load_threads, cases[i].threads, "'%s': %ld", v ? v : "(unset)",
+                     e.load_threads);
+        cr_assert_eq(e.load_slots, cases[i].threads, "'%s'", v ? v : "(unset)");
+        cr_assert_eq(e.load_slot_size, cases[i].size, "'%s': %lld", v ? v : "(unset)",
+                     e.load_slot_size);
+    }
+}
