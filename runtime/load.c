@@ -288,13 +288,15 @@ static void slot_give(load_run *r, load_slot *s)
     pthread_mutex_unlock(&r->mu);
 }
 
-/* Queues the copy of bytes [at, at + bytes) of s into dst, and s's event. */
+/* Bytes [at, at + bytes) of a slot to copy into dst. */
 typedef struct load_copy {
     CUdeviceptr dst;
     size_t at, bytes;
 } load_copy;
 
-static kiln_status slot_send(load_run *r, load_slot *s, const load_copy *c, int n)
+/* Queues the copies c of weight t's bytes in s, and s's event. */
+static kiln_status slot_send(load_run *r, const kiln_tensor *t, load_slot *s, const load_copy *c,
+                             int n)
 {
     const kiln_cu *cu = r->o->cu;
     kiln_status st = KILN_OK;
@@ -314,7 +316,7 @@ static kiln_status slot_send(load_run *r, load_slot *s, const load_copy *c, int 
     pthread_mutex_lock(&r->mu);
     r->copied_bytes += sent;
     pthread_mutex_unlock(&r->mu);
-    return st;
+    return st ? kiln_fail_prefix(st, "weight %s", t->name) : KILN_OK;
 }
 
 /* Bytes [at, at + bytes) of the stored part of t into out: pread from its
@@ -364,7 +366,7 @@ static kiln_status unit_copy(load_run *r, const load_unit *u)
         st = part_read(r, it->tensor, u->part, u->at, s->host, u->bytes);
     if (st == KILN_OK) {
         load_copy c = { (u->part ? it->scale : it->data) + u->at, 0, u->bytes };
-        st = slot_send(r, s, &c, 1);
+        st = slot_send(r, it->tensor, s, &c, 1);
     }
     slot_give(r, s);
     return st;
@@ -387,7 +389,7 @@ static kiln_status packed_send(load_run *r, const kiln_load_item *it, const uint
             load_copy c[2] = { { it->data + at, 0, in_data },
                                { it->scale + (at + in_data - it->data_bytes), in_data,
                                  len - in_data } };
-            st = slot_send(r, s, c, 2);
+            st = slot_send(r, it->tensor, s, c, 2);
         }
         slot_give(r, s);
     }
@@ -446,7 +448,7 @@ static kiln_status unit_pack(load_run *r, const load_unit *u)
         if (s) {
             load_copy c[2] = { { it->data, 0, it->data_bytes },
                                { it->scale, it->data_bytes, it->scale_bytes } };
-            st = slot_send(r, s, c, 2);
+            st = slot_send(r, it->tensor, s, c, 2);
         } else {
             st = packed_send(r, it, out);
         }

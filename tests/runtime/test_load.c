@@ -1,0 +1,410 @@
+/* The weight load of a session (runtime/load.c), with no GPU: the stand-in
+ * driver (tests/harness/fake_libcuda.c, KT_FAKE_CUDA=device) keeps device
+ * memory in this process, so every byte a session wrote can be read back
+ * and compared with the weight as stored and as the CPU packer writes it;
+ * kernels come from the stand-in NVRTC. A two-shard safetensors model is
+ * loaded with rings smaller than one weight and with one and several
+ * readers; pinned memory refused, a copy failing halfway and a shard that
+ * shrank or went away are each an error or a fallback that says so, with
+ * nothing left allocated. */
+#include "fault.h"
+#include "graph/graph_impl.h"
+#include "kernels/gemv/pack.h"
+
+#include <criterion/criterion.h>
+#include <criterion/redirect.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifndef KT_FAKE_LIBCUDA
+#error "tests/CMakeLists.txt defines KT_FAKE_LIBCUDA"
+#endif
+
+enum { D = 128, FFN = 256, VOCAB = 64 };
+
+static const struct {
+    const char *name;
+    int64_t n, k;
+    int shard;
+} weights[] = {
+    { "model.layers.0.self_attn.q_proj.weight", D, D, 1 },
+    { "model.layers.0.self_attn.k_proj.weight", D / 2, D, 1 },
+    { "model.layers.0.self_attn.v_proj.weight", D / 2, D, 1 },
+    { "model.layers.0.self_attn.o_proj.weight", D, D, 1 },
+    { "model.layers.0.mlp.gate_proj.weight", FFN, D, 2 },
+    { "model.layers.0.mlp.up_proj.weight", FFN, D, 2 },
+    { "model.layers.0.mlp.down_proj.weight", D, FFN, 2 },
+    { "lm_head.weight", VOCAB, D, 2 },
+};
+enum { N_WEIGHTS = sizeof weights / sizeof weights[0] };
+
+static const char *shard_name(int shard)
+{
+    return shard == 1 ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+}
+
+/* One shard: its header names the weights of that shard, BF16, random. */
+static void write_shard(int shard, kt_rng *r)
+{
+    char header[4096] = "{";
+    size_t at = 0, len = 1;
+    for (int i = 0; i < N_WEIGHTS; i++) {
+        if (weights[i].shard != shard)
+            continue;
+        size_t bytes = (size_t)(weights[i].n * weights[i].k) * 2;
+        len += (size_t)snprintf(header + len, sizeof header - len,
+                                "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[%lld,%lld],"
+                                "\"data_offsets\":[%zu,%zu]}",
+                                len > 1 ? "," : "", weights[i].name, (long long)weights[i].n,
+                                (long long)weights[i].k, at, at + bytes);
+        at += bytes;
+    }
+    len += (size_t)snprintf(header + len, sizeof header - len, "}");
+    while (len % 8)
+        header[len++] = ' ';
+    kt_buf b = { 0 };
+    kt_put_le(&b, len, 8);
+    kt_put(&b, header, len);
+    for (int i = 0; i < N_WEIGHTS; i++) {
+        if (weights[i].shard != shard)
+            continue;
+        for (int64_t e = 0; e < weights[i].n * weights[i].k; e++) {
+            uint16_t v = kiln_f32_to_bf16(kt_normal(r));
+            kt_put(&b, &v, 2);
+        }
+    }
+    char path[512];
+    kt_write_file(kt_in_tmp(path, sizeof path, shard_name(shard)), b.p, b.n);
+    free(b.p);
+}
+
+static void write_model(void)
+{
+    kt_rng r = kt_rng_new(41);
+    write_shard(1, &r);
+    write_shard(2, &r);
+    char index[4096], path[512];
+    size_t len = (size_t)snprintf(index, sizeof index, "{\"weight_map\":{");
+    for (int i = 0; i < N_WEIGHTS; i++)
+        len += (size_t)snprintf(index + len, sizeof index - len, "%s\"%s\":\"%s\"",
+                                i ? "," : "", weights[i].name, shard_name(weights[i].shard));
+    snprintf(index + len, sizeof index - len, "}}");
+    kt_write_file(kt_in_tmp(path, sizeof path, "model.safetensors.index.json"), index,
+                  strlen(index));
+    static const char config[] = "{\"architectures\":[\"LlamaForCausalLM\"],"
+                                 "\"num_hidden_layers\":1,\"hidden_size\":128}";
+    kt_write_file(kt_in_tmp(path, sizeof path, "config.json"), config, strlen(config));
+}
+
+/* The stand-in driver and compiler, a kernel cache in the test's folder,
+ * and the load's settings (NULL: the default). */
+static void fake_device(const char *fail, const char *threads, const char *slots,
+                        const char *slot_size)
+{
+    char path[512];
+    setenv("KILN_LIBCUDA", KT_FAKE_LIBCUDA, 1);
+    setenv("KT_FAKE_CUDA", "device", 1);
+    setenv("KILN_NVRTC", KT_FAKE_NVRTC, 1);
+    setenv("KILN_CACHE", kt_in_tmp(path, sizeof path, "kernels.kiln"), 1);
+    const char *names[] = { "KT_FAKE_CUDA_FAIL", "KILN_LOAD_THREADS", "KILN_LOAD_SLOTS",
+                            "KILN_LOAD_SLOT_SIZE" };
+    const char *values[] = { fail, threads, slots, slot_size };
+    for (int i = 0; i < 4; i++)
+        if (values[i])
+            setenv(names[i], values[i], 1);
+        else
+            unsetenv(names[i]);
+}
+
+typedef struct loaded {
+    kiln_model *model;
+    kiln_graph *graph;
+    kiln_session *session;
+    kiln_status st;
+} loaded;
+
+static loaded load(void)
+{
+    char dir[512];
+    loaded l = { 0 };
+    kt_in_tmp(dir, sizeof dir, "");
+    cr_assert_eq(kiln_model_open(dir, &l.model), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_graph_create(&l.graph), KILN_OK);
+    cr_assert_eq(kiln_model_build_linears(l.model, l.graph, 0), KILN_OK, "%s",
+                 kiln_last_error());
+    static const int64_t capture[] = { 1, 64 };
+    kiln_session_options so = { .eager = 1, .quiet = 1,
+                                .plan = { .capture = capture, .n_capture = 2 } };
+    l.st = kiln_session_create(l.graph, &so, &l.session);
+    return l;
+}
+
+static void unload(loaded *l)
+{
+    kiln_session_destroy(l->session);
+    kiln_graph_destroy(l->graph);
+    kiln_model_close(l->model);
+}
+
+/* The stand-in driver's own bookkeeping, from the copy kiln loaded. */
+typedef struct fake_view {
+    int (*n_blocks)(void);
+    const void *(*block)(int, size_t *);
+    int (*host_live)(void);
+} fake_view;
+
+static fake_view fake(void)
+{
+    void *lib = dlopen(KT_FAKE_LIBCUDA, RTLD_NOW | RTLD_NOLOAD);
+    cr_assert_not_null(lib, "the stand-in driver is not loaded");
+    fake_view v;
+    *(void **)&v.n_blocks = dlsym(lib, "kt_fake_cuda_n_blocks");
+    *(void **)&v.block = dlsym(lib, "kt_fake_cuda_block");
+    *(void **)&v.host_live = dlsym(lib, "kt_fake_cuda_host_live");
+    cr_assert(v.n_blocks && v.block && v.host_live);
+    dlclose(lib);
+    return v;
+}
+
+/* Nothing of a failed session is left on the device or pinned. */
+static void nothing_left(void)
+{
+    fake_view v = fake();
+    cr_assert_eq(v.n_blocks(), 0, "%d device allocations left", v.n_blocks());
+    cr_assert_eq(v.host_live(), 0, "%d pinned buffers left", v.host_live());
+}
+
+/* Every device array of a weight holds the bytes the old path wrote: the
+ * stored bytes, or the CPU packer's. Their sizes add up to the session's
+ * weight bytes, so no weight byte escapes the comparison. */
+typedef struct want_bytes {
+    const uint8_t *bytes;
+    size_t size;
+    int packed;
+} want_bytes;
+
+static void every_byte_equal(const loaded *l, int *raw_out, int *packed_out)
+{
+    fake_view v = fake();
+    want_bytes want[3 * N_WEIGHTS];
+    void *owned[N_WEIGHTS] = { 0 };
+    int n_want = 0;
+    for (int i = 0; i < N_WEIGHTS; i++) {
+        const kiln_tensor *t = kiln_graph_find(l->graph, weights[i].name);
+        cr_assert_not_null(t, "%s", weights[i].name);
+        cr_assert_not_null(t->data_file.path, "%s has no file span", weights[i].name);
+        const kiln_qtensor *q = &t->weight;
+        size_t data;
+        cr_assert_eq(kiln_format_data_bytes(q->format, q->n, q->k, &data), KILN_OK);
+        want[n_want++] = (want_bytes){ q->data, data, 0 };
+        size_t pd, ps;
+        cr_assert_eq(kiln_gemv_pack_bytes(q->format, q->n, q->k, &pd, &ps), KILN_OK);
+        uint8_t *p = owned[i] = malloc(pd + ps + 1);
+        cr_assert_eq(kiln_gemv_pack(q, p, p + pd), KILN_OK, "%s", kiln_last_error());
+        want[n_want++] = (want_bytes){ p, pd, 1 };
+        if (ps)
+            want[n_want++] = (want_bytes){ p + pd, ps, 1 };
+    }
+    size_t matched = 0;
+    int raw = 0, packed = 0;
+    for (int b = 0; b < v.n_blocks(); b++) {
+        size_t size;
+        const void *p = v.block(b, &size);
+        for (int w = 0; w < n_want; w++)
+            if (want[w].size == size && !memcmp(want[w].bytes, p, size)) {
+                matched += size;
+                raw += !want[w].packed;
+                packed += want[w].packed;
+                break;
+            }
+    }
+    kiln_session_stats ss;
+    kiln_session_get_stats(l->session, &ss);
+    cr_assert_eq(matched, ss.weight_bytes,
+                 "%zu of the session's %zu weight bytes are as the old path wrote them",
+                 matched, ss.weight_bytes);
+    cr_assert_eq(ss.load_copied_bytes, ss.weight_bytes);
+    for (int i = 0; i < N_WEIGHTS; i++)
+        free(owned[i]);
+    *raw_out = raw;
+    *packed_out = packed;
+}
+
+static void load_and_compare(const char *threads, const char *slots, const char *slot_size,
+                             int want_threads)
+{
+    write_model();
+    fake_device(NULL, threads, slots, slot_size);
+    loaded l = load();
+    cr_assert_eq(l.st, KILN_OK, "%s", kiln_last_error());
+    int raw, packed;
+    every_byte_equal(&l, &raw, &packed);
+    cr_assert(raw > 0 && packed > 0,
+              "the plan should read weights both as stored (%d) and packed (%d)", raw, packed);
+    kiln_session_stats ss;
+    kiln_session_get_stats(l.session, &ss);
+    cr_assert_eq(ss.load_pinned, 1);
+    if (want_threads > 0)
+        cr_assert_eq(ss.load_threads, want_threads);
+    else
+        cr_assert(ss.load_threads >= 1 && ss.load_threads <= 8, "%d", ss.load_threads);
+    cr_assert_gt(ss.load_packed_bytes, 0);
+    cr_assert_geq(ss.load_read_bytes, ss.load_copied_bytes - ss.load_packed_bytes);
+    cr_assert_geq(ss.weights_s, ss.load_s);
+    unload(&l);
+    nothing_left();
+}
+
+TestSuite(load, .init = kt_tmp_setup, .fini = kt_tmp_teardown, .timeout = 120);
+
+/* 1 KiB slots: every weight crosses several, packed ones go whole. */
+Test(load, one_reader_and_a_ring_smaller_than_a_weight)
+{
+    load_and_compare("1", "2", "1K", 1);
+}
+
+Test(load, several_readers_and_a_ring_smaller_than_a_weight)
+{
+    load_and_compare("3", "2", "1K", 3);
+}
+
+/* More readers than slots, and a slot that does not divide a weight. */
+Test(load, more_readers_than_slots)
+{
+    load_and_compare("4", "1", "3000", 4);
+}
+
+Test(load, defaults)
+{
+    load_and_compare(NULL, NULL, NULL, -1);
+}
+
+static void setup_redirected(void)
+{
+    kt_tmp_setup();
+    cr_redirect_stderr();
+}
+
+Test(load, pinned_memory_refused_falls_back_with_one_warning, .init = setup_redirected)
+{
+    write_model();
+    fake_device("host-alloc", "2", "2", "4K");
+    loaded l = load();
+    cr_assert_eq(l.st, KILN_OK, "%s", kiln_last_error());
+    int raw, packed;
+    every_byte_equal(&l, &raw, &packed);
+    kiln_session_stats ss;
+    kiln_session_get_stats(l.session, &ss);
+    cr_assert_eq(ss.load_pinned, 0);
+    unload(&l);
+    nothing_left();
+    fflush(stderr);
+    char text[4096] = "";
+    size_t n = fread(text, 1, sizeof text - 1, cr_get_redirected_stderr());
+    text[n] = '\0';
+    const char *first = strstr(text, "pinned staging");
+    cr_assert_not_null(first, "no warning: %s", text);
+    cr_assert_null(strstr(first + 1, "pinned staging"), "more than one warning: %s", text);
+    cr_assert_not_null(strstr(text, "CUDA_ERROR_OUT_OF_MEMORY"), "%s", text);
+}
+
+static int names_a_weight(const char *msg)
+{
+    for (int i = 0; i < N_WEIGHTS; i++)
+        if (strstr(msg, weights[i].name))
+            return 1;
+    return 0;
+}
+
+Test(load, a_copy_failing_halfway_names_the_weight_and_leaves_nothing)
+{
+    const char *threads[] = { "1", "3" };
+    for (int t = 0; t < 2; t++) {
+        write_model();
+        fake_device("copy:7", threads[t], "2", "2K");
+        loaded l = load();
+        const char *msg = kiln_last_error();
+        cr_assert_eq(l.st, KILN_ERR_CUDA, "%s", msg);
+        cr_assert_null(l.session);
+        cr_assert(strstr(msg, "weight ") && names_a_weight(msg), "%s", msg);
+        cr_assert_not_null(strstr(msg, "cuMemcpyHtoDAsync: CUDA_ERROR_ILLEGAL_ADDRESS"), "%s",
+                           msg);
+        unload(&l);
+        nothing_left();
+    }
+}
+
+Test(load, a_shard_that_shrank_is_an_error_naming_it)
+{
+    write_model();
+    fake_device(NULL, "2", "2", "2K");
+    char dir[512], path[512];
+    kiln_model *m;
+    kiln_graph *g;
+    cr_assert_eq(kiln_model_open(kt_in_tmp(dir, sizeof dir, ""), &m), KILN_OK, "%s",
+                 kiln_last_error());
+    cr_assert_eq(kiln_graph_create(&g), KILN_OK);
+    cr_assert_eq(kiln_model_build_linears(m, g, 0), KILN_OK, "%s", kiln_last_error());
+    /* after the model was opened: its mapping would fault where the pread
+     * comes back short */
+    cr_assert_eq(truncate(kt_in_tmp(path, sizeof path, shard_name(2)), 4096), 0);
+    kiln_session *s = NULL;
+    kiln_session_options so = { .eager = 1, .quiet = 1 };
+    kiln_status st = kiln_session_create(g, &so, &s);
+    const char *msg = kiln_last_error();
+    cr_assert_eq(st, KILN_ERR_IO, "%s", msg);
+    cr_assert_null(s);
+    cr_assert(strstr(msg, shard_name(2)) && strstr(msg, "weight ") && names_a_weight(msg),
+              "%s", msg);
+    cr_assert_not_null(strstr(msg, "the file ends"), "%s", msg);
+    nothing_left();
+    kiln_graph_destroy(g);
+    kiln_model_close(m);
+}
+
+Test(load, a_shard_gone_is_an_error_naming_it)
+{
+    write_model();
+    fake_device(NULL, "2", "2", "2K");
+    char dir[512], path[512], moved[512];
+    kiln_model *m;
+    kiln_graph *g;
+    cr_assert_eq(kiln_model_open(kt_in_tmp(dir, sizeof dir, ""), &m), KILN_OK, "%s",
+                 kiln_last_error());
+    cr_assert_eq(kiln_graph_create(&g), KILN_OK);
+    cr_assert_eq(kiln_model_build_linears(m, g, 0), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(rename(kt_in_tmp(path, sizeof path, shard_name(1)),
+                        kt_in_tmp(moved, sizeof moved, "moved")), 0);
+    kiln_session *s = NULL;
+    kiln_session_options so = { .eager = 1, .quiet = 1 };
+    kiln_status st = kiln_session_create(g, &so, &s);
+    const char *msg = kiln_last_error();
+    cr_assert_eq(st, KILN_ERR_IO, "%s", msg);
+    cr_assert_not_null(strstr(msg, shard_name(1)), "%s", msg);
+    nothing_left();
+    kiln_graph_destroy(g);
+    kiln_model_close(m);
+}
+
+Test(load, a_bad_setting_is_refused_by_name)
+{
+    static const struct {
+        const char *threads, *slots, *size, *name;
+    } cases[] = { { "many", NULL, NULL, "KILN_LOAD_THREADS=many" },
+                  { NULL, "0", NULL, "KILN_LOAD_SLOTS=0" },
+                  { NULL, "5000", NULL, "KILN_LOAD_SLOTS=5000" },
+                  { NULL, NULL, "64MB", "KILN_LOAD_SLOT_SIZE=64MB" } };
+    write_model();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fake_device(NULL, cases[i].threads, cases[i].slots, cases[i].size);
+        loaded l = load();
+        cr_assert_eq(l.st, KILN_ERR_INVALID_ARG, "%s", kiln_last_error());
+        cr_assert_not_null(strstr(kiln_last_error(), cases[i].name), "%s", kiln_last_error());
+        unload(&l);
+        nothing_left();
+    }
+}
