@@ -125,6 +125,12 @@ static kiln_status cpu_cache_check(const cli_source *src, const kiln_session_opt
     return st;
 }
 
+/* Decimal gigabytes a second; 0 for no time. */
+static double gb_per_s(size_t bytes, double s)
+{
+    return s > 0 ? (double)bytes / 1e9 / s : 0;
+}
+
 /* --json: the table, the cold start (a GPU session's) and the check, every
  * time in seconds and every size in bytes. */
 static int print_json(const char *model, const kiln_session_stats *ss, kiln_cpu *cpu,
@@ -149,13 +155,21 @@ static int print_json(const char *model, const kiln_session_stats *ss, kiln_cpu 
             root, json_pack("{s:s, s:s, s:i, s:i, s:i}", "device", ss->device, "target",
                             ss->target, "kernels", ss->kernels, "cached", ss->cached,
                             "compiled", ss->compiled));
-        json_object_set_new(
-            root, "cold_start",
+        json_t *cold =
             json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I}", "total_s", cold_s,
                       "plan_s", ss->plan_s, "cache_s", ss->cache_s, "compile_s", ss->compile_s,
                       "module_s", ss->module_s, "weights_s", ss->weights_s, "graphs_s",
                       ss->graphs_s, "first_run_s", first_s, "weight_bytes",
-                      (json_int_t)ss->weight_bytes, "arena_bytes", (json_int_t)ss->arena_bytes));
+                      (json_int_t)ss->weight_bytes, "arena_bytes", (json_int_t)ss->arena_bytes);
+        json_object_update_new(
+            cold, json_pack("{s:f, s:f, s:I, s:I, s:I, s:i, s:b, s:f}", "weights_gb_s",
+                            gb_per_s(ss->weight_bytes, ss->weights_s), "load_s", ss->load_s,
+                            "load_read_bytes", (json_int_t)ss->load_read_bytes,
+                            "load_copied_bytes", (json_int_t)ss->load_copied_bytes,
+                            "load_packed_bytes", (json_int_t)ss->load_packed_bytes,
+                            "load_threads", ss->load_threads, "load_pinned", ss->load_pinned,
+                            "load_gb_s", gb_per_s(ss->load_copied_bytes, ss->load_s)));
+        json_object_set_new(root, "cold_start", cold);
     } else {
         json_object_set_new(root, "threads", json_integer(kiln_cpu_threads(cpu)));
     }
@@ -313,11 +327,18 @@ static int run(int argc, char **argv)
         char weights[32];
         cli_bytes(ss.weight_bytes, weights, sizeof weights);
         printf("cold start %.1f ms: plan %.1f, cache open + lookup %.1f, compile %.1f (%d "
-               "kernels), module load %.1f, weights upload %.1f (%s), graph instantiate %.1f, "
-               "first run %.1f\n",
+               "kernels), module load %.1f, weights upload %.1f (%s, %.2f GB/s), graph "
+               "instantiate %.1f, first run %.1f\n",
                (create_s + first) * 1e3, ss.plan_s * 1e3, ss.cache_s * 1e3, ss.compile_s * 1e3,
-               ss.compiled, ss.module_s * 1e3, ss.weights_s * 1e3, weights, ss.graphs_s * 1e3,
-               first * 1e3);
+               ss.compiled, ss.module_s * 1e3, ss.weights_s * 1e3, weights,
+               gb_per_s(ss.weight_bytes, ss.weights_s), ss.graphs_s * 1e3, first * 1e3);
+        char read[32], packed[32];
+        cli_bytes(ss.load_read_bytes, read, sizeof read);
+        cli_bytes(ss.load_packed_bytes, packed, sizeof packed);
+        printf("weights load %.1f ms (%.2f GB/s to the device): %s read, %s packed, %d "
+               "readers, %s staging\n",
+               ss.load_s * 1e3, gb_per_s(ss.load_copied_bytes, ss.load_s), read, packed,
+               ss.load_threads, ss.load_pinned ? "pinned" : "pageable");
     }
     if (rc == CLI_OK && profile && !json) {
         if (gpu.gpu)

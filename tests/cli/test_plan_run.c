@@ -426,6 +426,34 @@ Test(cli_plan_run, run_profile_on_either_executor, .timeout = 300)
     kt_cli_free(&r);
 }
 
+/* On a GPU (here the stand-in driver, whose kernels do nothing) the cold
+ * start gives the weights' rate and the load's bytes, readers and staging,
+ * in text and in --json. */
+Test(cli_plan_run, run_reports_the_weight_load, .timeout = 300)
+{
+    setenv("KILN_LIBCUDA", KT_FAKE_LIBCUDA, 1);
+    setenv("KT_FAKE_CUDA", "device", 1);
+    setenv("KILN_NVRTC", KT_FAKE_NVRTC, 1);
+    setenv("KILN_LOAD_THREADS", "2", 1);
+    kt_cli r = kt_cli_run("run demo --eager --capture 1 --max-tokens 4 --tokens 1 --steps 1");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "on fake sm_90 device (sm_90a)"), "%s", r.out);
+    cr_assert(strstr(r.out, " GB/s), graph instantiate "), "%s", r.out);
+    const char *w = strstr(r.out, "weights load ");
+    cr_assert(w && strstr(w, " GB/s to the device): "), "%s", r.out);
+    cr_assert(strstr(w, " packed, 2 readers, pinned staging\n"), "%s", r.out);
+    kt_cli_free(&r);
+    r = kt_cli_run("run demo --eager --capture 1 --max-tokens 4 --tokens 1 --steps 1 --json");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    static const char *keys[] = { "\"weights_gb_s\": ", "\"load_gb_s\": ",
+                                  "\"load_read_bytes\": ", "\"load_copied_bytes\": ",
+                                  "\"load_packed_bytes\": ", "\"load_threads\": 2",
+                                  "\"load_pinned\": true" };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        cr_assert(strstr(r.out, keys[i]), "no %s in %s", keys[i], r.out);
+    kt_cli_free(&r);
+}
+
 Test(cli_plan_run, run_usage_errors)
 {
     static const char *usage[] = { "run", "run demo --device gpu", "run demo --device cuda:x",
