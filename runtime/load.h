@@ -42,9 +42,10 @@ typedef struct kiln_load_stats {
 
 /* Fill every item. The unit of work is a packed weight whole (its pack
  * needs all of it) or a slot's worth of a stored array; units are taken in
- * file order, each shard's from its start. Host memory: the ring, and per
- * reader a packed weight's stored and packed bytes (where either exceeds a
- * slot, one such weight at a time). A staging buffer is reused once the
+ * file order, each shard's from its start. Host memory: the ring; per
+ * reader the stored bytes of the packed weight it reads, at most a slot
+ * (the packed ones go straight into a slot); and one packed weight larger
+ * than a slot at a time, stored and packed. A staging buffer is reused once the
  * event recorded after its copies has completed. Pinned buffers that
  * cannot be had are replaced by pageable ones, with one warning on stderr.
  * On the first error every reader stops after its unit; the stream is

@@ -408,3 +408,55 @@ Test(load, a_bad_setting_is_refused_by_name)
         nothing_left();
     }
 }
+
+/* A weight in caller memory goes through the same load: one the packer
+ * refuses (a NaN NVFP4 block scale) is refused naming it, as before, and
+ * one it takes arrives as the packer and the storage layout have it. */
+Test(load, weights_in_memory_and_a_refused_pack)
+{
+    fake_device(NULL, "3", "2", "1K");
+    kt_rng r = kt_rng_new(7);
+    kt_weight w;
+    kt_weight_make(&w, &r, KILN_FMT_NVFP4, 256, 512);
+    ((uint8_t *)w.q.scale)[3 * 32 + 5] = 0x7F;
+    kiln_graph *g = kt_linear_graph(&w);
+    static const int64_t capture[] = { 1, 64 };
+    kiln_session_options so = { .eager = 1, .quiet = 1,
+                                .plan = { .capture = capture, .n_capture = 2 } };
+    kiln_session *s = NULL;
+    kiln_status st = kiln_session_create(g, &so, &s);
+    const char *msg = kiln_last_error();
+    cr_assert_eq(st, KILN_ERR_MALFORMED, "%s", msg);
+    cr_assert(strstr(msg, "weight w: ") && strstr(msg, "NaN"), "%s", msg);
+    cr_assert_null(s);
+    nothing_left();
+
+    ((uint8_t *)w.q.scale)[3 * 32 + 5] = 0x38;
+    cr_assert_eq(kiln_session_create(g, &so, &s), KILN_OK, "%s", kiln_last_error());
+    size_t pd, ps, data, scale;
+    cr_assert_eq(kiln_gemv_pack_bytes(w.q.format, w.q.n, w.q.k, &pd, &ps), KILN_OK);
+    cr_assert_eq(kiln_format_data_bytes(w.q.format, w.q.n, w.q.k, &data), KILN_OK);
+    cr_assert_eq(kiln_format_scale_bytes(w.q.format, w.q.n, w.q.k, &scale), KILN_OK);
+    uint8_t *packed = malloc(pd + ps);
+    cr_assert_eq(kiln_gemv_pack(&w.q, packed, packed + pd), KILN_OK);
+    const void *want[] = { w.q.data, w.q.scale, packed, packed + pd };
+    const size_t sizes[] = { data, scale, pd, ps };
+    fake_view v = fake();
+    int found[4] = { 0 };
+    for (int b = 0; b < v.n_blocks(); b++) {
+        size_t size;
+        const void *p = v.block(b, &size);
+        for (int i = 0; i < 4; i++)
+            found[i] += sizes[i] == size && !memcmp(want[i], p, size);
+    }
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(found[i], 1, "array %d of the weight: %d device copies", i, found[i]);
+    kiln_session_stats ss;
+    kiln_session_get_stats(s, &ss);
+    cr_assert_eq(ss.load_copied_bytes, data + scale + pd + ps);
+    free(packed);
+    kiln_session_destroy(s);
+    kiln_graph_destroy(g);
+    kt_weight_free(&w);
+    nothing_left();
+}
