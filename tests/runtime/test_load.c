@@ -2,8 +2,8 @@
  * driver (tests/harness/fake_libcuda.c, KT_FAKE_CUDA=device) keeps device
  * memory in this process, so every byte a session wrote can be read back
  * and compared with the weight as stored and as the CPU packer writes it;
- * kernels come from the stand-in NVRTC. A two-shard safetensors model is
- * loaded with rings smaller than one weight and with one and several
+ * kernels come from the stand-in NVRTC. A two-shard safetensors model, and
+ * the same weights in a GGUF file, are loaded with rings smaller than one weight and with one and several
  * readers; pinned memory refused, a copy failing halfway and a shard that
  * shrank or went away are each an error or a fallback that says so, with
  * nothing left allocated. */
@@ -27,18 +27,18 @@
 enum { D = 128, FFN = 256, VOCAB = 64 };
 
 static const struct {
-    const char *name;
+    const char *name, *gguf;
     int64_t n, k;
     int shard;
 } weights[] = {
-    { "model.layers.0.self_attn.q_proj.weight", D, D, 1 },
-    { "model.layers.0.self_attn.k_proj.weight", D / 2, D, 1 },
-    { "model.layers.0.self_attn.v_proj.weight", D / 2, D, 1 },
-    { "model.layers.0.self_attn.o_proj.weight", D, D, 1 },
-    { "model.layers.0.mlp.gate_proj.weight", FFN, D, 2 },
-    { "model.layers.0.mlp.up_proj.weight", FFN, D, 2 },
-    { "model.layers.0.mlp.down_proj.weight", D, FFN, 2 },
-    { "lm_head.weight", VOCAB, D, 2 },
+    { "model.layers.0.self_attn.q_proj.weight", "blk.0.attn_q.weight", D, D, 1 },
+    { "model.layers.0.self_attn.k_proj.weight", "blk.0.attn_k.weight", D / 2, D, 1 },
+    { "model.layers.0.self_attn.v_proj.weight", "blk.0.attn_v.weight", D / 2, D, 1 },
+    { "model.layers.0.self_attn.o_proj.weight", "blk.0.attn_output.weight", D, D, 1 },
+    { "model.layers.0.mlp.gate_proj.weight", "blk.0.ffn_gate.weight", FFN, D, 2 },
+    { "model.layers.0.mlp.up_proj.weight", "blk.0.ffn_up.weight", FFN, D, 2 },
+    { "model.layers.0.mlp.down_proj.weight", "blk.0.ffn_down.weight", D, FFN, 2 },
+    { "lm_head.weight", "output.weight", VOCAB, D, 2 },
 };
 enum { N_WEIGHTS = sizeof weights / sizeof weights[0] };
 
@@ -100,6 +100,51 @@ static void write_model(void)
     kt_write_file(kt_in_tmp(path, sizeof path, "config.json"), config, strlen(config));
 }
 
+/* The same weights in one GGUF file (BF16, type 30), its tensor data
+ * aligned to 32 bytes. */
+static void write_gguf(void)
+{
+    kt_rng r = kt_rng_new(43);
+    kt_buf b = { 0 };
+    kt_put(&b, "GGUF", 4);
+    kt_put_le(&b, 3, 4);
+    kt_put_le(&b, N_WEIGHTS, 8);
+    kt_put_le(&b, 2, 8);
+    static const char *const keys[] = { "general.architecture", "llama.block_count" };
+    kt_put_le(&b, strlen(keys[0]), 8);
+    kt_put(&b, keys[0], strlen(keys[0]));
+    kt_put_le(&b, 8, 4); /* string */
+    kt_put_le(&b, 5, 8);
+    kt_put(&b, "llama", 5);
+    kt_put_le(&b, strlen(keys[1]), 8);
+    kt_put(&b, keys[1], strlen(keys[1]));
+    kt_put_le(&b, 4, 4); /* uint32 */
+    kt_put_le(&b, 1, 4);
+    uint64_t at = 0;
+    for (int i = 0; i < N_WEIGHTS; i++) {
+        kt_put_le(&b, strlen(weights[i].gguf), 8);
+        kt_put(&b, weights[i].gguf, strlen(weights[i].gguf));
+        kt_put_le(&b, 2, 4);
+        kt_put_le(&b, (uint64_t)weights[i].k, 8);
+        kt_put_le(&b, (uint64_t)weights[i].n, 8);
+        kt_put_le(&b, 30, 4);
+        kt_put_le(&b, at, 8);
+        at += (uint64_t)(weights[i].n * weights[i].k) * 2;
+        at = (at + 31) / 32 * 32;
+    }
+    kt_pad(&b, 32);
+    for (int i = 0; i < N_WEIGHTS; i++) {
+        for (int64_t e = 0; e < weights[i].n * weights[i].k; e++) {
+            uint16_t v = kiln_f32_to_bf16(kt_normal(&r));
+            kt_put(&b, &v, 2);
+        }
+        kt_pad(&b, 32);
+    }
+    char path[512];
+    kt_write_file(kt_in_tmp(path, sizeof path, "model.gguf"), b.p, b.n);
+    free(b.p);
+}
+
 /* The stand-in driver and compiler, a kernel cache in the test's folder,
  * and the load's settings (NULL: the default). */
 static void fake_device(const char *fail, const char *threads, const char *slots,
@@ -127,11 +172,18 @@ typedef struct loaded {
     kiln_status st;
 } loaded;
 
+static int g_gguf; /* the model is model.gguf, its weights named as GGUF names them */
+
+static const char *weight_name(int i)
+{
+    return g_gguf ? weights[i].gguf : weights[i].name;
+}
+
 static loaded load(void)
 {
     char dir[512];
     loaded l = { 0 };
-    kt_in_tmp(dir, sizeof dir, "");
+    kt_in_tmp(dir, sizeof dir, g_gguf ? "model.gguf" : "");
     cr_assert_eq(kiln_model_open(dir, &l.model), KILN_OK, "%s", kiln_last_error());
     cr_assert_eq(kiln_graph_create(&l.graph), KILN_OK);
     cr_assert_eq(kiln_model_build_linears(l.model, l.graph, 0), KILN_OK, "%s",
@@ -194,9 +246,9 @@ static void every_byte_equal(const loaded *l, int *raw_out, int *packed_out)
     void *owned[N_WEIGHTS] = { 0 };
     int n_want = 0;
     for (int i = 0; i < N_WEIGHTS; i++) {
-        const kiln_tensor *t = kiln_graph_find(l->graph, weights[i].name);
-        cr_assert_not_null(t, "%s", weights[i].name);
-        cr_assert_not_null(t->data_file.path, "%s has no file span", weights[i].name);
+        const kiln_tensor *t = kiln_graph_find(l->graph, weight_name(i));
+        cr_assert_not_null(t, "%s", weight_name(i));
+        cr_assert_not_null(t->data_file.path, "%s has no file span", weight_name(i));
         const kiln_qtensor *q = &t->weight;
         size_t data;
         cr_assert_eq(kiln_format_data_bytes(q->format, q->n, q->k, &data), KILN_OK);
@@ -237,7 +289,10 @@ static void every_byte_equal(const loaded *l, int *raw_out, int *packed_out)
 static void load_and_compare(const char *threads, const char *slots, const char *slot_size,
                              int want_threads)
 {
-    write_model();
+    if (g_gguf)
+        write_gguf();
+    else
+        write_model();
     fake_device(NULL, threads, slots, slot_size);
     loaded l = load();
     cr_assert_eq(l.st, KILN_OK, "%s", kiln_last_error());
@@ -283,6 +338,12 @@ Test(load, defaults)
     load_and_compare(NULL, NULL, NULL, -1);
 }
 
+Test(load, a_gguf_file)
+{
+    g_gguf = 1;
+    load_and_compare("3", "2", "1K", 3);
+}
+
 static void setup_redirected(void)
 {
     kt_tmp_setup();
@@ -315,7 +376,7 @@ Test(load, pinned_memory_refused_falls_back_with_one_warning, .init = setup_redi
 static int names_a_weight(const char *msg)
 {
     for (int i = 0; i < N_WEIGHTS; i++)
-        if (strstr(msg, weights[i].name))
+        if (strstr(msg, weight_name(i)))
             return 1;
     return 0;
 }
