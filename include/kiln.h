@@ -808,7 +808,7 @@ typedef struct kiln_session_options {
     int device;                 /* CUDA device ordinal */
     kiln_cache_options cache;   /* where kernels are looked up and stored */
     int eager;                  /* launch kernels one by one instead of replaying graphs */
-    int quiet;                  /* no progress line while compiling */
+    int quiet;                  /* no progress line while compiling or loading weights */
     const kiln_target *target;  /* plan for this target, not the device's own; its
                                    cubins must load on the device (the same major
                                    version, minor no newer; an "a" target the same
@@ -838,6 +838,14 @@ typedef struct kiln_session_stats {
  * KILN_ERR_UNSUPPORTED, before anything is compiled or loaded, when
  * opts->target's cubins cannot load on the device (kiln_target_loads);
  * KILN_ERR_CUDA naming the kernel whose cubin the device cannot load. opts may be NULL.
+ * The weights are read by $KILN_LOAD_THREADS threads and copied through
+ * $KILN_LOAD_SLOTS pinned staging buffers of $KILN_LOAD_SLOT_SIZE bytes
+ * (README); KILN_ERR_INVALID_ARG names such a variable set to anything
+ * but a count. Weights of a model (kiln_model_build_*) are read from
+ * its files: KILN_ERR_IO names the file and the weight when one cannot be
+ * read or has shrunk since the model was opened. A weight a kernel's layout
+ * refuses, and a copy that fails, are errors naming it. opts->quiet: no
+ * progress line for a load that passes a second either.
  * The graph and its weight memory must outlive the session. */
 KILN_API kiln_status kiln_session_create(kiln_graph *g, const kiln_session_options *opts,
                                          kiln_session **out);
