@@ -500,7 +500,7 @@ static kiln_status readers_run(load_run *r, int *ran)
         n = (int)r->n_units;
     pthread_t *tid = kiln_calloc((size_t)n + 1, sizeof *tid);
     if (!tid)
-        return kiln_fail(KILN_ERR_NOMEM, "weights: out of memory for %d readers", n);
+        return kiln_fail(KILN_ERR_NOMEM, "weights: out of memory for the reader threads");
     /* A reader the system will not start leaves its share to the others;
      * the caller reads too. */
     int started = 0;

@@ -521,3 +521,57 @@ Test(load, weights_in_memory_and_a_refused_pack)
     kt_weight_free(&w);
     nothing_left();
 }
+
+/* The fault sweep (tests/util/fault.h) over a session that loads the
+ * two-shard model with one reader (the sweep needs the same allocations
+ * in the same order every run) and a ring smaller than a weight, from a
+ * warm cache: every allocation failing in turn is an out-of-memory error,
+ * with nothing left on the device or pinned. */
+typedef struct sweep_ctx {
+    kiln_graph *g;
+    kiln_session_options o;
+} sweep_ctx;
+
+static kiln_status scenario_load(void *ctx, kt_digest *d)
+{
+    sweep_ctx *c = ctx;
+    kiln_session *s;
+    kiln_status st = kiln_session_create(c->g, &c->o, &s);
+    if (st)
+        return st;
+    kiln_session_stats ss;
+    kiln_session_get_stats(s, &ss);
+    kt_dig_int(d, (int64_t)ss.weight_bytes);
+    kt_dig_int(d, (int64_t)ss.load_copied_bytes);
+    kt_dig_int(d, (int64_t)ss.load_packed_bytes);
+    kiln_session_destroy(s);
+    return KILN_OK;
+}
+
+static void check_load(void *ctx, kiln_status st)
+{
+    (void)ctx;
+    (void)st;
+    fake_view v = fake();
+    cr_assert_eq(v.n_blocks(), 0, "%s: %d device allocations left", kt_sweep_now(),
+                 v.n_blocks());
+    cr_assert_eq(v.host_live(), 0, "%s: %d pinned buffers left", kt_sweep_now(), v.host_live());
+}
+
+Test(load, every_allocation_failing, .timeout = 600)
+{
+    write_model();
+    fake_device(NULL, "1", "2", "1K");
+    static const int64_t capture[] = { 1, 64 };
+    loaded l = load();
+    cr_assert_eq(l.st, KILN_OK, "%s", kiln_last_error());
+    kiln_session_destroy(l.session);
+    static sweep_ctx c;
+    c.g = l.graph;
+    c.o = (kiln_session_options){ .eager = 1, .quiet = 1, .cache.offline = 1,
+                                  .plan = { .capture = capture, .n_capture = 2 } };
+    kt_sweep(&(kt_scenario){ .name = "load", .run = scenario_load, .check = check_load,
+                             .ctx = &c });
+    kiln_graph_destroy(l.graph);
+    kiln_model_close(l.model);
+}
