@@ -558,7 +558,7 @@ static void check_load(void *ctx, kiln_status st)
     cr_assert_eq(v.host_live(), 0, "%s: %d pinned buffers left", kt_sweep_now(), v.host_live());
 }
 
-Test(load, every_allocation_failing, .timeout = 600)
+Test(load, every_allocation_failing)
 {
     write_model();
     fake_device(NULL, "1", "2", "1K");
