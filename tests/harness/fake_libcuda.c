@@ -315,6 +315,35 @@ static CUresult fake_memset(CUdeviceptr dst, unsigned char v, size_t bytes)
     return CUDA_SUCCESS;
 }
 
+/* Device memory is host memory here: every 2-D copy is rows of memcpy. */
+static CUresult fake_copy_2d(const CUDA_MEMCPY2D *c, CUstream s)
+{
+    (void)s;
+    const char *src = c->srcMemoryType == CU_MEMORYTYPE_HOST
+                          ? (const char *)c->srcHost
+                          : (const char *)(uintptr_t)c->srcDevice;
+    char *dst = c->dstMemoryType == CU_MEMORYTYPE_HOST ? (char *)c->dstHost
+                                                       : (char *)(uintptr_t)c->dstDevice;
+    src += c->srcY * c->srcPitch + c->srcXInBytes;
+    dst += c->dstY * c->dstPitch + c->dstXInBytes;
+    for (size_t row = 0; row < c->Height; row++)
+        memcpy(dst + row * c->dstPitch, src + row * c->srcPitch, c->WidthInBytes);
+    return CUDA_SUCCESS;
+}
+
+static CUresult fake_memset_async(CUdeviceptr dst, unsigned char v, size_t bytes, CUstream s)
+{
+    (void)s;
+    return fake_memset(dst, v, bytes);
+}
+
+static CUresult fake_is_capturing(CUstream s, CUstreamCaptureStatus *status)
+{
+    (void)s;
+    *status = CU_STREAM_CAPTURE_STATUS_NONE;
+    return CUDA_SUCCESS;
+}
+
 static CUresult fake_elapsed(float *ms, CUevent a, CUevent b)
 {
     (void)a;
@@ -401,6 +430,9 @@ static const struct {
     { "cuEventElapsedTime", (void *)fake_elapsed, 1 },
     { "cuEventDestroy", (void *)fake_handle_free, 1 },
     { "cuTensorMapEncodeTiled", (void *)fake_success, 1 },
+    { "cuMemcpy2DAsync", (void *)fake_copy_2d, 1 },
+    { "cuMemsetD8Async", (void *)fake_memset_async, 1 },
+    { "cuStreamIsCapturing", (void *)fake_is_capturing, 1 },
 };
 
 FAKE_API CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,

@@ -3,9 +3,10 @@
  * memory in this process, so every byte a session wrote can be read back
  * and compared with the weight as stored and as the CPU packer writes it;
  * kernels come from the stand-in NVRTC. A two-shard safetensors model, and
- * the same weights in a GGUF file, are loaded with rings smaller than one weight and with one and several
- * readers; pinned memory refused, a copy failing halfway and a shard that
- * shrank or went away are each an error or a fallback that says so, with
+ * the same weights in a GGUF file, are loaded with rings smaller than one
+ * weight and with one and several readers; pinned memory refused, a copy
+ * failing halfway, a shard that shrank or went away and every allocation
+ * failing in turn are each an error or a fallback that says so, with
  * nothing left allocated. */
 #include "fault.h"
 #include "graph/graph_impl.h"
