@@ -579,12 +579,17 @@ static kiln_status gguf_parse(kiln_gguf_parser *p, kiln_model *m, kiln_gguf_impl
     return st;
 }
 
-static kiln_status gguf_map(const char *path, void **map, size_t *size)
+static kiln_status gguf_map(const char *path, kiln_gguf_impl *impl)
 {
     int fd;
+    void **map = &impl->map;
+    size_t *size = &impl->map_size;
     kiln_status st = kiln_file_open_regular(path, &fd, size);
     if (st != KILN_OK)
         return st;
+    struct stat sb;
+    if (fstat(fd, &sb) == 0)
+        impl->dev = (uint64_t)sb.st_dev, impl->ino = (uint64_t)sb.st_ino;
     if (*size == 0)
         st = kiln_fail(KILN_ERR_MALFORMED, "%s: empty file, not GGUF (at byte offset 0)", path);
     if (st == KILN_OK) {
@@ -598,15 +603,13 @@ static kiln_status gguf_map(const char *path, void **map, size_t *size)
     return st;
 }
 
-static const char *gguf_file_of(const kiln_model *m, const void *p, size_t bytes,
-                                uint64_t *offset)
+static void gguf_file_of(const kiln_model *m, const void *p, size_t bytes, kiln_file_span *out)
 {
     const kiln_gguf_impl *impl = m->impl;
     uintptr_t base = (uintptr_t)impl->map, at = (uintptr_t)p;
     if (!base || at < base || at - base > impl->map_size || bytes > impl->map_size - (at - base))
-        return NULL;
-    *offset = at - base;
-    return m->path;
+        return;
+    *out = (kiln_file_span){ m->path, at - base, impl->dev, impl->ino };
 }
 
 kiln_status kiln_gguf_open(const char *path, kiln_model **out)
@@ -624,7 +627,7 @@ kiln_status kiln_gguf_open(const char *path, kiln_model **out)
     m->impl = impl;
     m->impl_free = gguf_impl_free;
     m->impl_file_of = gguf_file_of;
-    kiln_status st = gguf_map(path, &impl->map, &impl->map_size);
+    kiln_status st = gguf_map(path, impl);
     if (st == KILN_OK) {
         kiln_gguf_parser p = {.path = path, .base = impl->map, .size = impl->map_size};
         st = gguf_parse(&p, m, impl);

@@ -16,6 +16,7 @@ typedef struct kiln_gguf_kv {
 typedef struct kiln_gguf_impl {
     void *map;
     size_t map_size;
+    uint64_t dev, ino; /* the file mapped */
     kiln_gguf_kv *kv; /* file order */
     size_t n_kv;
     kiln_gguf_kv **by_key;

@@ -8,11 +8,13 @@
 #define KILN_MAX_SRC 3
 
 /* Where bytes a tensor points at are stored in a model's file, so that a
- * session reads them with pread: a file that changed since it was mapped
- * is then an error naming it, not a SIGBUS. path NULL: memory only. */
+ * session reads them with pread: a file that shrank since it was mapped
+ * is then an error naming it, not a SIGBUS, and one replaced (another
+ * device and inode at the path) is refused. path NULL: memory only. */
 typedef struct kiln_file_span {
     const char *path;     /* the model's, which outlives the graph's sessions */
     uint64_t offset;      /* of the first byte in the file */
+    uint64_t dev, ino;    /* the file mapped */
 } kiln_file_span;
 
 struct kiln_tensor {

@@ -275,9 +275,9 @@ static void model_spans(const kiln_model *m, kiln_tensor *w)
     if (!m->impl_file_of || kiln_format_data_bytes(q->format, q->n, q->k, &data) != KILN_OK ||
         kiln_qtensor_scale_bytes(q, &scale) != KILN_OK)
         return;
-    w->data_file.path = m->impl_file_of(m, q->data, data, &w->data_file.offset);
+    m->impl_file_of(m, q->data, data, &w->data_file);
     if (scale && q->scale)
-        w->scale_file.path = m->impl_file_of(m, q->scale, scale, &w->scale_file.offset);
+        m->impl_file_of(m, q->scale, scale, &w->scale_file);
 }
 
 static kiln_status model_role_weight(const kiln_model *m, kiln_graph *g, int role, int l,

@@ -4,6 +4,7 @@
 #define KILN_MODEL_IMPL_H
 
 #include "core.h"
+#include "graph/graph_impl.h"
 
 #include <sys/stat.h>
 
@@ -48,10 +49,10 @@ struct kiln_model {
     /* container-specific state: mappings, parsed JSON, metadata */
     void *impl;
     void (*impl_free)(void *impl);
-    /* The file holding bytes [p, p + bytes) at *offset, or NULL when they
-     * are not in one of the model's mappings (a converted copy). */
-    const char *(*impl_file_of)(const struct kiln_model *m, const void *p, size_t bytes,
-                                uint64_t *offset);
+    /* Where in the model's files bytes [p, p + bytes) lie; out->path NULL
+     * when they are not in one of its mappings (a converted copy). */
+    void (*impl_file_of)(const struct kiln_model *m, const void *p, size_t bytes,
+                         kiln_file_span *out);
 };
 
 /* NaN or infinity in a scale, a global scale, a 1-D or scalar float tensor

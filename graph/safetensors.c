@@ -139,8 +139,7 @@ int kiln_st_ends_with(const char *s, const char *suffix)
 
 /* ------------------------------------------------------------ file access */
 
-static const char *st_file_of(const kiln_model *m, const void *p, size_t bytes,
-                              uint64_t *offset)
+static void st_file_of(const kiln_model *m, const void *p, size_t bytes, kiln_file_span *out)
 {
     const kiln_st_impl *impl = m->impl;
     uintptr_t at = (uintptr_t)p;
@@ -148,11 +147,10 @@ static const char *st_file_of(const kiln_model *m, const void *p, size_t bytes,
         const kiln_st_map *f = &impl->maps[i];
         uintptr_t base = (uintptr_t)f->base;
         if (at >= base && at - base <= f->size && bytes <= f->size - (at - base)) {
-            *offset = at - base;
-            return f->path;
+            *out = (kiln_file_span){ f->path, at - base, f->dev, f->ino };
+            return;
         }
     }
-    return NULL;
 }
 
 /* Map a shard read-only for the model's life. */
@@ -168,6 +166,10 @@ static kiln_status st_map_file(kiln_st_impl *impl, const char *path, const kiln_
         return kiln_fail(KILN_ERR_MALFORMED, "%s: %zu bytes, shorter than the 8-byte header length", path,
                          size);
     }
+    struct stat sb;
+    uint64_t dev = 0, ino = 0;
+    if (fstat(fd, &sb) == 0)
+        dev = (uint64_t)sb.st_dev, ino = (uint64_t)sb.st_ino;
     void *base = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;
     close(fd);
@@ -180,7 +182,7 @@ static kiln_status st_map_file(kiln_st_impl *impl, const char *path, const kiln_
         munmap(base, size);
         return kiln_st_nomem();
     }
-    impl->maps[impl->n_maps] = (kiln_st_map){ copy, base, size };
+    impl->maps[impl->n_maps] = (kiln_st_map){ copy, base, size, dev, ino };
     *out = &impl->maps[impl->n_maps++];
     return KILN_OK;
 }

@@ -32,6 +32,7 @@ typedef struct kiln_st_map {
     char *path;
     void *base;
     size_t size;
+    uint64_t dev, ino; /* the file mapped */
 } kiln_st_map;
 
 /* What the model keeps: the mappings, and the aligned copies of tensors the

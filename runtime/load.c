@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 typedef struct load_unit {
@@ -162,10 +163,20 @@ static kiln_status files_open(load_run *r)
             if (known)
                 continue;
             size_t size;
-            kiln_status st = kiln_file_open_regular(path, &r->files[r->n_files].fd, &size);
+            int fd;
+            kiln_status st = kiln_file_open_regular(path, &fd, &size);
             if (st)
                 return st;
-            r->files[r->n_files++].path = path;
+            const kiln_file_span *f = span_of(u->item->tensor, part);
+            struct stat sb;
+            if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_dev != f->dev ||
+                (uint64_t)sb.st_ino != f->ino) {
+                close(fd);
+                return kiln_fail(KILN_ERR_IO, "%s: not the file the model was opened from (it "
+                                 "has been replaced since); open the model again", path);
+            }
+            r->files[r->n_files] = (load_file){ path, fd };
+            r->n_files++;
             /* advice: a kernel that ignores it reads the same bytes */
             (void)posix_fadvise(r->files[r->n_files - 1].fd, 0, 0, POSIX_FADV_SEQUENTIAL);
         }

@@ -576,3 +576,31 @@ Test(load, every_allocation_failing)
     kiln_graph_destroy(l.graph);
     kiln_model_close(l.model);
 }
+
+/* A shard replaced by another file at its path after the model was opened
+ * (the same bytes, another inode) is refused: the mapping the graph's
+ * weights point into and the file read would no longer be one. */
+Test(load, a_shard_replaced_is_refused_naming_it)
+{
+    write_model();
+    fake_device(NULL, "2", "2", "2K");
+    char dir[512], path[512], moved[512];
+    kiln_model *m;
+    kiln_graph *g;
+    cr_assert_eq(kiln_model_open(kt_in_tmp(dir, sizeof dir, ""), &m), KILN_OK, "%s",
+                 kiln_last_error());
+    cr_assert_eq(kiln_graph_create(&g), KILN_OK);
+    cr_assert_eq(kiln_model_build_linears(m, g, 0), KILN_OK, "%s", kiln_last_error());
+    kt_in_tmp(path, sizeof path, shard_name(2));
+    cr_assert_eq(rename(path, kt_in_tmp(moved, sizeof moved, "moved")), 0);
+    kt_copy_file(moved, path);
+    kiln_session *s = NULL;
+    kiln_session_options so = { .eager = 1, .quiet = 1 };
+    kiln_status st = kiln_session_create(g, &so, &s);
+    const char *msg = kiln_last_error();
+    cr_assert_eq(st, KILN_ERR_IO, "%s", msg);
+    cr_assert(strstr(msg, shard_name(2)) && strstr(msg, "replaced"), "%s", msg);
+    nothing_left();
+    kiln_graph_destroy(g);
+    kiln_model_close(m);
+}
