@@ -842,10 +842,11 @@ typedef struct kiln_session_stats {
  * $KILN_LOAD_SLOTS pinned staging buffers of $KILN_LOAD_SLOT_SIZE bytes
  * (README); KILN_ERR_INVALID_ARG names such a variable set to anything
  * but a count. Weights of a model (kiln_model_build_*) are read from
- * its files: KILN_ERR_IO names the file and the weight when one cannot be
- * read, has shrunk or has been replaced since the model was opened. A weight a kernel's layout
- * refuses, and a copy that fails, are errors naming it. opts->quiet: no
- * progress line for a load that passes a second either.
+ * its files: KILN_ERR_IO names the file (and the weight) when one cannot
+ * be read, has shrunk or has been replaced since the model was opened. A
+ * weight a kernel's layout refuses, and a copy that fails, are errors
+ * naming it. opts->quiet: no progress line for a load that passes a
+ * second either.
  * The graph and its weight memory must outlive the session. */
 KILN_API kiln_status kiln_session_create(kiln_graph *g, const kiln_session_options *opts,
                                          kiln_session **out);
