@@ -117,6 +117,25 @@ void kiln_quant_q4_0_dequantize(const kiln_qtensor *t, float *dst)
 
 /* --------------------------------------------------------------- Q4_1 */
 
+/* The affine fit of Q4_1 and Q5_1 over a block of QK: d = (max - min) /
+ * top, m = min, stored as f16 d at y and f16 m at y + 2; *min gets m
+ * unrounded, and the result is 1 / d (0 for a constant block). */
+static float affine_fit(const float *x, int top, uint8_t *y, float *min)
+{
+    float lo = FLT_MAX, hi = -FLT_MAX;
+    for (int j = 0; j < QK; j++) {
+        if (x[j] < lo)
+            lo = x[j];
+        if (x[j] > hi)
+            hi = x[j];
+    }
+    const float d = (hi - lo) / (float)top;
+    kiln_quant_store_f16(y, d);
+    kiln_quant_store_f16(y + 2, lo);
+    *min = lo;
+    return d != 0.0f ? 1.0f / d : 0.0f;
+}
+
 /* An affine fit on 16 levels: f16 d at 0, f16 m at 2, qs[16] at 4 (nibbles
  * as Q4_0). d = (max - min) / 15, m = min, q = trunc((x - min) / d + 0.5)
  * clamped to 15 (ggml's MIN(15, (int8_t)v); v >= 0 for finite input, and
@@ -127,17 +146,7 @@ void kiln_quant_q4_1_quantize(const float *src, kiln_qtensor *t)
     for (size_t b = 0; b < nb; b++) {
         const float *x = src + b * QK;
         uint8_t *y = (uint8_t *)t->data + b * Q4_1_BYTES;
-        float min = FLT_MAX, max = -FLT_MAX;
-        for (int j = 0; j < QK; j++) {
-            if (x[j] < min)
-                min = x[j];
-            if (x[j] > max)
-                max = x[j];
-        }
-        const float d = (max - min) / 15;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        kiln_quant_store_f16(y, d);
-        kiln_quant_store_f16(y + 2, min);
+        float min, id = affine_fit(x, 15, y, &min);
         for (int j = 0; j < QK / 2; j++) {
             uint8_t q[2];
             for (int h = 0; h < 2; h++) {
@@ -241,17 +250,7 @@ void kiln_quant_q5_1_quantize(const float *src, kiln_qtensor *t)
     for (size_t b = 0; b < nb; b++) {
         const float *x = src + b * QK;
         uint8_t *y = (uint8_t *)t->data + b * Q5_1_BYTES;
-        float min = FLT_MAX, max = -FLT_MAX;
-        for (int j = 0; j < QK; j++) {
-            if (x[j] < min)
-                min = x[j];
-            if (x[j] > max)
-                max = x[j];
-        }
-        const float d = (max - min) / 31;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        kiln_quant_store_f16(y, d);
-        kiln_quant_store_f16(y + 2, min);
+        float min, id = affine_fit(x, 31, y, &min);
         uint8_t q[QK];
         for (int j = 0; j < QK; j++)
             q[j] = trunc_level((x[j] - min) * id + 0.5f);

@@ -837,15 +837,27 @@ static const kiln_value *value_of_tensor(const kiln_program *bk, const kiln_tens
     return NULL;
 }
 
-kiln_status kiln_session_run(kiln_session *s, int64_t m, const float *const *inputs,
-                             float *const *outputs)
+/* The bucket a run of m tokens replays, in *b; refusals for a run without
+ * its arrays or past the session's buckets. */
+static kiln_status run_bucket(const kiln_session *s, int64_t m, const void *inputs,
+                              const void *outputs, int *b)
 {
     if (!s || !inputs || !outputs)
         return kiln_fail(KILN_ERR_INVALID_ARG, "session run: inputs and outputs are required");
-    int b = m >= 1 ? kiln_plan_bucket_for(s->plan, m) : -1;
-    if (b < 0)
+    *b = m >= 1 ? kiln_plan_bucket_for(s->plan, m) : -1;
+    if (*b < 0)
         return kiln_fail(KILN_ERR_SHAPE, "session run: %lld tokens; the session serves 1 to %lld",
                          (long long)m, (long long)s->build.programs[s->build.n_programs - 1].m);
+    return KILN_OK;
+}
+
+kiln_status kiln_session_run(kiln_session *s, int64_t m, const float *const *inputs,
+                             float *const *outputs)
+{
+    int b;
+    kiln_status st = run_bucket(s, m, inputs, outputs, &b);
+    if (st != KILN_OK)
+        return st;
     const kiln_program *bk = &s->build.programs[b];
     kiln_graph *g = s->graph;
     CU(s->cu->CtxSetCurrent(s->ctx), "cuCtxSetCurrent");
@@ -864,7 +876,7 @@ kiln_status kiln_session_run(kiln_session *s, int64_t m, const float *const *inp
         /* the staging rows are refilled for the next input */
         CU(s->cu->StreamSynchronize(s->stream), x->name);
     }
-    kiln_status st = replay(s, b, s->stream);
+    st = replay(s, b, s->stream);
     if (st != KILN_OK)
         return st;
     CU(s->cu->StreamSynchronize(s->stream), "run");
@@ -918,21 +930,19 @@ static kiln_status check_matrix(const kiln_device_matrix *d, const kiln_tensor *
 kiln_status kiln_session_run_device(kiln_session *s, int64_t m, const kiln_device_matrix *inputs,
                                     const kiln_device_matrix *outputs, void *stream)
 {
-    if (!s || !inputs || !outputs)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "session run: inputs and outputs are required");
-    int b = m >= 1 ? kiln_plan_bucket_for(s->plan, m) : -1;
-    if (b < 0)
-        return kiln_fail(KILN_ERR_SHAPE, "session run: %lld tokens; the session serves 1 to %lld",
-                         (long long)m, (long long)s->build.programs[s->build.n_programs - 1].m);
+    int b;
+    kiln_status st = run_bucket(s, m, inputs, outputs, &b);
+    if (st != KILN_OK)
+        return st;
     const kiln_program *bk = &s->build.programs[b];
     kiln_graph *g = s->graph;
     for (int i = 0; i < g->inputs.n; i++) {
-        kiln_status st = check_matrix(&inputs[i], g->inputs.v[i], "input");
+        st = check_matrix(&inputs[i], g->inputs.v[i], "input");
         if (st != KILN_OK)
             return st;
     }
     for (int i = 0; i < g->outputs.n; i++) {
-        kiln_status st = check_matrix(&outputs[i], g->outputs.v[i], "output");
+        st = check_matrix(&outputs[i], g->outputs.v[i], "output");
         if (st != KILN_OK)
             return st;
     }
@@ -943,7 +953,7 @@ kiln_status kiln_session_run_device(kiln_session *s, int64_t m, const kiln_devic
         const kiln_value *v = value_of_tensor(bk, x);
         if (!v)
             continue;
-        kiln_status st = copy_rows(s, &inputs[i], s->arena + v->offset, m, x->ne[0], 1, on,
+        st = copy_rows(s, &inputs[i], s->arena + v->offset, m, x->ne[0], 1, on,
                                    x->name);
         if (st != KILN_OK)
             return st;
@@ -953,7 +963,7 @@ kiln_status kiln_session_run_device(kiln_session *s, int64_t m, const kiln_devic
             CU(s->cu->MemsetD8Async(s->arena + v->offset + (size_t)m * row, 0,
                                     (size_t)(bk->m - m) * row, on), x->name);
     }
-    kiln_status st = replay(s, b, on);
+    st = replay(s, b, on);
     if (st != KILN_OK)
         return st;
     for (int i = 0; i < g->outputs.n; i++) {

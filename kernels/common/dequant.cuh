@@ -237,6 +237,19 @@ struct fmt_ggml_mxfp4 {
     }
 };
 
+// Sub-block j's 6-bit scale and min from the 12 packed bytes s of a Q4_K
+// or Q5_K block (ggml's get_scale_min_k4).
+__device__ __forceinline__ void k4_scale_min(const u8 *s, int j, u32 &sc, u32 &m)
+{
+    if (j < 4) {
+        sc = s[j] & 63u;
+        m = s[j + 4] & 63u;
+    } else {
+        sc = (s[j + 4] & 0xFu) | ((s[j - 4] >> 6) << 4);
+        m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
 // 256 values: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128
 // bytes of nibbles. Sub-block j (32 values) has scale sc and min m
 // (ggml's get_scale_min_k4); each 64 values use 32 bytes of qs, low
@@ -247,17 +260,10 @@ struct fmt_q4_k {
     static __device__ void load(const weight_view &w, int n, int k0, float (&out)[chunk])
     {
         const u8 *b = row_of<block, block_bytes, K>(w, n) + (k0 / block) * block_bytes;
-        const u8 *s = b + 4;
         int p = k0 % block;
         int j = p / 32;
         u32 sc, m;
-        if (j < 4) {
-            sc = s[j] & 63u;
-            m = s[j + 4] & 63u;
-        } else {
-            sc = (s[j + 4] & 0xFu) | ((s[j - 4] >> 6) << 4);
-            m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-        }
+        k4_scale_min(b + 4, j, sc, m);
         float d1 = f16_to_f32((u16)load_u16_bytes(b)) * (float)sc;
         float m1 = f16_to_f32((u16)load_u16_bytes(b + 2)) * (float)m;
         const u8 *qs = b + 16 + 32 * (j / 2) + p % 32;
@@ -406,17 +412,10 @@ struct fmt_q5_k {
     static __device__ void load(const weight_view &w, int n, int k0, float (&out)[chunk])
     {
         const u8 *b = row_of<block, block_bytes, K>(w, n) + (k0 / block) * block_bytes;
-        const u8 *s = b + 4;
         int p = k0 % block;
         int j = p / 32;
         u32 sc, m;
-        if (j < 4) {
-            sc = s[j] & 63u;
-            m = s[j + 4] & 63u;
-        } else {
-            sc = (s[j + 4] & 0xFu) | ((s[j - 4] >> 6) << 4);
-            m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-        }
+        k4_scale_min(b + 4, j, sc, m);
         float d1 = f16_to_f32((u16)load_u16_bytes(b)) * (float)sc;
         float m1 = f16_to_f32((u16)load_u16_bytes(b + 2)) * (float)m;
         const u8 *qs = b + 48 + 32 * (j / 2) + p % 32;

@@ -412,55 +412,35 @@ static void rt_q5_0(const rt_case *c)
     }
 }
 
-/* Q5_1: d = (max - min) / 31, m = min, both f16; q = round((x - min) / d)
- * costs half a step of the exact d, the f16 errors |q| <= 31 times d's
- * and once m's. */
-static void rt_q5_1(const rt_case *c)
+/* Q4_1 and Q5_1: d = (max - min) / top, m = min, both f16; q = round((x -
+ * min) / d) costs half a step of the exact d, the f16 errors |q| <= top
+ * times d's and once m's. */
+static void rt_affine(const rt_case *c, int top, int block_bytes, const char *name)
 {
     int64_t count = c->q->t.n * c->q->t.k;
     for (int64_t b = 0; b < count / 32; b++) {
         const float *x = c->x + b * 32, *y = c->y + b * 32;
-        const uint8_t *blk = data_u8(c->q) + b * 24;
+        const uint8_t *blk = data_u8(c->q) + b * block_bytes;
         float min = x[0], max = x[0];
         for (int j = 1; j < 32; j++) {
             min = fminf(min, x[j]);
             max = fmaxf(max, x[j]);
         }
-        float dt = (max - min) / 31;
+        float dt = (max - min) / (float)top;
         double d16 = f16_at(blk), m16 = f16_at(blk + 2);
-        cr_assert_eq(d16, kiln_f16_to_f32(kiln_f32_to_f16(dt)), "q5_1 block %lld: d = f16((max-min)/31)",
+        cr_assert_eq(d16, kiln_f16_to_f32(kiln_f32_to_f16(dt)), "%s block %lld: d = f16((max-min)/%d)",
+                     name, (long long)b, top);
+        cr_assert_eq(m16, kiln_f16_to_f32(kiln_f32_to_f16(min)), "%s block %lld: m = f16(min)", name,
                      (long long)b);
-        cr_assert_eq(m16, kiln_f16_to_f32(kiln_f32_to_f16(min)), "q5_1 block %lld: m = f16(min)", (long long)b);
-        double bound = 0.5 * dt * (1 + 0x1p-20) + 31 * fabs(d16 - dt) + fabs(m16 - min) + 0x1p-20 * fabs(min);
+        double bound = 0.5 * dt * (1 + 0x1p-20) + top * fabs(d16 - dt) + fabs(m16 - min) + 0x1p-20 * fabs(min);
         for (int j = 0; j < 32; j++)
-            cr_assert(fabs((double)y[j] - x[j]) <= bound, "q5_1 block %lld: %a -> %a", (long long)b, x[j], y[j]);
+            cr_assert(fabs((double)y[j] - x[j]) <= bound, "%s block %lld: %a -> %a", name, (long long)b, x[j],
+                      y[j]);
     }
 }
 
-/* Q4_1: d = (max - min) / 15, m = min, both f16; q = round((x - min) / d)
- * costs half a step of the exact d, the f16 errors |q| <= 15 times d's
- * and once m's. */
-static void rt_q4_1(const rt_case *c)
-{
-    int64_t count = c->q->t.n * c->q->t.k;
-    for (int64_t b = 0; b < count / 32; b++) {
-        const float *x = c->x + b * 32, *y = c->y + b * 32;
-        const uint8_t *blk = data_u8(c->q) + b * 20;
-        float min = x[0], max = x[0];
-        for (int j = 1; j < 32; j++) {
-            min = fminf(min, x[j]);
-            max = fmaxf(max, x[j]);
-        }
-        float dt = (max - min) / 15;
-        double d16 = f16_at(blk), m16 = f16_at(blk + 2);
-        cr_assert_eq(d16, kiln_f16_to_f32(kiln_f32_to_f16(dt)), "q4_1 block %lld: d = f16((max-min)/15)",
-                     (long long)b);
-        cr_assert_eq(m16, kiln_f16_to_f32(kiln_f32_to_f16(min)), "q4_1 block %lld: m = f16(min)", (long long)b);
-        double bound = 0.5 * dt * (1 + 0x1p-20) + 15 * fabs(d16 - dt) + fabs(m16 - min) + 0x1p-20 * fabs(min);
-        for (int j = 0; j < 32; j++)
-            cr_assert(fabs((double)y[j] - x[j]) <= bound, "q4_1 block %lld: %a -> %a", (long long)b, x[j], y[j]);
-    }
-}
+static void rt_q5_1(const rt_case *c) { rt_affine(c, 31, 24, "q5_1"); }
+static void rt_q4_1(const rt_case *c) { rt_affine(c, 15, 20, "q4_1"); }
 
 /* Q2_K: sub-blocks of 16, 4-bit scale and min codes under f16 d, dmin;
  * 4 levels over a sub-block's range leave a relative RMS near 0.3 on
