@@ -400,56 +400,61 @@ Test(load, a_copy_failing_halfway_names_the_weight_and_leaves_nothing)
     }
 }
 
-Test(load, a_shard_that_shrank_is_an_error_naming_it)
+/* The model opened and its linears built, then damage() done to its
+ * files, then a session: refused with KILN_ERR_IO, leaving nothing
+ * allocated; its message, for the caller to check. */
+static const char *session_after(void (*damage)(void))
 {
     write_model();
     fake_device(NULL, "2", "2", "2K");
-    char dir[512], path[512];
+    char dir[512];
     kiln_model *m;
     kiln_graph *g;
     cr_assert_eq(kiln_model_open(kt_in_tmp(dir, sizeof dir, ""), &m), KILN_OK, "%s",
                  kiln_last_error());
     cr_assert_eq(kiln_graph_create(&g), KILN_OK);
     cr_assert_eq(kiln_model_build_linears(m, g, 0), KILN_OK, "%s", kiln_last_error());
-    /* after the model was opened: its mapping would fault where the pread
-     * comes back short */
-    cr_assert_eq(truncate(kt_in_tmp(path, sizeof path, shard_name(2)), 4096), 0);
+    damage();
     kiln_session *s = NULL;
     kiln_session_options so = { .eager = 1, .quiet = 1 };
     kiln_status st = kiln_session_create(g, &so, &s);
-    const char *msg = kiln_last_error();
+    static char msg[1024];
+    snprintf(msg, sizeof msg, "%s", kiln_last_error());
     cr_assert_eq(st, KILN_ERR_IO, "%s", msg);
     cr_assert_null(s);
-    cr_assert(strstr(msg, shard_name(2)) && strstr(msg, "weight ") && names_a_weight(msg),
-              "%s", msg);
-    cr_assert_not_null(strstr(msg, "the file ends"), "%s", msg);
     nothing_left();
     kiln_graph_destroy(g);
     kiln_model_close(m);
+    return msg;
+}
+
+/* after the model was opened: its mapping would fault where the pread
+ * comes back short */
+static void shrink(void)
+{
+    char path[512];
+    cr_assert_eq(truncate(kt_in_tmp(path, sizeof path, shard_name(2)), 4096), 0);
+}
+
+Test(load, a_shard_that_shrank_is_an_error_naming_it)
+{
+    const char *msg = session_after(shrink);
+    cr_assert(strstr(msg, shard_name(2)) && strstr(msg, "weight ") && names_a_weight(msg),
+              "%s", msg);
+    cr_assert_not_null(strstr(msg, "the file ends"), "%s", msg);
+}
+
+static void remove_shard_1(void)
+{
+    char path[512], moved[512];
+    cr_assert_eq(rename(kt_in_tmp(path, sizeof path, shard_name(1)),
+                        kt_in_tmp(moved, sizeof moved, "moved")), 0);
 }
 
 Test(load, a_shard_gone_is_an_error_naming_it)
 {
-    write_model();
-    fake_device(NULL, "2", "2", "2K");
-    char dir[512], path[512], moved[512];
-    kiln_model *m;
-    kiln_graph *g;
-    cr_assert_eq(kiln_model_open(kt_in_tmp(dir, sizeof dir, ""), &m), KILN_OK, "%s",
-                 kiln_last_error());
-    cr_assert_eq(kiln_graph_create(&g), KILN_OK);
-    cr_assert_eq(kiln_model_build_linears(m, g, 0), KILN_OK, "%s", kiln_last_error());
-    cr_assert_eq(rename(kt_in_tmp(path, sizeof path, shard_name(1)),
-                        kt_in_tmp(moved, sizeof moved, "moved")), 0);
-    kiln_session *s = NULL;
-    kiln_session_options so = { .eager = 1, .quiet = 1 };
-    kiln_status st = kiln_session_create(g, &so, &s);
-    const char *msg = kiln_last_error();
-    cr_assert_eq(st, KILN_ERR_IO, "%s", msg);
+    const char *msg = session_after(remove_shard_1);
     cr_assert_not_null(strstr(msg, shard_name(1)), "%s", msg);
-    nothing_left();
-    kiln_graph_destroy(g);
-    kiln_model_close(m);
 }
 
 Test(load, a_bad_setting_is_refused_by_name)
@@ -580,27 +585,16 @@ Test(load, every_allocation_failing)
 /* A shard replaced by another file at its path after the model was opened
  * (the same bytes, another inode) is refused: the mapping the graph's
  * weights point into and the file read would no longer be one. */
-Test(load, a_shard_replaced_is_refused_naming_it)
+static void replace_shard_2(void)
 {
-    write_model();
-    fake_device(NULL, "2", "2", "2K");
-    char dir[512], path[512], moved[512];
-    kiln_model *m;
-    kiln_graph *g;
-    cr_assert_eq(kiln_model_open(kt_in_tmp(dir, sizeof dir, ""), &m), KILN_OK, "%s",
-                 kiln_last_error());
-    cr_assert_eq(kiln_graph_create(&g), KILN_OK);
-    cr_assert_eq(kiln_model_build_linears(m, g, 0), KILN_OK, "%s", kiln_last_error());
+    char path[512], moved[512];
     kt_in_tmp(path, sizeof path, shard_name(2));
     cr_assert_eq(rename(path, kt_in_tmp(moved, sizeof moved, "moved")), 0);
     kt_copy_file(moved, path);
-    kiln_session *s = NULL;
-    kiln_session_options so = { .eager = 1, .quiet = 1 };
-    kiln_status st = kiln_session_create(g, &so, &s);
-    const char *msg = kiln_last_error();
-    cr_assert_eq(st, KILN_ERR_IO, "%s", msg);
+}
+
+Test(load, a_shard_replaced_is_refused_naming_it)
+{
+    const char *msg = session_after(replace_shard_2);
     cr_assert(strstr(msg, shard_name(2)) && strstr(msg, "replaced"), "%s", msg);
-    nothing_left();
-    kiln_graph_destroy(g);
-    kiln_model_close(m);
 }
