@@ -306,9 +306,11 @@ kiln_status kiln_st_ct_lookup(const kiln_st_loader *L, const char *module, kiln_
                                        "blocks";
         else
             why = "no kiln format";
-        snprintf(out->why, sizeof out->why,
-                 "compressed-tensors quantization_config.config_groups.%s.weights: %s (%s): %s",
-                 name, scheme, fmt, why);
+        int n = snprintf(out->why, sizeof out->why,
+                         "compressed-tensors quantization_config.config_groups.%s.weights: %s "
+                         "(%s): %s", name, scheme, fmt, why);
+        if (n >= (int)sizeof out->why) /* cut short, and said so */
+            memcpy(out->why + sizeof out->why - 4, "...", 4);
         return KILN_OK;
     }
     return KILN_OK;

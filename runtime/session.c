@@ -854,7 +854,7 @@ static kiln_status run_bucket(const kiln_session *s, int64_t m, const void *inpu
 kiln_status kiln_session_run(kiln_session *s, int64_t m, const float *const *inputs,
                              float *const *outputs)
 {
-    int b;
+    int b = -1;
     kiln_status st = run_bucket(s, m, inputs, outputs, &b);
     if (st != KILN_OK)
         return st;
@@ -930,7 +930,7 @@ static kiln_status check_matrix(const kiln_device_matrix *d, const kiln_tensor *
 kiln_status kiln_session_run_device(kiln_session *s, int64_t m, const kiln_device_matrix *inputs,
                                     const kiln_device_matrix *outputs, void *stream)
 {
-    int b;
+    int b = -1;
     kiln_status st = run_bucket(s, m, inputs, outputs, &b);
     if (st != KILN_OK)
         return st;
