@@ -569,6 +569,14 @@ Test(gpu_session, device_buffers_on_the_callers_stream, .timeout = 600)
     kt_weight_make(&down, &r, KILN_FMT_Q4_K, D, F);
     kiln_graph *g = kt_ffn_graph(&gate, &up, &down, norm);
     static float x[MAX_M * D], want[MAX_M * D], got[MAX_M * D];
+    /* The caller holds the device's primary context, as an engine does:
+     * its stream outlives the sessions. */
+    CUdevice dev;
+    CUcontext ctx;
+    cr_assert_eq(cu->Init(0), CUDA_SUCCESS);
+    cr_assert_eq(cu->DeviceGet(&dev, 0), CUDA_SUCCESS);
+    cr_assert_eq(cu->DevicePrimaryCtxRetain(&ctx, dev), CUDA_SUCCESS);
+    cr_assert_eq(cu->CtxSetCurrent(ctx), CUDA_SUCCESS);
     CUstream stream;
     cr_assert_eq(cu->StreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
     for (int eager = 0; eager < 2; eager++) {
@@ -631,6 +639,7 @@ Test(gpu_session, device_buffers_on_the_callers_stream, .timeout = 600)
         kt_session_destroy(s);
     }
     cu->StreamDestroy(stream);
+    cu->DevicePrimaryCtxRelease(dev);
     kiln_graph_destroy(g);
     kt_weight_free(&gate);
     kt_weight_free(&up);
