@@ -162,13 +162,15 @@ static int print_json(const char *model, const kiln_session_stats *ss, kiln_cpu 
                       ss->graphs_s, "first_run_s", first_s, "weight_bytes",
                       (json_int_t)ss->weight_bytes, "arena_bytes", (json_int_t)ss->arena_bytes);
         json_object_update_new(
-            cold, json_pack("{s:f, s:f, s:I, s:I, s:I, s:i, s:b, s:f}", "weights_gb_s",
+            cold, json_pack("{s:f, s:f, s:I, s:I, s:I, s:i, s:b, s:f, s:I, s:f}", "weights_gb_s",
                             gb_per_s(ss->weight_bytes, ss->weights_s), "load_s", ss->load_s,
                             "load_read_bytes", (json_int_t)ss->load_read_bytes,
                             "load_copied_bytes", (json_int_t)ss->load_copied_bytes,
                             "load_packed_bytes", (json_int_t)ss->load_packed_bytes,
                             "load_threads", ss->load_threads, "load_pinned", ss->load_pinned,
-                            "load_gb_s", gb_per_s(ss->load_copied_bytes, ss->load_s)));
+                            "load_gb_s", gb_per_s(ss->load_copied_bytes, ss->load_s),
+                            "load_device_packed_bytes", (json_int_t)ss->load_device_packed_bytes,
+                            "load_device_pack_s", ss->load_device_pack_s));
         json_object_set_new(root, "cold_start", cold);
     } else {
         json_object_set_new(root, "threads", json_integer(kiln_cpu_threads(cpu)));
@@ -332,13 +334,15 @@ static int run(int argc, char **argv)
                (create_s + first) * 1e3, ss.plan_s * 1e3, ss.cache_s * 1e3, ss.compile_s * 1e3,
                ss.compiled, ss.module_s * 1e3, ss.weights_s * 1e3, weights,
                gb_per_s(ss.weight_bytes, ss.weights_s), ss.graphs_s * 1e3, first * 1e3);
-        char read[32], packed[32];
+        char read[32], packed[32], device[32];
         cli_bytes(ss.load_read_bytes, read, sizeof read);
         cli_bytes(ss.load_packed_bytes, packed, sizeof packed);
-        printf("weights load %.1f ms (%.2f GB/s to the device): %s read, %s packed, %d "
-               "readers, %s staging\n",
+        cli_bytes(ss.load_device_packed_bytes, device, sizeof device);
+        printf("weights load %.1f ms (%.2f GB/s to the device): %s read, %s packed on the host, "
+               "%d readers, %s staging; %s packed on the device in %.1f ms\n",
                ss.load_s * 1e3, gb_per_s(ss.load_copied_bytes, ss.load_s), read, packed,
-               ss.load_threads, ss.load_pinned ? "pinned" : "pageable");
+               ss.load_threads, ss.load_pinned ? "pinned" : "pageable", device,
+               ss.load_device_pack_s * 1e3);
     }
     if (rc == CLI_OK && profile && !json) {
         if (gpu.gpu)

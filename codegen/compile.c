@@ -25,6 +25,7 @@ static const char *kernel_kind(const kiln_kernel_desc *d)
     switch (d->kind) {
     case KILN_STEP_LINEAR: return d->backend->name;
     case KILN_STEP_QUANT: return "quant";
+    case KILN_STEP_PACK: return "pack";
     default: return "op";
     }
 }

@@ -7,6 +7,7 @@
 #include "codegen/emit.h"
 
 #include "kernels/common/kiln_args.h"
+#include "kernels/gemv/pack.h"
 
 #include <limits.h>
 #include <stdarg.h>
@@ -159,6 +160,9 @@ kiln_status kiln_emit(const kiln_kernel_desc *d, const char *signature, kiln_ker
     case KILN_STEP_LINEAR: st = emit_linear(d, body, sizeof body); break;
     case KILN_STEP_OP: st = emit_op(d, body, sizeof body); break;
     case KILN_STEP_QUANT: st = emit_quant(d, body, sizeof body); break;
+    case KILN_STEP_PACK:
+        st = kiln_gemv_pack_emit(d->linear.cfg.format, d->entry, body, sizeof body);
+        break;
     }
     if (st != KILN_OK)
         return st;

@@ -46,6 +46,10 @@ kiln_status kiln_kernel_launches(const kiln_kernel_desc *d, int64_t m,
         l[count].cfg = rows;
         snprintf(l[count++].entry, KILN_ENTRY_MAX, "%s", d->entry);
         break;
+    case KILN_STEP_PACK: /* its blocks follow from the weight's shape at load */
+        l[count].cfg = (kiln_launch){ .grid = { 1, 1, 1 }, .block = { KILN_PACK_THREADS, 1, 1 } };
+        snprintf(l[count++].entry, KILN_ENTRY_MAX, "%s", d->entry);
+        break;
     }
     memcpy(out, l, (size_t)count * sizeof *l);
     *n = count;

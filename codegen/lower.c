@@ -382,7 +382,7 @@ static kiln_status build_program(builder *b, kiln_tensor *const *topo, int n)
  * weight, bias and weight layout, and every step's launches for bk's m as
  * the target fixes them (kiln_launch_finalise does the rest on a device).
  * A planning-only backend (no code hooks) gets no launches. */
-static kiln_status plan_launches(const kiln_plan *p, kiln_program *bk)
+static kiln_status plan_launches(kiln_plan *p, kiln_program *bk)
 {
     for (int i = 0; i < bk->n_steps; i++) {
         kiln_step *s = &bk->steps[i];
@@ -394,6 +394,13 @@ static kiln_status plan_launches(const kiln_plan *p, kiln_program *bk)
             kiln_status st;
             if (d->backend->layout && (st = d->backend->layout(&p->target, &d->linear, &s->layout)))
                 return kiln_fail_prefix(st, "weight %s", s->weight->name);
+            if (s->layout.device_pack) {
+                kiln_kernel_desc pd = { .kind = KILN_STEP_PACK, .target = p->kernel_target };
+                pd.linear.cfg.format = d->linear.cfg.format;
+                if ((st = plan_signature(p, &pd, &s->layout.packer)))
+                    return st;
+                d = &p->signatures[s->signature].desc; /* the signatures may have moved */
+            }
             if (!d->backend->launch)
                 continue;
         }

@@ -281,6 +281,12 @@ static const sig_field quant_fields[] = {
     TEXT("target", target, target.name),
 };
 
+/* A layout's device packer: the format is all it depends on. */
+static const sig_field pack_fields[] = {
+    FIELD("format", format),
+    TEXT("target", target, target.name),
+};
+
 enum { SIG_MAX_FIELDS = KILN_ARRAY_LEN(linear_fields) };
 
 /* A form: the word that starts it, its fields in print order, and the
@@ -294,10 +300,12 @@ static const struct sig_form {
     [KILN_STEP_OP] = { "op", op_fields, KILN_ARRAY_LEN(op_fields), 0 },
     [KILN_STEP_LINEAR] = { "linear", linear_fields, KILN_ARRAY_LEN(linear_fields), 0 },
     [KILN_STEP_QUANT] = { "quant", quant_fields, KILN_ARRAY_LEN(quant_fields), -1 },
+    [KILN_STEP_PACK] = { "pack", pack_fields, KILN_ARRAY_LEN(pack_fields), -1 },
 };
-_Static_assert(KILN_ARRAY_LEN(sig_forms) == KILN_STEP_QUANT + 1, "one form per step kind");
+_Static_assert(KILN_ARRAY_LEN(sig_forms) == KILN_STEP_PACK + 1, "one form per step kind");
 _Static_assert(KILN_ARRAY_LEN(op_fields) <= SIG_MAX_FIELDS &&
-                   KILN_ARRAY_LEN(quant_fields) <= SIG_MAX_FIELDS,
+                   KILN_ARRAY_LEN(quant_fields) <= SIG_MAX_FIELDS &&
+                   KILN_ARRAY_LEN(pack_fields) <= SIG_MAX_FIELDS,
                "the linear form has the most fields");
 
 kiln_status kiln_sig_print(const kiln_kernel_desc *d, char *buf, size_t size)
@@ -360,7 +368,7 @@ kiln_status kiln_sig_parse(const kiln_registry *r, const char *signature, kiln_k
     while (form < KILN_ARRAY_LEN(sig_forms) && (!kind || strcmp(kind, sig_forms[form].kind)))
         form++;
     if (form == KILN_ARRAY_LEN(sig_forms))
-        return malformed(signature, "does not start with linear, op or quant");
+        return malformed(signature, "does not start with linear, op, quant or pack");
     const struct sig_form *f = &sig_forms[form];
     /* Split first, so that text of the wrong shape is malformed whatever
      * its values are. */

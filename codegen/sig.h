@@ -12,6 +12,7 @@
  *   linear backend=B variant=V format=F scales=S act=A n=N k=K epilogue=E out=bf16 target=T
  *   op OP width=W target=T
  *   quant act=A k=K target=T
+ *   pack format=F target=T      (a packed layout's device packer)
  * scales follows from the format ("f32:128x128", "e8m0:1x32", "inline",
  * "none"): it is printed for the reader and not read back. */
 #ifndef KILN_SIG_H
@@ -34,7 +35,7 @@ typedef struct kiln_kernel_desc {
     const kiln_backend *backend; /* KILN_STEP_LINEAR */
     kiln_linear_kernel linear;   /* KILN_STEP_LINEAR */
     kiln_op op;                  /* KILN_STEP_OP */
-    kiln_act act;                /* KILN_STEP_QUANT */
+    kiln_act act;                /* KILN_STEP_QUANT; KILN_STEP_PACK: linear.cfg.format */
     int64_t width;               /* KILN_STEP_OP: row width; KILN_STEP_QUANT: k */
 } kiln_kernel_desc;
 

@@ -29,6 +29,7 @@ typedef enum kiln_step_kind {
     KILN_STEP_OP = 0,  /* an elementwise graph op (add, mul, silu, gelu, rms_norm) */
     KILN_STEP_LINEAR,  /* a linear with its fused epilogue */
     KILN_STEP_QUANT,   /* quantize an activation for a linear (inserted) */
+    KILN_STEP_PACK,    /* pack a weight into a layout on the device (a load, not a step) */
 } kiln_step_kind;
 
 enum {
@@ -92,6 +93,15 @@ typedef struct kiln_weight_layout {
     const char *name;   /* the packed layout's name, static */
     size_t data_bytes;  /* the packed arrays */
     size_t scale_bytes;
+    /* 1: the backend packs on the device too, with a kernel of the
+     * layout's format (a "pack" signature); packer is that signature's
+     * index in the plan, set by lowering. The kernel lowers its bad
+     * index to the first value it cannot carry, and refusal gives the
+     * error the host packer would: for value i of a format f weight of k
+     * columns, f16_bits the value's bits where f is F16. */
+    int device_pack;
+    int packer;
+    kiln_status (*refusal)(kiln_format f, int64_t k, int64_t i, unsigned f16_bits);
 } kiln_weight_layout;
 
 /* A step of one bucket's program. */

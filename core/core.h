@@ -110,6 +110,9 @@ typedef struct kiln_env {
     const char *libcuda;        /* KILN_LIBCUDA: the CUDA driver library to load */
     int offline;                /* KILN_OFFLINE: a kernel missing from every cache is an error */
     int serial;                 /* KILN_SERIAL: every kernel starts after the one before ends */
+    const char *pack;           /* KILN_PACK: "host" packs every weight layout on the CPU
+                                   (the reference), "device" (the default) with the plan's
+                                   device packers */
     const char *compile_timeout;
     double compile_timeout_s;   /* KILN_COMPILE_TIMEOUT: seconds one compile may take; 0 when
                                    unset, -1 when it is not a positive number */

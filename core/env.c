@@ -61,6 +61,7 @@ void kiln_env_read(kiln_env *out)
         .libcuda = text("KILN_LIBCUDA"),
         .offline = flag("KILN_OFFLINE"),
         .serial = flag("KILN_SERIAL"),
+        .pack = text("KILN_PACK"),
         .compile_timeout = text("KILN_COMPILE_TIMEOUT"),
         .compile_timeout_s = seconds("KILN_COMPILE_TIMEOUT"),
         .load_threads_text = text("KILN_LOAD_THREADS"),

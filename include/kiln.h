@@ -831,6 +831,11 @@ typedef struct kiln_session_stats {
     size_t load_read_bytes, load_copied_bytes, load_packed_bytes;
     double load_s;
     int load_threads, load_pinned;
+    /* Packed layouts written on the device from the storage layout by
+     * their packers (kernels of the plan, cached like the others): bytes
+     * written and seconds, after load_s. */
+    size_t load_device_packed_bytes;
+    double load_device_pack_s;
 } kiln_session_stats;
 
 /* KILN_ERR_NO_DEVICE when there is no GPU or driver (callers fall back to

@@ -56,6 +56,7 @@ struct kiln_session {
     uint16_t *staging;         /* bf16 rows for inputs and outputs */
     size_t staging_elems;
     int eager, quiet;
+    int host_pack;             /* $KILN_PACK=host: every layout packed on the CPU */
     /* What the device gives launches; sm_count 0 where no kernel may start
      * before the one before it has finished: $KILN_SERIAL=1, or a driver
      * before 12.3, which cannot capture such launches into a graph. */
@@ -193,35 +194,217 @@ static kiln_status load_options(const kiln_session *s, kiln_load_options *o)
     return KILN_OK;
 }
 
-/* Every weight through the load, then the copies of shared ones and the
- * global scales. */
-static kiln_status weights_load(kiln_session *s)
+/* A packed copy its layout's device packer fills: the weight goes up in
+ * kiln's storage layout (the copy a prefill kernel keeps, or a scratch
+ * buffer) and the packer writes the packed arrays on the device. */
+static int packed_on_device(const kiln_session *s, const dev_weight *w)
+{
+    return !s->host_pack && w->same < 0 && w->layout.pack && w->layout.device_pack &&
+           w->layout.refusal && s->kernels[w->layout.packer].n_fn == 1;
+}
+
+/* The bytes of weight t in kiln's storage layout. */
+static kiln_status storage_bytes(const kiln_tensor *t, size_t *data, size_t *scale)
+{
+    kiln_status e = kiln_format_data_bytes(t->weight.format, t->weight.n, t->weight.k, data);
+    if (e == KILN_OK)
+        e = kiln_qtensor_scale_bytes(&t->weight, scale);
+    return e != KILN_OK ? kiln_fail_prefix(e, "weight %s", t->name) : KILN_OK;
+}
+
+/* Queues w's device packer on the storage-layout arrays data and scale;
+ * the first value it cannot carry lowers *bad. */
+static kiln_status device_pack(kiln_session *s, const dev_weight *w, CUdeviceptr data,
+                               CUdeviceptr scale, CUdeviceptr bad)
+{
+    const kiln_qtensor *q = &w->tensor->weight;
+    size_t data_bytes, scale_bytes;
+    kiln_status st = storage_bytes(w->tensor, &data_bytes, &scale_bytes);
+    if (st)
+        return st;
+    kiln_pack_args a = {
+        .w = (const void *)data, .w_scale = (const void *)scale,
+        .out = (void *)w->data, .out_scale = (void *)w->scale,
+        .n = q->n, .k = q->k,
+        .scale_bytes = (long long)(w->scale_bytes < scale_bytes ? w->scale_bytes : scale_bytes),
+        .bad = (unsigned long long *)bad,
+    };
+    /* a warp an atom of a 16-row tile, grid-strided */
+    const int64_t atoms = kiln_ceil_div(q->n, 16) * (q->k / 64), per_block = KILN_PACK_THREADS / 32;
+    int64_t blocks = kiln_ceil_div(atoms, per_block);
+    blocks = blocks < 1 ? 1 : blocks > 16384 ? 16384 : blocks;
+    void *params[] = { &a };
+    CUlaunchConfig lc = {
+        .gridDimX = (unsigned)blocks, .gridDimY = 1, .gridDimZ = 1,
+        .blockDimX = KILN_PACK_THREADS, .blockDimY = 1, .blockDimZ = 1,
+        .hStream = s->stream,
+    };
+    const dev_kernel *d = &s->kernels[w->layout.packer];
+    CU(s->cu->LaunchKernelEx(&lc, d->fn[0], params, NULL),
+       s->build.kernels[w->layout.packer].signature);
+    s->stats.load_device_packed_bytes += w->data_bytes + w->scale_bytes;
+    return KILN_OK;
+}
+
+/* The load's tallies, summed over its runs. */
+static void load_count(kiln_session *s, const kiln_load_stats *ls)
+{
+    s->stats.load_read_bytes += ls->read_bytes;
+    s->stats.load_copied_bytes += ls->copied_bytes;
+    s->stats.load_packed_bytes += ls->packed_bytes;
+    s->stats.load_s += ls->seconds;
+    s->stats.load_threads = ls->threads;
+    s->stats.load_pinned = ls->pinned;
+}
+
+/* One run of the load over items, counted. */
+static kiln_status load_items(kiln_session *s, const kiln_load_item *items, int n)
 {
     kiln_load_options o;
     kiln_status st = load_options(s, &o);
-    if (st)
+    if (st || !n)
         return st;
+    kiln_load_stats ls;
+    st = kiln_load_run(&o, items, n, &ls);
+    load_count(s, &ls);
+    return st;
+}
+
+enum { PACK_SCRATCH = 1 << 30 }; /* storage-layout bytes staged for the device packers */
+
+/* The device-packed copies that have no storage copy to pack from, in
+ * rounds: as many as fit PACK_SCRATCH (at least one) go up into a scratch
+ * buffer, are packed, and the buffer is used again. */
+static kiln_status pack_through_scratch(kiln_session *s, kiln_load_item *items,
+                                        CUdeviceptr bad)
+{
+    int i = 0;
+    while (i < s->n_weights) {
+        size_t total = 0, at[64];
+        int pick[64], n = 0;
+        for (int j = i; j < s->n_weights && n < 64; j++) {
+            const dev_weight *w = &s->weights[j];
+            if (!packed_on_device(s, w) || weight_of(s, w->tensor, NULL))
+                continue;
+            size_t data, scale;
+            kiln_status st = storage_bytes(w->tensor, &data, &scale);
+            if (st)
+                return st;
+            size_t need = (data + 255) / 256 * 256 + (scale + 255) / 256 * 256;
+            if (n && total + need > PACK_SCRATCH)
+                break;
+            at[n] = total, pick[n++] = j, total += need;
+        }
+        if (!n)
+            break;
+        CUdeviceptr scratch;
+        CU(s->cu->MemAlloc(&scratch, total), "the device packers' scratch");
+        kiln_status st = KILN_OK;
+        for (int k = 0; k < n && st == KILN_OK; k++) {
+            const kiln_tensor *t = s->weights[pick[k]].tensor;
+            size_t data, scale;
+            st = storage_bytes(t, &data, &scale);
+            items[k] = (kiln_load_item){ .tensor = t, .data = scratch + at[k],
+                                         .scale = scratch + at[k] + (data + 255) / 256 * 256,
+                                         .data_bytes = data, .scale_bytes = scale };
+        }
+        if (st == KILN_OK)
+            st = load_items(s, items, n);
+        for (int k = 0; k < n && st == KILN_OK; k++)
+            st = device_pack(s, &s->weights[pick[k]], items[k].data, items[k].scale,
+                             bad + (size_t)pick[k] * 8);
+        kiln_status sync = kiln_cu_check(s->cu, s->cu->StreamSynchronize(s->stream),
+                                         "the device packers");
+        s->cu->MemFree(scratch);
+        if (st || sync)
+            return st ? st : sync;
+        i = pick[n - 1] + 1;
+    }
+    return KILN_OK;
+}
+
+/* What the device packers found: the first weight with a value its layout
+ * cannot carry, named as the host packer names it. */
+static kiln_status pack_refusals(kiln_session *s, CUdeviceptr bad)
+{
+    uint64_t *first = kiln_calloc((size_t)s->n_weights + 1, sizeof *first);
+    if (!first)
+        return kiln_fail(KILN_ERR_NOMEM, "session: out of memory for the packers' findings");
+    kiln_status st = kiln_cu_check(s->cu, s->cu->MemcpyDtoH(first, bad, (size_t)s->n_weights * 8),
+                                   "the device packers' findings");
+    for (int i = 0; st == KILN_OK && i < s->n_weights; i++) {
+        const dev_weight *w = &s->weights[i];
+        if (!packed_on_device(s, w) || first[i] == UINT64_MAX)
+            continue;
+        const kiln_qtensor *q = &w->tensor->weight;
+        unsigned f16 = 0;
+        if (q->format == KILN_FMT_F16) {
+            const dev_weight *src = weight_of(s, w->tensor, NULL);
+            const uint8_t *b = (const uint8_t *)q->data + 2 * first[i];
+            uint8_t dev[2];
+            /* the host bytes where the weight is in memory, else its copy */
+            if (!w->tensor->data_file.path)
+                f16 = (unsigned)b[0] | (unsigned)b[1] << 8;
+            else if (src && s->cu->MemcpyDtoH(dev, src->data + 2 * first[i], 2) == CUDA_SUCCESS)
+                f16 = (unsigned)dev[0] | (unsigned)dev[1] << 8;
+        }
+        st = kiln_fail_prefix(w->layout.refusal(q->format, q->k, (int64_t)first[i], f16),
+                              "weight %s", w->tensor->name);
+    }
+    free(first);
+    return st;
+}
+
+/* Every weight through the load, the device packers after it, then the
+ * copies of shared ones and the global scales. */
+static kiln_status weights_load(kiln_session *s)
+{
+    kiln_env env;
+    kiln_env_read(&env);
+    if (env.pack && strcmp(env.pack, "host") && strcmp(env.pack, "device"))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "KILN_PACK=%s: want host or device", env.pack);
+    s->host_pack = env.pack && !strcmp(env.pack, "host");
     kiln_load_item *items = kiln_calloc((size_t)s->n_weights + 1, sizeof *items);
     if (!items)
         return kiln_fail(KILN_ERR_NOMEM, "session: out of memory for the weight load");
-    int n = 0;
+    int n = 0, device = 0;
     for (int i = 0; i < s->n_weights; i++) {
         const dev_weight *w = &s->weights[i];
-        if (w->same < 0)
+        device += packed_on_device(s, w);
+        if (w->same < 0 && !packed_on_device(s, w))
             items[n++] = (kiln_load_item){ .tensor = w->tensor, .pack = w->layout.pack,
                                            .data = w->data, .scale = w->scale,
                                            .data_bytes = w->data_bytes,
                                            .scale_bytes = w->scale_bytes };
     }
-    kiln_load_stats ls;
-    st = kiln_load_run(&o, items, n, &ls);
+    kiln_status st = load_items(s, items, n);
+    CUdeviceptr bad = 0;
+    if (st == KILN_OK && device) {
+        /* one first-refused index a weight, all ones for none */
+        st = kiln_cu_check(s->cu, s->cu->MemAlloc(&bad, (size_t)s->n_weights * 8),
+                           "the device packers' findings");
+        if (st == KILN_OK)
+            st = kiln_cu_check(s->cu, s->cu->MemsetD8(bad, 0xFF, (size_t)s->n_weights * 8),
+                               "the device packers' findings");
+        double t0 = kiln_now();
+        for (int i = 0; st == KILN_OK && i < s->n_weights; i++) {
+            const dev_weight *w = &s->weights[i], *src = weight_of(s, w->tensor, NULL);
+            if (src && src->same >= 0) /* filled by its twin's copy after the load */
+                src = &s->weights[src->same];
+            if (packed_on_device(s, w) && src)
+                st = device_pack(s, w, src->data, src->scale, bad + (size_t)i * 8);
+        }
+        if (st == KILN_OK)
+            st = pack_through_scratch(s, items, bad);
+        if (st == KILN_OK)
+            st = kiln_cu_check(s->cu, s->cu->StreamSynchronize(s->stream), "the device packers");
+        s->stats.load_device_pack_s = kiln_now() - t0;
+        if (st == KILN_OK)
+            st = pack_refusals(s, bad);
+    }
+    if (bad)
+        s->cu->MemFree(bad);
     free(items);
-    s->stats.load_read_bytes = ls.read_bytes;
-    s->stats.load_copied_bytes = ls.copied_bytes;
-    s->stats.load_packed_bytes = ls.packed_bytes;
-    s->stats.load_s = ls.seconds;
-    s->stats.load_threads = ls.threads;
-    s->stats.load_pinned = ls.pinned;
     if (st)
         return st;
     for (int i = 0; i < s->n_weights; i++) {
@@ -563,6 +746,8 @@ static kiln_status launch_step(kiln_session *s, int b, int si, CUstream stream)
         };
         break;
     }
+    case KILN_STEP_PACK:
+        return kiln_fail(KILN_ERR_STATE, "%s: a packer is not a step of a program", k->signature);
     case KILN_STEP_QUANT:
         a.quant = (kiln_quant_args){
             .q = (void *)value_ptr(s, bk, st->dst),

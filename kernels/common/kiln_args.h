@@ -69,4 +69,19 @@ typedef struct kiln_quant_args {
     int m;
 } kiln_quant_args;
 
+/* The device packer of a packed weight layout (kiln/pack.cuh): the weight
+ * [n, k] in kiln's storage layout in, its packed arrays out; where the
+ * layout packs no scale records, the scale_bytes of w_scale are copied to
+ * out_scale as they are. The first value the layout cannot carry lowers
+ * *bad to its index (an element, or NVFP4's block scale); *bad is left as
+ * it was when there is none. */
+#define KILN_PACK_THREADS 256
+
+typedef struct kiln_pack_args {
+    const void *w, *w_scale;
+    void *out, *out_scale;
+    long long n, k, scale_bytes;
+    unsigned long long *bad;
+} kiln_pack_args;
+
 #endif

@@ -14,6 +14,7 @@
 #define KILN_GEMV_PACK_H
 
 #include "core.h"
+#include "kernels/gemv/pack_core.h"
 
 /* The tensor-core kernel runs mma.sync m16n8k16 with BF16 inputs. */
 enum { KILN_GEMV_TC_MIN_SM = 80 };
@@ -46,7 +47,24 @@ kiln_status kiln_gemv_pack_bytes(kiln_format f, int64_t n, int64_t k, size_t *da
                                  size_t *scale);
 
 /* Pack src (kiln's storage layout) into data and scale, which hold
- * kiln_gemv_pack_bytes bytes. */
+ * kiln_gemv_pack_bytes bytes: every byte of both is written. Refuses the
+ * values the layout cannot carry (kiln_gemv_pack_refusal's error). */
 kiln_status kiln_gemv_pack(const kiln_qtensor *src, void *data, void *scale);
+
+/* Format f's way through pack_core.h, which the host packer and the
+ * device packer (kiln/pack.cuh) both take; 0 for a format without a
+ * packed layout. */
+int kiln_gemv_pack_way(kiln_format f, kp_format *out);
+
+/* The error for value i of a weight of format f and k columns that the
+ * layout cannot carry (kp_unpackable: an element, or NVFP4's block scale
+ * i); f16_bits: the value's bits where f is F16. KILN_ERR_MALFORMED. */
+kiln_status kiln_gemv_pack_refusal(kiln_format f, int64_t k, int64_t i, unsigned f16_bits);
+
+/* The device packer of format f: CUDA source defining entry, a kernel
+ * taking kiln_pack_args (kiln/kiln_args.h) that writes what
+ * kiln_gemv_pack writes, launched with KILN_PACK_THREADS threads and any
+ * count of blocks; written into buf of size bytes. */
+kiln_status kiln_gemv_pack_emit(kiln_format f, const char *entry, char *buf, size_t size);
 
 #endif

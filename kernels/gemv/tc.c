@@ -331,6 +331,8 @@ static kiln_status tc_layout(const kiln_target *t, const kiln_linear_kernel *k,
         return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv_tc: no packed layout: %s", why);
     out->pack = tc_pack;
     out->name = "gemv_tc";
+    out->device_pack = 1;
+    out->refusal = kiln_gemv_pack_refusal;
     return kiln_gemv_pack_bytes(k->cfg.format, k->cfg.n, k->cfg.k, &out->data_bytes,
                                 &out->scale_bytes);
 }

@@ -81,7 +81,8 @@ class SessionStats(Structure):
                 ("graphs_s", c_double), ("weight_bytes", c_size_t), ("arena_bytes", c_size_t),
                 ("compile_s", c_double), ("load_read_bytes", c_size_t),
                 ("load_copied_bytes", c_size_t), ("load_packed_bytes", c_size_t),
-                ("load_s", c_double), ("load_threads", c_int), ("load_pinned", c_int)]
+                ("load_s", c_double), ("load_threads", c_int), ("load_pinned", c_int),
+                ("load_device_packed_bytes", c_size_t), ("load_device_pack_s", c_double)]
 
 
 class DeviceMatrix(Structure):

@@ -40,6 +40,8 @@ class SessionStats:
     load_s: float = 0.0
     load_threads: int = 0
     load_pinned: bool = False
+    load_device_packed_bytes: int = 0
+    load_device_pack_s: float = 0.0
 
 
 def _parse_device(device: Union[str, int, Any]) -> Tuple[str, int]:
@@ -155,7 +157,8 @@ class Session(Handle):
                             s.compiled, s.plan_s, s.cache_s, s.module_s, s.weights_s,
                             s.graphs_s, s.weight_bytes, s.arena_bytes, s.compile_s,
                             s.load_read_bytes, s.load_copied_bytes, s.load_packed_bytes,
-                            s.load_s, s.load_threads, bool(s.load_pinned))
+                            s.load_s, s.load_threads, bool(s.load_pinned),
+                            s.load_device_packed_bytes, s.load_device_pack_s)
 
     def run(self, *inputs: Any) -> Any:
         """Run the graph on ``M`` tokens.

@@ -7,10 +7,12 @@
  * it decodes must be what kiln_dequantize gives. No GPU needed. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/gemv/pack.h"
+#include "codegen_util.h"
 #include "kernels/gemv/tc_format.h"
 #include "testutil.h"
 
@@ -679,4 +681,32 @@ Test(gemv_pack, nvfp4_zero_and_negative_block_scales)
         cr_expect_eq(tc_weight(&p, n, k), 0.0f, "zero-scale block, (%lld, %lld)", (long long)n,
                      (long long)k);
     release(&p, &q);
+}
+
+/* ------------------------------------------------- the device packers */
+
+/* The device packer of every format with a packed layout compiles with
+ * NVRTC for the oldest and the newest architecture gemv_tc serves; a
+ * format without one is refused by name before NVRTC sees it. Whether it
+ * writes the host packer's bytes is tests/gpu/test_pack.c's question. */
+Test(gemv_pack, device_packers_compile, .timeout = 600)
+{
+    static const char *const arches[] = { "sm_80", "sm_90a" };
+    kt_batch b = { 0 };
+    for (size_t a = 0; a < KILN_ARRAY_LEN(arches); a++)
+        for (int f = 0; f < KILN_FMT_COUNT; f++) {
+            char sig[128];
+            snprintf(sig, sizeof sig, "pack format=%s target=%s",
+                     kiln_format_get((kiln_format)f)->name, arches[a]);
+            if (kiln_gemv_tc_format_get((kiln_format)f)) {
+                kt_batch_add(&b, sig);
+                continue;
+            }
+            kiln_kernel_source src;
+            cr_assert_eq(kiln_emit_text(kiln_registry_default(), sig, &src),
+                         KILN_ERR_UNSUPPORTED, "%s", sig);
+            cr_assert(strstr(kiln_last_error(), "has no packed layout"), "%s",
+                      kiln_last_error());
+        }
+    kt_batch_compile(&b, "device packers");
 }

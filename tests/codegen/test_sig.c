@@ -52,6 +52,9 @@ static void assert_same_desc(const kiln_kernel_desc *a, const kiln_kernel_desc *
         cr_assert_eq(a->act, b->act, "%s", sig);
         cr_assert_eq(a->width, b->width, "%s", sig);
         break;
+    case KILN_STEP_PACK:
+        cr_assert_eq(a->linear.cfg.format, b->linear.cfg.format, "%s", sig);
+        break;
     }
 }
 
@@ -139,6 +142,9 @@ Test(sig, prints_the_format_caches_hold)
         { { .kind = KILN_STEP_QUANT, .target = target("sm_80"), .act = KILN_ACT_BF16_QDQ,
             .width = 512 },
           "quant act=bf16-qdq k=512 target=sm_80" },
+        { { .kind = KILN_STEP_PACK, .target = target("h200"),
+            .linear = { .cfg = { .format = KILN_FMT_Q4_K } } },
+          "pack format=q4_k target=sm_90a" },
     };
     for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
         char text[KILN_SIG_MAX];
@@ -410,6 +416,12 @@ Test(sig, parse_reads_every_field)
     cr_assert_str_eq(d.target.name, "sm_90a");
     cr_assert_eq(d.target.sm_count, 0, "the architecture's row, not the product's");
     cr_assert_eq(strncmp(d.entry, "kiln_quant_", 11), 0, "%s", d.entry);
+
+    cr_assert_eq(kiln_sig_parse(reg(), "pack target=sm_80 format=nvfp4", &d), KILN_OK);
+    cr_assert_eq(d.kind, KILN_STEP_PACK);
+    cr_assert_eq(d.linear.cfg.format, KILN_FMT_NVFP4);
+    cr_assert_str_eq(d.target.name, "sm_80");
+    cr_assert_eq(strncmp(d.entry, "kiln_pack_", 10), 0, "%s", d.entry);
 }
 
 /* A simt linear on sm_80 with the fields that vary. */

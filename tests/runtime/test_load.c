@@ -147,7 +147,9 @@ static void write_gguf(void)
 }
 
 /* The stand-in driver and compiler, a kernel cache in the test's folder,
- * and the load's settings (NULL: the default). */
+ * and the load's settings (NULL: the default). The stand-in driver runs
+ * no kernel, so the layouts are packed on the host unless a test asks
+ * for the device packers (KILN_PACK=device). */
 static void fake_device(const char *fail, const char *threads, const char *slots,
                         const char *slot_size)
 {
@@ -156,6 +158,7 @@ static void fake_device(const char *fail, const char *threads, const char *slots
     setenv("KT_FAKE_CUDA", "device", 1);
     setenv("KILN_NVRTC", KT_FAKE_NVRTC, 1);
     setenv("KILN_CACHE", kt_in_tmp(path, sizeof path, "kernels.kiln"), 1);
+    setenv("KILN_PACK", "host", 1);
     const char *names[] = { "KT_FAKE_CUDA_FAIL", "KILN_LOAD_THREADS", "KILN_LOAD_SLOTS",
                             "KILN_LOAD_SLOT_SIZE" };
     const char *values[] = { fail, threads, slots, slot_size };
@@ -180,7 +183,7 @@ static const char *weight_name(int i)
     return g_gguf ? weights[i].gguf : weights[i].name;
 }
 
-static loaded load(void)
+static loaded load_buckets(const int64_t *capture, int n_capture)
 {
     char dir[512];
     loaded l = { 0 };
@@ -189,11 +192,16 @@ static loaded load(void)
     cr_assert_eq(kiln_graph_create(&l.graph), KILN_OK);
     cr_assert_eq(kiln_model_build_linears(l.model, l.graph, 0), KILN_OK, "%s",
                  kiln_last_error());
-    static const int64_t capture[] = { 1, 64 };
     kiln_session_options so = { .eager = 1, .quiet = 1,
-                                .plan = { .capture = capture, .n_capture = 2 } };
+                                .plan = { .capture = capture, .n_capture = n_capture } };
     l.st = kiln_session_create(l.graph, &so, &l.session);
     return l;
+}
+
+static loaded load(void)
+{
+    static const int64_t capture[] = { 1, 64 };
+    return load_buckets(capture, 2);
 }
 
 static void unload(loaded *l)
@@ -597,4 +605,58 @@ Test(load, a_shard_replaced_is_refused_naming_it)
 {
     const char *msg = session_after(replace_shard_2);
     cr_assert(strstr(msg, shard_name(2)) && strstr(msg, "replaced"), "%s", msg);
+}
+
+/* The bytes of every weight in kiln's storage layout. */
+static size_t storage_total(const loaded *l)
+{
+    size_t total = 0;
+    for (int i = 0; i < N_WEIGHTS; i++) {
+        const kiln_tensor *t = kiln_graph_find(l->graph, weight_name(i));
+        size_t data, scale;
+        cr_assert_eq(kiln_format_data_bytes(t->weight.format, t->weight.n, t->weight.k, &data),
+                     KILN_OK);
+        cr_assert_eq(kiln_qtensor_scale_bytes(&t->weight, &scale), KILN_OK);
+        total += data + scale;
+    }
+    return total;
+}
+
+/* With the device packers, each weight is read once, in its storage
+ * layout, and the host packs nothing: at 1 and 64 tokens the packers read
+ * the copy the prefill kernels keep; at 1 token alone, a scratch buffer
+ * that is freed with the load. What the packers write is checked against
+ * the host packer on a GPU (tests/gpu/test_pack.c). */
+Test(load, device_packers_read_each_weight_once)
+{
+    static const int64_t both[] = { 1, 64 }, decode[] = { 1 };
+    const struct {
+        const int64_t *capture;
+        int n;
+    } cases[] = { { both, 2 }, { decode, 1 } };
+    write_model();
+    for (size_t c = 0; c < KILN_ARRAY_LEN(cases); c++) {
+        fake_device(NULL, "2", "2", "4K");
+        setenv("KILN_PACK", "device", 1);
+        loaded l = load_buckets(cases[c].capture, cases[c].n);
+        cr_assert_eq(l.st, KILN_OK, "%s", kiln_last_error());
+        kiln_session_stats ss;
+        kiln_session_get_stats(l.session, &ss);
+        const size_t stored = storage_total(&l);
+        cr_assert_eq(ss.load_packed_bytes, 0, "the host packed %zu bytes", ss.load_packed_bytes);
+        cr_assert_gt(ss.load_device_packed_bytes, 0);
+        cr_assert_eq(ss.load_read_bytes, stored, "read %zu of %zu stored bytes",
+                     ss.load_read_bytes, stored);
+        cr_assert_eq(ss.load_copied_bytes, stored);
+        cr_assert_eq(ss.load_device_packed_bytes + (c == 0 ? stored : 0), ss.weight_bytes,
+                     "every packed byte is the device packers'");
+        unload(&l);
+        nothing_left();
+    }
+    setenv("KILN_PACK", "sideways", 1);
+    loaded l = load();
+    cr_assert_eq(l.st, KILN_ERR_INVALID_ARG);
+    cr_assert(strstr(kiln_last_error(), "KILN_PACK=sideways"), "%s", kiln_last_error());
+    unload(&l);
+    nothing_left();
 }
