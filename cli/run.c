@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 static void help(FILE *out)
 {
@@ -133,6 +134,13 @@ static double gb_per_s(size_t bytes, double s)
 
 /* --json: the table, the cold start (a GPU session's) and the check, every
  * time in seconds and every size in bytes. */
+/* The most host memory the process has held (its peak resident set). */
+static size_t peak_host_bytes(void)
+{
+    struct rusage u;
+    return getrusage(RUSAGE_SELF, &u) ? 0 : (size_t)u.ru_maxrss * 1024;
+}
+
 static int print_json(const char *model, const kiln_session_stats *ss, kiln_cpu *cpu,
                       const cli_run_row *rows, int n, const double *errs, double cold_s,
                       double first_s)
@@ -171,6 +179,7 @@ static int print_json(const char *model, const kiln_session_stats *ss, kiln_cpu 
                             "load_gb_s", gb_per_s(ss->load_copied_bytes, ss->load_s),
                             "load_device_packed_bytes", (json_int_t)ss->load_device_packed_bytes,
                             "load_device_pack_s", ss->load_device_pack_s));
+        json_object_set_new(cold, "peak_host_bytes", json_integer((json_int_t)peak_host_bytes()));
         json_object_set_new(root, "cold_start", cold);
     } else {
         json_object_set_new(root, "threads", json_integer(kiln_cpu_threads(cpu)));
@@ -334,15 +343,17 @@ static int run(int argc, char **argv)
                (create_s + first) * 1e3, ss.plan_s * 1e3, ss.cache_s * 1e3, ss.compile_s * 1e3,
                ss.compiled, ss.module_s * 1e3, ss.weights_s * 1e3, weights,
                gb_per_s(ss.weight_bytes, ss.weights_s), ss.graphs_s * 1e3, first * 1e3);
-        char read[32], packed[32], device[32];
+        char read[32], packed[32], device[32], peak[32];
         cli_bytes(ss.load_read_bytes, read, sizeof read);
         cli_bytes(ss.load_packed_bytes, packed, sizeof packed);
         cli_bytes(ss.load_device_packed_bytes, device, sizeof device);
+        cli_bytes(peak_host_bytes(), peak, sizeof peak);
         printf("weights load %.1f ms (%.2f GB/s to the device): %s read, %s packed on the host, "
-               "%d readers, %s staging; %s packed on the device in %.1f ms\n",
+               "%d readers, %s staging; %s packed on the device in %.1f ms; peak host memory "
+               "%s\n",
                ss.load_s * 1e3, gb_per_s(ss.load_copied_bytes, ss.load_s), read, packed,
                ss.load_threads, ss.load_pinned ? "pinned" : "pageable", device,
-               ss.load_device_pack_s * 1e3);
+               ss.load_device_pack_s * 1e3, peak);
     }
     if (rc == CLI_OK && profile && !json) {
         if (gpu.gpu)

@@ -443,6 +443,7 @@ Test(cli_plan_run, run_reports_the_weight_load, .timeout = 300)
     cr_assert(w && strstr(w, " GB/s to the device): "), "%s", r.out);
     cr_assert(strstr(w, " packed on the host, 2 readers, pinned staging; "), "%s", r.out);
     cr_assert(strstr(w, " packed on the device in "), "%s", r.out);
+    cr_assert(strstr(w, "; peak host memory "), "%s", r.out);
     kt_cli_free(&r);
     r = kt_cli_run("run demo --eager --capture 1 --max-tokens 4 --tokens 1 --steps 1 --json");
     cr_assert_eq(r.status, 0, "%s", r.err);
@@ -450,7 +451,7 @@ Test(cli_plan_run, run_reports_the_weight_load, .timeout = 300)
                                   "\"load_read_bytes\": ", "\"load_copied_bytes\": ",
                                   "\"load_packed_bytes\": ", "\"load_threads\": 2",
                                   "\"load_pinned\": true", "\"load_device_packed_bytes\": ",
-                                  "\"load_device_pack_s\": " };
+                                  "\"load_device_pack_s\": ", "\"peak_host_bytes\": " };
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         cr_assert(strstr(r.out, keys[i]), "no %s in %s", keys[i], r.out);
     kt_cli_free(&r);
