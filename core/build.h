@@ -102,6 +102,9 @@ typedef struct kiln_weight_layout {
     int device_pack;
     int packer;
     kiln_status (*refusal)(kiln_format f, int64_t k, int64_t i, unsigned f16_bits);
+    /* The packer's refusals of a weight without packing it (NULL: it
+     * refuses nothing), so a reload can be refused before it writes. */
+    kiln_status (*check)(const kiln_qtensor *q);
 } kiln_weight_layout;
 
 /* A step of one bucket's program. */

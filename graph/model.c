@@ -266,9 +266,7 @@ static kiln_status model_role_need(const kiln_model *m, int role, int l,
     return kiln_fail(KILN_ERR_NOT_FOUND, "%s: layer %d has no %s (nor %s)", m->path, l, name, hf);
 }
 
-/* Where w's data and scale lie in the model's files, for a session to
- * read them from there. */
-static void model_spans(const kiln_model *m, kiln_tensor *w)
+void kiln_model_spans(const kiln_model *m, kiln_tensor *w)
 {
     const kiln_qtensor *q = &w->weight;
     size_t data = 0, scale = 0;
@@ -300,7 +298,7 @@ static kiln_status model_role_weight(const kiln_model *m, kiln_graph *g, int rol
     if (st == KILN_OK)
         st = kiln_graph_weight(g, t->name, &q, out);
     if (st == KILN_OK)
-        model_spans(m, *out);
+        kiln_model_spans(m, *out);
     return st;
 }
 

@@ -55,6 +55,10 @@ struct kiln_model {
                          kiln_file_span *out);
 };
 
+/* Where w's data and scale (a weight of m) lie in m's files, for a
+ * session to read them from there; none for bytes in no mapping. */
+void kiln_model_spans(const kiln_model *m, kiln_tensor *w);
+
 /* NaN or infinity in a scale, a global scale, a 1-D or scalar float tensor
  * or rms_norm_eps: KILN_ERR_MALFORMED naming the first (model_check.c). */
 kiln_status kiln_model_check_values(const kiln_model *m);

@@ -803,6 +803,7 @@ KILN_API kiln_status kiln_compile_plan(const kiln_plan *p, const kiln_compile_op
  * unless offline), weights packed and uploaded, one activation arena, and
  * one CUDA graph per token bucket, instantiated before the first run. */
 typedef struct kiln_session kiln_session;
+typedef struct kiln_model kiln_model; /* a model file: kiln_model_open, below */
 
 typedef struct kiln_session_options {
     int device;                 /* CUDA device ordinal */
@@ -890,14 +891,27 @@ KILN_API kiln_status kiln_session_run_device(kiln_session *s, int64_t m,
                                              const kiln_device_matrix *inputs,
                                              const kiln_device_matrix *outputs, void *stream);
 
-/* Replace the weight named name in place: the new values are packed and
- * copied into the existing device buffers (every layout the session holds
- * it in), so the instantiated graphs stay valid. KILN_ERR_STATE, naming the
+/* Replace the weight named name in place, through the load (kiln's
+ * storage layout up, the packed layouts written by the device packers),
+ * into the existing device buffers (every layout the session holds it
+ * in), so the instantiated graphs stay valid. KILN_ERR_STATE, naming the
  * weight, when w's format or shape differs from the one the session was
- * built with. After any other failure the weight's device copies may hold
+ * built with; a value a layout cannot carry is refused before anything is
+ * written. After any other failure the weight's device copies may hold
  * old and new values: set it again before running. */
 KILN_API kiln_status kiln_session_set_weight(kiln_session *s, const char *name,
                                              const kiln_qtensor *w);
+
+/* Every weight of the session read again, from model m's files (another
+ * checkpoint of the same architecture: the same names, formats and
+ * shapes), as kiln_session_set_weight writes one: through the load, into
+ * the same device buffers. Every weight is found and checked before any is
+ * written: a missing one is KILN_ERR_NOT_FOUND, another format or shape
+ * KILN_ERR_STATE, a value a layout cannot carry KILN_ERR_MALFORMED, each
+ * naming the weight, and the session keeps its weights. A file that
+ * cannot be read midway leaves them mixed: reload again. m must stay open
+ * for the call only. */
+KILN_API kiln_status kiln_session_reload(kiln_session *s, const kiln_model *m);
 
 KILN_API void kiln_session_get_stats(const kiln_session *s, kiln_session_stats *out);
 
@@ -949,8 +963,8 @@ KILN_API kiln_status kiln_cpu_run(kiln_cpu *cpu, int64_t m, const float *const *
 /* A model file opened read-only: a GGUF file, a .safetensors file, or a
  * directory holding model.safetensors (or a sharded set with
  * model.safetensors.index.json) and config.json. Tensors are mapped, not
- * copied; they stay valid until kiln_model_close. */
-typedef struct kiln_model kiln_model;
+ * copied; they stay valid until kiln_model_close. (kiln_model is declared
+ * with kiln_session, which reloads from one.) */
 
 KILN_API kiln_status kiln_model_open(const char *path, kiln_model **out);
 KILN_API void kiln_model_close(kiln_model *m);

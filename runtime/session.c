@@ -4,6 +4,7 @@
  * the launches for the device once and never asks the codegen again. */
 #include "core/build.h"
 #include "graph/graph_impl.h"
+#include "graph/model_impl.h"
 #include "kernels/common/kiln_args.h"
 #include "runtime/driver.h"
 #include "runtime/load.h"
@@ -81,50 +82,6 @@ static dev_weight *weight_of(kiln_session *s, const kiln_tensor *t, kiln_pack_fn
     return NULL;
 }
 
-/* Weight q's host bytes in copy w's layout: packed into a new buffer
- * (*owned, which the caller frees) where w is a backend's layout, else q's
- * own. Nothing is written to the device. */
-static kiln_status weight_host(const kiln_session *s, const dev_weight *w, const kiln_qtensor *q,
-                               const void **data, const void **scale, void **owned)
-{
-    *data = q->data, *scale = q->scale, *owned = NULL;
-    if (!w->layout.pack)
-        return KILN_OK;
-    const char *name = w->tensor->name;
-    char *packed = kiln_malloc(w->data_bytes + w->scale_bytes + 1);
-    if (!packed)
-        return kiln_fail(KILN_ERR_NOMEM, "weight %s: out of memory for %zu bytes to pack it", name,
-                         w->data_bytes + w->scale_bytes);
-    kiln_status st = w->layout.pack(&s->target, q, packed, packed + w->data_bytes);
-    if (st != KILN_OK) {
-        free(packed);
-        return kiln_fail_prefix(st, "weight %s", name);
-    }
-    *data = packed, *scale = packed + w->data_bytes, *owned = packed;
-    return KILN_OK;
-}
-
-/* Queues the copies of host bytes data and scale and q's global scale into
- * w. Copies go on the session's stream, which does not wait for the legacy
- * stream: a plain cuMemcpyHtoD from pageable memory may return before its
- * DMA lands, and a graph replayed next on a non-blocking stream would race
- * it. The stream is synchronized before host memory is reused or freed. */
-static kiln_status weight_send(kiln_session *s, dev_weight *w, const void *data,
-                               const void *scale, const kiln_qtensor *q)
-{
-    const kiln_cu *cu = s->cu;
-    const char *name = w->tensor->name;
-    kiln_status st =
-        kiln_cu_check(cu, cu->MemcpyHtoDAsync(w->data, data, w->data_bytes, s->stream), name);
-    if (st == KILN_OK && w->scale_bytes)
-        st = kiln_cu_check(cu, cu->MemcpyHtoDAsync(w->scale, scale, w->scale_bytes, s->stream),
-                           name);
-    if (st == KILN_OK)
-        st = kiln_cu_check(
-            cu, cu->MemcpyHtoDAsync(w->global, &q->global_scale, sizeof(float), s->stream), name);
-    return st;
-}
-
 /* The device copy of the weight of linear step st in the layout its
  * kernel reads, its buffers allocated on first use; the load fills them. */
 static kiln_status weight_for(kiln_session *s, const kiln_step *st, dev_weight **out)
@@ -194,13 +151,12 @@ static kiln_status load_options(const kiln_session *s, kiln_load_options *o)
     return KILN_OK;
 }
 
-/* A packed copy its layout's device packer fills: the weight goes up in
- * kiln's storage layout (the copy a prefill kernel keeps, or a scratch
- * buffer) and the packer writes the packed arrays on the device. */
-static int packed_on_device(const kiln_session *s, const dev_weight *w)
+/* Whether copy w's layout is packed on the device: its backend has a
+ * device packer, the session loaded it, and $KILN_PACK is not "host". */
+static int device_packs(const kiln_session *s, const dev_weight *w)
 {
-    return !s->host_pack && w->same < 0 && w->layout.pack && w->layout.device_pack &&
-           w->layout.refusal && s->kernels[w->layout.packer].n_fn == 1;
+    return !s->host_pack && w->layout.pack && w->layout.device_pack && w->layout.refusal &&
+           s->kernels[w->layout.packer].n_fn == 1;
 }
 
 /* The bytes of weight t in kiln's storage layout. */
@@ -212,14 +168,14 @@ static kiln_status storage_bytes(const kiln_tensor *t, size_t *data, size_t *sca
     return e != KILN_OK ? kiln_fail_prefix(e, "weight %s", t->name) : KILN_OK;
 }
 
-/* Queues w's device packer on the storage-layout arrays data and scale;
- * the first value it cannot carry lowers *bad. */
-static kiln_status device_pack(kiln_session *s, const dev_weight *w, CUdeviceptr data,
-                               CUdeviceptr scale, CUdeviceptr bad)
+/* Queues w's device packer on src's storage-layout arrays data and scale
+ * on the device; the first value it cannot carry lowers *bad. */
+static kiln_status device_pack(kiln_session *s, const dev_weight *w, const kiln_tensor *src,
+                               CUdeviceptr data, CUdeviceptr scale, CUdeviceptr bad)
 {
-    const kiln_qtensor *q = &w->tensor->weight;
+    const kiln_qtensor *q = &src->weight;
     size_t data_bytes, scale_bytes;
-    kiln_status st = storage_bytes(w->tensor, &data_bytes, &scale_bytes);
+    kiln_status st = storage_bytes(src, &data_bytes, &scale_bytes);
     if (st)
         return st;
     kiln_pack_args a = {
@@ -270,27 +226,58 @@ static kiln_status load_items(kiln_session *s, const kiln_load_item *items, int 
     return st;
 }
 
+/* A fill of the session's copies: copy i from src[i] (NULL: not now). */
+typedef struct fill {
+    kiln_session *s;
+    const kiln_tensor *const *src;
+    kiln_load_item *items; /* room for one a copy */
+    CUdeviceptr bad;       /* a first-refused index a copy, all ones for none */
+} fill;
+
+/* The storage-layout arrays on the device that copy i is packed from in
+ * this fill: its tensor's storage copy when this fill writes it (or its
+ * twin, for a copy loaded as another's), else 0. */
+static const dev_weight *pack_source(const fill *f, int i)
+{
+    const kiln_session *s = f->s;
+    for (int j = 0; j < s->n_weights; j++) {
+        const dev_weight *w = &s->weights[j];
+        if (w->tensor != s->weights[i].tensor || w->layout.pack)
+            continue;
+        if (f->src[j])
+            return w;
+        if (w->same >= 0 && f->src[w->same])
+            return &s->weights[w->same];
+    }
+    return NULL;
+}
+
 enum { PACK_SCRATCH = 1 << 30 }; /* storage-layout bytes staged for the device packers */
 
-/* The device-packed copies that have no storage copy to pack from, in
- * rounds: as many as fit PACK_SCRATCH (at least one) go up into a scratch
- * buffer, are packed, and the buffer is used again. */
-static kiln_status pack_through_scratch(kiln_session *s, kiln_load_item *items,
-                                        CUdeviceptr bad)
+static size_t align256(size_t n)
 {
+    return (n + 255) / 256 * 256;
+}
+
+/* The device-packed copies with no storage copy to pack from, in rounds:
+ * as many as fit PACK_SCRATCH (at least one) go up into a scratch buffer,
+ * are packed, and the buffer is used again. */
+static kiln_status pack_through_scratch(fill *f)
+{
+    kiln_session *s = f->s;
     int i = 0;
     while (i < s->n_weights) {
         size_t total = 0, at[64];
         int pick[64], n = 0;
         for (int j = i; j < s->n_weights && n < 64; j++) {
             const dev_weight *w = &s->weights[j];
-            if (!packed_on_device(s, w) || weight_of(s, w->tensor, NULL))
+            if (!f->src[j] || !device_packs(s, w) || pack_source(f, j))
                 continue;
             size_t data, scale;
-            kiln_status st = storage_bytes(w->tensor, &data, &scale);
+            kiln_status st = storage_bytes(f->src[j], &data, &scale);
             if (st)
                 return st;
-            size_t need = (data + 255) / 256 * 256 + (scale + 255) / 256 * 256;
+            size_t need = align256(data) + align256(scale);
             if (n && total + need > PACK_SCRATCH)
                 break;
             at[n] = total, pick[n++] = j, total += need;
@@ -301,18 +288,18 @@ static kiln_status pack_through_scratch(kiln_session *s, kiln_load_item *items,
         CU(s->cu->MemAlloc(&scratch, total), "the device packers' scratch");
         kiln_status st = KILN_OK;
         for (int k = 0; k < n && st == KILN_OK; k++) {
-            const kiln_tensor *t = s->weights[pick[k]].tensor;
+            const kiln_tensor *t = f->src[pick[k]];
             size_t data, scale;
             st = storage_bytes(t, &data, &scale);
-            items[k] = (kiln_load_item){ .tensor = t, .data = scratch + at[k],
-                                         .scale = scratch + at[k] + (data + 255) / 256 * 256,
-                                         .data_bytes = data, .scale_bytes = scale };
+            f->items[k] = (kiln_load_item){ .tensor = t, .data = scratch + at[k],
+                                            .scale = scratch + at[k] + align256(data),
+                                            .data_bytes = data, .scale_bytes = scale };
         }
         if (st == KILN_OK)
-            st = load_items(s, items, n);
+            st = load_items(s, f->items, n);
         for (int k = 0; k < n && st == KILN_OK; k++)
-            st = device_pack(s, &s->weights[pick[k]], items[k].data, items[k].scale,
-                             bad + (size_t)pick[k] * 8);
+            st = device_pack(s, &s->weights[pick[k]], f->src[pick[k]], f->items[k].data,
+                             f->items[k].scale, f->bad + (size_t)pick[k] * 8);
         kiln_status sync = kiln_cu_check(s->cu, s->cu->StreamSynchronize(s->stream),
                                          "the device packers");
         s->cu->MemFree(scratch);
@@ -323,30 +310,31 @@ static kiln_status pack_through_scratch(kiln_session *s, kiln_load_item *items,
     return KILN_OK;
 }
 
-/* What the device packers found: the first weight with a value its layout
+/* What the device packers found: the first copy with a value its layout
  * cannot carry, named as the host packer names it. */
-static kiln_status pack_refusals(kiln_session *s, CUdeviceptr bad)
+static kiln_status pack_refusals(const fill *f)
 {
+    kiln_session *s = f->s;
     uint64_t *first = kiln_calloc((size_t)s->n_weights + 1, sizeof *first);
     if (!first)
         return kiln_fail(KILN_ERR_NOMEM, "session: out of memory for the packers' findings");
-    kiln_status st = kiln_cu_check(s->cu, s->cu->MemcpyDtoH(first, bad, (size_t)s->n_weights * 8),
-                                   "the device packers' findings");
+    kiln_status st =
+        kiln_cu_check(s->cu, s->cu->MemcpyDtoH(first, f->bad, (size_t)s->n_weights * 8),
+                      "the device packers' findings");
     for (int i = 0; st == KILN_OK && i < s->n_weights; i++) {
         const dev_weight *w = &s->weights[i];
-        if (!packed_on_device(s, w) || first[i] == UINT64_MAX)
+        if (!f->src[i] || !device_packs(s, w) || first[i] == UINT64_MAX)
             continue;
-        const kiln_qtensor *q = &w->tensor->weight;
+        const kiln_qtensor *q = &f->src[i]->weight;
         unsigned f16 = 0;
-        if (q->format == KILN_FMT_F16) {
-            const dev_weight *src = weight_of(s, w->tensor, NULL);
-            const uint8_t *b = (const uint8_t *)q->data + 2 * first[i];
-            uint8_t dev[2];
-            /* the host bytes where the weight is in memory, else its copy */
-            if (!w->tensor->data_file.path)
+        if (q->format == KILN_FMT_F16) { /* the value's bits, from its storage copy */
+            const dev_weight *src = pack_source(f, i);
+            uint8_t b[2];
+            if (src && s->cu->MemcpyDtoH(b, src->data + 2 * first[i], 2) == CUDA_SUCCESS)
                 f16 = (unsigned)b[0] | (unsigned)b[1] << 8;
-            else if (src && s->cu->MemcpyDtoH(dev, src->data + 2 * first[i], 2) == CUDA_SUCCESS)
-                f16 = (unsigned)dev[0] | (unsigned)dev[1] << 8;
+            else if (!f->src[i]->data_file.path)
+                f16 = (unsigned)((const uint8_t *)q->data)[2 * first[i]] |
+                      (unsigned)((const uint8_t *)q->data)[2 * first[i] + 1] << 8;
         }
         st = kiln_fail_prefix(w->layout.refusal(q->format, q->k, (int64_t)first[i], f16),
                               "weight %s", w->tensor->name);
@@ -355,71 +343,99 @@ static kiln_status pack_refusals(kiln_session *s, CUdeviceptr bad)
     return st;
 }
 
-/* Every weight through the load, the device packers after it, then the
- * copies of shared ones and the global scales. */
-static kiln_status weights_load(kiln_session *s)
+/* Fill every copy i with src[i] from it: one load of the storage layouts
+ * and the host-packed ones, then the device packers, from the storage
+ * copy where this fill writes one, else through the scratch; then the
+ * global scales. The stream is synchronized before it returns. */
+static kiln_status weights_fill(kiln_session *s, const kiln_tensor *const *src)
+{
+    fill f = { .s = s, .src = src };
+    f.items = kiln_calloc((size_t)s->n_weights + 1, sizeof *f.items);
+    if (!f.items)
+        return kiln_fail(KILN_ERR_NOMEM, "session: out of memory for the weight load");
+    int n = 0, device = 0;
+    for (int i = 0; i < s->n_weights; i++) {
+        const dev_weight *w = &s->weights[i];
+        if (!src[i])
+            continue;
+        device += device_packs(s, w);
+        if (!device_packs(s, w))
+            f.items[n++] = (kiln_load_item){ .tensor = src[i], .pack = w->layout.pack,
+                                             .data = w->data, .scale = w->scale,
+                                             .data_bytes = w->data_bytes,
+                                             .scale_bytes = w->scale_bytes };
+    }
+    kiln_status st = load_items(s, f.items, n);
+    if (st == KILN_OK && device) {
+        st = kiln_cu_check(s->cu, s->cu->MemAlloc(&f.bad, (size_t)s->n_weights * 8),
+                           "the device packers' findings");
+        if (st == KILN_OK)
+            st = kiln_cu_check(s->cu, s->cu->MemsetD8(f.bad, 0xFF, (size_t)s->n_weights * 8),
+                               "the device packers' findings");
+        double t0 = kiln_now();
+        for (int i = 0; st == KILN_OK && i < s->n_weights; i++) {
+            const dev_weight *w = &s->weights[i], *from = pack_source(&f, i);
+            if (src[i] && device_packs(s, w) && from)
+                st = device_pack(s, w, src[i], from->data, from->scale, f.bad + (size_t)i * 8);
+        }
+        if (st == KILN_OK)
+            st = pack_through_scratch(&f);
+        if (st == KILN_OK)
+            st = kiln_cu_check(s->cu, s->cu->StreamSynchronize(s->stream), "the device packers");
+        s->stats.load_device_pack_s += kiln_now() - t0;
+        if (st == KILN_OK)
+            st = pack_refusals(&f);
+    }
+    for (int i = 0; st == KILN_OK && i < s->n_weights; i++)
+        if (src[i])
+            st = kiln_cu_check(s->cu, s->cu->MemcpyHtoDAsync(s->weights[i].global,
+                                                             &src[i]->weight.global_scale,
+                                                             sizeof(float), s->stream),
+                               s->weights[i].tensor->name);
+    kiln_status sync = kiln_cu_check(s->cu, s->cu->StreamSynchronize(s->stream), "weights");
+    if (f.bad)
+        s->cu->MemFree(f.bad);
+    free(f.items);
+    return st ? st : sync;
+}
+
+/* $KILN_PACK: where the packed layouts are written. */
+static kiln_status pack_setting(kiln_session *s)
 {
     kiln_env env;
     kiln_env_read(&env);
     if (env.pack && strcmp(env.pack, "host") && strcmp(env.pack, "device"))
         return kiln_fail(KILN_ERR_INVALID_ARG, "KILN_PACK=%s: want host or device", env.pack);
     s->host_pack = env.pack && !strcmp(env.pack, "host");
-    kiln_load_item *items = kiln_calloc((size_t)s->n_weights + 1, sizeof *items);
-    if (!items)
-        return kiln_fail(KILN_ERR_NOMEM, "session: out of memory for the weight load");
-    int n = 0, device = 0;
-    for (int i = 0; i < s->n_weights; i++) {
-        const dev_weight *w = &s->weights[i];
-        device += packed_on_device(s, w);
-        if (w->same < 0 && !packed_on_device(s, w))
-            items[n++] = (kiln_load_item){ .tensor = w->tensor, .pack = w->layout.pack,
-                                           .data = w->data, .scale = w->scale,
-                                           .data_bytes = w->data_bytes,
-                                           .scale_bytes = w->scale_bytes };
-    }
-    kiln_status st = load_items(s, items, n);
-    CUdeviceptr bad = 0;
-    if (st == KILN_OK && device) {
-        /* one first-refused index a weight, all ones for none */
-        st = kiln_cu_check(s->cu, s->cu->MemAlloc(&bad, (size_t)s->n_weights * 8),
-                           "the device packers' findings");
-        if (st == KILN_OK)
-            st = kiln_cu_check(s->cu, s->cu->MemsetD8(bad, 0xFF, (size_t)s->n_weights * 8),
-                               "the device packers' findings");
-        double t0 = kiln_now();
-        for (int i = 0; st == KILN_OK && i < s->n_weights; i++) {
-            const dev_weight *w = &s->weights[i], *src = weight_of(s, w->tensor, NULL);
-            if (src && src->same >= 0) /* filled by its twin's copy after the load */
-                src = &s->weights[src->same];
-            if (packed_on_device(s, w) && src)
-                st = device_pack(s, w, src->data, src->scale, bad + (size_t)i * 8);
-        }
-        if (st == KILN_OK)
-            st = pack_through_scratch(s, items, bad);
-        if (st == KILN_OK)
-            st = kiln_cu_check(s->cu, s->cu->StreamSynchronize(s->stream), "the device packers");
-        s->stats.load_device_pack_s = kiln_now() - t0;
-        if (st == KILN_OK)
-            st = pack_refusals(s, bad);
-    }
-    if (bad)
-        s->cu->MemFree(bad);
-    free(items);
+    return KILN_OK;
+}
+
+/* Every weight through the load, then the copies of shared ones. */
+static kiln_status weights_load(kiln_session *s)
+{
+    kiln_status st = pack_setting(s);
     if (st)
         return st;
-    for (int i = 0; i < s->n_weights; i++) {
+    const kiln_tensor **src = kiln_calloc((size_t)s->n_weights + 1, sizeof *src);
+    if (!src)
+        return kiln_fail(KILN_ERR_NOMEM, "session: out of memory for the weight load");
+    for (int i = 0; i < s->n_weights; i++)
+        src[i] = s->weights[i].same < 0 ? s->weights[i].tensor : NULL;
+    st = weights_fill(s, src);
+    free(src);
+    for (int i = 0; st == KILN_OK && i < s->n_weights; i++) {
         dev_weight *w = &s->weights[i];
         const char *name = w->tensor->name;
-        if (w->same >= 0) {
-            const dev_weight *same = &s->weights[w->same];
-            CU(s->cu->MemcpyDtoD(w->data, same->data, w->data_bytes), name);
-            if (w->scale_bytes)
-                CU(s->cu->MemcpyDtoD(w->scale, same->scale, w->scale_bytes), name);
-        }
+        if (w->same < 0)
+            continue;
+        const dev_weight *same = &s->weights[w->same];
+        CU(s->cu->MemcpyDtoD(w->data, same->data, w->data_bytes), name);
+        if (w->scale_bytes)
+            CU(s->cu->MemcpyDtoD(w->scale, same->scale, w->scale_bytes), name);
         CU(s->cu->MemcpyHtoDAsync(w->global, &w->tensor->weight.global_scale, sizeof(float),
                                   s->stream), name);
     }
-    return KILN_OK;
+    return st;
 }
 
 static kiln_status weights_create(kiln_session *s)
@@ -456,6 +472,79 @@ static kiln_status weights_create(kiln_session *s)
     return KILN_OK;
 }
 
+/* Copies i with src[i] refilled from it, into the same device buffers.
+ * Every copy's layout checks its new values before anything is written,
+ * so a weight a layout refuses leaves the session as it was. */
+static kiln_status weights_replace(kiln_session *s, const kiln_tensor *const *src,
+                                   const char *what)
+{
+    for (int i = 0; i < s->n_weights; i++) {
+        const dev_weight *w = &s->weights[i];
+        kiln_status st = src[i] && w->layout.check ? w->layout.check(&src[i]->weight) : KILN_OK;
+        if (st)
+            return kiln_fail_prefix(st, "%s %s", what, w->tensor->name);
+    }
+    /* The stream may be replaying a graph that reads the old weights. */
+    kiln_status st = kiln_cu_check(s->cu, s->cu->CtxSetCurrent(s->ctx), what);
+    if (st == KILN_OK)
+        st = kiln_cu_check(s->cu, s->cu->StreamSynchronize(s->stream), what);
+    /* Past this point only a failing device (whose context is then lost)
+     * or a file that cannot be read stops the copies halfway. The stats
+     * stay those of the session's own load. */
+    kiln_session_stats keep = s->stats;
+    if (st == KILN_OK)
+        st = weights_fill(s, src);
+    s->stats = keep;
+    return st;
+}
+
+kiln_status kiln_session_reload(kiln_session *s, const kiln_model *m)
+{
+    if (!s || !m)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "reload: session and model are required");
+    kiln_tensor *now = kiln_calloc((size_t)s->n_weights + 1, sizeof *now);
+    const kiln_tensor **src = kiln_calloc((size_t)s->n_weights + 1, sizeof *src);
+    kiln_status st = now && src ? KILN_OK
+                                : kiln_fail(KILN_ERR_NOMEM, "reload: out of memory for %d weights",
+                                            s->n_weights);
+    for (int i = 0; st == KILN_OK && i < s->n_weights; i++) {
+        const kiln_tensor *t = s->weights[i].tensor;
+        for (int j = 0; j < i && !src[i]; j++)
+            if (s->weights[j].tensor == t)
+                src[i] = src[j];
+        if (src[i])
+            continue;
+        kiln_qtensor q;
+        if ((st = kiln_model_weight(m, t->name, &q))) {
+            st = kiln_fail_prefix(st, "reload");
+            break;
+        }
+        const kiln_qtensor *old = &t->weight;
+        if (q.format != old->format || q.n != old->n || q.k != old->k ||
+            (kiln_format_get(old->format)->grouped && q.group != old->group)) {
+            st = kiln_fail(KILN_ERR_STATE,
+                           "reload: weight %s is %s [%lld, %lld] (group %lld) in the model; the "
+                           "session holds %s [%lld, %lld] (group %lld) and its graphs captured "
+                           "those buffers (create a new session for a new layout)",
+                           t->name, kiln_format_get(q.format)->name, (long long)q.n,
+                           (long long)q.k, (long long)q.group,
+                           kiln_format_get(old->format)->name, (long long)old->n,
+                           (long long)old->k, (long long)old->group);
+            break;
+        }
+        now[i] = *t;
+        now[i].weight = q;
+        now[i].data_file = now[i].scale_file = (kiln_file_span){ 0 };
+        kiln_model_spans(m, &now[i]);
+        src[i] = &now[i];
+    }
+    if (st == KILN_OK)
+        st = weights_replace(s, src, "reload");
+    free(src);
+    free(now);
+    return st;
+}
+
 kiln_status kiln_session_set_weight(kiln_session *s, const char *name, const kiln_qtensor *q)
 {
     if (!s || !name || !q)
@@ -480,42 +569,16 @@ kiln_status kiln_session_set_weight(kiln_session *s, const char *name, const kil
                          (long long)q->n, (long long)q->k, (long long)q->group);
     if (!q->data || (kiln_format_get(q->format)->scale_type != KILN_SCALE_NONE && !q->scale))
         return kiln_fail(KILN_ERR_INVALID_ARG, "set_weight %s: data or scale missing", name);
-    /* Every copy is packed before any is written, so that a weight one
-     * layout refuses (a NaN NVFP4 block scale) leaves all of them as they
-     * were. */
-    struct staged {
-        dev_weight *w;
-        const void *data, *scale;
-        void *owned;
-    } *h = kiln_calloc((size_t)copies, sizeof *h);
-    if (!h)
-        return kiln_fail(KILN_ERR_NOMEM, "set_weight %s: out of memory for %d copies", name, copies);
-    kiln_status st = KILN_OK;
-    int n = 0;
-    for (int i = 0; i < s->n_weights && st == KILN_OK; i++)
-        if (s->weights[i].tensor == t) {
-            h[n].w = &s->weights[i];
-            st = weight_host(s, h[n].w, q, &h[n].data, &h[n].scale, &h[n].owned);
-            n++;
-        }
-    /* The stream may be replaying a graph that reads the old weights. */
-    if (st == KILN_OK)
-        st = kiln_cu_check(s->cu, s->cu->CtxSetCurrent(s->ctx), "set_weight");
-    if (st == KILN_OK)
-        st = kiln_cu_check(s->cu, s->cu->StreamSynchronize(s->stream), "set_weight");
-    /* Past this point only a failing device (whose context is then lost)
-     * can stop the copies halfway. */
-    int sent = 0;
-    for (int i = 0; i < n && st == KILN_OK; i++, sent++)
-        st = weight_send(s, h[i].w, h[i].data, h[i].scale, q);
-    if (sent) { /* the host buffers outlive every copy queued */
-        kiln_status sync = kiln_cu_check(s->cu, s->cu->StreamSynchronize(s->stream), name);
-        if (st == KILN_OK)
-            st = sync;
-    }
-    for (int i = 0; i < n; i++)
-        free(h[i].owned);
-    free(h);
+    kiln_tensor now = *t;
+    now.weight = *q;
+    now.data_file = now.scale_file = (kiln_file_span){ 0 };
+    const kiln_tensor **src = kiln_calloc((size_t)s->n_weights + 1, sizeof *src);
+    if (!src)
+        return kiln_fail(KILN_ERR_NOMEM, "set_weight %s: out of memory", name);
+    for (int i = 0; i < s->n_weights; i++)
+        src[i] = s->weights[i].tensor == t ? &now : NULL;
+    kiln_status st = weights_replace(s, src, "set_weight");
+    free(src);
     return st;
 }
 

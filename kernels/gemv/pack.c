@@ -189,6 +189,15 @@ static kiln_status refuse_unpackable(const kiln_qtensor *q, const kp_format *f)
     return KILN_OK;
 }
 
+kiln_status kiln_gemv_pack_check(const kiln_qtensor *q)
+{
+    kp_format f;
+    if (!kiln_gemv_pack_way(q->format, &f))
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "gemv_tc pack: format %d has no packed layout",
+                         (int)q->format);
+    return refuse_unpackable(q, &f);
+}
+
 kiln_status kiln_gemv_pack(const kiln_qtensor *src, void *data, void *scale)
 {
     size_t data_bytes, scale_bytes;

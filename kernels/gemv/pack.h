@@ -51,6 +51,9 @@ kiln_status kiln_gemv_pack_bytes(kiln_format f, int64_t n, int64_t k, size_t *da
  * values the layout cannot carry (kiln_gemv_pack_refusal's error). */
 kiln_status kiln_gemv_pack(const kiln_qtensor *src, void *data, void *scale);
 
+/* kiln_gemv_pack's refusals of src, without packing it. */
+kiln_status kiln_gemv_pack_check(const kiln_qtensor *src);
+
 /* Format f's way through pack_core.h, which the host packer and the
  * device packer (kiln/pack.cuh) both take; 0 for a format without a
  * packed layout. */

@@ -333,6 +333,7 @@ static kiln_status tc_layout(const kiln_target *t, const kiln_linear_kernel *k,
     out->name = "gemv_tc";
     out->device_pack = 1;
     out->refusal = kiln_gemv_pack_refusal;
+    out->check = kiln_gemv_pack_check;
     return kiln_gemv_pack_bytes(k->cfg.format, k->cfg.n, k->cfg.k, &out->data_bytes,
                                 &out->scale_bytes);
 }

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifndef KT_FAKE_LIBCUDA
@@ -46,6 +47,19 @@ enum { N_WEIGHTS = sizeof weights / sizeof weights[0] };
 static const char *shard_name(int shard)
 {
     return shard == 1 ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+}
+
+/* Where write_model writes (a folder of the test's, with its slash, or
+ * ""), and its values' seed. */
+static const char *g_sub = "";
+static uint64_t g_seed = 41;
+
+static char *model_path(char *path, size_t size, const char *name)
+{
+    char rel[256];
+    snprintf(rel, sizeof rel, "%s%s", g_sub, name);
+    kt_in_tmp(path, size, rel);
+    return path;
 }
 
 /* One shard: its header names the weights of that shard, BF16, random. */
@@ -79,13 +93,13 @@ static void write_shard(int shard, kt_rng *r)
         }
     }
     char path[512];
-    kt_write_file(kt_in_tmp(path, sizeof path, shard_name(shard)), b.p, b.n);
+    kt_write_file(model_path(path, sizeof path, shard_name(shard)), b.p, b.n);
     free(b.p);
 }
 
 static void write_model(void)
 {
-    kt_rng r = kt_rng_new(41);
+    kt_rng r = kt_rng_new(g_seed);
     write_shard(1, &r);
     write_shard(2, &r);
     char index[4096], path[512];
@@ -94,11 +108,11 @@ static void write_model(void)
         len += (size_t)snprintf(index + len, sizeof index - len, "%s\"%s\":\"%s\"",
                                 i ? "," : "", weights[i].name, shard_name(weights[i].shard));
     snprintf(index + len, sizeof index - len, "}}");
-    kt_write_file(kt_in_tmp(path, sizeof path, "model.safetensors.index.json"), index,
+    kt_write_file(model_path(path, sizeof path, "model.safetensors.index.json"), index,
                   strlen(index));
     static const char config[] = "{\"architectures\":[\"LlamaForCausalLM\"],"
                                  "\"num_hidden_layers\":1,\"hidden_size\":128}";
-    kt_write_file(kt_in_tmp(path, sizeof path, "config.json"), config, strlen(config));
+    kt_write_file(model_path(path, sizeof path, "config.json"), config, strlen(config));
 }
 
 /* The same weights in one GGUF file (BF16, type 30), its tensor data
@@ -659,4 +673,55 @@ Test(load, device_packers_read_each_weight_once)
     cr_assert(strstr(kiln_last_error(), "KILN_PACK=sideways"), "%s", kiln_last_error());
     unload(&l);
     nothing_left();
+}
+
+/* kiln_session_reload from another checkpoint of the same shape: after it
+ * every device array holds the new model's bytes, stored and packed, in
+ * the same buffers, and the session's stats are still its load's. A
+ * checkpoint that lacks a weight (the same weights under GGUF's names) is
+ * refused naming it, and changes nothing. With the device packers the
+ * reload reads each weight once. */
+Test(load, reload_from_another_checkpoint)
+{
+    write_model();
+    write_gguf();
+    char dir[512], gguf[512];
+    cr_assert_eq(mkdir(kt_in_tmp(dir, sizeof dir, "b"), 0700), 0);
+    g_sub = "b/", g_seed = 77;
+    write_model();
+    g_sub = "", g_seed = 41;
+    kt_in_tmp(gguf, sizeof gguf, "model.gguf");
+    for (int device = 0; device < 2; device++) {
+        fake_device(NULL, "2", "2", "4K");
+        if (device)
+            setenv("KILN_PACK", "device", 1);
+        loaded l = load();
+        cr_assert_eq(l.st, KILN_OK, "%s", kiln_last_error());
+        kiln_session_stats before, after;
+        kiln_session_get_stats(l.session, &before);
+        loaded b = { .session = l.session };
+        cr_assert_eq(kiln_model_open(dir, &b.model), KILN_OK, "%s", kiln_last_error());
+        cr_assert_eq(kiln_graph_create(&b.graph), KILN_OK);
+        cr_assert_eq(kiln_model_build_linears(b.model, b.graph, 0), KILN_OK);
+        cr_assert_eq(kiln_session_reload(l.session, b.model), KILN_OK, "%s", kiln_last_error());
+        kiln_session_get_stats(l.session, &after);
+        cr_assert_eq(memcmp(&before, &after, sizeof before), 0, "the reload changed the stats");
+        int raw, packed;
+        if (!device)
+            every_byte_equal(&b, &raw, &packed);
+        kiln_model *other;
+        cr_assert_eq(kiln_model_open(gguf, &other), KILN_OK, "%s", kiln_last_error());
+        cr_assert_eq(kiln_session_reload(l.session, other), KILN_ERR_NOT_FOUND);
+        cr_assert(strstr(kiln_last_error(), "reload") &&
+                      strstr(kiln_last_error(), weights[0].name),
+                  "%s", kiln_last_error());
+        kiln_model_close(other);
+        if (!device)
+            every_byte_equal(&b, &raw, &packed);
+        cr_assert_eq(kiln_session_reload(NULL, b.model), KILN_ERR_INVALID_ARG);
+        kiln_graph_destroy(b.graph);
+        kiln_model_close(b.model);
+        unload(&l);
+        nothing_left();
+    }
 }
