@@ -189,6 +189,7 @@ _PROTOTYPES = [
     ("kiln_session_run_device", [P, c_int64, POINTER(DeviceMatrix), POINTER(DeviceMatrix), P],
      c_status),
     ("kiln_session_get_stats", [P, POINTER(SessionStats)], None),
+    ("kiln_session_reload", [P, P], c_status),
     ("kiln_cpu_create", [P, POINTER(CpuOptions), PP], c_status),
     ("kiln_cpu_destroy", [P], None),
     ("kiln_cpu_threads", [P], c_int),

@@ -160,6 +160,21 @@ class Session(Handle):
                             s.load_s, s.load_threads, bool(s.load_pinned),
                             s.load_device_packed_bytes, s.load_device_pack_s)
 
+    def reload(self, model: Any) -> None:
+        """Read every weight again from ``model`` (a :class:`kiln.Model`:
+        another checkpoint of the same architecture, with the same names,
+        formats and shapes) into the session's device buffers, through the
+        load and the device packers (``kiln_session_reload``). Everything is
+        checked before anything is written: a missing weight, another shape
+        or a value a layout cannot carry raises :class:`kiln.Error` and the
+        session keeps its weights. A GPU session's only: the CPU executor
+        reads the graph's own weights."""
+        if self.device == "cpu":
+            raise Error(Status.ERR_STATE,
+                        "reload: the CPU executor reads the graph's weights where they are; "
+                        "build a new graph from the model")
+        check(_capi.lib().kiln_session_reload(self._live(), model._live()))
+
     def run(self, *inputs: Any) -> Any:
         """Run the graph on ``M`` tokens.
 

@@ -64,3 +64,11 @@ def test_a_missing_file_names_itself(tmp_path):
 def test_an_unknown_graph_kind_is_a_value_error(llama):
     with pytest.raises(ValueError, match="'ffn', 'linears'"):
         kiln.Model.open(llama[0]).graph("attention")
+
+
+def test_a_cpu_session_cannot_reload(llama):
+    m = kiln.Model.open(llama[0])
+    s = kiln.Session(m.graph("ffn"), device="cpu")
+    with pytest.raises(kiln.Error, match="CPU executor reads the graph's weights") as ei:
+        s.reload(m)
+    assert ei.value.status == kiln.Status.ERR_STATE

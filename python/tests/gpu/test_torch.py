@@ -118,3 +118,30 @@ def test_a_torch_cuda_graph_captures_the_run():
         graph.replay()
         torch.cuda.synchronize()
         np.testing.assert_array_equal(y.float().cpu().numpy(), s.run(x.float().cpu().numpy()))
+
+
+def test_a_session_reloads_another_checkpoint_as_a_fresh_one_runs_it(tmp_path):
+    """kiln_session_reload from a second checkpoint of the same shape: the
+    reloaded session's outputs equal a fresh session's on that checkpoint."""
+    gpu_or_skip()
+    from safetensors.numpy import save_file
+    rng = np.random.default_rng(5)
+    paths = []
+    for i in range(2):
+        d = tmp_path / f"m{i}"
+        d.mkdir()
+        ws = {f"model.layers.0.mlp.{p}_proj.weight": rng.standard_normal(s).astype(np.float32)
+              .astype(np.float16) for p, s in (("gate", (256, 128)), ("up", (256, 128)),
+                                               ("down", (128, 256)))}
+        ws["model.layers.0.post_attention_layernorm.weight"] = np.ones(128, np.float16)
+        save_file(ws, str(d / "model.safetensors"))
+        (d / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], '
+                                       '"num_hidden_layers": 1, "hidden_size": 128}')
+        paths.append(str(d))
+    a, b = kiln.Model.open(paths[0]), kiln.Model.open(paths[1])
+    x = rng.standard_normal((3, 128)).astype(np.float32)
+    reloaded = kiln.Session(a.graph("ffn"), device="cuda:0", capture=[1, 16, 64], max_tokens=64)
+    reloaded.reload(b)
+    fresh = kiln.Session(b.graph("ffn"), device="cuda:0", capture=[1, 16, 64], max_tokens=64)
+    for m in (1, 3):
+        np.testing.assert_array_equal(reloaded.run(x[:m]), fresh.run(x[:m]))
