@@ -278,9 +278,77 @@ void kiln_model_spans(const kiln_model *m, kiln_tensor *w)
         m->impl_file_of(m, q->scale, scale, &w->scale_file);
 }
 
+/* Rows [r0, r0 + rows) of q, a view of its bytes. KILN_ERR_SHAPE when its
+ * scales do not split there (a 128-row block). */
+static kiln_status qtensor_rows(const kiln_qtensor *q, int64_t r0, int64_t rows,
+                                kiln_qtensor *out)
+{
+    const kiln_format_info *fi = kiln_format_get(q->format);
+    size_t data = 0, scale = 0;
+    kiln_qtensor head = *q;
+    head.n = r0;
+    if (fi->scale_rows > 1 && r0 % fi->scale_rows)
+        return kiln_fail(KILN_ERR_SHAPE, "row %lld is inside a block of %d rows of scales",
+                         (long long)r0, fi->scale_rows);
+    kiln_status st = r0 ? kiln_format_data_bytes(q->format, r0, q->k, &data) : KILN_OK;
+    if (st == KILN_OK && r0 && q->scale && fi->scale_rows)
+        st = kiln_qtensor_scale_bytes(&head, &scale);
+    if (st)
+        return st;
+    *out = *q;
+    out->n = rows;
+    out->data = (uint8_t *)q->data + data;
+    if (q->scale)
+        out->scale = (uint8_t *)q->scale + scale;
+    return KILN_OK;
+}
+
+/* Phi-3's gate and up projections in one tensor: HF's mlp.gate_up_proj,
+ * GGUF's ffn_up of twice the rows where there is no ffn_gate. The gate is
+ * the first half of its rows, up the second (transformers' Phi3MLP
+ * chunks the product in two, llama.cpp's fused SwiGLU splits it so). *out
+ * is NULL when the layer has separate gate and up projections. */
+static kiln_status model_gate_up_half(const kiln_model *m, kiln_graph *g, int role, int l,
+                                      kiln_tensor **out)
+{
+    char name[256], fused[256];
+    *out = NULL;
+    if ((role != ROLE_GATE && role != ROLE_UP) || model_role_find(m, ROLE_GATE, l, name,
+                                                                   sizeof name))
+        return KILN_OK;
+    snprintf(fused, sizeof fused, "model.layers.%d.mlp.gate_up_proj.weight", l);
+    const kiln_model_tensor *t = model_find(m, fused);
+    if (!t) {
+        snprintf(fused, sizeof fused, roles[ROLE_UP].gguf, l);
+        t = model_find(m, fused);
+    }
+    if (!t)
+        return KILN_OK;
+    kiln_qtensor q, half;
+    kiln_status st = kiln_model_weight(m, t->name, &q);
+    if (st == KILN_OK && (t->n_dims != 2 || q.n % 2))
+        st = kiln_fail(KILN_ERR_SHAPE,
+                       "%s: tensor %s: a fused gate and up projection has an even number of "
+                       "rows, not %lld",
+                       m->path, t->name, (long long)q.n);
+    if (st == KILN_OK && (st = qtensor_rows(&q, role == ROLE_GATE ? 0 : q.n / 2, q.n / 2, &half)))
+        st = kiln_fail_prefix(st, "%s: tensor %s: its gate and up halves", m->path, t->name);
+    if (st)
+        return st;
+    snprintf(name, sizeof name, "%s:%s", t->name, role == ROLE_GATE ? "gate" : "up");
+    if ((*out = kiln_graph_find(g, name)))
+        return KILN_OK;
+    if ((st = kiln_graph_weight(g, name, &half, out)) == KILN_OK)
+        kiln_model_spans(m, *out);
+    return st;
+}
+
 static kiln_status model_role_weight(const kiln_model *m, kiln_graph *g, int role, int l,
                                      kiln_tensor **out)
 {
+    kiln_status fused = model_gate_up_half(m, g, role, l, out);
+    if (fused != KILN_OK || *out)
+        return fused;
     const kiln_model_tensor *t;
     kiln_status st = model_role_need(m, role, l, &t);
     if (st != KILN_OK)

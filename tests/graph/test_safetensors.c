@@ -1803,3 +1803,93 @@ Test(safetensors, zero_byte_weights_of_every_kind_are_refused_by_name)
     }
     kiln_model_close(m);
 }
+
+/* Phi-3 keeps its gate and up projections in one tensor, gate_up_proj:
+ * the FFN built from it runs exactly as the one built from the two
+ * halves stored apart; FP8 per-channel scales are split with the rows.
+ * An odd number of rows is refused naming the tensor. */
+Test(safetensors, phi3_gate_up_proj_is_split_in_halves)
+{
+    enum { D = 64, F = 128, M = 3 };
+    kt_rng r = kt_rng_new(7);
+    static uint8_t gate[F * D], up[F * D], both[2 * F * D];
+    static float down[D * F], norm[D], sg[F], su[F], sboth[2 * F], x[M * D], y[2][M * D];
+    random_e4m3(&r, gate, sizeof gate);
+    random_e4m3(&r, up, sizeof up);
+    random_f32(&r, sg, F, 0.001f, 0.01f);
+    random_f32(&r, su, F, 0.001f, 0.01f);
+    random_f32(&r, down, D * F, -0.1f, 0.1f);
+    random_f32(&r, norm, D, 0.5f, 1.5f);
+    random_f32(&r, x, M * D, -1.0f, 1.0f);
+    memcpy(both, gate, sizeof gate);
+    memcpy(both + sizeof gate, up, sizeof up);
+    memcpy(sboth, sg, sizeof sg);
+    memcpy(sboth + F, su, sizeof su);
+    static const char *const files[] = { "split.safetensors", "fused.safetensors" };
+    for (int fused = 0; fused < 2; fused++) {
+        stb *b = stb_new();
+        if (fused) {
+            stb_tensor(b, "model.layers.0.mlp.gate_up_proj.weight", "F8_E4M3", "[256, 64]", both,
+                       sizeof both);
+            stb_tensor(b, "model.layers.0.mlp.gate_up_proj.weight_scale", "F32", "[256, 1]",
+                       sboth, sizeof sboth);
+        } else {
+            stb_tensor(b, "model.layers.0.mlp.gate_proj.weight", "F8_E4M3", "[128, 64]", gate,
+                       sizeof gate);
+            stb_tensor(b, "model.layers.0.mlp.gate_proj.weight_scale", "F32", "[128, 1]", sg,
+                       sizeof sg);
+            stb_tensor(b, "model.layers.0.mlp.up_proj.weight", "F8_E4M3", "[128, 64]", up,
+                       sizeof up);
+            stb_tensor(b, "model.layers.0.mlp.up_proj.weight_scale", "F32", "[128, 1]", su,
+                       sizeof su);
+        }
+        stb_tensor(b, "model.layers.0.mlp.down_proj.weight", "F32", "[64, 128]", down,
+                   sizeof down);
+        stb_tensor(b, "model.layers.0.post_attention_layernorm.weight", "F32", "[64]", norm,
+                   sizeof norm);
+        stb_write(b, in_dir(files[fused]), 0);
+        free(b);
+    }
+    write_text(in_dir("config.json"),
+               "{\"architectures\": [\"Phi3ForCausalLM\"], \"num_hidden_layers\": 1, "
+               "\"hidden_size\": 64, \"quantization_config\": {\"quant_method\": \"fp8\", "
+               "\"weight_block_size\": null}}");
+    for (int fused = 0; fused < 2; fused++) {
+        kiln_model *m = open_ok(in_dir(files[fused]));
+        kiln_graph *g;
+        cr_assert_eq(kiln_graph_create(&g), KILN_OK);
+        cr_assert_eq(kiln_model_build_ffn(m, g, 0), KILN_OK, "%s", kiln_last_error());
+        if (fused) {
+            const kiln_tensor *h = kiln_graph_find(g, "model.layers.0.mlp.gate_up_proj.weight:up");
+            cr_assert(h && h->weight.n == F && h->weight.k == D);
+            cr_assert_eq(h->weight.format, KILN_FMT_FP8_CHANNEL);
+        }
+        kiln_cpu *cpu;
+        cr_assert_eq(kiln_cpu_create(g, &(kiln_cpu_options){ .threads = 1 }, &cpu), KILN_OK);
+        const float *in[] = { x };
+        float *out[] = { y[fused] };
+        cr_assert_eq(kiln_cpu_run(cpu, M, in, out), KILN_OK, "%s", kiln_last_error());
+        kiln_cpu_destroy(cpu);
+        kiln_graph_destroy(g);
+        kiln_model_close(m);
+    }
+    cr_assert_eq(memcmp(y[0], y[1], sizeof y[0]), 0, "the fused tensor's halves run otherwise");
+
+    stb *b = stb_new();
+    stb_tensor(b, "model.layers.0.mlp.gate_up_proj.weight", "F32", "[3, 64]", down,
+               3 * D * sizeof(float));
+    stb_tensor(b, "model.layers.0.mlp.down_proj.weight", "F32", "[64, 128]", down, sizeof down);
+    stb_tensor(b, "model.layers.0.post_attention_layernorm.weight", "F32", "[64]", norm,
+               sizeof norm);
+    stb_write(b, in_dir("odd.safetensors"), 0);
+    free(b);
+    kiln_model *m = open_ok(in_dir("odd.safetensors"));
+    kiln_graph *g;
+    cr_assert_eq(kiln_graph_create(&g), KILN_OK);
+    cr_assert_eq(kiln_model_build_ffn(m, g, 0), KILN_ERR_SHAPE);
+    cr_assert(strstr(kiln_last_error(), "gate_up_proj.weight") &&
+                  strstr(kiln_last_error(), "even number of rows"),
+              "%s", kiln_last_error());
+    kiln_graph_destroy(g);
+    kiln_model_close(m);
+}
