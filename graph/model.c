@@ -343,6 +343,21 @@ static kiln_status model_gate_up_half(const kiln_model *m, kiln_graph *g, int ro
     return st;
 }
 
+kiln_status kiln_model_graph_weight(const kiln_model *m, const char *name, kiln_qtensor *out)
+{
+    const char *colon = strrchr(name, ':');
+    if (!colon || (strcmp(colon, ":gate") && strcmp(colon, ":up")))
+        return kiln_model_weight(m, name, out);
+    char base[256];
+    snprintf(base, sizeof base, "%.*s", (int)(colon - name), name);
+    kiln_qtensor q;
+    kiln_status st = kiln_model_weight(m, base, &q);
+    if (st == KILN_OK && q.n % 2)
+        st = kiln_fail(KILN_ERR_SHAPE, "%s: tensor %s: a fused gate and up projection has an "
+                       "even number of rows, not %lld", m->path, base, (long long)q.n);
+    return st ? st : qtensor_rows(&q, colon[1] == 'g' ? 0 : q.n / 2, q.n / 2, out);
+}
+
 static kiln_status model_role_weight(const kiln_model *m, kiln_graph *g, int role, int l,
                                      kiln_tensor **out)
 {

@@ -55,6 +55,11 @@ struct kiln_model {
                          kiln_file_span *out);
 };
 
+/* The weight a graph built from m names name: kiln_model_weight's, or
+ * for "<tensor>:gate" and "<tensor>:up", the halves of a fused gate and
+ * up projection's rows (Phi-3). */
+kiln_status kiln_model_graph_weight(const kiln_model *m, const char *name, kiln_qtensor *out);
+
 /* Where w's data and scale (a weight of m) lie in m's files, for a
  * session to read them from there; none for bytes in no mapping. */
 void kiln_model_spans(const kiln_model *m, kiln_tensor *w);

@@ -515,7 +515,7 @@ kiln_status kiln_session_reload(kiln_session *s, const kiln_model *m)
         if (src[i])
             continue;
         kiln_qtensor q;
-        if ((st = kiln_model_weight(m, t->name, &q))) {
+        if ((st = kiln_model_graph_weight(m, t->name, &q))) {
             st = kiln_fail_prefix(st, "reload");
             break;
         }
