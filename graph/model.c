@@ -303,6 +303,23 @@ static kiln_status qtensor_rows(const kiln_qtensor *q, int64_t r0, int64_t rows,
     return KILN_OK;
 }
 
+kiln_status kiln_model_graph_weight(const kiln_model *m, const char *name, kiln_qtensor *out)
+{
+    const char *colon = strrchr(name, ':');
+    if (!colon || (strcmp(colon, ":gate") && strcmp(colon, ":up")))
+        return kiln_model_weight(m, name, out);
+    char base[256];
+    snprintf(base, sizeof base, "%.*s", (int)(colon - name), name);
+    kiln_qtensor q;
+    kiln_status st = kiln_model_weight(m, base, &q);
+    if (st == KILN_OK && q.n % 2)
+        st = kiln_fail(KILN_ERR_SHAPE, "%s: tensor %s: a fused gate and up projection has an "
+                       "even number of rows, not %lld", m->path, base, (long long)q.n);
+    if (st == KILN_OK && (st = qtensor_rows(&q, colon[1] == 'g' ? 0 : q.n / 2, q.n / 2, out)))
+        st = kiln_fail_prefix(st, "%s: tensor %s: its gate and up halves", m->path, base);
+    return st;
+}
+
 /* Phi-3's gate and up projections in one tensor: HF's mlp.gate_up_proj,
  * GGUF's ffn_up of twice the rows where there is no ffn_gate. The gate is
  * the first half of its rows, up the second (transformers' Phi3MLP
@@ -324,38 +341,17 @@ static kiln_status model_gate_up_half(const kiln_model *m, kiln_graph *g, int ro
     }
     if (!t)
         return KILN_OK;
-    kiln_qtensor q, half;
-    kiln_status st = kiln_model_weight(m, t->name, &q);
-    if (st == KILN_OK && (t->n_dims != 2 || q.n % 2))
-        st = kiln_fail(KILN_ERR_SHAPE,
-                       "%s: tensor %s: a fused gate and up projection has an even number of "
-                       "rows, not %lld",
-                       m->path, t->name, (long long)q.n);
-    if (st == KILN_OK && (st = qtensor_rows(&q, role == ROLE_GATE ? 0 : q.n / 2, q.n / 2, &half)))
-        st = kiln_fail_prefix(st, "%s: tensor %s: its gate and up halves", m->path, t->name);
-    if (st)
-        return st;
+    if (t->n_dims != 2)
+        return kiln_fail(KILN_ERR_SHAPE, "%s: tensor %s: a linear weight must be 2-D, not %d-D",
+                         m->path, t->name, t->n_dims);
     snprintf(name, sizeof name, "%s:%s", t->name, role == ROLE_GATE ? "gate" : "up");
     if ((*out = kiln_graph_find(g, name)))
         return KILN_OK;
-    if ((st = kiln_graph_weight(g, name, &half, out)) == KILN_OK)
+    kiln_qtensor half;
+    kiln_status st = kiln_model_graph_weight(m, name, &half);
+    if (st == KILN_OK && (st = kiln_graph_weight(g, name, &half, out)) == KILN_OK)
         kiln_model_spans(m, *out);
     return st;
-}
-
-kiln_status kiln_model_graph_weight(const kiln_model *m, const char *name, kiln_qtensor *out)
-{
-    const char *colon = strrchr(name, ':');
-    if (!colon || (strcmp(colon, ":gate") && strcmp(colon, ":up")))
-        return kiln_model_weight(m, name, out);
-    char base[256];
-    snprintf(base, sizeof base, "%.*s", (int)(colon - name), name);
-    kiln_qtensor q;
-    kiln_status st = kiln_model_weight(m, base, &q);
-    if (st == KILN_OK && q.n % 2)
-        st = kiln_fail(KILN_ERR_SHAPE, "%s: tensor %s: a fused gate and up projection has an "
-                       "even number of rows, not %lld", m->path, base, (long long)q.n);
-    return st ? st : qtensor_rows(&q, colon[1] == 'g' ? 0 : q.n / 2, q.n / 2, out);
 }
 
 static kiln_status model_role_weight(const kiln_model *m, kiln_graph *g, int role, int l,
