@@ -335,9 +335,14 @@ static kiln_status model_gate_up_half(const kiln_model *m, kiln_graph *g, int ro
         return KILN_OK;
     snprintf(fused, sizeof fused, "model.layers.%d.mlp.gate_up_proj.weight", l);
     const kiln_model_tensor *t = model_find(m, fused);
-    if (!t) {
+    if (!t) { /* GGUF: only an ffn_up of twice the rows ffn_down reads */
+        kiln_qtensor up, down;
         snprintf(fused, sizeof fused, roles[ROLE_UP].gguf, l);
+        snprintf(name, sizeof name, roles[ROLE_DOWN].gguf, l);
         t = model_find(m, fused);
+        if (t && (!model_find(m, name) || kiln_model_weight(m, fused, &up) ||
+                  kiln_model_weight(m, name, &down) || up.n != 2 * down.k))
+            t = NULL;
     }
     if (!t)
         return KILN_OK;
