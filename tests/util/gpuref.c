@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,20 +168,23 @@ static double fp8_static_error(const double *v, const double *e, const float *w,
     return 4.0 * 0x1p-12 * mag;
 }
 
-/* fp8_group: 0 for BF16 activations, g > 0 for FP8 quantized in groups of
- * g along K by the kernel's own scales, -1 for FP8 codes of x made with a
- * static scale (x holds their values). */
-static kt_ref ref_linear(const kt_ref *x, const kiln_qtensor *q, const float *bias,
-                         int round_bf16, int64_t fp8_group)
+/* Outputs [j0, j1) of every row of a linear's reference. */
+typedef struct linear_job {
+    const kt_ref *x;
+    kt_ref *y;
+    const float *w, *size, *slack, *bias;
+    int64_t fp8_group, j0, j1;
+} linear_job;
+
+static void *linear_rows(void *arg)
 {
-    float *w, *size, *slack;
-    weight_values(q, round_bf16, &w, &size, &slack);
-    const int64_t k = x->d, n = q->n, steps = (k + 15) / 16;
-    kt_ref y = ref_new(x->m, n);
+    const linear_job *jb = arg;
+    const kt_ref *x = jb->x;
+    const int64_t k = x->d, n = jb->y->d, steps = (k + 15) / 16;
     for (int64_t i = 0; i < x->m; i++)
-        for (int64_t j = 0; j < n; j++) {
+        for (int64_t j = jb->j0; j < jb->j1; j++) {
             const double *xr = x->v + i * k, *er = x->e + i * k;
-            const float *wr = w + j * k, *sr = size + j * k, *lr = slack + j * k;
+            const float *wr = jb->w + j * k, *sr = jb->size + j * k, *lr = jb->slack + j * k;
             double s = 0, off = 0, mag = 0, prop = 0;
             double lo = 0, hi = 0, off_lo = 0, off_hi = 0;
             for (int64_t l = 0; l < k; l++) {
@@ -193,19 +197,55 @@ static kt_ref ref_linear(const kt_ref *x, const kiln_qtensor *q, const float *bi
             }
             /* the largest sum of a contiguous K range */
             double partial = fmax(hi - lo, off_hi - off_lo);
-            if (fp8_group) {
-                prop += fp8_group > 0 ? fp8_error(xr, er, wr, k, fp8_group)
-                                      : fp8_static_error(xr, er, wr, k);
+            if (jb->fp8_group) {
+                prop += jb->fp8_group > 0 ? fp8_error(xr, er, wr, k, jb->fp8_group)
+                                          : fp8_static_error(xr, er, wr, k);
                 /* the f32 scales multiply the sum: three roundings */
                 mag += 3 * fabs(s);
             }
-            if (bias) {
-                s += bias[j];
-                mag += fabs(bias[j]);
+            if (jb->bias) {
+                s += jb->bias[j];
+                mag += fabs(jb->bias[j]);
             }
-            y.v[i * n + j] = s;
-            y.e[i * n + j] = prop + sum_gamma(k) * mag + 4.0 * (double)steps * EPS * partial;
+            jb->y->v[i * n + j] = s;
+            jb->y->e[i * n + j] = prop + sum_gamma(k) * mag + 4.0 * (double)steps * EPS * partial;
         }
+    return NULL;
+}
+
+enum { REF_MAX_THREADS = 64 };
+
+/* fp8_group: 0 for BF16 activations, g > 0 for FP8 quantized in groups of
+ * g along K by the kernel's own scales, -1 for FP8 codes of x made with a
+ * static scale (x holds their values). Large products are split over the
+ * cores by output columns: the GPU suites' time goes here. */
+static kt_ref ref_linear(const kt_ref *x, const kiln_qtensor *q, const float *bias,
+                         int round_bf16, int64_t fp8_group)
+{
+    float *w, *size, *slack;
+    weight_values(q, round_bf16, &w, &size, &slack);
+    kt_ref y = ref_new(x->m, q->n);
+    int64_t threads = kiln_cpu_count();
+    if (threads > REF_MAX_THREADS)
+        threads = REF_MAX_THREADS;
+    if ((double)x->m * (double)q->n * (double)x->d < 4e6 || threads < 1)
+        threads = 1;
+    linear_job jobs[REF_MAX_THREADS];
+    pthread_t tid[REF_MAX_THREADS];
+    int started[REF_MAX_THREADS] = { 0 };
+    for (int64_t t = 0; t < threads; t++) {
+        jobs[t] = (linear_job){ x, &y, w, size, slack, bias, fp8_group,
+                                q->n * t / threads, q->n * (t + 1) / threads };
+        if (t > 0)
+            started[t] = pthread_create(&tid[t], NULL, linear_rows, &jobs[t]) == 0;
+    }
+    linear_rows(&jobs[0]);
+    for (int64_t t = 1; t < threads; t++) {
+        if (started[t])
+            pthread_join(tid[t], NULL);
+        else
+            linear_rows(&jobs[t]);
+    }
     free(w);
     free(size);
     free(slack);
