@@ -260,7 +260,7 @@ static kiln_graph *every_format_graph(void)
  * parses back to the descriptor, entry name included. Counts the kernels
  * of each kind, and sets bit a of *acts for a quantizer of scheme a. */
 static void check_plan(const kiln_registry *r, kiln_graph *g, const char *name,
-                       const kiln_plan_options *o, int kinds[3], unsigned *acts)
+                       const kiln_plan_options *o, int kinds[KILN_STEP_PACK + 1], unsigned *acts)
 {
     kiln_target t = target(name);
     kiln_plan *p;
@@ -290,7 +290,7 @@ Test(sig, plans_print_their_descriptors_and_parse_back)
     kiln_graph *g = every_format_graph();
     unsigned acts = 0;
     for (size_t i = 0; i < KILN_ARRAY_LEN(targets); i++) {
-        int kinds[3] = { 0 };
+        int kinds[KILN_STEP_PACK + 1] = { 0 };
         check_plan(reg(), g, targets[i], NULL, kinds, &acts);
         const kiln_plan_options no_fuse = { .no_fuse = 1 };
         check_plan(reg(), g, targets[i], &no_fuse, kinds, &acts);
@@ -300,7 +300,7 @@ Test(sig, plans_print_their_descriptors_and_parse_back)
     kiln_registry r = { .backends = { &quantizing }, .n = 1 };
     for (int f = 0; f < KILN_FMT_COUNT; f++)
         r.priority[f][0] = "fp8";
-    int kinds[3] = { 0 };
+    int kinds[KILN_STEP_PACK + 1] = { 0 };
     check_plan(&r, g, "sm_89", NULL, kinds, &acts);
     cr_assert_eq(acts, (1u << KILN_ACT_COUNT) - 2,
                  "a quantizer of every scheme but bf16, the static ones included");
