@@ -22,22 +22,36 @@ typedef struct packer {
     const kiln_cu *cu;
     CUdevice dev;
     CUcontext ctx;
+    kiln_target t; /* the live device's */
+    kiln_nvrtc *nv;
     CUmodule module;
     CUfunction fn;
 } packer;
 
+/* The device's primary context current, its target and NVRTC. */
 static void device_open(packer *p)
 {
+    kt_need_gpu();
     cr_assert_eq(kiln_cu_get(&p->cu), KILN_OK, "%s", kiln_last_error());
     cr_assert_eq(p->cu->Init(0), CUDA_SUCCESS);
     cr_assert_eq(p->cu->DeviceGet(&p->dev, 0), CUDA_SUCCESS);
     cr_assert_eq(p->cu->DevicePrimaryCtxRetain(&p->ctx, p->dev), CUDA_SUCCESS);
     cr_assert_eq(p->cu->CtxSetCurrent(p->ctx), CUDA_SUCCESS);
+    cr_assert_eq(kiln_target_live(0, &p->t), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_nvrtc_open(&p->nv), KILN_OK, "%s", kiln_last_error());
+}
+
+static void device_close(packer *p)
+{
+    kiln_nvrtc_close(p->nv);
+    p->cu->DevicePrimaryCtxRelease(p->dev);
 }
 
 /* Format f's packer, compiled for the live device. */
-static void packer_load(packer *p, kiln_nvrtc *nv, const kiln_target *t, kiln_format f)
+static void packer_load(packer *p, kiln_format f)
 {
+    kiln_nvrtc *nv = p->nv;
+    const kiln_target *t = &p->t;
     char sig[128];
     snprintf(sig, sizeof sig, "pack format=%s target=%s", kiln_format_get(f)->name, t->name);
     kiln_kernel_source src;
@@ -95,13 +109,8 @@ static uint64_t device_pack(packer *p, const kiln_qtensor *q, unsigned blocks, u
 
 Test(gpu_pack, every_format_as_the_host_packs_it, .timeout = 600)
 {
-    kt_need_gpu();
     packer p;
     device_open(&p);
-    kiln_target t;
-    cr_assert_eq(kiln_target_live(0, &t), KILN_OK, "%s", kiln_last_error());
-    kiln_nvrtc *nv;
-    cr_assert_eq(kiln_nvrtc_open(&nv), KILN_OK, "%s", kiln_last_error());
     kt_rng r = kt_rng_new(41);
     /* ragged last tiles (200, 37), one row, an 8200-row weight over a
      * grid of 3 blocks */
@@ -111,7 +120,7 @@ Test(gpu_pack, every_format_as_the_host_packs_it, .timeout = 600)
     for (int f = 0; f < KILN_FMT_COUNT; f++) {
         if (!kiln_gemv_tc_format_get((kiln_format)f))
             continue;
-        packer_load(&p, nv, &t, (kiln_format)f);
+        packer_load(&p, (kiln_format)f);
         formats++;
         for (size_t s = 0; s < KILN_ARRAY_LEN(shapes); s++) {
             kt_weight w;
@@ -139,21 +148,15 @@ Test(gpu_pack, every_format_as_the_host_packs_it, .timeout = 600)
         p.cu->ModuleUnload(p.module);
     }
     cr_assert_eq(formats, 13);
-    kiln_nvrtc_close(nv);
-    p.cu->DevicePrimaryCtxRelease(p.dev);
+    device_close(&p);
 }
 
 /* A value the layout cannot carry, put at (row 3, K 70) and again later:
  * the device packer reports the first, where the host packer refuses it. */
 Test(gpu_pack, refused_values_are_found_where_the_host_finds_them, .timeout = 300)
 {
-    kt_need_gpu();
     packer p;
     device_open(&p);
-    kiln_target t;
-    cr_assert_eq(kiln_target_live(0, &t), KILN_OK, "%s", kiln_last_error());
-    kiln_nvrtc *nv;
-    cr_assert_eq(kiln_nvrtc_open(&nv), KILN_OK, "%s", kiln_last_error());
     kt_rng r = kt_rng_new(43);
     static const struct {
         kiln_format f;
@@ -183,7 +186,7 @@ Test(gpu_pack, refused_values_are_found_where_the_host_finds_them, .timeout = 30
         cr_assert_eq(kiln_gemv_pack(&w.q, buf, buf + pd), KILN_ERR_MALFORMED);
         char host[512];
         snprintf(host, sizeof host, "%s", kiln_last_error());
-        packer_load(&p, nv, &t, cases[c].f);
+        packer_load(&p, cases[c].f);
         uint64_t first = device_pack(&p, &w.q, 5, buf, pd, ps);
         cr_assert_eq(first, (uint64_t)at, "%s: first refused %llu, want %zu",
                      kiln_format_get(cases[c].f)->name, (unsigned long long)first, at);
@@ -194,8 +197,7 @@ Test(gpu_pack, refused_values_are_found_where_the_host_finds_them, .timeout = 30
         free(buf);
         kt_weight_free(&w);
     }
-    kiln_nvrtc_close(nv);
-    p.cu->DevicePrimaryCtxRelease(p.dev);
+    device_close(&p);
 }
 
 /* A session packing on the device and one packing on the host run the
