@@ -82,6 +82,15 @@ static dev_weight *weight_of(kiln_session *s, const kiln_tensor *t, kiln_pack_fn
     return NULL;
 }
 
+/* The bytes of weight t in kiln's storage layout. */
+static kiln_status storage_bytes(const kiln_tensor *t, size_t *data, size_t *scale)
+{
+    kiln_status e = kiln_format_data_bytes(t->weight.format, t->weight.n, t->weight.k, data);
+    if (e == KILN_OK)
+        e = kiln_qtensor_scale_bytes(&t->weight, scale);
+    return e != KILN_OK ? kiln_fail_prefix(e, "weight %s", t->name) : KILN_OK;
+}
+
 /* The device copy of the weight of linear step st in the layout its
  * kernel reads, its buffers allocated on first use; the load fills them. */
 static kiln_status weight_for(kiln_session *s, const kiln_step *st, dev_weight **out)
@@ -94,12 +103,9 @@ static kiln_status weight_for(kiln_session *s, const kiln_step *st, dev_weight *
     if (st->layout.pack) {
         w->data_bytes = st->layout.data_bytes, w->scale_bytes = st->layout.scale_bytes;
     } else {
-        kiln_status e =
-            kiln_format_data_bytes(t->weight.format, t->weight.n, t->weight.k, &w->data_bytes);
-        if (e == KILN_OK)
-            e = kiln_qtensor_scale_bytes(&t->weight, &w->scale_bytes);
+        kiln_status e = storage_bytes(t, &w->data_bytes, &w->scale_bytes);
         if (e != KILN_OK)
-            return kiln_fail_prefix(e, "weight %s", t->name);
+            return e;
     }
     CU(s->cu->MemAlloc(&w->data, w->data_bytes), t->name);
     if (w->scale_bytes)
@@ -159,30 +165,17 @@ static int device_packs(const kiln_session *s, const dev_weight *w)
            s->kernels[w->layout.packer].n_fn == 1;
 }
 
-/* The bytes of weight t in kiln's storage layout. */
-static kiln_status storage_bytes(const kiln_tensor *t, size_t *data, size_t *scale)
-{
-    kiln_status e = kiln_format_data_bytes(t->weight.format, t->weight.n, t->weight.k, data);
-    if (e == KILN_OK)
-        e = kiln_qtensor_scale_bytes(&t->weight, scale);
-    return e != KILN_OK ? kiln_fail_prefix(e, "weight %s", t->name) : KILN_OK;
-}
-
 /* Queues w's device packer on src's storage-layout arrays data and scale
  * on the device; the first value it cannot carry lowers *bad. */
 static kiln_status device_pack(kiln_session *s, const dev_weight *w, const kiln_tensor *src,
                                CUdeviceptr data, CUdeviceptr scale, CUdeviceptr bad)
 {
     const kiln_qtensor *q = &src->weight;
-    size_t data_bytes, scale_bytes;
-    kiln_status st = storage_bytes(src, &data_bytes, &scale_bytes);
-    if (st)
-        return st;
     kiln_pack_args a = {
         .w = (const void *)data, .w_scale = (const void *)scale,
         .out = (void *)w->data, .out_scale = (void *)w->scale,
         .n = q->n, .k = q->k,
-        .scale_bytes = (long long)(w->scale_bytes < scale_bytes ? w->scale_bytes : scale_bytes),
+        .scale_bytes = (long long)w->scale_bytes, /* the storage layout's, where it is kept */
         .bad = (unsigned long long *)bad,
     };
     /* a warp an atom of a 16-row tile, grid-strided */
@@ -267,7 +260,7 @@ static kiln_status pack_through_scratch(fill *f)
     kiln_session *s = f->s;
     int i = 0;
     while (i < s->n_weights) {
-        size_t total = 0, at[64];
+        size_t total = 0, at[64], data_at[64];
         int pick[64], n = 0;
         for (int j = i; j < s->n_weights && n < 64; j++) {
             const dev_weight *w = &s->weights[j];
@@ -280,23 +273,17 @@ static kiln_status pack_through_scratch(fill *f)
             size_t need = align256(data) + align256(scale);
             if (n && total + need > PACK_SCRATCH)
                 break;
-            at[n] = total, pick[n++] = j, total += need;
+            f->items[n] = (kiln_load_item){ .tensor = f->src[j], .data_bytes = data,
+                                            .scale_bytes = scale };
+            at[n] = total, data_at[n] = align256(data), pick[n++] = j, total += need;
         }
         if (!n)
             break;
         CUdeviceptr scratch;
         CU(s->cu->MemAlloc(&scratch, total), "the device packers' scratch");
-        kiln_status st = KILN_OK;
-        for (int k = 0; k < n && st == KILN_OK; k++) {
-            const kiln_tensor *t = f->src[pick[k]];
-            size_t data, scale;
-            st = storage_bytes(t, &data, &scale);
-            f->items[k] = (kiln_load_item){ .tensor = t, .data = scratch + at[k],
-                                            .scale = scratch + at[k] + align256(data),
-                                            .data_bytes = data, .scale_bytes = scale };
-        }
-        if (st == KILN_OK)
-            st = load_items(s, f->items, n);
+        for (int k = 0; k < n; k++)
+            f->items[k].data = scratch + at[k], f->items[k].scale = scratch + at[k] + data_at[k];
+        kiln_status st = load_items(s, f->items, n);
         for (int k = 0; k < n && st == KILN_OK; k++)
             st = device_pack(s, &s->weights[pick[k]], f->src[pick[k]], f->items[k].data,
                              f->items[k].scale, f->bad + (size_t)pick[k] * 8);

@@ -1892,4 +1892,32 @@ Test(safetensors, phi3_gate_up_proj_is_split_in_halves)
               "%s", kiln_last_error());
     kiln_graph_destroy(g);
     kiln_model_close(m);
+
+    /* 128x128 block FP8 of 128 rows: the halves would cut a block of
+     * scales, refused naming the tensor. */
+    static uint8_t block[128 * D];
+    random_e4m3(&r, block, sizeof block);
+    b = stb_new();
+    stb_tensor(b, "model.layers.0.mlp.gate_up_proj.weight", "F8_E4M3", "[128, 64]", block,
+               sizeof block);
+    stb_tensor(b, "model.layers.0.mlp.gate_up_proj.weight_scale_inv", "F32", "[1, 1]", sg, 4);
+    stb_tensor(b, "model.layers.0.mlp.down_proj.weight", "F32", "[64, 64]", down,
+               (size_t)D * D * sizeof(float));
+    stb_tensor(b, "model.layers.0.post_attention_layernorm.weight", "F32", "[64]", norm,
+               sizeof norm);
+    stb_write(b, in_dir("block.safetensors"), 0);
+    free(b);
+    write_text(in_dir("config.json"),
+               "{\"architectures\": [\"Phi3ForCausalLM\"], \"num_hidden_layers\": 1, "
+               "\"hidden_size\": 64, \"quantization_config\": {\"quant_method\": \"fp8\", "
+               "\"weight_block_size\": [128, 128]}}");
+    m = open_ok(in_dir("block.safetensors"));
+    cr_assert_eq(find(m, "model.layers.0.mlp.gate_up_proj.weight")->qt.format, KILN_FMT_FP8_BLOCK);
+    cr_assert_eq(kiln_graph_create(&g), KILN_OK);
+    cr_assert_eq(kiln_model_build_ffn(m, g, 0), KILN_ERR_SHAPE);
+    cr_assert(strstr(kiln_last_error(), "gate_up_proj.weight") &&
+                  strstr(kiln_last_error(), "inside a block of 128 rows"),
+              "%s", kiln_last_error());
+    kiln_graph_destroy(g);
+    kiln_model_close(m);
 }
