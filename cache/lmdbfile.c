@@ -15,8 +15,9 @@
  * an overflow run must have the pages its value needs and lie in the file;
  * every page is reached at most once, counting the pages the free list
  * holds (which may lie past the end of the file: LMDB never wrote a page a
- * transaction took and gave back); and the tree's counts in the meta must
- * be what the walk found. That is what
+ * transaction took and gave back); a free list record must be keyed by a
+ * committed transaction and list its pages in descending order; and the
+ * tree's counts in the meta must be what the walk found. That is what
  * LMDB's reads and writes assume (mdb.c, LMDB 0.9: the layouts below, with
  * 64-bit page numbers and PAGEBASE 0).
  *
@@ -255,7 +256,7 @@ typedef struct lf_key {
 
 typedef struct lf_walk {
     lf_file *f;
-    uint64_t last_pg;
+    uint64_t last_pg, txnid;
     uint8_t *seen;  /* a bit per page up to last_pg */
     int dbi;        /* the tree walked; -1 for the pages the free list holds */
     unsigned depth;
@@ -363,8 +364,15 @@ static kiln_status free_record(lf_walk *w, uint64_t pgno, const uint8_t *v, uint
         w->free_ids = ids;
         w->cap_free = cap;
     }
-    for (uint64_t i = 0; i < n; i++)
-        w->free_ids[w->n_free++] = le(v + 8 * (i + 1), 8);
+    /* Descending, as LMDB merges them (mdb_midl_xmerge): out of order,
+     * the merge loses some and repeats others. */
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t id = le(v + 8 * (i + 1), 8);
+        if (i && id >= w->free_ids[w->n_free - 1])
+            return lf_damaged(w->f, "page %" PRIu64 ": a free list record's pages out of order",
+                              pgno);
+        w->free_ids[w->n_free++] = id;
+    }
     return KILN_OK;
 }
 
@@ -444,6 +452,13 @@ static kiln_status walk_page(lf_walk *w, uint64_t pgno, uint64_t from, unsigned 
         size_t ks = (size_t)le(node + NODE_KSIZE, 2);
         if (w->dbi == FREE_DBI && ks != 8)
             return lf_damaged(f, "page %" PRIu64 ": a free list key of %zu bytes", pgno, ks);
+        /* A free list key is the transaction that freed the pages, one
+         * that committed: 1..txnid. LMDB looks a record keyed 0 up again
+         * in every allocation, handing its pages out twice. */
+        if (w->dbi == FREE_DBI && (le(k, 8) == 0 || le(k, 8) > w->txnid))
+            return lf_damaged(f, "page %" PRIu64 ": a free list record of transaction %" PRIu64
+                              ", outside 1..%" PRIu64,
+                              pgno, le(k, 8), w->txnid);
         const uint8_t *prev = i > (want == P_BRANCH) ? node_at(p, i - 1) : NULL;
         if ((prev && key_cmp(w->dbi, prev + NODESIZE, (size_t)le(prev + NODE_KSIZE, 2), k, ks) >= 0) ||
             (lo.p && key_cmp(w->dbi, k, ks, lo.p, lo.n) < 0) ||
@@ -563,6 +578,7 @@ kiln_status kiln_cache_file_check(const char *path, kiln_cache_check *out)
         f.pages = f.size / f.psize;
         w.f = &f;
         w.last_pg = use->last_pg;
+        w.txnid = use->txnid;
         w.seen = kiln_calloc((size_t)(use->last_pg / 8 + 1), 1);
         f.page = kiln_malloc((size_t)(CURSOR_STACK + 1) * f.psize);
         w.nodes = kiln_malloc(f.psize / 2 * sizeof *w.nodes);

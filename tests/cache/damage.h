@@ -108,7 +108,7 @@ static inline void kt_layout_read(const uint8_t *f, size_t size, kt_layout *L)
     L->n_records = 0;
     L->kind[0] = L->kind[1] = KT_PAGE_META;
     const uint8_t *m0 = f + 16, *m1 = f + L->psize + 16;
-    const uint8_t *m = kt_le(m0 + 144, 8) < kt_le(m1 + 144, 8) ? m1 : m0;
+    const uint8_t *m = kt_le(m0 + 128, 8) < kt_le(m1 + 128, 8) ? m1 : m0;
     for (int db = 0; db < 2; db++) {
         uint64_t root = kt_le(m + 24 + 48 * db + 40, 8);
         if (root != UINT64_MAX)

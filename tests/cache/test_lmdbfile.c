@@ -588,6 +588,78 @@ Test(lmdbfile, every_damage_of_a_real_cache_file_is_survived_and_reported)
     free(path);
 }
 
+/* A free list LMDB would hand out twice: a record keyed by transaction 0
+ * (LMDB reads it again in every allocation), one keyed past the last
+ * commit, one whose pages are not in descending order (LMDB's merge loses
+ * some and repeats others). Each changes bytes no record or tree page
+ * holds; each must be named as damage, and left alone by kiln's writes,
+ * where LMDB would abort allocating a page it already gave out. */
+Test(lmdbfile, a_free_list_that_would_give_a_page_out_twice_is_damage)
+{
+    char *path = path_in("intact.kiln"), *work = path_in("damaged.kiln"),
+         *scratch = path_in("scratch.kiln");
+    build(path);
+    size_t size;
+    uint8_t *intact = slurp(path, &size);
+    kt_layout L;
+    kt_layout_read(intact, size, &L);
+    const uint8_t *m0 = intact + 16, *m1 = intact + L.psize + 16;
+    uint64_t txnid = kt_le(m0 + 128, 8) > kt_le(m1 + 128, 8) ? kt_le(m0 + 128, 8)
+                                                             : kt_le(m1 + 128, 8);
+    /* The first free list record with two pages or more, in the node. */
+    uint64_t key_at = 0, ids_at = 0;
+    for (uint64_t pg = 2; pg < L.pages && !ids_at; pg++) {
+        if (L.kind[pg] != KT_PAGE_FREE_LEAF)
+            continue;
+        const uint8_t *p = intact + pg * L.psize;
+        unsigned n = (unsigned)(kt_le(p + 12, 2) - 16) / 2;
+        for (unsigned i = 0; i < n && !ids_at; i++) {
+            unsigned off = (unsigned)kt_le(p + 16 + 2 * i, 2);
+            if (kt_le(p + off + 4, 2) == 0 && kt_le(p + off + 16, 8) >= 2) {
+                key_at = pg * L.psize + off + 8;
+                ids_at = key_at + 8 + 8;
+            }
+        }
+    }
+    cr_assert(ids_at, "the file's free list holds a record of two pages");
+    struct {
+        const char *what;
+        uint64_t at, value;
+    } cases[] = {
+        { "a free list record of transaction 0", key_at, 0 },
+        { "a free list record of a transaction not committed", key_at, txnid + 1 },
+        { "a free list record's pages in ascending order", ids_at, kt_le(intact + ids_at + 8, 8) },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint8_t *bytes = malloc(size);
+        memcpy(bytes, intact, size);
+        if (cases[i].at == ids_at) { /* swap the first two page numbers */
+            uint64_t first = kt_le(intact + ids_at, 8);
+            memcpy(bytes + ids_at, &cases[i].value, 8);
+            memcpy(bytes + ids_at + 8, &first, 8);
+        } else {
+            memcpy(bytes + cases[i].at, &cases[i].value, 8);
+        }
+        spill(work, bytes, size);
+        kiln_cache_check chk;
+        cr_assert_eq(kiln_cache_file_check(work, &chk), KILN_ERR_CACHE, "%s passed the check",
+                     cases[i].what);
+        cr_assert(strstr(kiln_last_error(), work) && strstr(kiln_last_error(), "free list"),
+                  "%s: %s", cases[i].what, kiln_last_error());
+        kt_damage d = { .at = cases[i].at, .xor = 0xff };
+        snprintf(d.what, sizeof d.what, "%s", cases[i].what);
+        char why[200] = "";
+        outcome out = run_case(work, scratch, &L, &d, 3, why);
+        cr_assert_eq(out, OUT_DAMAGED, "%s: %s: %s", cases[i].what, outcome_names[out], why);
+        free(bytes);
+    }
+    kt_layout_free(&L);
+    free(intact);
+    free(path);
+    free(work);
+    free(scratch);
+}
+
 /* ---------------------------------------------------------- the command */
 
 static kt_cli cli(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
