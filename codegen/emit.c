@@ -42,6 +42,7 @@ static const struct {
     [KILN_ACT_MXFP8_G32] = { NULL, "quant_fp8_groups", ", /*group*/ 32, /*mx*/ true" },
     [KILN_ACT_FP8_STATIC] = { NULL, "quant_fp8_static", "" },
     [KILN_ACT_BF16_QDQ] = { NULL, "quant_bf16_qdq", "" },
+    [KILN_ACT_BF16_TC] = { NULL, "quant_bf16_tc", "" },
 };
 _Static_assert(KILN_ARRAY_LEN(quant_kernels) == KILN_ACT_COUNT, "one row per activation scheme");
 
@@ -116,6 +117,10 @@ static kiln_status emit_quant(const kiln_kernel_desc *d, char *buf, size_t size)
     kiln_status st = check_width(d);
     if (st != KILN_OK)
         return st;
+    if (d->act == KILN_ACT_BF16_TC && d->width % 16)
+        return kiln_fail(KILN_ERR_UNSUPPORTED,
+                         "%s: k=%lld: bf16-tc reorders whole groups of 16 values of K", d->entry,
+                         (long long)d->width);
     source_body b = { buf, size, 0 };
     body_printf(&b, "#include \"kiln/elementwise.cuh\"\n");
     if (quant_kernels[d->act].pre)

@@ -21,6 +21,8 @@ typedef enum kiln_act {
     KILN_ACT_FP8_STATIC,  /* E4M3 with the static scale, laid out as fp8-token (every
                              row's scale the same) for the kernels that read that */
     KILN_ACT_BF16_QDQ,    /* BF16 holding e4m3(x / scale) · scale, for W*A16 kernels */
+    KILN_ACT_BF16_TC,     /* BF16, each 16 of K in the order of the gemv_tc packed
+                             layout's k slots (kernels/wgmma/wgmma_tc.cuh) */
     KILN_ACT_COUNT
 } kiln_act;
 

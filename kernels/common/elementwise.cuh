@@ -254,6 +254,24 @@ __device__ void quant_bf16_qdq(const kiln_quant_args &args)
         y[i] = f32_to_bf16(e4m3_to_f32(f32_to_e4m3(bf16_to_f32(x[i]) / s)) * s);
 }
 
+// bf16-tc: each 16 values of K as the gemv_tc packing orders its k slots
+// (kiln/wgmma_tc.cuh): MMA position 2t + (s & 1) + 8(s >> 1) holds k =
+// 4t + s, so of the 16 values' eight pairs, positions 0..3 hold pairs 0,
+// 2, 4, 6 and positions 4..7 pairs 1, 3, 5, 7. A thread moves 16 values.
+template <int K>
+__device__ void quant_bf16_tc(const kiln_quant_args &args)
+{
+    static_assert(K % 16 == 0, "whole groups of 16");
+    const i64 row = (i64)blockIdx.x * K;
+    const uint4 *x = reinterpret_cast<const uint4 *>(static_cast<const u16 *>(args.x) + row);
+    uint4 *y = reinterpret_cast<uint4 *>(static_cast<u16 *>(args.q) + row);
+    for (int i = threadIdx.x; i < K / 16; i += row_threads) {
+        const uint4 lo = x[2 * i], hi = x[2 * i + 1];
+        y[2 * i] = make_uint4(lo.x, lo.z, hi.x, hi.z);
+        y[2 * i + 1] = make_uint4(lo.y, lo.w, hi.y, hi.w);
+    }
+}
+
 // fp8-tensor, first kernel: KILN_QUANT_AMAX_PARTS blocks stride over all
 // m·K values; block b writes its amax to partial[b].
 template <int K>

@@ -321,9 +321,9 @@ static kiln_status tc_pack(const kiln_target *t, const kiln_qtensor *src, void *
     return kiln_gemv_pack(src, data, scale);
 }
 
-/* Every kernel of gemv_tc reads the packed layout. */
-static kiln_status tc_layout(const kiln_target *t, const kiln_linear_kernel *k,
-                             kiln_weight_layout *out)
+/* Every kernel of gemv_tc reads the packed layout, and so does wgmma_tc. */
+kiln_status kiln_gemv_tc_layout(const kiln_target *t, const kiln_linear_kernel *k,
+                                kiln_weight_layout *out)
 {
     *out = (kiln_weight_layout){ 0 };
     char why[256];
@@ -350,5 +350,5 @@ const kiln_backend kiln_backend_gemv_tc = {
     .variants = &variant_table,
     .emit = tc_emit,
     .launch = tc_launch,
-    .layout = tc_layout,
+    .layout = kiln_gemv_tc_layout,
 };

@@ -22,6 +22,8 @@ static const struct {
     [KILN_ACT_MXFP8_G32] = { "mxfp8-1x32", 32, 1, 1, KILN_ACT_COUNT },
     [KILN_ACT_FP8_STATIC] = { "fp8-static", 0, 4, 1, KILN_ACT_FP8_STATIC },
     [KILN_ACT_BF16_QDQ] = { "bf16-qdq", 0, 0, 2, KILN_ACT_BF16_QDQ },
+    /* a permutation of the values: no static form yet, the scale is ignored */
+    [KILN_ACT_BF16_TC] = { "bf16-tc", 0, 0, 2, KILN_ACT_COUNT },
 };
 _Static_assert(KILN_ARRAY_LEN(act_table) == KILN_ACT_COUNT, "one row per activation scheme");
 

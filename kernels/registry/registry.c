@@ -10,6 +10,10 @@
  *            decode that neither gemv kernel takes;
  *   simt     the f32 fallback for any sm_75+ target and any shape.
  *
+ * wgmma_tc (prefill from the gemv_tc packed layout, the weight as the
+ * register operand) is built and chosen by --backend only: no list names
+ * it until it has been measured against wgmma on a Hopper GPU.
+ *
  * gemv_tc has no kernel for F32 (its values are not exact in BF16), so
  * F32's list does not name it. The GGML formats Q5_0, Q5_1, Q2_K, Q3_K,
  * Q5_K, IQ4_NL, IQ4_XS and Q4_1 have no gemv_tc or gemv kernel yet (their
@@ -23,8 +27,8 @@
 
 static const kiln_registry default_registry = {
     .backends = { &kiln_backend_gemv_tc, &kiln_backend_gemv, &kiln_backend_wgmma,
-                  &kiln_backend_simt },
-    .n = 4,
+                  &kiln_backend_wgmma_tc, &kiln_backend_simt },
+    .n = 5,
     .priority = {
         [KILN_FMT_F32] = { "gemv", "wgmma", "simt", NULL },
         [KILN_FMT_F16] = KILN_DECODE_TC,

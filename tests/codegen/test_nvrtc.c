@@ -240,7 +240,8 @@ Test(nvrtc, every_variant_compiles, .timeout = 600)
 }
 
 /* Every op kernel and every quantizer, on every arch; widths that are not
- * multiples of the group sizes take the partial-group paths. */
+ * multiples of the group sizes take the partial-group paths (bf16-tc, which
+ * reorders whole groups of 16, takes one of those and refuses the rest). */
 Test(nvrtc, every_aux_kernel_compiles, .timeout = 600)
 {
     static const char *const ops[] = { "add", "mul", "silu", "gelu", "rms_norm" };
@@ -252,10 +253,16 @@ Test(nvrtc, every_aux_kernel_compiles, .timeout = 600)
             batch_add(&b, sig);
         }
         for (int act = KILN_ACT_BF16 + 1; act < KILN_ACT_COUNT; act++) {
-            snprintf(sig, sizeof sig, "quant act=%s k=4100 target=%s", kiln_act_name((kiln_act)act),
-                     arches[a]);
+            const int whole = act == KILN_ACT_BF16_TC;
+            snprintf(sig, sizeof sig, "quant act=%s k=%d target=%s", kiln_act_name((kiln_act)act),
+                     whole ? 4112 : 4100, arches[a]);
             batch_add(&b, sig);
         }
+        kiln_kernel_source s;
+        snprintf(sig, sizeof sig, "quant act=bf16-tc k=4100 target=%s", arches[a]);
+        cr_assert_eq(kiln_emit_text(kiln_registry_default(), sig, &s), KILN_ERR_UNSUPPORTED);
+        cr_assert(strstr(kiln_last_error(), "k=4100: bf16-tc reorders whole groups of 16"), "%s",
+                  kiln_last_error());
     }
     batch_compile(&b, "aux kernels");
     batch_free(&b);

@@ -204,6 +204,7 @@ static kiln_act fp8_act(const kiln_target *t, const kiln_linear_cfg *c, int64_t 
     case KILN_FMT_FP8_CHANNEL: return KILN_ACT_FP8_TOKEN;
     case KILN_FMT_FP8_BLOCK: return KILN_ACT_FP8_G128;
     case KILN_FMT_MXFP8: return KILN_ACT_MXFP8_G32;
+    case KILN_FMT_MXFP4: return KILN_ACT_BF16_TC;
     default: return KILN_ACT_BF16;
     }
 }

@@ -1,7 +1,8 @@
 /* The wgmma backend on a Hopper GPU against the CPU executor: every format,
  * both tile variants, partial row and column tiles, and the fused
  * epilogues, with every linear forced onto wgmma. Skipped, with the
- * reason, where there is no GPU or it has no wgmma. */
+ * reason, where there is no GPU or it has no wgmma. The wgmma_tc backend
+ * (the packed layout as the register operand) is checked here too. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -221,6 +222,99 @@ Test(gpu_wgmma, fused_ffn_matches_the_cpu, .timeout = 1200)
         for (size_t i = 0; i < KILN_ARRAY_LEN(token_counts); i++)
             worst = fmax(worst, kt_check_session(s, g, token_counts[i], &r, what, NULL));
         fprintf(stderr, "wgmma ffn %-12s |gpu-ref| <= %.2f of the bound\n", what, worst);
+        kt_session_destroy(s);
+        kiln_graph_destroy(g);
+        kt_weight_free(&gate);
+        kt_weight_free(&up);
+        kt_weight_free(&down);
+    }
+}
+
+/* ------------------------------------------------------------ wgmma_tc */
+
+static kiln_session *wgmma_tc_session(kiln_graph *g, const int64_t *sizes, int n_sizes)
+{
+    kiln_session_options o = { .cache.path = cache_path, .quiet = 1,
+                                .plan = { .backend = "wgmma_tc", .strict_backend = 1,
+                                          .capture = sizes, .n_capture = n_sizes } };
+    return kt_session_create(g, &o);
+}
+
+/* The register-operand kernel on the packed layout, every format it takes,
+ * each of its tiles (the shapes pick them on 132 SMs): partial row tiles
+ * of the packed layout (N = 200, 1001, 4232), partial column and token
+ * tiles, K of one atom to twelve; and one weight copy on the device. */
+Test(gpu_wgmma, wgmma_tc_matches_the_cpu, .timeout = 1200)
+{
+    need_hopper();
+    fresh_cache();
+    kiln_target live;
+    cr_assert_eq(kiln_target_live(0, &live), KILN_OK, "%s", kiln_last_error());
+    kt_rng r = kt_rng_new(24);
+    static const kiln_format fs[] = { KILN_FMT_BF16, KILN_FMT_NVFP4, KILN_FMT_MXFP4,
+                                      KILN_FMT_GGML_MXFP4 };
+    static const struct {
+        int64_t n, k;
+        int64_t capture[2];
+        const char *variant; /* of the largest bucket, on 132 SMs */
+        int64_t tokens[5];
+    } cases[] = {
+        { 256, 768, { 64, 256 }, "bt64", { 1, 17, 64, 65, 256 } },
+        { 1001, 192, { 64, 300 }, "bt64", { 2, 63, 64, 200, 300 } },
+        { 2048, 64, { 16, 1024 }, "bt128", { 16, 17, 129, 1000, 1024 } },
+        { 4232, 128, { 64, 4096 }, "bt256", { 1, 65, 257, 3000, 4096 } },
+    };
+    for (size_t f = 0; f < KILN_ARRAY_LEN(fs); f++)
+        for (size_t c = 0; c < KILN_ARRAY_LEN(cases); c++) {
+            kt_weight w;
+            kt_weight_make(&w, &r, fs[f], cases[c].n, cases[c].k);
+            kiln_graph *g = kt_linear_graph(&w);
+            kiln_session *s = wgmma_tc_session(g, cases[c].capture, 2);
+            const kiln_plan *p = kt_session_plan(s);
+            if (live.sm_count == 132)
+                cr_assert_eq(signatures_with(p, cases[c].variant), 1, "%lldx%lld: %s",
+                             (long long)cases[c].n, (long long)cases[c].k, cases[c].variant);
+            size_t storage, packed;
+            cr_assert_eq(kiln_plan_weight_bytes(p, &storage, &packed), KILN_OK);
+            cr_assert(storage == 0 && packed > 0, "one packed copy: %zu + %zu", storage, packed);
+            char what[64];
+            snprintf(what, sizeof what, "%s %lldx%lld", kiln_format_get(fs[f])->name,
+                     (long long)cases[c].n, (long long)cases[c].k);
+            double worst = 0;
+            for (size_t i = 0; i < KILN_ARRAY_LEN(cases[c].tokens); i++)
+                worst = fmax(worst, kt_check_session(s, g, cases[c].tokens[i], &r, what, NULL));
+            fprintf(stderr, "wgmma_tc %-24s |gpu-ref| <= %.2f of the bound\n", what, worst);
+            kt_session_destroy(s);
+            kiln_graph_destroy(g);
+            kt_weight_free(&w);
+        }
+}
+
+/* The FFN on wgmma_tc: gate and up share one bf16-tc step, up fuses
+ * silu_mul and down the residual. */
+Test(gpu_wgmma, wgmma_tc_ffn_matches_the_cpu, .timeout = 1200)
+{
+    need_hopper();
+    fresh_cache();
+    kt_rng r = kt_rng_new(25);
+    static const kiln_format fs[] = { KILN_FMT_BF16, KILN_FMT_NVFP4, KILN_FMT_MXFP4,
+                                      KILN_FMT_GGML_MXFP4 };
+    float norm[512];
+    kt_fill_normal(&r, norm, 512, 0.2f);
+    for (int i = 0; i < 512; i++)
+        norm[i] += 1.0f;
+    for (size_t f = 0; f < KILN_ARRAY_LEN(fs); f++) {
+        kt_weight gate, up, down;
+        kt_weight_make(&gate, &r, fs[f], 768, 512);
+        kt_weight_make(&up, &r, fs[f], 768, 512);
+        kt_weight_make(&down, &r, fs[f], 512, 768);
+        kiln_graph *g = kt_ffn_graph(&gate, &up, &down, norm);
+        kiln_session *s = wgmma_tc_session(g, capture, 3);
+        const char *what = kiln_format_get(fs[f])->name;
+        double worst = 0;
+        for (size_t i = 0; i < KILN_ARRAY_LEN(token_counts); i++)
+            worst = fmax(worst, kt_check_session(s, g, token_counts[i], &r, what, NULL));
+        fprintf(stderr, "wgmma_tc ffn %-12s |gpu-ref| <= %.2f of the bound\n", what, worst);
         kt_session_destroy(s);
         kiln_graph_destroy(g);
         kt_weight_free(&gate);

@@ -30,8 +30,10 @@ Test(registry, every_priority_name_is_a_registered_backend_for_the_format)
                 listed[j] |= r->backends[j] == b;
         }
     }
+    /* but wgmma_tc, chosen by --backend only until measured */
     for (int j = 0; j < r->n; j++)
-        cr_assert(listed[j], "backend %s is in no priority list", r->backends[j]->name);
+        cr_assert(listed[j] || !strcmp(r->backends[j]->name, "wgmma_tc"),
+                  "backend %s is in no priority list", r->backends[j]->name);
 }
 
 /* Each format's list: gemv_tc first where it has a kernel for the format
@@ -64,11 +66,13 @@ Test(registry, each_format_lists_the_decode_backends_first)
             cr_assert_not_null(r->priority[f][i], "%s: the list stops before %s", name, want[i]);
             cr_assert_str_eq(r->priority[f][i], want[i], "%s, place %d", name, i);
         }
+        /* wgmma_tc is chosen by --backend only, until measured. */
         for (int j = 0; j < r->n; j++) {
             unsigned in = 0;
+            const int listed = strcmp(r->backends[j]->name, "wgmma_tc") != 0;
             for (int i = 0; r->priority[f][i]; i++)
                 in |= !strcmp(r->priority[f][i], r->backends[j]->name);
-            cr_assert_eq(in, (r->backends[j]->formats >> f) & 1, "%s and %s", name,
+            cr_assert_eq(in, listed && ((r->backends[j]->formats >> f) & 1), "%s and %s", name,
                          r->backends[j]->name);
         }
     }
@@ -82,7 +86,7 @@ Test(registry, each_format_lists_the_decode_backends_first)
 Test(registry, backend_names_can_name_an_entry)
 {
     const kiln_registry *r = kiln_registry_default();
-    cr_assert_eq(r->n, 4);
+    cr_assert_eq(r->n, 5);
     for (int j = 0; j < r->n; j++) {
         const char *name = r->backends[j]->name;
         cr_assert_gt(strlen(name), 0);

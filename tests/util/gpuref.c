@@ -58,6 +58,7 @@ static const struct {
     { "gemv_tc", 0 }, /* tensor cores on exact BF16 terms of the value, f32 sums */
     { "simt", 0 },    /* f32 FMA on the dequantized value */
     { "wgmma", 1 },   /* dequantized to f32, packed as BF16 for the tensor cores */
+    { "wgmma_tc", 0 }, /* exact BF16 values of the packed layout, f32 sums */
 };
 
 static int weight_bf16(const char *backend)
@@ -325,9 +326,10 @@ static kiln_plan_linear linear_of(const kiln_plan *p, const kiln_tensor *t, int6
     return l;
 }
 
-/* The activation schemes the reference models: BF16 (0), FP8 in groups
- * of the returned size along K: fp8-token (all of K), fp8-1x128; and -1
- * for FP8 codes made with the linear's static input scale (fp8-static). */
+/* The activation schemes the reference models: BF16 (0; bf16-tc is its
+ * values reordered along K), FP8 in groups of the returned size along K:
+ * fp8-token (all of K), fp8-1x128; and -1 for FP8 codes made with the
+ * linear's static input scale (fp8-static). */
 static int64_t fp8_group(const kiln_plan_linear *l)
 {
     if (!strcmp(l->input_scale_use, "fp8-static"))
@@ -336,8 +338,8 @@ static int64_t fp8_group(const kiln_plan_linear *l)
         return l->k;
     if (!strcmp(l->act, "fp8-1x128"))
         return 128;
-    cr_assert_str_eq(l->act, "bf16", "%s: activations %s have no reference in gpuref.c", l->node,
-                     l->act);
+    cr_assert(!strcmp(l->act, "bf16") || !strcmp(l->act, "bf16-tc"),
+              "%s: activations %s have no reference in gpuref.c", l->node, l->act);
     return 0;
 }
 

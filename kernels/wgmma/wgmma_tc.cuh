@@ -1,0 +1,365 @@
+// The wgmma_tc backend's Hopper GEMM: y[m, N] = epilogue(x[m, K] · W[N,
+// K]ᵀ) with the weight as the register operand of the warpgroup MMAs,
+// decoded from the gemv_tc packed layout (kernels/gemv/pack.h), the one
+// device copy the decode kernel reads too.
+//
+// Roles. The rows of W are the MMA's M (64 a consumer warpgroup, 128 a
+// block), the tokens its N (BT a tile), K its K. A warp of a consumer
+// owns one 16-row tile of the packed layout: lane l's 16-byte piece of
+// an atom is, k-tile by k-tile, the A fragment of an m16n8k16 MMA, which
+// is also what wgmma takes from a warp's registers for its 16 rows. The
+// format's trait of kiln/tc.cuh decodes it to BF16 in registers, its
+// block scales folded in where that is exact (NVFP4's E4M3 and the OCP
+// and GGML powers of two: E2M1 times either needs at most 5 of BF16's 8
+// significant bits); a per-tensor or per-row scale multiplies the sums.
+//
+// Activations. The packing puts k = 16j + 4t + s of k-tile j in lane t's
+// slot s, whose MMA position is 2t + (s & 1) + 8(s >> 1). x therefore
+// arrives permuted the same way within every 16 values of K: the
+// bf16-tc activation scheme, written by the quantization step before
+// the linear (quant_bf16_tc). TMA brings BT rows × 128 bytes of K (one
+// atom) into shared memory with the 128-byte swizzle, the B operand's
+// K-major layout, as in kiln/tma.cuh.
+//
+// Pipeline. A block is three warpgroups. One thread of the first copies
+// each stage (an atom of K): x by TMA, and each row tile's atom and scale
+// records by a bulk copy, all counted on the stage's `full` mbarrier;
+// each consumer warp arrives on `empty` once its MMAs of the stage are
+// done. A consumer decodes a stage, issues its MMAs and waits for them
+// before it decodes the next (wgmma reads A registers asynchronously, and
+// ptxas serializes MMAs whose registers are written while one is in
+// flight); the two consumers' warps share the SM's quarters, so one's
+// MMAs run while the other decodes.
+//
+// Persistent tiles, walked as kiln/tma.cuh walks them: GROUP token tiles
+// down a column of weight tiles, so that the blocks running together
+// read one column's weights from L2.
+//
+// Epilogue. A thread's accumulators hold rows g and g + 8 of its warp's
+// 16 (outputs n) at pairs of tokens; one exchange with the lane of row
+// g ± 1 gives it two adjacent outputs of one token, stored as a BF16
+// pair through kiln/epilogue.cuh.
+//
+// grid = (min(tiles, blocks the device holds)), block = 384 threads,
+// dynamic shared memory wtc_tile::smem_bytes, one __grid_constant__
+// tensor map after the args: x (bf16-tc), 2-D (K, m), boxes of 64 values
+// by BT rows, SWIZZLE_128B.
+#pragma once
+
+#include "kiln/tc.cuh"
+#include "kiln/tma.cuh"
+
+namespace kiln {
+
+// A stage is one atom of K (64 values): BT rows of x (128 bytes each),
+// the block's eight row tiles' atoms and their scale records.
+template <class F, int BT, int Stages>
+struct wtc_tile {
+    static_assert(BT == 64 || BT == 128 || BT == 256, "wgmma has n64, n128 and n256 here");
+    static constexpr int bt = BT, bw = 128, stages = Stages, consumers = 2;
+    static constexpr int threads = 128 * (consumers + 1);
+    static constexpr int row_tiles = bw / 16;
+    static constexpr int x_bytes = BT * 128;
+    static constexpr int w_bytes = row_tiles * F::atom_bytes;
+    static constexpr int rec_bytes = row_tiles * 8 * F::record;
+    static_assert(F::atom_bytes % 16 == 0 && rec_bytes % 16 == 0, "bulk copies of 16 bytes");
+    // x tiles first (1024-aligned for the swizzle), then the atoms, the
+    // records, the full and empty barriers; 1024 bytes of slack to align.
+    static constexpr int x_at = 0;
+    static constexpr int w_at = stages * x_bytes;
+    static constexpr int rec_at = w_at + stages * w_bytes;
+    static constexpr int bar_at = rec_at + stages * rec_bytes;
+    static constexpr int smem_bytes = 1024 + bar_at + 2 * stages * 8;
+    static constexpr int group = 8;
+};
+
+// A format's A fragment of k-tile j with its block scale in it. The
+// decodings that leave a block scale for the sums (block_tiles > 0) are
+// taken here only where that scale is a power of two (folded: BF16 bits
+// of an f32 power of two are its top half, subnormals and infinity
+// included).
+template <class F>
+struct wtc_decode {
+    template <class R>
+    static __device__ __forceinline__ void run(const R &r, int j, u32 (&a)[4])
+    {
+        F::decode(r, j, a);
+        if constexpr (F::block_tiles > 0) {
+            float s[2];
+            F::scale(r, j / F::block_tiles, s);
+            const u32 pair[2] = { bf2_splat(__float_as_uint(s[0]) >> 16),
+                                  bf2_splat(__float_as_uint(s[1]) >> 16) };
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                a[i] = bf2_fma(a[i], pair[i & 1], bf2_neg_zero);
+        }
+    }
+};
+
+// The formats whose A fragments are exact: BF16 as it is, NVFP4 with its
+// E4M3 block scale, the E2M1 formats with their powers of two.
+template <class F>
+struct wtc_exact {
+    static constexpr bool value = false;
+};
+template <>
+struct wtc_exact<tc_bf16> {
+    static constexpr bool value = true;
+};
+template <>
+struct wtc_exact<tc_nvfp4> {
+    static constexpr bool value = true;
+};
+template <>
+struct wtc_exact<tc_mxfp4> {
+    static constexpr bool value = true;
+};
+template <>
+struct wtc_exact<tc_ggml_mxfp4> {
+    static constexpr bool value = true;
+};
+
+#define KILN_WTC_ACC8(d, i)                                                                       \
+    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]),   \
+        "+f"(d[i + 6]), "+f"(d[i + 7])
+#define KILN_WTC_A(a) "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3])
+
+// d[64 x N] += A[64 x 16] (registers) · B[N x 16]ᵀ (K-major in shared
+// memory, descriptor b); scale_d 0 starts the sum.
+template <int N>
+struct wtc_mma;
+
+template <>
+struct wtc_mma<64> {
+    static __device__ __forceinline__ void run(float (&d)[32], const u32 (&a)[4],
+                                               unsigned long long b, int scale_d)
+    {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
+                     "%31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+                     : KILN_WTC_ACC8(d, 0), KILN_WTC_ACC8(d, 8), KILN_WTC_ACC8(d, 16),
+                       KILN_WTC_ACC8(d, 24)
+                     : KILN_WTC_A(a), "l"(b), "r"(scale_d));
+    }
+};
+
+template <>
+struct wtc_mma<128> {
+    static __device__ __forceinline__ void run(float (&d)[64], const u32 (&a)[4],
+                                               unsigned long long b, int scale_d)
+    {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
+                     "%31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "
+                     "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, "
+                     "%61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+                     : KILN_WTC_ACC8(d, 0), KILN_WTC_ACC8(d, 8), KILN_WTC_ACC8(d, 16),
+                       KILN_WTC_ACC8(d, 24), KILN_WTC_ACC8(d, 32), KILN_WTC_ACC8(d, 40),
+                       KILN_WTC_ACC8(d, 48), KILN_WTC_ACC8(d, 56)
+                     : KILN_WTC_A(a), "l"(b), "r"(scale_d));
+    }
+};
+
+template <>
+struct wtc_mma<256> {
+    static __device__ __forceinline__ void run(float (&d)[128], const u32 (&a)[4],
+                                               unsigned long long b, int scale_d)
+    {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
+                     "%31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "
+                     "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, "
+                     "%61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, "
+                     "%76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, "
+                     "%91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, "
+                     "%105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, "
+                     "%117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+                     "{%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
+                     : KILN_WTC_ACC8(d, 0), KILN_WTC_ACC8(d, 8), KILN_WTC_ACC8(d, 16),
+                       KILN_WTC_ACC8(d, 24), KILN_WTC_ACC8(d, 32), KILN_WTC_ACC8(d, 40),
+                       KILN_WTC_ACC8(d, 48), KILN_WTC_ACC8(d, 56), KILN_WTC_ACC8(d, 64),
+                       KILN_WTC_ACC8(d, 72), KILN_WTC_ACC8(d, 80), KILN_WTC_ACC8(d, 88),
+                       KILN_WTC_ACC8(d, 96), KILN_WTC_ACC8(d, 104), KILN_WTC_ACC8(d, 112),
+                       KILN_WTC_ACC8(d, 120)
+                     : KILN_WTC_A(a), "l"(b), "r"(scale_d));
+    }
+};
+
+#undef KILN_WTC_A
+#undef KILN_WTC_ACC8
+
+// bytes from global src into shared dst, counted on bar: a bulk copy (16-
+// byte multiples, 16-aligned).
+__device__ __forceinline__ void wtc_bulk(u32 dst, const void *src, u32 bytes, u32 bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1], %2, [%3];" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+
+// A stage's A fragments: four k-tiles of a warp's row tile.
+template <class F, class Tile>
+__device__ __forceinline__ void wtc_decode_stage(u32 smem_w, u32 smem_rec, int tile, int lane,
+                                                 u32 (&a)[4][4])
+{
+    typename F::raw r;
+    const u8 *w = reinterpret_cast<const u8 *>(
+        __cvta_shared_to_generic(smem_w + tile * F::atom_bytes + 16 * lane));
+#pragma unroll
+    for (int p = 0; p < F::pieces; p++)
+        r.q[p] = *reinterpret_cast<const uint4 *>(w + 512 * p);
+    if constexpr (F::record > 0)
+        F::fetch(nullptr, nullptr,
+                 reinterpret_cast<const u8 *>(__cvta_shared_to_generic(
+                     smem_rec + tile * 8 * F::record + lane / 4 * F::record)),
+                 r);
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        wtc_decode<F>::run(r, j, a[j]);
+}
+
+// One stage's MMAs: four k16 steps over the x tile at xs.
+template <int BT>
+__device__ __forceinline__ void wtc_mma_stage(float (&acc)[BT / 2], const u32 (&a)[4][4], u32 xs)
+{
+    const unsigned long long b = tma_desc(xs);
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        wtc_mma<BT>::run(acc, a[j], b + 2 * j, 1);
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+
+template <class F, class Tile, class Epilogue, int N, int K>
+__device__ void wtc_gemm(const kiln_linear_args &args, const tma_map &tx)
+{
+    static_assert(wtc_exact<F>::value, "a format whose A fragment is exact in BF16");
+    static_assert(F::units == 0 && F::super_record == 0, "an atom's pieces and record alone");
+    static_assert(K % 64 == 0, "K is whole atoms");
+    constexpr int steps = K / 64;
+    constexpr int BT = Tile::bt;
+    constexpr int col_tiles = (N + Tile::bw - 1) / Tile::bw;
+    constexpr int n_tiles16 = (N + 15) / 16; // row tiles of the packed layout
+
+    extern __shared__ u8 smem_raw[];
+    const u32 raw = tma_smem_address(smem_raw);
+    const u32 base = (raw + 1023) & ~1023u;
+    const u32 full_at = base + Tile::bar_at;
+    const u32 empty_at = full_at + Tile::stages * 8;
+
+    const int warpgroup = threadIdx.x / 128;
+    const int m = args.m;
+    const int token_tiles = (m + BT - 1) / BT;
+    const int tiles = token_tiles * col_tiles;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < Tile::stages; s++) {
+            tma_bar_init(full_at + 8 * s, 1);
+            tma_bar_init(empty_at + 8 * s, 4 * Tile::consumers);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {
+        if constexpr (BT == 256)
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (threadIdx.x != 0)
+            return;
+        const u8 *w = static_cast<const u8 *>(args.w);
+        const u8 *rec = static_cast<const u8 *>(args.w_scale);
+        int stage = 0;
+        u32 phase = 0;
+        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+            int tt, tc;
+            tma_tile_at<Tile::group>(t, token_tiles, col_tiles, tt, tc);
+            const int tile0 = tc * Tile::row_tiles;
+            const int live = n_tiles16 - tile0 < Tile::row_tiles ? n_tiles16 - tile0
+                                                                 : Tile::row_tiles;
+            for (int s = 0; s < steps; s++) {
+                const u32 full = full_at + 8 * stage;
+                tma_bar_wait(empty_at + 8 * stage, phase ^ 1);
+                tma_bar_expect(full, Tile::x_bytes + live * (F::atom_bytes + 8 * F::record));
+                tma_load(base + Tile::x_at + stage * Tile::x_bytes, tx, full, s * 64, tt * BT);
+                for (int i = 0; i < live; i++) {
+                    const i64 atom = (i64)(tile0 + i) * steps + s;
+                    wtc_bulk(base + Tile::w_at + stage * Tile::w_bytes + i * F::atom_bytes,
+                             w + atom * F::atom_bytes, F::atom_bytes, full);
+                    if constexpr (F::record > 0)
+                        wtc_bulk(base + Tile::rec_at + stage * Tile::rec_bytes + i * 8 * F::record,
+                                 rec + atom * 8 * F::record, 8 * F::record, full);
+                }
+                if (++stage == Tile::stages) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+        }
+        return;
+    }
+
+    if constexpr (BT == 256)
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    const int c = warpgroup - 1;
+    const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+    const int tile_in = 4 * c + warp; // this warp's row tile in the block
+    int stage = 0;
+    u32 phase = 0;
+    float acc[BT / 2];
+    u32 a[4][4];
+    u16 *__restrict__ y = static_cast<u16 *>(args.y);
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        int tt, tc;
+        tma_tile_at<Tile::group>(t, token_tiles, col_tiles, tt, tc);
+#pragma unroll
+        for (int i = 0; i < BT / 2; i++)
+            acc[i] = 0.0f;
+        // A stage's MMAs complete before the next stage decodes: ptxas
+        // serializes MMAs whose register operands are written while any
+        // MMA is in flight. The other consumer's MMAs keep the tensor
+        // cores busy meanwhile (its warps share the SM's quarters).
+#pragma unroll 1
+        for (int s = 0; s < steps; s++) {
+            tma_bar_wait(full_at + 8 * stage, phase);
+            wtc_decode_stage<F, Tile>(base + Tile::w_at + stage * Tile::w_bytes,
+                                      base + Tile::rec_at + stage * Tile::rec_bytes, tile_in, lane,
+                                      a);
+            tma_pin(acc);
+            wtc_mma_stage<BT>(acc, a, base + Tile::x_at + stage * Tile::x_bytes);
+            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+            tma_pin(acc);
+            if (lane == 0)
+                tma_bar_arrive(empty_at + 8 * stage);
+            if (++stage == Tile::stages) {
+                stage = 0;
+                phase ^= 1;
+            }
+        }
+
+        // Accumulator i: row (output) g + 8·((i >> 1) & 1) of the warp's
+        // 16, token 8·(i >> 2) + 2t + (i & 1). Lanes of even g trade
+        // their odd token for the even token of row g + 1 (lane + 4).
+        const int g = lane / 4, tq = lane % 4, odd = g & 1;
+        const int n_base = tc * Tile::bw + 16 * tile_in + (g & ~1);
+#pragma unroll
+        for (int i = 0; i < BT / 2; i += 2) {
+            const float give = odd ? acc[i] : acc[i + 1];
+            const float got = __shfl_xor_sync(0xFFFFFFFFu, give, 4);
+            const float lo = odd ? got : acc[i], hi = odd ? acc[i + 1] : got;
+            const int n = n_base + 8 * ((i >> 1) & 1);
+            const int token = tt * BT + 8 * (i >> 2) + 2 * tq + odd;
+            if (token < m && n < N)
+                epilogue_store_pair<Epilogue, N>(args, y, token, n, lo * F::row_scale(args, n),
+                                                 hi * F::row_scale(args, n + 1 < N ? n + 1 : n));
+        }
+    }
+}
+
+} // namespace kiln

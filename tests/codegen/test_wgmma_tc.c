@@ -1,0 +1,327 @@
+/* The wgmma_tc backend without a GPU: what it takes and refuses, its tile
+ * per bucket, its launch, a plan in which the decode (gemv_tc) and the
+ * prefill (wgmma_tc) kernels read one packed copy of each weight behind a
+ * bf16-tc quantization step, and every format x tile x epilogue compiling
+ * with NVRTC for sm_90a to SASS whose main loop is HGMMA on register
+ * operands fed by TMA and bulk copies. Running the kernels against the
+ * CPU executor is tests/gpu/test_wgmma.c's. */
+#include <criterion/criterion.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "codegen/emit.h"
+#include "codegen/nvrtc.h"
+#include "codegen/plan.h"
+#include "codegen_util.h"
+#include "clirun.h"
+#include "gpuutil.h"
+#include "kernels/gemv/pack.h"
+#include "testutil.h"
+
+static const kiln_backend *const wtc = &kiln_backend_wgmma_tc;
+
+static kiln_target target(const char *name)
+{
+    kiln_target t;
+    cr_assert_eq(kiln_target_from_name(name, &t), KILN_OK, "%s", kiln_last_error());
+    return t;
+}
+
+static const kiln_format formats[] = { KILN_FMT_BF16, KILN_FMT_NVFP4, KILN_FMT_MXFP4,
+                                       KILN_FMT_GGML_MXFP4 };
+static const char *const tiles[] = { "bt256", "bt128", "bt64" };
+
+static int taken(kiln_format f)
+{
+    for (size_t i = 0; i < KILN_ARRAY_LEN(formats); i++)
+        if (formats[i] == f)
+            return 1;
+    return 0;
+}
+
+Test(wgmma_tc, takes_the_exact_formats_on_hopper_only)
+{
+    kiln_target h = target("h200"), a = target("sm_80");
+    char why[256];
+    cr_assert_eq(wtc->is_supported(&h, why, sizeof why), 1);
+    cr_assert_eq(wtc->is_supported(&a, why, sizeof why), 0);
+    cr_assert_str_eq(why, "needs wgmma (sm_90a), target is sm_80");
+    for (int f = 0; f < KILN_FMT_COUNT; f++) {
+        cr_assert_eq(!!(wtc->formats & (1u << f)), taken((kiln_format)f), "%s",
+                     kiln_format_get((kiln_format)f)->name);
+        kiln_linear_cfg c = { .format = (kiln_format)f, .n = 4096, .k = 4096 };
+        if (kiln_format_get((kiln_format)f)->grouped)
+            c.group = 128;
+        int ok = wtc->can_implement(&h, &c, 512, why, sizeof why);
+        cr_assert_eq(ok, taken((kiln_format)f), "%s: %s", kiln_format_get((kiln_format)f)->name,
+                     why);
+        if (!ok)
+            cr_assert(strstr(why, "no exact one-term BF16 decoding"), "%s", why);
+        else
+            cr_assert_eq(kiln_backend_act(wtc, &h, &c, 512), KILN_ACT_BF16_TC);
+    }
+}
+
+Test(wgmma_tc, refuses_shapes_the_packed_layout_does_not_hold)
+{
+    kiln_target h = target("h100");
+    char why[256];
+    kiln_linear_cfg c = { .format = KILN_FMT_NVFP4, .n = 4096, .k = 4096 + 32 };
+    cr_assert_eq(wtc->can_implement(&h, &c, 256, why, sizeof why), 0);
+    cr_assert(strstr(why, "multiple of 64"), "%s", why);
+    c = (kiln_linear_cfg){ .format = KILN_FMT_MXFP4, .n = (int64_t)INT_MAX + 1, .k = 64 };
+    cr_assert_eq(wtc->can_implement(&h, &c, 256, why, sizeof why), 0);
+    cr_assert(strstr(why, "below 2^31"), "%s", why);
+    c = (kiln_linear_cfg){ .format = KILN_FMT_BF16, .n = 1 << 20, .k = 64 };
+    cr_assert_eq(wtc->can_implement(&h, &c, (int64_t)1 << 30, why, sizeof why), 0);
+    cr_assert(strstr(why, "more than 2^31 - 1 tiles"), "%s", why);
+}
+
+/* The widest tile where the tiles fill the SMs in whole waves; a narrower
+ * one where the wider leave most SMs idle. */
+Test(wgmma_tc, tiles_follow_the_bucket)
+{
+    kiln_target h = target("h100"); /* 132 SMs */
+    kiln_linear_cfg c = { .format = KILN_FMT_NVFP4, .n = 4096, .k = 4096 };
+    char v[64];
+    wtc->variant(&h, &c, 8192, v, sizeof v);
+    cr_assert_str_eq(v, "bt256"); /* 32 x 32 tiles: 8 waves of 256 */
+    wtc->variant(&h, &c, 64, v, sizeof v);
+    cr_assert_str_eq(v, "bt64"); /* one row of 32 tiles either way */
+    c.n = 28672;
+    wtc->variant(&h, &c, 256, v, sizeof v);
+    cr_assert_str_eq(v, "bt256"); /* 224 tiles of 256: 2 waves, of 128: 4 */
+}
+
+Test(wgmma_tc, launch_is_persistent_with_one_map_of_x)
+{
+    kiln_target h = target("h100");
+    kiln_linear_kernel k = { .cfg = { .format = KILN_FMT_NVFP4, .n = 1000, .k = 768 },
+                             .act = KILN_ACT_BF16_TC, .variant = "bt128" };
+    kiln_launch l;
+    cr_assert_eq(wtc->launch(&h, &k, 300, &l), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(l.grid[0], 3 * 8, "ceil(300 / 128) x ceil(1000 / 128) tiles");
+    cr_assert_eq(l.block[0], 384);
+    cr_assert(l.persistent);
+    cr_assert_eq(l.n_tma, 1);
+    cr_assert_eq(l.tma[0].source, KILN_TMA_X);
+    cr_assert_eq(l.tma[0].elem_bytes, 2);
+    cr_assert_eq(l.tma[0].dims[0], 768);
+    cr_assert_eq(l.tma[0].dims[1], 300);
+    cr_assert_eq(l.tma[0].box[0], 64);
+    cr_assert_eq(l.tma[0].box[1], 128);
+    cr_assert_eq(l.tma[0].swizzle, 128);
+    cr_assert_leq(l.smem, 227 * 1024, "within an H100's opt-in shared memory");
+    kiln_weight_layout w;
+    cr_assert_eq(wtc->layout(&h, &k, &w), KILN_OK, "%s", kiln_last_error());
+    cr_assert_str_eq(w.name, "gemv_tc");
+    kiln_weight_layout d;
+    cr_assert_eq(kiln_backend_gemv_tc.layout(&h, &k, &d), KILN_OK);
+    cr_assert(w.pack == d.pack && w.data_bytes == d.data_bytes && w.scale_bytes == d.scale_bytes,
+              "the decode kernels' copy");
+    k.act = KILN_ACT_BF16;
+    cr_assert_eq(wtc->launch(&h, &k, 300, &l), KILN_ERR_UNSUPPORTED);
+    cr_assert(strstr(kiln_last_error(), "wgmma_tc"), "%s", kiln_last_error());
+    k.act = KILN_ACT_BF16_TC;
+    snprintf(k.variant, sizeof k.variant, "bm64bn128");
+    cr_assert_eq(wtc->launch(&h, &k, 300, &l), KILN_ERR_UNSUPPORTED);
+    cr_assert(strstr(kiln_last_error(), "bt256, bt128, bt64"), "%s", kiln_last_error());
+}
+
+/* gemv_tc for the decode buckets, wgmma_tc past them: each linear reads
+ * one packed copy and no storage-layout copy, and its activations pass
+ * one bf16-tc step per value (gate and up share theirs). */
+Test(wgmma_tc, decode_and_prefill_read_one_packed_copy)
+{
+    kiln_registry r = *kiln_registry_default();
+    static const char *const list[] = { "gemv_tc", "wgmma_tc", "simt", NULL };
+    for (int i = 0; list[i] || (r.priority[KILN_FMT_NVFP4][i] = NULL, 0); i++)
+        r.priority[KILN_FMT_NVFP4][i] = list[i];
+    kt_rng rng = kt_rng_new(7);
+    kt_weight gate, up, down;
+    kt_weight_make(&gate, &rng, KILN_FMT_NVFP4, 512, 256);
+    kt_weight_make(&up, &rng, KILN_FMT_NVFP4, 512, 256);
+    kt_weight_make(&down, &rng, KILN_FMT_NVFP4, 256, 512);
+    float norm[256];
+    kt_fill_normal(&rng, norm, 256, 1.0f);
+    kiln_graph *g = kt_ffn_graph(&gate, &up, &down, norm);
+    kiln_target h = target("h200");
+    static const int64_t capture[] = { 16, 512 };
+    kiln_plan_options o = { .capture = capture, .n_capture = 2 };
+    kiln_plan *p;
+    cr_assert_eq(kiln_plan_create_with(&r, g, &h, &o, &p), KILN_OK, "%s", kiln_last_error());
+    for (int l = 0; l < kiln_plan_n_linears(p); l++)
+        for (int b = 0; b < kiln_plan_n_buckets(p); b++) {
+            kiln_plan_linear pl;
+            cr_assert_eq(kiln_plan_linear_at(p, l, b, &pl), KILN_OK);
+            const int64_t m = kiln_plan_bucket(p, b);
+            cr_assert_str_eq(pl.backend, m <= 16 ? "gemv_tc" : "wgmma_tc", "%s at %lld", pl.node,
+                             (long long)m);
+            cr_assert_str_eq(pl.act, m <= 16 ? "bf16" : "bf16-tc");
+        }
+    size_t storage, packed, data, scale, want = 0;
+    cr_assert_eq(kiln_plan_weight_bytes(p, &storage, &packed), KILN_OK);
+    const kt_weight *ws[] = { &gate, &up, &down };
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(kiln_gemv_pack_bytes(KILN_FMT_NVFP4, ws[i]->q.n, ws[i]->q.k, &data, &scale),
+                     KILN_OK);
+        want += data + scale;
+    }
+    cr_assert_eq(storage, 0, "no kernel reads the storage layout");
+    cr_assert_eq(packed, want, "one packed copy a weight");
+    /* The 512 bucket: rms_norm, bf16-tc for gate and up (one), gate, up
+     * (silu_mul), bf16-tc for down, down (residual). */
+    const kiln_program *prog = &p->programs[kiln_plan_bucket_for(p, 512)];
+    int quant = 0;
+    for (int i = 0; i < prog->n_steps; i++)
+        if (prog->steps[i].kind == KILN_STEP_QUANT) {
+            quant++;
+            cr_assert_eq(prog->steps[i].act, KILN_ACT_BF16_TC);
+        }
+    cr_assert_eq(quant, 2, "one bf16-tc step per activation the linears read");
+    for (int i = 0; i < kiln_plan_n_signatures(p); i++) {
+        kiln_kernel_source s;
+        cr_assert_eq(kiln_emit_text(&r, kiln_plan_signature(p, i), &s), KILN_OK, "%s: %s",
+                     kiln_plan_signature(p, i), kiln_last_error());
+        kiln_kernel_source_free(&s);
+    }
+    kiln_plan_destroy(p);
+    kiln_graph_destroy(g);
+    kt_weight_free(&gate);
+    kt_weight_free(&up);
+    kt_weight_free(&down);
+}
+
+/* ------------------------------------------------------------ NVRTC */
+
+static kiln_nvrtc *open_nvrtc(void)
+{
+    kiln_nvrtc *nv = NULL;
+    cr_assert_eq(kiln_nvrtc_open(&nv), KILN_OK,
+                 "libnvrtc cannot be loaded, and these tests need it: %s", kiln_last_error());
+    return nv;
+}
+
+static const unsigned epilogues[] = {
+    0,
+    KILN_EPI_BIAS | KILN_EPI_RESIDUAL,
+    KILN_EPI_BIAS | KILN_EPI_SILU_MUL,
+};
+
+/* Every format x tile x epilogue, N odd and a partial column tile (1001),
+ * K of three atoms; and the bf16-tc quantizer. No MMA serialized, nothing
+ * in local memory. */
+Test(wgmma_tc, every_format_tile_and_epilogue_compiles_for_sm_90a, .timeout = 1200)
+{
+    enum { JOBS = KILN_ARRAY_LEN(formats) * KILN_ARRAY_LEN(tiles) * KILN_ARRAY_LEN(epilogues) + 1 };
+    static kiln_kernel_source src[JOBS];
+    static kiln_compile_job jobs[JOBS];
+    static char sigs[JOBS][512];
+    int n = 0;
+    for (size_t f = 0; f < KILN_ARRAY_LEN(formats); f++)
+        for (size_t v = 0; v < KILN_ARRAY_LEN(tiles); v++)
+            for (size_t e = 0; e < KILN_ARRAY_LEN(epilogues); e++, n++)
+                kt_linear_sig(sigs[n], sizeof sigs[n], "wgmma_tc", tiles[v], formats[f], "bf16-tc",
+                              1001, 192, epilogues[e], "sm_90a");
+    snprintf(sigs[n++], sizeof sigs[0], "quant act=bf16-tc k=192 target=sm_90a");
+    cr_assert_eq(n, JOBS);
+    for (int i = 0; i < n; i++) {
+        cr_assert_eq(kiln_emit_text(kiln_registry_default(), sigs[i], &src[i]), KILN_OK, "%s: %s",
+                     sigs[i], kiln_last_error());
+        jobs[i] = (kiln_compile_job){ .name = sigs[i], .entry = src[i].desc.entry,
+                                      .source = src[i].text, .target = &src[i].desc.target };
+    }
+    kiln_nvrtc *nv = open_nvrtc();
+    const kiln_nvrtc_pool quiet = { .quiet = 1 };
+    cr_assert_eq(kiln_nvrtc_compile_all(nv, jobs, n, &quiet), KILN_OK, "%s", kiln_last_error());
+    for (int i = 0; i < n; i++) {
+        cr_assert_eq(jobs[i].status, KILN_OK, "%s", sigs[i]);
+        cr_assert_gt(jobs[i].cubin_size, 0);
+        cr_assert_null(strstr(jobs[i].log, "wgmma"), "%s: %s", sigs[i], jobs[i].log);
+        kiln_compile_job_reset(&jobs[i]);
+        kiln_kernel_source_free(&src[i]);
+    }
+    kiln_nvrtc_close(nv);
+}
+
+/* cuobjdump --dump-sass of cubin, or NULL when the tool is not on PATH. */
+static char *dump_sass(const void *cubin, size_t size)
+{
+    if (system("cuobjdump --version >/dev/null 2>&1 && nvdisasm --version >/dev/null 2>&1"))
+        return NULL;
+    char path[] = "/tmp/kiln-wgmma-tc-XXXXXX", out[] = "/tmp/kiln-wgmma-tc-sass-XXXXXX";
+    int fd = mkstemp(path), ofd = mkstemp(out);
+    cr_assert(fd >= 0 && ofd >= 0);
+    cr_assert_eq(write(fd, cubin, size), (ssize_t)size);
+    close(fd);
+    close(ofd);
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "cuobjdump --dump-sass %s > %s 2>&1", path, out);
+    int rc = system(cmd);
+    long len = 0;
+    char *text = kt_read_file(out, &len);
+    unlink(path);
+    unlink(out);
+    cr_assert_eq(rc, 0, "%s: %s", cmd, text ? text : "");
+    return text;
+}
+
+static int count(const char *text, const char *what)
+{
+    int n = 0;
+    for (const char *p = strstr(text, what); p; p = strstr(p + 1, what))
+        n++;
+    return n;
+}
+
+/* HGMMA of the tile's width with A in registers (its first source a
+ * register, not a descriptor), four a stage; x by TMA, the atoms by bulk
+ * copies, stages behind mbarriers; nothing in local memory. */
+Test(wgmma_tc, sass_runs_register_operand_hgmma, .timeout = 300)
+{
+    static const struct {
+        const char *tile;
+        kiln_format f;
+        const char *hgmma;
+    } cases[] = {
+        { "bt256", KILN_FMT_NVFP4, "HGMMA.64x256x16.F32.BF16 R" },
+        { "bt128", KILN_FMT_MXFP4, "HGMMA.64x128x16.F32.BF16 R" },
+        { "bt64", KILN_FMT_BF16, "HGMMA.64x64x16.F32.BF16 R" },
+    };
+    kiln_nvrtc *nv = open_nvrtc();
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+        char sig[512];
+        kt_linear_sig(sig, sizeof sig, "wgmma_tc", cases[i].tile, cases[i].f, "bf16-tc", 4096,
+                      4096, KILN_EPI_BIAS | KILN_EPI_SILU_MUL, "sm_90a");
+        kiln_kernel_source s;
+        cr_assert_eq(kiln_emit_text(kiln_registry_default(), sig, &s), KILN_OK, "%s",
+                     kiln_last_error());
+        kiln_compile_job job = { .name = sig, .entry = s.desc.entry, .source = s.text,
+                                 .target = &s.desc.target };
+        cr_assert_eq(kiln_nvrtc_compile(nv, &job, NULL), KILN_OK, "%s", kiln_last_error());
+        char *sass = dump_sass(job.cubin, job.cubin_size);
+        if (!sass) {
+            kiln_compile_job_reset(&job);
+            kiln_kernel_source_free(&s);
+            kiln_nvrtc_close(nv);
+            cr_skip_test("cuobjdump (with nvdisasm) is not on PATH: the SASS is not checked");
+        }
+        int mma = count(sass, cases[i].hgmma);
+        cr_assert(mma >= 4 && mma % 4 == 0, "%s: four k16 MMAs a stage, %d seen", sig, mma);
+        cr_assert_eq(count(sass, "GMMA"), mma, "%s: no other MMA", sig);
+        cr_assert_geq(count(sass, "UTMALDG.2D"), 1, "%s: x by TMA", sig);
+        cr_assert_geq(count(sass, "UBLKCP"), 1, "%s: the atoms by bulk copies", sig);
+        cr_assert_geq(count(sass, "SYNCS"), 1, "%s: stages behind mbarriers", sig);
+        cr_assert_geq(count(sass, "WARPGROUP.DEPBAR.LE gsb0, 0x0"), 1,
+                      "%s: a stage's MMAs done before the next decodes", sig);
+        cr_assert_eq(count(sass, "LDL"), 0, "%s: nothing in local memory", sig);
+        cr_assert_eq(count(sass, "STL"), 0, "%s: nothing in local memory", sig);
+        free(sass);
+        kiln_compile_job_reset(&job);
+        kiln_kernel_source_free(&s);
+    }
+    kiln_nvrtc_close(nv);
+}
