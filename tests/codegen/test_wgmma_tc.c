@@ -138,7 +138,7 @@ Test(wgmma_tc, decode_and_prefill_read_one_packed_copy)
 {
     kiln_registry r = *kiln_registry_default();
     static const char *const list[] = { "gemv_tc", "wgmma_tc", "simt", NULL };
-    for (int i = 0; list[i] || (r.priority[KILN_FMT_NVFP4][i] = NULL, 0); i++)
+    for (size_t i = 0; i < KILN_ARRAY_LEN(list); i++)
         r.priority[KILN_FMT_NVFP4][i] = list[i];
     kt_rng rng = kt_rng_new(7);
     kt_weight gate, up, down;
