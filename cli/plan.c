@@ -55,7 +55,7 @@ static void print_text(const kiln_plan *p, const char *source, const kiln_target
            t->alias_of[0] ? " (" : "", t->alias_of, t->alias_of[0] ? ")" : "", nb);
     for (int b = 0; b < nb; b++)
         printf(" %lld", (long long)kiln_plan_bucket(p, b));
-    printf("\n\n%-28s %-11s %-12s %-9s %-7s %-11s %-35s %-15s %s\n", "linear", "format", "N x K",
+    printf("\n\n%-28s %-11s %-12s %-9s %-8s %-11s %-35s %-15s %s\n", "linear", "format", "N x K",
            "tokens", "backend", "activations", "act scale", "epilogue", "refused before it");
     for (int i = 0; i < nl; i++) {
         for (int b0 = 0; b0 < nb;) {
@@ -69,7 +69,7 @@ static void print_text(const kiln_plan *p, const char *source, const kiln_target
             snprintf(range, sizeof range, "%lld-%lld", (long long)kiln_plan_bucket(p, b0),
                      (long long)kiln_plan_bucket(p, b1));
             char scale[128];
-            printf("%-28s %-11s %-12s %-9s %-7s %-11s %-35s %-15s %s%s\n", b0 ? "" : first.node,
+            printf("%-28s %-11s %-12s %-9s %-8s %-11s %-35s %-15s %s%s\n", b0 ? "" : first.node,
                    b0 ? "" : kiln_format_get(first.format)->name, b0 ? "" : shape, range,
                    first.backend, first.act, act_scale_text(&first, scale, sizeof scale),
                    first.epilogue,

@@ -162,10 +162,10 @@ Test(cli_plan_run, plan_shows_static_activation_scales)
     cr_assert(strstr(r.out, "act scale"), "%s", r.out);
     const char *gate = strstr(r.out, "blk.0.ffn_gate");
     cr_assert(gate, "%s", r.out);
-    cr_assert(strstr(gate, "gemv_tc bf16        static (input_scale=0.5) q/dq "), "%s", r.out);
-    cr_assert(strstr(gate, "wgmma   fp8-token   static (input_scale=0.5) "), "%s", r.out);
+    cr_assert(strstr(gate, "gemv_tc  bf16        static (input_scale=0.5) q/dq "), "%s", r.out);
+    cr_assert(strstr(gate, "wgmma    fp8-token   static (input_scale=0.5) "), "%s", r.out);
     cr_assert(strstr(r.out, "static (input_scale=0.25)"), "%s", r.out);
-    cr_assert(strstr(r.out, "wgmma   fp8-1x128   IGNORED: static (input_scale=0.125) "), "%s",
+    cr_assert(strstr(r.out, "wgmma    fp8-1x128   IGNORED: static (input_scale=0.125) "), "%s",
               r.out);
     kt_cli_free(&r);
 
