@@ -891,6 +891,40 @@ KILN_API kiln_status kiln_session_run_device(kiln_session *s, int64_t m,
                                              const kiln_device_matrix *inputs,
                                              const kiln_device_matrix *outputs, void *stream);
 
+/* Entry points: each output of the session's graph is one, which runs the
+ * steps its value depends on and no others, reading the graph inputs those
+ * steps read. In a graph of linears (kiln_model_build_linears, `--graph
+ * linears`) every linear is an entry of its own, named "<weight>.out",
+ * reading "<weight>.in". Entries are numbered as the graph's outputs. */
+KILN_API int kiln_session_n_entries(const kiln_session *s);
+
+typedef struct kiln_entry_info {
+    const char *name;  /* the output's name; valid while the graph is */
+    int64_t width;     /* the output's width */
+    const int *inputs; /* the graph inputs it reads (kiln_graph_input_at), ascending; the
+                          session's memory */
+    int n_inputs;
+} kiln_entry_info;
+
+/* Entry i; KILN_ERR_INVALID_ARG past the last. */
+KILN_API kiln_status kiln_session_entry(const kiln_session *s, int i, kiln_entry_info *out);
+
+/* The entry whose output is named name, in *i; KILN_ERR_NOT_FOUND naming
+ * it when the graph has no such output. */
+KILN_API kiln_status kiln_session_find_entry(const kiln_session *s, const char *name, int *i);
+
+/* Entry `entry` on device memory, as kiln_session_run_device runs the
+ * whole graph: m rows of each of its inputs (inputs[j] for the entry's
+ * j-th input) copied into the session's activations, its steps launched
+ * one by one (into the caller's capture when the caller is capturing on
+ * stream), m rows of its output copied out, all queued on stream without
+ * host synchronisation. Runs of one session, whole or by entry, must be
+ * ordered: they share one activation arena. Refusals as
+ * kiln_session_run_device's, naming the entry. */
+KILN_API kiln_status kiln_session_run_entry(kiln_session *s, int entry, int64_t m,
+                                            const kiln_device_matrix *inputs,
+                                            const kiln_device_matrix *output, void *stream);
+
 /* Replace the weight named name in place, through the load (kiln's
  * storage layout up, the packed layouts written by the device packers),
  * into the existing device buffers (every layout the session holds it
@@ -954,7 +988,10 @@ KILN_API void kiln_cpu_destroy(kiln_cpu *cpu);
 KILN_API int kiln_cpu_threads(const kiln_cpu *cpu);
 
 /* Run the graph for m tokens. inputs[i] holds [m, K_i] f32 for the graph's
- * i-th input; outputs[i] receives [m, N_i] f32 for its i-th output. */
+ * i-th input; outputs[i] receives [m, N_i] f32 for its i-th output. A
+ * NULL output is not computed, nor anything only it depends on, and an
+ * input only those read may be NULL: one output alone is the CPU's run of
+ * an entry point (kiln_session_run_entry). */
 KILN_API kiln_status kiln_cpu_run(kiln_cpu *cpu, int64_t m, const float *const *inputs,
                                   float *const *outputs);
 

@@ -275,6 +275,7 @@ struct kiln_cpu {
     float **packed;       /* one per distinct weight */
     int n_packed;
     const float **buf;    /* per tensor id: its rows in the current run */
+    bool *need;           /* per tensor id: the current run computes it */
     int n_tensors;        /* of the graph at create time */
     int64_t per_token;    /* scratch floats per token */
     int64_t widest;       /* the most floats per token of any one buffer */
@@ -506,6 +507,7 @@ void kiln_cpu_destroy(kiln_cpu *cpu)
     free(cpu->inputs);
     free(cpu->outputs);
     free(cpu->input_used);
+    free(cpu->need);
     free(cpu->buf);
     free(cpu->scratch);
     free(cpu->xq);
@@ -531,11 +533,12 @@ static kiln_status cpu_prepare(kiln_cpu *cpu, kiln_graph *g)
     cpu->inputs = kiln_calloc((size_t)(cpu->n_inputs ? cpu->n_inputs : 1), sizeof *cpu->inputs);
     cpu->outputs = kiln_calloc((size_t)cpu->n_outputs, sizeof *cpu->outputs);
     cpu->input_used = kiln_calloc((size_t)(cpu->n_inputs ? cpu->n_inputs : 1), sizeof *cpu->input_used);
+    cpu->need = kiln_calloc((size_t)g->tensors.n + 1, sizeof *cpu->need);
     cpu->packed = kiln_calloc((size_t)(n ? n : 1), sizeof *cpu->packed);
     cpu->buf = kiln_calloc((size_t)nt, sizeof *cpu->buf);
     float **packed_of = kiln_calloc((size_t)nt, sizeof *packed_of); /* by weight id */
-    if (!cpu->nodes || !cpu->inputs || !cpu->outputs || !cpu->input_used || !cpu->packed ||
-        !cpu->buf || !packed_of) {
+    if (!cpu->nodes || !cpu->inputs || !cpu->outputs || !cpu->input_used || !cpu->need ||
+        !cpu->packed || !cpu->buf || !packed_of) {
         free(packed_of);
         return kiln_fail(KILN_ERR_NOMEM, "kiln_cpu_create: out of memory preparing %d nodes", n);
     }
@@ -620,16 +623,29 @@ kiln_status kiln_cpu_run(kiln_cpu *cpu, int64_t m, const float *const *inputs,
         return kiln_fail(KILN_ERR_SHAPE,
                          "kiln_cpu_run: m = %" PRId64 " tokens is too large: %" PRId64
                          " floats per token overflow size_t", m, cpu->widest);
+    /* What the outputs asked for depend on: a NULL output is not computed,
+     * nor anything only it reads (a graph's entry points). */
+    memset(cpu->need, 0, (size_t)cpu->n_tensors * sizeof *cpu->need);
+    int asked = 0;
+    for (int i = 0; i < cpu->n_outputs; i++)
+        if (outputs[i])
+            cpu->need[cpu->outputs[i]->id] = true, asked++;
+    if (!asked && cpu->n_outputs)
+        return kiln_fail(KILN_ERR_INVALID_ARG,
+                         "kiln_cpu_run: every output is NULL (outputs[0] is tensor \"%s\"): "
+                         "nothing to compute",
+                         cpu->outputs[0]->name);
+    for (int i = cpu->n_nodes - 1; i >= 0; i--) {
+        const kiln_tensor *t = cpu->nodes[i].t;
+        for (int j = 0; cpu->need[t->id] && j < KILN_MAX_SRC; j++)
+            if (t->src[j])
+                cpu->need[t->src[j]->id] = true;
+    }
     for (int i = 0; i < cpu->n_inputs; i++)
-        if (!inputs[i] && cpu->input_used[i])
+        if (!inputs[i] && cpu->input_used[i] && cpu->need[cpu->inputs[i]->id])
             return kiln_fail(KILN_ERR_INVALID_ARG,
                              "kiln_cpu_run: inputs[%d] (input \"%s\") is NULL", i,
                              cpu->inputs[i]->name);
-    for (int i = 0; i < cpu->n_outputs; i++)
-        if (!outputs[i])
-            return kiln_fail(KILN_ERR_INVALID_ARG,
-                             "kiln_cpu_run: outputs[%d] (tensor \"%s\") is NULL", i,
-                             cpu->outputs[i]->name);
 
     /* per_token is a multiple of the alignment, as aligned_alloc wants. */
     size_t need = (size_t)m * (size_t)cpu->per_token;
@@ -664,6 +680,8 @@ kiln_status kiln_cpu_run(kiln_cpu *cpu, int64_t m, const float *const *inputs,
         cpu->buf[cpu->inputs[i]->id] = inputs[i];
     for (int i = 0; i < cpu->n_nodes; i++) {
         const kiln_cpu_node *nd = &cpu->nodes[i];
+        if (!cpu->need[nd->t->id])
+            continue;
         float *y = cpu->scratch + (size_t)nd->off * (size_t)m;
         evals[nd->t->op](cpu, nd, m, y);
         cpu->buf[nd->t->id] = y;
@@ -671,7 +689,8 @@ kiln_status kiln_cpu_run(kiln_cpu *cpu, int64_t m, const float *const *inputs,
     for (int i = 0; i < cpu->n_outputs; i++) {
         const kiln_tensor *t = cpu->outputs[i];
         /* memmove: an output that is also an input may be the same buffer. */
-        memmove(outputs[i], cpu->buf[t->id], (size_t)m * (size_t)t->ne[0] * sizeof(float));
+        if (outputs[i])
+            memmove(outputs[i], cpu->buf[t->id], (size_t)m * (size_t)t->ne[0] * sizeof(float));
     }
     return KILN_OK;
 }

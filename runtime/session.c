@@ -32,6 +32,16 @@ typedef struct dev_kernel {
     int n_fn;
 } dev_kernel;
 
+/* An entry point: a graph output, the graph inputs its value depends on,
+ * and in each program the steps that compute it, in stream order. */
+typedef struct session_entry {
+    const kiln_tensor *output;
+    int *inputs;  /* indices of the graph's inputs, ascending */
+    int n_inputs;
+    int **steps;  /* [program] */
+    int *n_steps; /* [program] */
+} session_entry;
+
 struct kiln_session {
     const kiln_cu *cu;
     CUdevice dev;
@@ -63,6 +73,8 @@ struct kiln_session {
      * before 12.3, which cannot capture such launches into a graph. */
     kiln_device_caps caps;
     kiln_session_stats stats;
+    session_entry *entries; /* one per graph output */
+    int n_entries;
 };
 
 #define CU(call, what)                                                                          \
@@ -931,9 +943,106 @@ void kiln_session_destroy(kiln_session *s)
     free(s->weights);
     free(s->params);
     free(s->staging);
+    for (int e = 0; s->entries && e < s->n_entries; e++) {
+        for (int p = 0; s->entries[e].steps && p < s->build.n_programs; p++)
+            free(s->entries[e].steps[p]);
+        free(s->entries[e].steps);
+        free(s->entries[e].n_steps);
+        free(s->entries[e].inputs);
+    }
+    free(s->entries);
     kiln_build_free(&s->build);
     kiln_plan_destroy(s->plan);
     free(s);
+}
+
+/* ------------------------------------------------------------ entries */
+
+/* The value of tensor t in program bk: its index, or -1. */
+static int value_index(const kiln_program *bk, const kiln_tensor *t)
+{
+    for (int i = 0; i < bk->n_values; i++)
+        if (bk->values[i].tensor == t)
+            return i;
+    return -1;
+}
+
+/* Entry e's steps in program p: those whose results its output depends
+ * on, found from the last step back. need holds a flag per value. */
+static kiln_status entry_steps(kiln_session *s, session_entry *e, int p, char *need)
+{
+    const kiln_program *bk = &s->build.programs[p];
+    memset(need, 0, (size_t)bk->n_values);
+    int out = value_index(bk, e->output), n = 0;
+    if (out < 0)
+        return kiln_fail(KILN_ERR_STATE, "session: output %s has no value in bucket %lld",
+                         e->output->name, (long long)bk->m);
+    need[out] = 1;
+    int *steps = kiln_malloc(((size_t)bk->n_steps + 1) * sizeof *steps);
+    if (!steps)
+        return kiln_fail(KILN_ERR_NOMEM, "session: out of memory for the entry points");
+    for (int i = bk->n_steps - 1; i >= 0; i--) {
+        const kiln_step *st = &bk->steps[i];
+        if (st->dst < 0 || !need[st->dst])
+            continue;
+        steps[n++] = i;
+        for (int j = 0; j < KILN_STEP_MAX_SRC; j++)
+            if (st->src[j] >= 0)
+                need[st->src[j]] = 1;
+    }
+    for (int i = 0; i < n / 2; i++) { /* into stream order */
+        int t = steps[i];
+        steps[i] = steps[n - 1 - i];
+        steps[n - 1 - i] = t;
+    }
+    e->steps[p] = steps;
+    e->n_steps[p] = n;
+    return KILN_OK;
+}
+
+/* One entry per graph output: the inputs it reads (through the graph's
+ * edges, so the same in every bucket) and its steps in each program. */
+static kiln_status entries_create(kiln_session *s)
+{
+    const kiln_graph *g = s->graph;
+    int max_values = 1;
+    for (int p = 0; p < s->build.n_programs; p++)
+        if (s->build.programs[p].n_values > max_values)
+            max_values = s->build.programs[p].n_values;
+    s->entries = kiln_calloc((size_t)g->outputs.n + 1, sizeof *s->entries);
+    char *need_t = kiln_calloc((size_t)g->tensors.n + 1, 1), *need_v = kiln_malloc((size_t)max_values);
+    kiln_status st = s->entries && need_t && need_v
+                         ? KILN_OK
+                         : kiln_fail(KILN_ERR_NOMEM, "session: out of memory for the entry points");
+    if (st == KILN_OK)
+        s->n_entries = g->outputs.n;
+    for (int i = 0; st == KILN_OK && i < s->n_entries; i++) {
+        session_entry *e = &s->entries[i];
+        e->output = g->outputs.v[i];
+        memset(need_t, 0, (size_t)g->tensors.n);
+        need_t[e->output->id] = 1;
+        for (int t = g->tensors.n - 1; t >= 0; t--) { /* sources come first */
+            const kiln_tensor *x = g->tensors.v[t];
+            for (int j = 0; need_t[x->id] && j < KILN_MAX_SRC; j++)
+                if (x->src[j])
+                    need_t[x->src[j]->id] = 1;
+        }
+        e->inputs = kiln_malloc(((size_t)g->inputs.n + 1) * sizeof *e->inputs);
+        e->steps = kiln_calloc((size_t)s->build.n_programs, sizeof *e->steps);
+        e->n_steps = kiln_calloc((size_t)s->build.n_programs, sizeof *e->n_steps);
+        if (!e->inputs || !e->steps || !e->n_steps) {
+            st = kiln_fail(KILN_ERR_NOMEM, "session: out of memory for the entry points");
+            break;
+        }
+        for (int j = 0; j < g->inputs.n; j++)
+            if (need_t[g->inputs.v[j]->id])
+                e->inputs[e->n_inputs++] = j;
+        for (int p = 0; st == KILN_OK && p < s->build.n_programs; p++)
+            st = entry_steps(s, e, p, need_v);
+    }
+    free(need_t);
+    free(need_v);
+    return st;
 }
 
 static kiln_status session_init(kiln_session *s, const kiln_session_options *o)
@@ -1026,7 +1135,7 @@ static kiln_status session_init(kiln_session *s, const kiln_session_options *o)
     CU(s->cu->CtxSynchronize(), "weight upload");
     s->stats.weights_s = kiln_now() - t0;
 
-    if ((st = maps_create(s)))
+    if ((st = maps_create(s)) || (st = entries_create(s)))
         return st;
 
     t0 = kiln_now();
@@ -1066,10 +1175,8 @@ kiln_status kiln_session_create(kiln_graph *g, const kiln_session_options *opts,
 
 static const kiln_value *value_of_tensor(const kiln_program *bk, const kiln_tensor *t)
 {
-    for (int i = 0; i < bk->n_values; i++)
-        if (bk->values[i].tensor == t)
-            return &bk->values[i];
-    return NULL;
+    int i = value_index(bk, t);
+    return i < 0 ? NULL : &bk->values[i];
 }
 
 /* The bucket a run of m tokens replays, in *b; refusals for a run without
@@ -1162,6 +1269,25 @@ static kiln_status check_matrix(const kiln_device_matrix *d, const kiln_tensor *
     return KILN_OK;
 }
 
+/* m rows of input x from d into bucket bk's arena, on stream on; the rows
+ * past m zeroed, so padding never feeds a per-tensor statistic. */
+static kiln_status copy_in(kiln_session *s, const kiln_program *bk, const kiln_tensor *x,
+                           const kiln_device_matrix *d, int64_t m, CUstream on)
+{
+    const kiln_value *v = value_of_tensor(bk, x);
+    if (!v)
+        return KILN_OK;
+    kiln_status st = copy_rows(s, d, s->arena + v->offset, m, x->ne[0], 1, on, x->name);
+    if (st != KILN_OK)
+        return st;
+    size_t row = (size_t)x->ne[0] * 2;
+    if (m < bk->m)
+        CU(s->cu->MemsetD8Async(s->arena + v->offset + (size_t)m * row, 0,
+                                (size_t)(bk->m - m) * row, on),
+           x->name);
+    return KILN_OK;
+}
+
 kiln_status kiln_session_run_device(kiln_session *s, int64_t m, const kiln_device_matrix *inputs,
                                     const kiln_device_matrix *outputs, void *stream)
 {
@@ -1183,21 +1309,9 @@ kiln_status kiln_session_run_device(kiln_session *s, int64_t m, const kiln_devic
     }
     CUstream on = (CUstream)stream;
     CU(s->cu->CtxSetCurrent(s->ctx), "cuCtxSetCurrent");
-    for (int i = 0; i < g->inputs.n; i++) {
-        const kiln_tensor *x = g->inputs.v[i];
-        const kiln_value *v = value_of_tensor(bk, x);
-        if (!v)
-            continue;
-        st = copy_rows(s, &inputs[i], s->arena + v->offset, m, x->ne[0], 1, on,
-                                   x->name);
-        if (st != KILN_OK)
+    for (int i = 0; i < g->inputs.n; i++)
+        if ((st = copy_in(s, bk, g->inputs.v[i], &inputs[i], m, on)) != KILN_OK)
             return st;
-        /* Rows past m are zero, so padding never feeds a per-tensor statistic. */
-        size_t row = (size_t)x->ne[0] * 2;
-        if (m < bk->m)
-            CU(s->cu->MemsetD8Async(s->arena + v->offset + (size_t)m * row, 0,
-                                    (size_t)(bk->m - m) * row, on), x->name);
-    }
     st = replay(s, b, on);
     if (st != KILN_OK)
         return st;
@@ -1209,6 +1323,79 @@ kiln_status kiln_session_run_device(kiln_session *s, int64_t m, const kiln_devic
             return st;
     }
     return KILN_OK;
+}
+
+int kiln_session_n_entries(const kiln_session *s)
+{
+    return s ? s->n_entries : 0;
+}
+
+kiln_status kiln_session_entry(const kiln_session *s, int i, kiln_entry_info *out)
+{
+    if (!s || !out || i < 0 || i >= s->n_entries)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "session entry %d: the session has %d", i,
+                         s ? s->n_entries : 0);
+    const session_entry *e = &s->entries[i];
+    *out = (kiln_entry_info){ .name = e->output->name, .width = e->output->ne[0],
+                              .inputs = e->inputs, .n_inputs = e->n_inputs };
+    return KILN_OK;
+}
+
+kiln_status kiln_session_find_entry(const kiln_session *s, const char *name, int *i)
+{
+    if (!s || !name || !i)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "session find entry: session, name and i are required");
+    for (int j = 0; j < s->n_entries; j++)
+        if (!strcmp(s->entries[j].output->name, name)) {
+            *i = j;
+            return KILN_OK;
+        }
+    return kiln_fail(KILN_ERR_NOT_FOUND,
+                     "session: no entry \"%s\": the entries are the graph's %d outputs (the first "
+                     "\"%s\")",
+                     name, s->n_entries, s->n_entries ? s->entries[0].output->name : "");
+}
+
+kiln_status kiln_session_run_entry(kiln_session *s, int entry, int64_t m,
+                                   const kiln_device_matrix *inputs,
+                                   const kiln_device_matrix *output, void *stream)
+{
+    if (!s || entry < 0 || entry >= s->n_entries || !output ||
+        (!inputs && s->entries[entry].n_inputs))
+        return kiln_fail(KILN_ERR_INVALID_ARG,
+                         "session run entry %d: a session, an entry below %d, its inputs and "
+                         "its output are required",
+                         entry, s ? s->n_entries : 0);
+    const session_entry *e = &s->entries[entry];
+    int b = m >= 1 ? kiln_plan_bucket_for(s->plan, m) : -1;
+    if (b < 0)
+        return kiln_fail(KILN_ERR_SHAPE,
+                         "session run entry %s: %lld tokens; the session serves 1 to %lld",
+                         e->output->name, (long long)m,
+                         (long long)s->build.programs[s->build.n_programs - 1].m);
+    const kiln_program *bk = &s->build.programs[b];
+    const kiln_graph *g = s->graph;
+    kiln_status st;
+    for (int j = 0; j < e->n_inputs; j++)
+        if ((st = check_matrix(&inputs[j], g->inputs.v[e->inputs[j]], "input")) != KILN_OK)
+            return st;
+    if ((st = check_matrix(output, e->output, "output")) != KILN_OK)
+        return st;
+    CUstream on = (CUstream)stream;
+    CU(s->cu->CtxSetCurrent(s->ctx), "cuCtxSetCurrent");
+    for (int j = 0; j < e->n_inputs; j++)
+        if ((st = copy_in(s, bk, g->inputs.v[e->inputs[j]], &inputs[j], m, on)) != KILN_OK)
+            return st;
+    for (int k = 0; k < e->n_steps[b]; k++) {
+        const int si = e->steps[b][k];
+        if ((st = launch_step(s, b, si, on)) != KILN_OK)
+            return kiln_fail_prefix(st, "entry %s, bucket %lld, step %d (%s)", e->output->name,
+                                    (long long)bk->m, si,
+                                    bk->steps[si].node ? bk->steps[si].node->name : "?");
+    }
+    const kiln_value *v = value_of_tensor(bk, e->output);
+    return copy_rows(s, output, s->arena + v->offset, m, e->output->ne[0], 0, on,
+                     e->output->name);
 }
 
 void kiln_session_get_stats(const kiln_session *s, kiln_session_stats *out) { *out = s->stats; }

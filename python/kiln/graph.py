@@ -318,6 +318,28 @@ class Graph(Handle):
     def outputs(self) -> List[Tensor]:
         return self._list("kiln_graph_n_outputs", "kiln_graph_output_at")
 
+    def entry_inputs(self, output: str) -> List[Tensor]:
+        """The graph inputs that the output named ``output`` depends on, in
+        the graph's input order: what :meth:`kiln.Session.run_entry` takes.
+
+        Raises:
+            KeyError: the graph has no output of that name.
+        """
+        outs = [t for t in self.outputs if t.name == output]
+        if not outs:
+            raise KeyError(f"no output {output!r}: the outputs are "
+                           f"{[t.name for t in self.outputs]}")
+        seen = {outs[0]}
+        todo = [outs[0]]
+        while todo:
+            t = todo.pop()
+            for i in range(3):
+                s = t.src(i)
+                if s is not None and s not in seen:
+                    seen.add(s)
+                    todo.append(s)
+        return [t for t in self.inputs if t in seen]
+
     def find(self, name: str) -> Optional[Tensor]:
         """The tensor named name, or None."""
         h = _capi.lib().kiln_graph_find(self._live(), _capi.encode(name))

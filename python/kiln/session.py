@@ -213,18 +213,7 @@ class Session(Handle):
             else None
         if like is not None and self._on_this_gpu(inputs, tensor_type):
             return self._run_device(inputs)
-        xs: List[np.ndarray] = []
-        for t, x in zip(g_in, inputs):
-            if tensor_type is not None and isinstance(x, tensor_type):
-                x = x.detach().to("cpu").float().numpy()
-            a = np.ascontiguousarray(x, dtype=np.float32)
-            k = t.shape[1]
-            if a.ndim != 2 or a.shape[1] != k:
-                raise ValueError(f"run: input {t.name!r} wants [M, {k}], got shape {a.shape}")
-            xs.append(a)
-        m = xs[0].shape[0]
-        if any(a.shape[0] != m for a in xs):
-            raise ValueError(f"run: inputs differ in M: {[a.shape[0] for a in xs]}")
+        xs, m = self._host_rows("run", g_in, inputs, tensor_type)
         ys = [np.empty((m, t.shape[1]), np.float32) for t in g_out]
         ins = (ctypes.c_void_p * len(xs))(*[a.ctypes.data for a in xs])
         outs = (ctypes.c_void_p * max(len(ys), 1))(*[y.ctypes.data for y in ys])
@@ -240,6 +229,129 @@ class Session(Handle):
 
     __call__ = run
 
+    @property
+    def entries(self) -> List[str]:
+        """The entry points: the names of the graph's outputs, each of which
+        :meth:`run_entry` runs alone."""
+        return [t.name for t in self.graph.outputs]
+
+    def run_entry(self, name: str, *inputs: Any) -> Any:
+        """Run one output of the graph alone: the steps its value depends on,
+        no others (in a ``--graph linears`` model, one linear).
+
+        Args:
+            name: the output's name (one of :attr:`entries`).
+            inputs: ``[M, K]`` arrays or tensors for the graph inputs it
+                reads, in the graph's input order
+                (``graph.entry_inputs(name)``), taken as :meth:`run` takes
+                them.
+
+        Returns:
+            The output ``[M, N]``, as :meth:`run` returns one.
+
+        torch tensors on a GPU session's GPU run on the device
+        (``kiln_session_run_entry``) on the current torch stream. The CPU
+        executor computes the entry alone too (``kiln_cpu_run`` with the
+        other outputs left out). Host arrays on a GPU session run the whole
+        graph (``kiln_session_run``) with zeros for the inputs the entry
+        does not read, and return its output.
+
+        Raises:
+            KeyError: no output of that name.
+            ValueError: the wrong number of inputs, or shapes that do not
+                match.
+        """
+        wanted = self.graph.entry_inputs(name)
+        if len(inputs) != len(wanted):
+            raise ValueError(f"run_entry: {name!r} reads {len(wanted)} inputs "
+                             f"{[t.name for t in wanted]}, got {len(inputs)}")
+        tensor_type = _torch_tensor_type()
+        like = inputs[0] if inputs and tensor_type is not None and \
+            isinstance(inputs[0], tensor_type) else None
+        if like is not None and self._on_this_gpu(inputs, tensor_type):
+            return self._run_entry_device(name, wanted, inputs)
+        if not wanted:
+            raise ValueError(f"run_entry: {name!r} reads no input, so M is unknown")
+        xs, m = self._host_rows("run_entry", wanted, inputs, tensor_type)
+        given = dict(zip(wanted, xs))
+        cpu = self.device == "cpu"
+        full = [given.get(t) if t in given or cpu else np.zeros((m, t.shape[1]), np.float32)
+                for t in self.graph.inputs]
+        outs_t = self.graph.outputs
+        y = np.empty((m, [t.shape[1] for t in outs_t if t.name == name][0]), np.float32)
+        ys = [y if t.name == name else (None if cpu else np.empty((m, t.shape[1]), np.float32))
+              for t in outs_t]
+        ins = (ctypes.c_void_p * max(len(full), 1))(
+            *[a.ctypes.data if a is not None else None for a in full])
+        outs = (ctypes.c_void_p * max(len(ys), 1))(
+            *[a.ctypes.data if a is not None else None for a in ys])
+        with self._lock:
+            check(self._run(self._live(), m, ins, outs))
+        if like is not None:
+            torch = sys.modules["torch"]
+            dtype = like.dtype if like.is_floating_point() else torch.float32
+            return torch.from_numpy(y).to(like.device, dtype)
+        return y
+
+    @staticmethod
+    def _host_rows(what: str, wanted: Sequence[Any], inputs: Sequence[Any],
+                   tensor_type: Optional[type]) -> Tuple[List[np.ndarray], int]:
+        """Inputs as contiguous float32 host arrays of the graph inputs'
+        widths, and their M."""
+        xs: List[np.ndarray] = []
+        for t, x in zip(wanted, inputs):
+            if tensor_type is not None and isinstance(x, tensor_type):
+                x = x.detach().to("cpu").float().numpy()
+            a = np.ascontiguousarray(x, dtype=np.float32)
+            k = t.shape[1]
+            if a.ndim != 2 or a.shape[1] != k:
+                raise ValueError(f"{what}: input {t.name!r} wants [M, {k}], got shape {a.shape}")
+            xs.append(a)
+        m = xs[0].shape[0]
+        if any(a.shape[0] != m for a in xs):
+            raise ValueError(f"{what}: inputs differ in M: {[a.shape[0] for a in xs]}")
+        return xs, m
+
+    @staticmethod
+    def _bf16_rows(what: str, wanted: Sequence[Any], inputs: Sequence[Any]) -> Tuple[List[Any], int]:
+        """torch CUDA inputs as BF16 rows kiln reads in place (the last
+        dimension contiguous, strided rows kept), and their M."""
+        torch = sys.modules["torch"]
+        xs = []
+        for t, x in zip(wanted, inputs):
+            k = t.shape[1]
+            if x.dim() != 2 or x.shape[1] != k:
+                raise ValueError(f"{what}: input {t.name!r} wants [M, {k}], got shape "
+                                 f"{tuple(x.shape)}")
+            x = x.detach().to(torch.bfloat16)
+            if x.stride(1) != 1 or x.stride(0) < k:
+                x = x.contiguous()
+            xs.append(x)
+        m = xs[0].shape[0]
+        if any(x.shape[0] != m for x in xs):
+            raise ValueError(f"{what}: inputs differ in M: {[x.shape[0] for x in xs]}")
+        return xs, m
+
+    def _run_entry_device(self, name: str, wanted: Sequence[Any], inputs: Sequence[Any]) -> Any:
+        """run_entry() on torch CUDA tensors, on the current torch stream."""
+        torch = sys.modules["torch"]
+        like = inputs[0]
+        xs, m = self._bf16_rows("run_entry", wanted, inputs)
+        lib = _capi.lib()
+        entry = ctypes.c_int(-1)
+        check(lib.kiln_session_find_entry(self._live(), _capi.encode(name), ctypes.byref(entry)))
+        width = [t.shape[1] for t in self.graph.outputs if t.name == name][0]
+        y = torch.empty((m, width), dtype=torch.bfloat16, device=like.device)
+        ins = (_capi.DeviceMatrix * len(xs))(
+            *[_capi.DeviceMatrix(x.data_ptr(), x.stride(0) if m > 1 else 0) for x in xs])
+        out = _capi.DeviceMatrix(y.data_ptr(), 0)
+        stream = torch.cuda.current_stream(like.device).cuda_stream
+        with self._lock:
+            check(lib.kiln_session_run_entry(self._live(), entry.value, m, ins,
+                                             ctypes.byref(out), stream))
+        dtype = like.dtype if like.is_floating_point() else torch.float32
+        return y if dtype == torch.bfloat16 else y.to(dtype)
+
     def _on_this_gpu(self, inputs: Sequence[Any], tensor_type: type) -> bool:
         if self.device == "cpu":
             return False
@@ -250,21 +362,8 @@ class Session(Handle):
     def _run_device(self, inputs: Sequence[Any]) -> Any:
         """run() on torch CUDA tensors, on the current torch stream."""
         torch = sys.modules["torch"]
-        g_in = self.graph.inputs
         like = inputs[0]
-        xs = []
-        for t, x in zip(g_in, inputs):
-            k = t.shape[1]
-            if x.dim() != 2 or x.shape[1] != k:
-                raise ValueError(f"run: input {t.name!r} wants [M, {k}], got shape "
-                                 f"{tuple(x.shape)}")
-            x = x.detach().to(torch.bfloat16)
-            if x.stride(1) != 1 or x.stride(0) < k:
-                x = x.contiguous()
-            xs.append(x)
-        m = xs[0].shape[0]
-        if any(x.shape[0] != m for x in xs):
-            raise ValueError(f"run: inputs differ in M: {[x.shape[0] for x in xs]}")
+        xs, m = self._bf16_rows("run", self.graph.inputs, inputs)
         ys = [torch.empty((m, t.shape[1]), dtype=torch.bfloat16, device=like.device)
               for t in self.graph.outputs]
         ins = (_capi.DeviceMatrix * len(xs))(

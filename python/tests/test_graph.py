@@ -160,6 +160,28 @@ def test_an_mlp_with_several_outputs(rng):
     np.testing.assert_allclose(got_act, gg / (1 + np.exp(-gg)) * uu, rtol=1e-4, atol=1e-4)
 
 
+def test_each_output_runs_alone_as_an_entry(rng):
+    k, n = 64, 48
+    g = kiln.Graph()
+    a, b = g.input("a", k), g.input("b", k)
+    wa, wb = (rng.standard_normal((n, k)).astype(np.float32) for _ in range(2))
+    ya = g.linear("ya", a, g.weight("wa", wa))
+    yb = g.linear("yb", b, g.weight("wb", wb))
+    g.output(ya, yb)
+    assert [t.name for t in g.entry_inputs("yb")] == ["b"]
+    s = kiln.Session(g, device="cpu")
+    assert s.entries == ["ya", "yb"]
+    xa, xb = rng.standard_normal((5, k)), rng.standard_normal((5, k))
+    whole_a, whole_b = s.run(xa, xb)
+    # the entry reads its own input only, and gives what the whole run gives
+    assert np.array_equal(s.run_entry("yb", xb), whole_b)
+    assert np.array_equal(s.run_entry("ya", xa), whole_a)
+    with pytest.raises(ValueError, match=r"'yb' reads 1 inputs \['b'\], got 2"):
+        s.run_entry("yb", xa, xb)
+    with pytest.raises(KeyError, match="no output 'wa'"):
+        s.run_entry("wa", xa)
+
+
 def test_inputs_that_do_not_fit_are_refused_before_kiln_sees_them(rng):
     g, _, _ = linear_graph(rng)
     s = kiln.Session(g, device="cpu")

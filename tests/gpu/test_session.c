@@ -645,3 +645,112 @@ Test(gpu_session, device_buffers_on_the_callers_stream, .timeout = 600)
     kt_weight_free(&up);
     kt_weight_free(&down);
 }
+
+/* The pattern dev_matrix_get checks, over buffers a run wrote. */
+static void repaint(const kiln_cu *cu, const dev_matrix *const *d, int n)
+{
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(cu->MemsetD8(d[i]->ptr, 0xab, (size_t)(d[i]->rows * d[i]->stride) * 2),
+                     CUDA_SUCCESS);
+}
+
+/* Entry points on the GPU: the FFN with its gate linear as a second
+ * output. Each entry run on the caller's buffers and stream gives what the
+ * whole graph gives for that output, bit for bit, in graphs and eagerly;
+ * an entry captured into the caller's graph and replayed with new inputs
+ * too. */
+Test(gpu_session, entries_give_what_the_whole_graph_gives, .timeout = 600)
+{
+    kt_need_gpu();
+    fresh_cache();
+    const kiln_cu *cu = driver();
+    kt_rng r = kt_rng_new(14);
+    enum { D = 512, F = 768, MAX_M = 64 };
+    float norm[D];
+    kt_fill_normal(&r, norm, D, 0.2f);
+    kt_weight gate, up, down;
+    kt_weight_make(&gate, &r, KILN_FMT_NVFP4, F, D);
+    kt_weight_make(&up, &r, KILN_FMT_NVFP4, F, D);
+    kt_weight_make(&down, &r, KILN_FMT_NVFP4, D, F);
+    kiln_graph *g = kt_ffn_graph(&gate, &up, &down, norm);
+    cr_assert_eq(kiln_graph_output(g, kiln_graph_find(g, "gate")), KILN_OK, "%s",
+                 kiln_last_error());
+    static float x[MAX_M * D], whole[MAX_M * F], alone[MAX_M * F];
+    CUdevice dev;
+    CUcontext ctx;
+    cr_assert_eq(cu->Init(0), CUDA_SUCCESS);
+    cr_assert_eq(cu->DeviceGet(&dev, 0), CUDA_SUCCESS);
+    cr_assert_eq(cu->DevicePrimaryCtxRetain(&ctx, dev), CUDA_SUCCESS);
+    cr_assert_eq(cu->CtxSetCurrent(ctx), CUDA_SUCCESS);
+    CUstream stream;
+    cr_assert_eq(cu->StreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    for (int eager = 0; eager < 2; eager++) {
+        kiln_session *s = session(g, eager);
+        int ey, eg;
+        cr_assert_eq(kiln_session_find_entry(s, "y", &ey), KILN_OK, "%s", kiln_last_error());
+        cr_assert_eq(kiln_session_find_entry(s, "gate", &eg), KILN_OK, "%s", kiln_last_error());
+        dev_matrix dx = dev_matrix_new(cu, MAX_M, D, D + 8);
+        dev_matrix ya = dev_matrix_new(cu, MAX_M, D, D), ga = dev_matrix_new(cu, MAX_M, F, F);
+        dev_matrix ye = dev_matrix_new(cu, MAX_M, D, D + 4), ge = dev_matrix_new(cu, MAX_M, F, F);
+        kiln_device_matrix in = { dx.ptr, dx.stride };
+        kiln_device_matrix outs[] = { { ya.ptr, ya.stride }, { ga.ptr, ga.stride } };
+        kiln_device_matrix oy = { ye.ptr, ye.stride }, og = { ge.ptr, ge.stride };
+        const dev_matrix *outputs[] = { &ya, &ga, &ye, &ge };
+        static const int64_t ms[] = { 1, 5, 16, 37, 64 };
+        for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+            const int64_t m = ms[i];
+            kt_fill_normal(&r, x, (size_t)(MAX_M * D), 1.0f);
+            dev_matrix_put(cu, &dx, x);
+            cr_assert_eq(kiln_session_run_device(s, m, &in, outs, stream), KILN_OK, "%s",
+                         kiln_last_error());
+            cr_assert_eq(kiln_session_run_entry(s, eg, m, &in, &og, stream), KILN_OK, "%s",
+                         kiln_last_error());
+            cr_assert_eq(kiln_session_run_entry(s, ey, m, &in, &oy, stream), KILN_OK, "%s",
+                         kiln_last_error());
+            cr_assert_eq(cu->StreamSynchronize(stream), CUDA_SUCCESS);
+            dev_matrix_get(cu, &ya, m, whole);
+            dev_matrix_get(cu, &ye, m, alone);
+            cr_assert_eq(memcmp(whole, alone, (size_t)(m * D) * sizeof *whole), 0,
+                         "eager %d, m %lld: entry y differs", eager, (long long)m);
+            dev_matrix_get(cu, &ga, m, whole);
+            dev_matrix_get(cu, &ge, m, alone);
+            cr_assert_eq(memcmp(whole, alone, (size_t)(m * F) * sizeof *whole), 0,
+                         "eager %d, m %lld: entry gate differs", eager, (long long)m);
+            repaint(cu, outputs, 4);
+        }
+        int64_t m = 29;
+        CUgraph graph;
+        CUgraphExec exec;
+        cr_assert_eq(cu->StreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL),
+                     CUDA_SUCCESS);
+        kiln_status st = kiln_session_run_entry(s, ey, m, &in, &oy, stream);
+        cr_assert_eq(cu->StreamEndCapture(stream, &graph), CUDA_SUCCESS);
+        cr_assert_eq(st, KILN_OK, "inside the caller's capture: %s", kiln_last_error());
+        cr_assert_eq(cu->GraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
+        for (int rep = 0; rep < 2; rep++) {
+            kt_fill_normal(&r, x, (size_t)(MAX_M * D), 1.0f);
+            dev_matrix_put(cu, &dx, x);
+            cr_assert_eq(kiln_session_run_device(s, m, &in, outs, stream), KILN_OK, "%s",
+                         kiln_last_error());
+            cr_assert_eq(cu->GraphLaunch(exec, stream), CUDA_SUCCESS);
+            cr_assert_eq(cu->StreamSynchronize(stream), CUDA_SUCCESS);
+            dev_matrix_get(cu, &ya, m, whole);
+            dev_matrix_get(cu, &ye, m, alone);
+            cr_assert_eq(memcmp(whole, alone, (size_t)(m * D) * sizeof *whole), 0,
+                         "eager %d, the caller's graph, replay %d: differs", eager, rep);
+            repaint(cu, outputs, 4);
+        }
+        cu->GraphExecDestroy(exec);
+        cu->GraphDestroy(graph);
+        const dev_matrix *all[] = { &dx, &ya, &ga, &ye, &ge };
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            cu->MemFree(all[i]->ptr);
+        kt_session_destroy(s);
+    }
+    cu->StreamDestroy(stream);
+    cu->DevicePrimaryCtxRelease(dev);
+    kiln_graph_destroy(g);
+    kt_weight_free(&gate);
+    kt_weight_free(&up);
+    kt_weight_free(&down);
+}

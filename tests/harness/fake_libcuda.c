@@ -3,8 +3,9 @@
  *   no-device  the driver sees none (kiln_target_live: KILN_ERR_NO_DEVICE);
  *   device     an sm_90 device whose memory is host memory: allocations
  *              are malloc'ed, copies are memcpy, kernels and graphs do
- *              nothing, so a session can be created and its device bytes
- *              read back (kt_fake_cuda_* below);
+ *              nothing but count (kt_fake_cuda_launches), so a session
+ *              can be created and its device bytes read back
+ *              (kt_fake_cuda_* below);
  *   (unset)    one device that cuDeviceGet fails with CUDA_ERROR_UNKNOWN
  *              (KILN_ERR_CUDA), which tests/scripts/suite_exit.sh uses.
  * With the device, KT_FAKE_CUDA_FAIL injects a failure:
@@ -375,6 +376,25 @@ static CUresult fake_success(void)
     return CUDA_SUCCESS;
 }
 
+/* A launch does nothing but count. */
+static long launches;
+
+static CUresult fake_launch(void)
+{
+    pthread_mutex_lock(&mu);
+    launches++;
+    pthread_mutex_unlock(&mu);
+    return CUDA_SUCCESS;
+}
+
+FAKE_API long kt_fake_cuda_launches(void)
+{
+    pthread_mutex_lock(&mu);
+    long n = launches;
+    pthread_mutex_unlock(&mu);
+    return n;
+}
+
 static CUresult fake_unreachable(void)
 {
     return CUDA_ERROR_UNKNOWN;
@@ -417,7 +437,7 @@ static const struct {
     { "cuStreamCreate", (void *)fake_stream_create, 1 },
     { "cuStreamDestroy", (void *)fake_handle_free, 1 },
     { "cuStreamSynchronize", (void *)fake_success, 1 },
-    { "cuLaunchKernelEx", (void *)fake_success, 1 },
+    { "cuLaunchKernelEx", (void *)fake_launch, 1 },
     { "cuStreamBeginCapture", (void *)fake_success, 1 },
     { "cuStreamEndCapture", (void *)fake_end_capture, 1 },
     { "cuGraphInstantiateWithFlags", (void *)fake_instantiate, 1 },

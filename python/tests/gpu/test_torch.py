@@ -145,3 +145,22 @@ def test_a_session_reloads_another_checkpoint_as_a_fresh_one_runs_it(tmp_path):
     fresh = kiln.Session(b.graph("ffn"), device="cuda:0", capture=[1, 16, 64], max_tokens=64)
     for m in (1, 3):
         np.testing.assert_array_equal(reloaded.run(x[:m]), fresh.run(x[:m]))
+
+
+def test_an_entry_on_torch_tensors_gives_what_the_whole_run_gives():
+    rng = np.random.default_rng(5)
+    g = kiln.Graph()
+    a, b = g.input("a", 128), g.input("b", 128)
+    ya = g.linear("ya", a, g.weight("wa", rng.standard_normal((64, 128)).astype(np.float32),
+                                    "q8_0"))
+    yb = g.linear("yb", b, g.weight("wb", rng.standard_normal((96, 128)).astype(np.float32),
+                                    "nvfp4"))
+    g.output(ya, yb)
+    s = kiln.Session(g)
+    xa = torch.randn(7, 128, device=device(), dtype=torch.bfloat16)
+    xb = torch.randn(7, 128, device=device(), dtype=torch.bfloat16)
+    whole_a, whole_b = s.run(xa, xb)
+    alone_b = s.run_entry("yb", xb)
+    alone_a = s.run_entry("ya", xa)
+    assert alone_b.device == xb.device and alone_b.dtype == torch.bfloat16
+    assert torch.equal(alone_a, whole_a) and torch.equal(alone_b, whole_b)
