@@ -298,6 +298,22 @@ __device__ __forceinline__ unsigned long long tma_desc(u32 addr)
            ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);
 }
 
+// A ring's barriers, once per block before any warpgroup takes its role:
+// each stage's `full` completes on the producer's one arrival and the
+// bytes it expects, its `empty` on one arrival of each consumer warp.
+template <int Stages, int Consumers>
+__device__ __forceinline__ void tma_ring_init(u32 full_at, u32 empty_at)
+{
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < Stages; s++) {
+            tma_bar_init(full_at + 8 * s, 1);
+            tma_bar_init(empty_at + 8 * s, 4 * Consumers);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+}
+
 template <int R>
 __device__ __forceinline__ void tma_pin(float (&acc)[R])
 {
@@ -338,14 +354,7 @@ __device__ void tma_gemm(const kiln_linear_args &args, const tma_map &tx, const 
     const int row_tiles = (m + Tile::bm - 1) / Tile::bm;
     const int tiles = row_tiles * col_tiles;
 
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < Tile::stages; s++) {
-            tma_bar_init(full_at + 8 * s, 1);
-            tma_bar_init(empty_at + 8 * s, 4 * Tile::consumers);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
+    tma_ring_init<Tile::stages, Tile::consumers>(full_at, empty_at);
 
     if (warpgroup == 0) {
         if constexpr (Tile::wn == 256)

@@ -259,14 +259,7 @@ __device__ void wtc_gemm(const kiln_linear_args &args, const tma_map &tx)
     const int token_tiles = (m + BT - 1) / BT;
     const int tiles = token_tiles * col_tiles;
 
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < Tile::stages; s++) {
-            tma_bar_init(full_at + 8 * s, 1);
-            tma_bar_init(empty_at + 8 * s, 4 * Tile::consumers);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
+    tma_ring_init<Tile::stages, Tile::consumers>(full_at, empty_at);
 
     if (warpgroup == 0) {
         if constexpr (BT == 256)

@@ -18,16 +18,6 @@
 
 static const char *const arches[] = { "sm_75", "sm_80", "sm_89", "sm_90a" };
 
-static kiln_nvrtc *open_nvrtc(void)
-{
-    kiln_nvrtc *nv = NULL;
-    kiln_status st = kiln_nvrtc_open(&nv);
-    cr_assert_eq(st, KILN_OK,
-                 "libnvrtc cannot be loaded, and these tests need it (the CUDA toolkit's NVRTC, "
-                 "or $KILN_NVRTC naming it): %s", kiln_last_error());
-    return nv;
-}
-
 static kiln_target target(const char *name)
 {
     kiln_target t;
@@ -88,7 +78,7 @@ static void batch_free(batch *b)
  * kernel. */
 static void batch_compile(batch *b, const char *what)
 {
-    kiln_nvrtc *nv = open_nvrtc();
+    kiln_nvrtc *nv = kt_open_nvrtc();
     batch_jobs(b);
     double start = kiln_now();
     const kiln_nvrtc_pool quiet = { .quiet = 1 };
@@ -123,7 +113,7 @@ static char *linear_sig(char *buf, size_t size, const char *variant, kiln_format
 
 Test(nvrtc, version_names_the_library)
 {
-    kiln_nvrtc *nv = open_nvrtc();
+    kiln_nvrtc *nv = kt_open_nvrtc();
     int major = 0, minor = -1;
     cr_assert_eq(sscanf(kiln_nvrtc_version(nv), "nvrtc %d.%d", &major, &minor), 2, "%s",
                  kiln_nvrtc_version(nv));
@@ -285,7 +275,7 @@ Test(nvrtc, format_traits_match_the_format_table)
                       fi->name, args, fi->name);
     }
     cr_assert_lt((size_t)n, sizeof src);
-    kiln_nvrtc *nv = open_nvrtc();
+    kiln_nvrtc *nv = kt_open_nvrtc();
     kiln_target t = target("sm_75");
     kiln_compile_job job = { .name = "format traits", .entry = "traits", .source = src,
                              .target = &t };
@@ -302,7 +292,7 @@ static const char broken_source[] =
 
 Test(nvrtc, a_broken_source_is_a_compile_error_with_the_log)
 {
-    kiln_nvrtc *nv = open_nvrtc();
+    kiln_nvrtc *nv = kt_open_nvrtc();
     kiln_target t = target("sm_80");
     kiln_compile_job job = { .name = "linear backend=broken", .entry = "kiln_broken",
                              .source = broken_source, .target = &t };
@@ -322,7 +312,7 @@ Test(nvrtc, a_broken_source_is_a_compile_error_with_the_log)
 
 Test(nvrtc, an_unknown_architecture_is_a_compile_error)
 {
-    kiln_nvrtc *nv = open_nvrtc();
+    kiln_nvrtc *nv = kt_open_nvrtc();
     kiln_target t = { .name = "sm_12", .sm = 12 };
     kiln_compile_job job = { .name = "op add width=8 target=sm_12", .entry = "kiln_add",
                              .source = "extern \"C\" __global__ void k() {}\n", .target = &t };
@@ -334,7 +324,7 @@ Test(nvrtc, an_unknown_architecture_is_a_compile_error)
 
 Test(nvrtc, compile_rejects_incomplete_jobs)
 {
-    kiln_nvrtc *nv = open_nvrtc();
+    kiln_nvrtc *nv = kt_open_nvrtc();
     kiln_compile_job job = { .name = "x", .entry = "x" };
     cr_assert_eq(kiln_nvrtc_compile(nv, &job, NULL), KILN_ERR_INVALID_ARG);
     cr_assert_eq(kiln_nvrtc_compile_all(NULL, &job, 1, NULL), KILN_ERR_INVALID_ARG);
@@ -345,7 +335,7 @@ Test(nvrtc, compile_rejects_incomplete_jobs)
 
 Test(nvrtc, the_pool_runs_every_job_and_reports_the_first_failure)
 {
-    kiln_nvrtc *nv = open_nvrtc();
+    kiln_nvrtc *nv = kt_open_nvrtc();
     kiln_target t = target("sm_89");
     static const char good[] = "extern \"C\" __global__ void good(float *y) { y[0] = 1.0f; }\n";
     kiln_compile_job jobs[5];
@@ -384,7 +374,7 @@ Test(nvrtc, parallel_compiles_give_the_serial_cubins, .timeout = 600)
     for (int f = KILN_FMT_F16; f < KILN_FMT_F16 + 8; f++)
         batch_add(&b, linear_sig(sig, sizeof sig, "t64x64", (kiln_format)f, KILN_EPI_BIAS, 512,
                                  "sm_90a"));
-    kiln_nvrtc *nv = open_nvrtc();
+    kiln_nvrtc *nv = kt_open_nvrtc();
     batch_jobs(&b);
     const kiln_nvrtc_pool one = { .threads = 1, .quiet = 1 };
     const kiln_nvrtc_pool four = { .threads = 4, .quiet = 1 };
@@ -416,7 +406,7 @@ static void compile_on_a_terminal(int quiet, char *out, size_t size)
     int saved = dup(STDERR_FILENO);
     cr_assert_eq(dup2(term, STDERR_FILENO), STDERR_FILENO);
 
-    kiln_nvrtc *nv = open_nvrtc();
+    kiln_nvrtc *nv = kt_open_nvrtc();
     kiln_target t = target("sm_80");
     kiln_compile_job jobs[3];
     for (int i = 0; i < 3; i++)
@@ -484,7 +474,7 @@ Test(nvrtc, a_log_sees_progress_lines)
     cr_assert_geq(fd, 0);
     int saved = dup(STDERR_FILENO);
     cr_assert_eq(dup2(fd, STDERR_FILENO), STDERR_FILENO);
-    kiln_nvrtc *nv = open_nvrtc();
+    kiln_nvrtc *nv = kt_open_nvrtc();
     kiln_target t = target("sm_80");
     kiln_compile_job jobs[3];
     for (int i = 0; i < 3; i++)
@@ -522,7 +512,7 @@ static void count_any(void *ctx, int i, kiln_compile_job *job)
 
 Test(nvrtc, a_stopped_pool_starts_nothing)
 {
-    kiln_nvrtc *nv = open_nvrtc();
+    kiln_nvrtc *nv = kt_open_nvrtc();
     kiln_target t = target("sm_80");
     kiln_compile_job jobs[4];
     for (int i = 0; i < 4; i++)
@@ -576,7 +566,7 @@ Test(nvrtc, kiln_dump_source_keeps_source_log_and_ptx)
     setenv("KILN_DUMP_SOURCE", sub, 1);
     batch b = { 0 };
     batch_add(&b, "op gelu width=4096 target=sm_89");
-    kiln_nvrtc *nv = open_nvrtc();
+    kiln_nvrtc *nv = kt_open_nvrtc();
     batch_jobs(&b);
     cr_assert_eq(kiln_nvrtc_compile_all(nv, b.jobs, b.n, NULL), KILN_OK, "%s", kiln_last_error());
     const char *entry = b.src[0].desc.entry;
@@ -619,7 +609,7 @@ Test(nvrtc, keeping_into_a_file_is_an_io_error)
     FILE *f = fopen(file, "w");
     cr_assert_not_null(f);
     fclose(f);
-    kiln_nvrtc *nv = open_nvrtc();
+    kiln_nvrtc *nv = kt_open_nvrtc();
     kiln_target t = target("sm_75");
     kiln_compile_job job = { .name = "good", .entry = "kiln_good",
                              .source = "extern \"C\" __global__ void k() {}\n", .target = &t };

@@ -616,14 +616,6 @@ Test(wgmma, demo_plans_by_target)
 
 /* ------------------------------------------------------------ compiling */
 
-static kiln_nvrtc *open_nvrtc(void)
-{
-    kiln_nvrtc *nv = NULL;
-    cr_assert_eq(kiln_nvrtc_open(&nv), KILN_OK,
-                 "libnvrtc cannot be loaded, and these tests need it: %s", kiln_last_error());
-    return nv;
-}
-
 static const unsigned epilogues[] = {
     0,
     KILN_EPI_BIAS,
@@ -670,7 +662,7 @@ Test(wgmma, every_format_variant_and_epilogue_compiles_for_sm_90a, .timeout = 12
             }
     }
     cr_assert_eq(n, JOBS);
-    kiln_nvrtc *nv = open_nvrtc();
+    kiln_nvrtc *nv = kt_open_nvrtc();
     const kiln_nvrtc_pool quiet = { .quiet = 1 };
     double start = kiln_now();
     kiln_status st = kiln_nvrtc_compile_all(nv, jobs, n, &quiet);
@@ -695,38 +687,6 @@ Test(wgmma, every_format_variant_and_epilogue_compiles_for_sm_90a, .timeout = 12
 
 /* ------------------------------------------------------------------ SASS */
 
-/* cuobjdump --dump-sass of cubin, or NULL when the tool is not on PATH. */
-static char *dump_sass(const void *cubin, size_t size)
-{
-    if (system("cuobjdump --version >/dev/null 2>&1 && nvdisasm --version >/dev/null 2>&1"))
-        return NULL;
-    char path[] = "/tmp/kiln-wgmma-XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert_geq(fd, 0);
-    cr_assert_eq(write(fd, cubin, size), (ssize_t)size);
-    close(fd);
-    char cmd[128], out[] = "/tmp/kiln-wgmma-sass-XXXXXX";
-    int ofd = mkstemp(out);
-    cr_assert_geq(ofd, 0);
-    close(ofd);
-    snprintf(cmd, sizeof cmd, "cuobjdump --dump-sass %s > %s 2>&1", path, out);
-    int rc = system(cmd);
-    long len = 0;
-    char *text = kt_read_file(out, &len);
-    unlink(path);
-    unlink(out);
-    cr_assert_eq(rc, 0, "%s: %s", cmd, text ? text : "");
-    return text;
-}
-
-static int count(const char *text, const char *what)
-{
-    int n = 0;
-    for (const char *p = strstr(text, what); p; p = strstr(p + 1, what))
-        n++;
-    return n;
-}
-
 /* The main loop is HGMMA of the tile's width, four per K step (the
  * compiler may unroll), behind the proxy fence and the warpgroup arrive
  * and wait; the accumulators never leave registers. */
@@ -746,7 +706,7 @@ Test(wgmma, sass_runs_the_main_loop_on_hgmma, .timeout = 300)
         { "tma_bm128bn128", KILN_FMT_FP8_CHANNEL, "QGMMA.64x128x32.F32.E4M3.E4M3", 1 },
         { "tma_bm64bn256", KILN_FMT_FP8_BLOCK, "QGMMA.64x128x32.F32.E4M3.E4M3", 1 },
     };
-    kiln_nvrtc *nv = open_nvrtc();
+    kiln_nvrtc *nv = kt_open_nvrtc();
     for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
         char sig[512];
         wgmma_sig(sig, sizeof sig, cases[i].variant, cases[i].f,
@@ -758,7 +718,7 @@ Test(wgmma, sass_runs_the_main_loop_on_hgmma, .timeout = 300)
         kiln_compile_job job = { .name = sig, .entry = s.desc.entry, .source = s.text,
                                  .target = &s.desc.target };
         cr_assert_eq(kiln_nvrtc_compile(nv, &job, NULL), KILN_OK, "%s", kiln_last_error());
-        char *sass = dump_sass(job.cubin, job.cubin_size);
+        char *sass = kt_dump_sass(job.cubin, job.cubin_size);
         if (!sass) {
             kiln_compile_job_reset(&job);
             kiln_kernel_source_free(&s);
@@ -766,24 +726,24 @@ Test(wgmma, sass_runs_the_main_loop_on_hgmma, .timeout = 300)
             cr_skip_test("cuobjdump (with nvdisasm) is not on PATH: the SASS is not checked");
         }
         cr_assert(strstr(sass, "code for sm_90a"), "%.200s", sass);
-        int mma = count(sass, cases[i].hgmma);
+        int mma = kt_count(sass, cases[i].hgmma);
         cr_assert(mma >= 4 && mma % 4 == 0, "%s: four k16 MMAs per K step, %d seen", sig, mma);
-        cr_assert_eq(count(sass, "GMMA"), mma, "%s: no other MMA", sig);
-        cr_assert_geq(count(sass, "WARPGROUP.ARRIVE"), 1, "%s", sig);
-        cr_assert_geq(count(sass, "WARPGROUP.DEPBAR.LE gsb0, 0x0"), 1, "%s", sig);
+        cr_assert_eq(kt_count(sass, "GMMA"), mma, "%s: no other MMA", sig);
+        cr_assert_geq(kt_count(sass, "WARPGROUP.ARRIVE"), 1, "%s", sig);
+        cr_assert_geq(kt_count(sass, "WARPGROUP.DEPBAR.LE gsb0, 0x0"), 1, "%s", sig);
         if (cases[i].tma) {
-            cr_assert_geq(count(sass, "UTMALDG.2D"), 2, "%s: x and W by TMA", sig);
-            cr_assert_geq(count(sass, "SYNCS"), 1, "%s: stages behind mbarriers", sig);
+            cr_assert_geq(kt_count(sass, "UTMALDG.2D"), 2, "%s: x and W by TMA", sig);
+            cr_assert_geq(kt_count(sass, "SYNCS"), 1, "%s: stages behind mbarriers", sig);
             /* E4M3 waits for each stage's sum to promote it */
             if (!fp8_tma(cases[i].f))
-                cr_assert_geq(count(sass, "WARPGROUP.DEPBAR.LE gsb0, 0x1"), 1,
+                cr_assert_geq(kt_count(sass, "WARPGROUP.DEPBAR.LE gsb0, 0x1"), 1,
                               "%s: one stage of MMAs stays queued", sig);
         } else {
-            cr_assert_geq(count(sass, "FENCE.VIEW.ASYNC.S"), 1, "%s: after a stage's stores",
+            cr_assert_geq(kt_count(sass, "FENCE.VIEW.ASYNC.S"), 1, "%s: after a stage's stores",
                           sig);
         }
-        cr_assert_eq(count(sass, "LDL"), 0, "%s: nothing in local memory", sig);
-        cr_assert_eq(count(sass, "STL"), 0, "%s: nothing in local memory", sig);
+        cr_assert_eq(kt_count(sass, "LDL"), 0, "%s: nothing in local memory", sig);
+        cr_assert_eq(kt_count(sass, "STL"), 0, "%s: nothing in local memory", sig);
         free(sass);
         kiln_compile_job_reset(&job);
         kiln_kernel_source_free(&s);

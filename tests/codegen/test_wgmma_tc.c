@@ -197,14 +197,6 @@ Test(wgmma_tc, decode_and_prefill_read_one_packed_copy)
 
 /* ------------------------------------------------------------ NVRTC */
 
-static kiln_nvrtc *open_nvrtc(void)
-{
-    kiln_nvrtc *nv = NULL;
-    cr_assert_eq(kiln_nvrtc_open(&nv), KILN_OK,
-                 "libnvrtc cannot be loaded, and these tests need it: %s", kiln_last_error());
-    return nv;
-}
-
 static const unsigned epilogues[] = {
     0,
     KILN_EPI_BIAS | KILN_EPI_RESIDUAL,
@@ -234,7 +226,7 @@ Test(wgmma_tc, every_format_tile_and_epilogue_compiles_for_sm_90a, .timeout = 12
         jobs[i] = (kiln_compile_job){ .name = sigs[i], .entry = src[i].desc.entry,
                                       .source = src[i].text, .target = &src[i].desc.target };
     }
-    kiln_nvrtc *nv = open_nvrtc();
+    kiln_nvrtc *nv = kt_open_nvrtc();
     const kiln_nvrtc_pool quiet = { .quiet = 1 };
     cr_assert_eq(kiln_nvrtc_compile_all(nv, jobs, n, &quiet), KILN_OK, "%s", kiln_last_error());
     for (int i = 0; i < n; i++) {
@@ -245,36 +237,6 @@ Test(wgmma_tc, every_format_tile_and_epilogue_compiles_for_sm_90a, .timeout = 12
         kiln_kernel_source_free(&src[i]);
     }
     kiln_nvrtc_close(nv);
-}
-
-/* cuobjdump --dump-sass of cubin, or NULL when the tool is not on PATH. */
-static char *dump_sass(const void *cubin, size_t size)
-{
-    if (system("cuobjdump --version >/dev/null 2>&1 && nvdisasm --version >/dev/null 2>&1"))
-        return NULL;
-    char path[] = "/tmp/kiln-wgmma-tc-XXXXXX", out[] = "/tmp/kiln-wgmma-tc-sass-XXXXXX";
-    int fd = mkstemp(path), ofd = mkstemp(out);
-    cr_assert(fd >= 0 && ofd >= 0);
-    cr_assert_eq(write(fd, cubin, size), (ssize_t)size);
-    close(fd);
-    close(ofd);
-    char cmd[160];
-    snprintf(cmd, sizeof cmd, "cuobjdump --dump-sass %s > %s 2>&1", path, out);
-    int rc = system(cmd);
-    long len = 0;
-    char *text = kt_read_file(out, &len);
-    unlink(path);
-    unlink(out);
-    cr_assert_eq(rc, 0, "%s: %s", cmd, text ? text : "");
-    return text;
-}
-
-static int count(const char *text, const char *what)
-{
-    int n = 0;
-    for (const char *p = strstr(text, what); p; p = strstr(p + 1, what))
-        n++;
-    return n;
 }
 
 /* HGMMA of the tile's width with A in registers (its first source a
@@ -291,7 +253,7 @@ Test(wgmma_tc, sass_runs_register_operand_hgmma, .timeout = 300)
         { "bt128", KILN_FMT_MXFP4, "HGMMA.64x128x16.F32.BF16 R" },
         { "bt64", KILN_FMT_BF16, "HGMMA.64x64x16.F32.BF16 R" },
     };
-    kiln_nvrtc *nv = open_nvrtc();
+    kiln_nvrtc *nv = kt_open_nvrtc();
     for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
         char sig[512];
         kt_linear_sig(sig, sizeof sig, "wgmma_tc", cases[i].tile, cases[i].f, "bf16-tc", 4096,
@@ -302,23 +264,23 @@ Test(wgmma_tc, sass_runs_register_operand_hgmma, .timeout = 300)
         kiln_compile_job job = { .name = sig, .entry = s.desc.entry, .source = s.text,
                                  .target = &s.desc.target };
         cr_assert_eq(kiln_nvrtc_compile(nv, &job, NULL), KILN_OK, "%s", kiln_last_error());
-        char *sass = dump_sass(job.cubin, job.cubin_size);
+        char *sass = kt_dump_sass(job.cubin, job.cubin_size);
         if (!sass) {
             kiln_compile_job_reset(&job);
             kiln_kernel_source_free(&s);
             kiln_nvrtc_close(nv);
             cr_skip_test("cuobjdump (with nvdisasm) is not on PATH: the SASS is not checked");
         }
-        int mma = count(sass, cases[i].hgmma);
+        int mma = kt_count(sass, cases[i].hgmma);
         cr_assert(mma >= 4 && mma % 4 == 0, "%s: four k16 MMAs a stage, %d seen", sig, mma);
-        cr_assert_eq(count(sass, "GMMA"), mma, "%s: no other MMA", sig);
-        cr_assert_geq(count(sass, "UTMALDG.2D"), 1, "%s: x by TMA", sig);
-        cr_assert_geq(count(sass, "UBLKCP"), 1, "%s: the atoms by bulk copies", sig);
-        cr_assert_geq(count(sass, "SYNCS"), 1, "%s: stages behind mbarriers", sig);
-        cr_assert_geq(count(sass, "WARPGROUP.DEPBAR.LE gsb0, 0x0"), 1,
+        cr_assert_eq(kt_count(sass, "GMMA"), mma, "%s: no other MMA", sig);
+        cr_assert_geq(kt_count(sass, "UTMALDG.2D"), 1, "%s: x by TMA", sig);
+        cr_assert_geq(kt_count(sass, "UBLKCP"), 1, "%s: the atoms by bulk copies", sig);
+        cr_assert_geq(kt_count(sass, "SYNCS"), 1, "%s: stages behind mbarriers", sig);
+        cr_assert_geq(kt_count(sass, "WARPGROUP.DEPBAR.LE gsb0, 0x0"), 1,
                       "%s: a stage's MMAs done before the next decodes", sig);
-        cr_assert_eq(count(sass, "LDL"), 0, "%s: nothing in local memory", sig);
-        cr_assert_eq(count(sass, "STL"), 0, "%s: nothing in local memory", sig);
+        cr_assert_eq(kt_count(sass, "LDL"), 0, "%s: nothing in local memory", sig);
+        cr_assert_eq(kt_count(sass, "STL"), 0, "%s: nothing in local memory", sig);
         free(sass);
         kiln_compile_job_reset(&job);
         kiln_kernel_source_free(&s);

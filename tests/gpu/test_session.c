@@ -514,6 +514,20 @@ static dev_matrix dev_matrix_new(const kiln_cu *cu, int64_t rows, int64_t width,
     return d;
 }
 
+/* The caller holds the device's primary context, as an engine does, and
+ * a stream of its own that outlives the sessions. */
+static CUstream callers_stream(const kiln_cu *cu, CUdevice *dev)
+{
+    CUcontext ctx;
+    CUstream stream;
+    cr_assert_eq(cu->Init(0), CUDA_SUCCESS);
+    cr_assert_eq(cu->DeviceGet(dev, 0), CUDA_SUCCESS);
+    cr_assert_eq(cu->DevicePrimaryCtxRetain(&ctx, *dev), CUDA_SUCCESS);
+    cr_assert_eq(cu->CtxSetCurrent(ctx), CUDA_SUCCESS);
+    cr_assert_eq(cu->StreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    return stream;
+}
+
 /* x's rows, rounded to BF16, into d; x keeps the rounded values. */
 static void dev_matrix_put(const kiln_cu *cu, const dev_matrix *d, float *x)
 {
@@ -569,16 +583,8 @@ Test(gpu_session, device_buffers_on_the_callers_stream, .timeout = 600)
     kt_weight_make(&down, &r, KILN_FMT_Q4_K, D, F);
     kiln_graph *g = kt_ffn_graph(&gate, &up, &down, norm);
     static float x[MAX_M * D], want[MAX_M * D], got[MAX_M * D];
-    /* The caller holds the device's primary context, as an engine does:
-     * its stream outlives the sessions. */
     CUdevice dev;
-    CUcontext ctx;
-    cr_assert_eq(cu->Init(0), CUDA_SUCCESS);
-    cr_assert_eq(cu->DeviceGet(&dev, 0), CUDA_SUCCESS);
-    cr_assert_eq(cu->DevicePrimaryCtxRetain(&ctx, dev), CUDA_SUCCESS);
-    cr_assert_eq(cu->CtxSetCurrent(ctx), CUDA_SUCCESS);
-    CUstream stream;
-    cr_assert_eq(cu->StreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    CUstream stream = callers_stream(cu, &dev);
     for (int eager = 0; eager < 2; eager++) {
         kiln_session *s = session(g, eager);
         dev_matrix dx = dev_matrix_new(cu, MAX_M, D, D + PAD),
@@ -677,13 +683,7 @@ Test(gpu_session, entries_give_what_the_whole_graph_gives, .timeout = 600)
                  kiln_last_error());
     static float x[MAX_M * D], whole[MAX_M * F], alone[MAX_M * F];
     CUdevice dev;
-    CUcontext ctx;
-    cr_assert_eq(cu->Init(0), CUDA_SUCCESS);
-    cr_assert_eq(cu->DeviceGet(&dev, 0), CUDA_SUCCESS);
-    cr_assert_eq(cu->DevicePrimaryCtxRetain(&ctx, dev), CUDA_SUCCESS);
-    cr_assert_eq(cu->CtxSetCurrent(ctx), CUDA_SUCCESS);
-    CUstream stream;
-    cr_assert_eq(cu->StreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    CUstream stream = callers_stream(cu, &dev);
     for (int eager = 0; eager < 2; eager++) {
         kiln_session *s = session(g, eager);
         int ey, eg;

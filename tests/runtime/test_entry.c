@@ -21,16 +21,6 @@
 
 TestSuite(entry, .init = kt_tmp_setup, .fini = kt_tmp_teardown, .timeout = 120);
 
-static void fake_device(void)
-{
-    char path[512];
-    setenv("KILN_LIBCUDA", KT_FAKE_LIBCUDA, 1);
-    setenv("KT_FAKE_CUDA", "device", 1);
-    setenv("KILN_NVRTC", KT_FAKE_NVRTC, 1);
-    setenv("KILN_CACHE", kt_in_tmp(path, sizeof path, "kernels.kiln"), 1);
-    setenv("KILN_PACK", "host", 1);
-    unsetenv("KT_FAKE_CUDA_FAIL");
-}
 
 static long launches(void)
 {
@@ -135,7 +125,7 @@ static kiln_device_matrix as_matrix(const rows *r)
 
 Test(entry, each_output_is_an_entry_with_the_inputs_it_reads)
 {
-    fake_device();
+    kt_fake_device(NULL);
     weights w;
     kiln_graph *g = graph(&w);
     kiln_session *s = session(g);
@@ -175,7 +165,7 @@ Test(entry, each_output_is_an_entry_with_the_inputs_it_reads)
  * nothing else of the caller's buffer. */
 Test(entry, an_entry_launches_its_steps_alone_and_writes_its_rows)
 {
-    fake_device();
+    kt_fake_device(NULL);
     weights w;
     kiln_graph *g = graph(&w);
     kiln_session *s = session(g);
@@ -218,7 +208,7 @@ Test(entry, an_entry_launches_its_steps_alone_and_writes_its_rows)
 
 Test(entry, run_entry_refuses_what_it_cannot_run)
 {
-    fake_device();
+    kt_fake_device(NULL);
     weights w;
     kiln_graph *g = graph(&w);
     kiln_session *s = session(g);

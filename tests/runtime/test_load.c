@@ -167,16 +167,10 @@ static void write_gguf(void)
 static void fake_device(const char *fail, const char *threads, const char *slots,
                         const char *slot_size)
 {
-    char path[512];
-    setenv("KILN_LIBCUDA", KT_FAKE_LIBCUDA, 1);
-    setenv("KT_FAKE_CUDA", "device", 1);
-    setenv("KILN_NVRTC", KT_FAKE_NVRTC, 1);
-    setenv("KILN_CACHE", kt_in_tmp(path, sizeof path, "kernels.kiln"), 1);
-    setenv("KILN_PACK", "host", 1);
-    const char *names[] = { "KT_FAKE_CUDA_FAIL", "KILN_LOAD_THREADS", "KILN_LOAD_SLOTS",
-                            "KILN_LOAD_SLOT_SIZE" };
-    const char *values[] = { fail, threads, slots, slot_size };
-    for (int i = 0; i < 4; i++)
+    kt_fake_device(fail);
+    const char *names[] = { "KILN_LOAD_THREADS", "KILN_LOAD_SLOTS", "KILN_LOAD_SLOT_SIZE" };
+    const char *values[] = { threads, slots, slot_size };
+    for (int i = 0; i < 3; i++)
         if (values[i])
             setenv(names[i], values[i], 1);
         else

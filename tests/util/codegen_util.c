@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "clirun.h"
 #include "kernels/registry/backend.h"
 
 char *kt_linear_sig(char *buf, size_t size, const char *backend, const char *variant,
@@ -76,4 +78,43 @@ void kt_batch_compile(kt_batch *b, const char *what)
     free(b->sig);
     *b = (kt_batch){ 0 };
     kiln_nvrtc_close(nv);
+}
+
+char *kt_dump_sass(const void *cubin, size_t size)
+{
+    if (system("cuobjdump --version >/dev/null 2>&1 && nvdisasm --version >/dev/null 2>&1"))
+        return NULL;
+    char path[] = "/tmp/kiln-sass-XXXXXX", out[] = "/tmp/kiln-sass-out-XXXXXX";
+    int fd = mkstemp(path), ofd = mkstemp(out);
+    cr_assert(fd >= 0 && ofd >= 0);
+    cr_assert_eq(write(fd, cubin, size), (ssize_t)size);
+    close(fd);
+    close(ofd);
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "cuobjdump --dump-sass %s > %s 2>&1", path, out);
+    int rc = system(cmd);
+    long len = 0;
+    char *text = kt_read_file(out, &len);
+    unlink(path);
+    unlink(out);
+    cr_assert_eq(rc, 0, "%s: %s", cmd, text ? text : "");
+    return text;
+}
+
+int kt_count(const char *text, const char *what)
+{
+    int n = 0;
+    for (const char *p = strstr(text, what); p; p = strstr(p + 1, what))
+        n++;
+    return n;
+}
+
+kiln_nvrtc *kt_open_nvrtc(void)
+{
+    kiln_nvrtc *nv = NULL;
+    cr_assert_eq(kiln_nvrtc_open(&nv), KILN_OK,
+                 "libnvrtc cannot be loaded, and these tests need it (the CUDA toolkit's NVRTC, "
+                 "or $KILN_NVRTC naming it): %s",
+                 kiln_last_error());
+    return nv;
 }

@@ -32,4 +32,14 @@ void kt_batch_add(kt_batch *b, const char *signature);
  * time per kernel under what, and free b. */
 void kt_batch_compile(kt_batch *b, const char *what);
 
+/* NVRTC, asserting it loads (the CUDA toolkit's, or $KILN_NVRTC's). */
+kiln_nvrtc *kt_open_nvrtc(void);
+
+/* cuobjdump --dump-sass of a cubin (malloc'ed text), or NULL when
+ * cuobjdump or nvdisasm is not on PATH. */
+char *kt_dump_sass(const void *cubin, size_t size);
+
+/* How many times what occurs in text. */
+int kt_count(const char *text, const char *what);
+
 #endif

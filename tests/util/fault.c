@@ -396,6 +396,20 @@ const char *kt_in_tmp(char *buf, size_t size, const char *name)
     return buf;
 }
 
+void kt_fake_device(const char *fail)
+{
+    char path[512];
+    setenv("KILN_LIBCUDA", KT_FAKE_LIBCUDA, 1);
+    setenv("KT_FAKE_CUDA", "device", 1);
+    setenv("KILN_NVRTC", KT_FAKE_NVRTC, 1);
+    setenv("KILN_CACHE", kt_in_tmp(path, sizeof path, "kernels.kiln"), 1);
+    setenv("KILN_PACK", "host", 1);
+    if (fail)
+        setenv("KT_FAKE_CUDA_FAIL", fail, 1);
+    else
+        unsetenv("KT_FAKE_CUDA_FAIL");
+}
+
 void kt_write_file(const char *path, const void *p, size_t n)
 {
     FILE *f = fopen(path, "wb");

@@ -84,6 +84,12 @@ void kt_tmp_setup(void);
 void kt_tmp_teardown(void);
 const char *kt_in_tmp(char *buf, size_t size, const char *name);
 
+/* The stand-in driver with its device and the stand-in NVRTC
+ * (tests/harness), a kernel cache in the test's folder, the weights packed
+ * on the host (the stand-in runs no kernel), and fail as KT_FAKE_CUDA_FAIL
+ * (NULL: none). */
+void kt_fake_device(const char *fail);
+
 void kt_write_file(const char *path, const void *p, size_t n);
 void kt_copy_file(const char *from, const char *to);
 
