@@ -91,7 +91,7 @@ static void print_text(const kiln_plan *p, const char *source, const kiln_target
     size_t storage, packed;
     if (kiln_plan_weight_bytes(p, &storage, &packed) == KILN_OK)
         printf("weights on the device: %s (%s in kiln's storage layout, %s packed for the "
-               "decode kernels)\n",
+               "tensor-core kernels)\n",
                cli_bytes(storage + packed, a, sizeof a), cli_bytes(storage, b, sizeof b),
                cli_bytes(packed, c, sizeof c));
 }

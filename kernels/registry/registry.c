@@ -6,13 +6,15 @@
  *            every format exact in BF16, K in whole atoms of 64;
  *   gemv     decode in f32 FMA, every format and sm_75+: what gemv_tc
  *            leaves (F32, sm_75, K of part atoms);
+ *   wgmma_tc Hopper prefill (sm_90a) from gemv_tc's packed layout, the
+ *            weight decoded into the register operand: the 4-bit formats
+ *            whose decoding is exact in BF16 (NVFP4, MXFP4, GGML MXFP4),
+ *            where it is 6-7x the dequantizing wgmma kernel at M = 4096
+ *            and keeps one weight copy for decode and prefill. BF16 lists
+ *            it after wgmma, whose TMA kernel is faster below M = 4096;
  *   wgmma    Hopper tensor cores (sm_90a), K in steps of 64: prefill, and
  *            decode that neither gemv kernel takes;
  *   simt     the f32 fallback for any sm_75+ target and any shape.
- *
- * wgmma_tc (prefill from the gemv_tc packed layout, the weight as the
- * register operand) is built and chosen by --backend only: no list names
- * it until it has been measured against wgmma on a Hopper GPU.
  *
  * gemv_tc has no kernel for F32 (its values are not exact in BF16), so
  * F32's list does not name it. The GGML formats Q5_0, Q5_1, Q2_K, Q3_K,
@@ -24,6 +26,7 @@
 
 #define KILN_DECODE_TC { "gemv_tc", "gemv", "wgmma", "simt", NULL }
 #define KILN_DEQUANT { "wgmma", "simt", NULL }
+#define KILN_DECODE_TC_4BIT { "gemv_tc", "wgmma_tc", "gemv", "wgmma", "simt", NULL }
 
 static const kiln_registry default_registry = {
     .backends = { &kiln_backend_gemv_tc, &kiln_backend_gemv, &kiln_backend_wgmma,
@@ -32,18 +35,18 @@ static const kiln_registry default_registry = {
     .priority = {
         [KILN_FMT_F32] = { "gemv", "wgmma", "simt", NULL },
         [KILN_FMT_F16] = KILN_DECODE_TC,
-        [KILN_FMT_BF16] = KILN_DECODE_TC,
+        [KILN_FMT_BF16] = { "gemv_tc", "gemv", "wgmma", "wgmma_tc", "simt", NULL },
         [KILN_FMT_FP8_TENSOR] = KILN_DECODE_TC,
         [KILN_FMT_FP8_CHANNEL] = KILN_DECODE_TC,
         [KILN_FMT_FP8_BLOCK] = KILN_DECODE_TC,
         [KILN_FMT_MXFP8] = KILN_DECODE_TC,
-        [KILN_FMT_NVFP4] = KILN_DECODE_TC,
-        [KILN_FMT_MXFP4] = KILN_DECODE_TC,
+        [KILN_FMT_NVFP4] = KILN_DECODE_TC_4BIT,
+        [KILN_FMT_MXFP4] = KILN_DECODE_TC_4BIT,
         [KILN_FMT_Q8_0] = KILN_DECODE_TC,
         [KILN_FMT_Q4_0] = KILN_DECODE_TC,
         [KILN_FMT_Q4_K] = KILN_DECODE_TC,
         [KILN_FMT_Q6_K] = KILN_DECODE_TC,
-        [KILN_FMT_GGML_MXFP4] = KILN_DECODE_TC,
+        [KILN_FMT_GGML_MXFP4] = KILN_DECODE_TC_4BIT,
         [KILN_FMT_Q5_0] = KILN_DEQUANT,
         [KILN_FMT_Q5_1] = KILN_DEQUANT,
         [KILN_FMT_Q2_K] = KILN_DEQUANT,

@@ -113,13 +113,22 @@ Test(plan_weights, no_packing_where_the_tensor_core_kernel_does_not_run)
     kiln_graph_destroy(g);
 }
 
-/* Three linears reading one weight hold it once per layout. */
+/* Three linears reading one weight hold it once per layout: Q4_K in both
+ * (gemv_tc's packed layout for decode, the storage layout for wgmma's
+ * prefill), NVFP4 packed alone (wgmma_tc's prefill reads the packed
+ * layout too). */
 Test(plan_weights, a_shared_weight_counts_once)
 {
     size_t storage, packed;
-    kiln_graph *g = linears(KILN_FMT_NVFP4, 128, 256, 3);
+    kiln_graph *g = linears(KILN_FMT_Q4_K, 128, 256, 3);
     weight_bytes(g, "sm_90a", 0, &storage, &packed);
-    cr_assert_eq(storage, storage_of(KILN_FMT_NVFP4, 128, 256));
+    cr_assert_eq(storage, storage_of(KILN_FMT_Q4_K, 128, 256));
+    cr_assert_eq(packed, packed_of(KILN_FMT_Q4_K, 128, 256));
+    kiln_graph_destroy(g);
+
+    g = linears(KILN_FMT_NVFP4, 128, 256, 3);
+    weight_bytes(g, "sm_90a", 0, &storage, &packed);
+    cr_assert_eq(storage, 0);
     cr_assert_eq(packed, packed_of(KILN_FMT_NVFP4, 128, 256));
     kiln_graph_destroy(g);
 }

@@ -480,9 +480,18 @@ static void ffn_free(ffn *f)
     free(f->scale);
 }
 
-/* On sm_90a every linear whose K allows it runs on wgmma past the decode
- * buckets (gemv_tc or gemv, where registered, may take those up to 16); the odd K
- * goes to simt with wgmma's reason recorded; every signature emits. */
+/* Past the decode buckets on sm_90a: wgmma_tc for the 4-bit formats it
+ * decodes exactly from the packed layout, wgmma for the others. */
+static const char *prefill_backend(kiln_format f)
+{
+    return f == KILN_FMT_NVFP4 || f == KILN_FMT_MXFP4 || f == KILN_FMT_GGML_MXFP4 ? "wgmma_tc"
+                                                                               : "wgmma";
+}
+
+/* On sm_90a every linear whose K allows it runs on its prefill backend past
+ * the decode buckets (gemv_tc or gemv, where registered, may take those up
+ * to 16); the odd K goes to simt with wgmma's reason recorded; every
+ * signature emits. */
 Test(wgmma, default_plan_for_sm_90a_takes_wgmma)
 {
     ffn f;
@@ -490,7 +499,7 @@ Test(wgmma, default_plan_for_sm_90a_takes_wgmma)
     kiln_target t = target("h100");
     kiln_plan *p;
     cr_assert_eq(kiln_plan_create(f.g, &t, NULL, &p), KILN_OK, "%s", kiln_last_error());
-    int wgmma = 0;
+    int wgmma = 0, tc = 0;
     for (int l = 0; l < kiln_plan_n_linears(p); l++)
         for (int b = 0; b < kiln_plan_n_buckets(p); b++) {
             kiln_plan_linear pl;
@@ -505,10 +514,12 @@ Test(wgmma, default_plan_for_sm_90a_takes_wgmma)
                 continue;
             }
             if (m > 16)
-                cr_assert_str_eq(pl.backend, "wgmma", "%s at M %lld", pl.node, (long long)m);
+                cr_assert_str_eq(pl.backend, prefill_backend(pl.format), "%s at M %lld", pl.node,
+                                 (long long)m);
             else
                 cr_assert(!strcmp(pl.backend, "wgmma") || !strncmp(pl.backend, "gemv", 4),
                           "%s at M %lld: %s", pl.node, (long long)m, pl.backend);
+            tc += !strcmp(pl.backend, "wgmma_tc");
             if (strcmp(pl.backend, "wgmma"))
                 continue;
             wgmma++;
@@ -525,7 +536,8 @@ Test(wgmma, default_plan_for_sm_90a_takes_wgmma)
             if (!strcmp(pl.node, "down"))
                 cr_assert_str_eq(pl.epilogue, "residual");
         }
-    cr_assert_geq(wgmma, 3 * 5, "three linears in the five buckets past 16 at least");
+    cr_assert_geq(wgmma, 2 * 5, "gate and down in the five buckets past 16 at least");
+    cr_assert_eq(tc, 5, "up (NVFP4) in the five buckets past 16");
     for (int i = 0; i < kiln_plan_n_signatures(p); i++) {
         kiln_kernel_source s;
         cr_assert_eq(kiln_emit_text(kiln_registry_default(), kiln_plan_signature(p, i), &s),
@@ -562,13 +574,14 @@ Test(wgmma, default_plan_elsewhere_records_why_not)
     ffn_free(&f);
 }
 
-/* The demo as a user plans it: on sm_90a every bucket past 16 is wgmma's,
+/* The demo as a user plans it: on sm_90a every bucket past 16 is wgmma's
+ * or, for the 4-bit formats, wgmma_tc's,
  * on sm_80 none is, and each simt choice says why. */
 Test(wgmma, demo_plans_by_target)
 {
     kt_cli r = kt_cli_run("plan demo --target sm_90a --json");
     cr_assert_eq(r.status, 0, "%s", r.err);
-    int past16 = 0;
+    int past16 = 0, tc = 0;
     for (const char *p = strstr(r.out, "\"tokens\": "); p; p = strstr(p + 1, "\"tokens\": ")) {
         /* A linear's bucket names its backend before the next "tokens";
          * the arena's buckets name none. */
@@ -577,12 +590,29 @@ Test(wgmma, demo_plans_by_target)
         if (!b || (next && b > next))
             continue;
         b += strlen("\"backend\": \"");
+        /* the linear's format: the last one named before its bucket */
+        const char *fmt = NULL;
+        for (const char *q = strstr(r.out, "\"format\": \""); q && q < p;
+             q = strstr(q + 1, "\"format\": \""))
+            fmt = q + strlen("\"format\": \"");
+        cr_assert_not_null(fmt);
         if (m > 16) {
-            cr_assert_eq(strncmp(b, "wgmma\"", 6), 0, "M %lld: %.20s", m, b);
+            kiln_format f = KILN_FMT_COUNT;
+            for (int i = 0; i < KILN_FMT_COUNT; i++) {
+                const char *name = kiln_format_get((kiln_format)i)->name;
+                if (!strncmp(fmt, name, strlen(name)) && fmt[strlen(name)] == '"')
+                    f = (kiln_format)i;
+            }
+            cr_assert_neq(f, KILN_FMT_COUNT, "%.20s", fmt);
+            const char *want = prefill_backend(f);
+            cr_assert(!strncmp(b, want, strlen(want)) && b[strlen(want)] == '"', "M %lld: %.20s",
+                      m, b);
             past16++;
+            tc += !strcmp(want, "wgmma_tc");
         }
     }
     cr_assert_eq(past16, 18 * 5, "18 linears x buckets 32, 64, 128, 256, 512");
+    cr_assert_gt(tc, 0, "the demo has a linear in a 4-bit format wgmma_tc takes");
     kt_cli_free(&r);
 
     r = kt_cli_run("plan demo --target sm_80");

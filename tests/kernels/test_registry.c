@@ -30,16 +30,15 @@ Test(registry, every_priority_name_is_a_registered_backend_for_the_format)
                 listed[j] |= r->backends[j] == b;
         }
     }
-    /* but wgmma_tc, chosen by --backend only until measured */
     for (int j = 0; j < r->n; j++)
-        cr_assert(listed[j] || !strcmp(r->backends[j]->name, "wgmma_tc"),
-                  "backend %s is in no priority list", r->backends[j]->name);
+        cr_assert(listed[j], "backend %s is in no priority list", r->backends[j]->name);
 }
 
 /* Each format's list: gemv_tc first where it has a kernel for the format
- * (every format up to GGML MXFP4 but F32), then gemv where it has one
- * (every format up to GGML MXFP4), then wgmma and simt. A backend that
- * claims a format is in its list. */
+ * (every format up to GGML MXFP4 but F32), then wgmma_tc for the 4-bit
+ * formats it decodes exactly, then gemv where it has a kernel (every
+ * format up to GGML MXFP4), then wgmma (and wgmma_tc for BF16) and simt.
+ * A backend that claims a format is in its list. */
 Test(registry, each_format_lists_the_decode_backends_first)
 {
     const kiln_registry *r = kiln_registry_default();
@@ -50,12 +49,17 @@ Test(registry, each_format_lists_the_decode_backends_first)
         const int decode = f <= KILN_FMT_GGML_MXFP4;
         /* The integer groups: simt alone takes a group size. */
         const int int_group = kiln_format_get((kiln_format)f)->grouped;
+        const int tc4 = f == KILN_FMT_NVFP4 || f == KILN_FMT_MXFP4 || f == KILN_FMT_GGML_MXFP4;
         if (decode && f != KILN_FMT_F32)
             want[n++] = "gemv_tc";
+        if (tc4)
+            want[n++] = "wgmma_tc";
         if (decode)
             want[n++] = "gemv";
         if (!int_group)
             want[n++] = "wgmma";
+        if (f == KILN_FMT_BF16)
+            want[n++] = "wgmma_tc";
         want[n++] = "simt";
         for (int i = 0; i <= n; i++) {
             if (!want[i]) {
@@ -66,13 +70,11 @@ Test(registry, each_format_lists_the_decode_backends_first)
             cr_assert_not_null(r->priority[f][i], "%s: the list stops before %s", name, want[i]);
             cr_assert_str_eq(r->priority[f][i], want[i], "%s, place %d", name, i);
         }
-        /* wgmma_tc is chosen by --backend only, until measured. */
         for (int j = 0; j < r->n; j++) {
             unsigned in = 0;
-            const int listed = strcmp(r->backends[j]->name, "wgmma_tc") != 0;
             for (int i = 0; r->priority[f][i]; i++)
                 in |= !strcmp(r->priority[f][i], r->backends[j]->name);
-            cr_assert_eq(in, listed && ((r->backends[j]->formats >> f) & 1), "%s and %s", name,
+            cr_assert_eq(in, (r->backends[j]->formats >> f) & 1, "%s and %s", name,
                          r->backends[j]->name);
         }
     }
