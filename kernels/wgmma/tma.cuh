@@ -300,14 +300,18 @@ __device__ __forceinline__ unsigned long long tma_desc(u32 addr)
 
 // A ring's barriers, once per block before any warpgroup takes its role:
 // each stage's `full` completes on the producer's one arrival and the
-// bytes it expects, its `empty` on one arrival of each consumer warp.
-template <int Stages, int Consumers>
+// bytes it expects, its `empty` on PerWarp arrivals of each consumer warp:
+// one where the stage is read by wgmma alone, 32 (every lane) where lanes
+// read it with loads of their own, so that each lane's reads are ordered
+// before the producer's next copy into the stage.
+template <int Stages, int Consumers, int PerWarp = 1>
 __device__ __forceinline__ void tma_ring_init(u32 full_at, u32 empty_at)
 {
+    static_assert(PerWarp == 1 || PerWarp == 32, "one lane or every lane arrives");
     if (threadIdx.x == 0) {
         for (int s = 0; s < Stages; s++) {
             tma_bar_init(full_at + 8 * s, 1);
-            tma_bar_init(empty_at + 8 * s, 4 * Consumers);
+            tma_bar_init(empty_at + 8 * s, 4 * Consumers * PerWarp);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }

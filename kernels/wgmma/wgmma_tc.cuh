@@ -259,7 +259,9 @@ __device__ void wtc_gemm(const kiln_linear_args &args, const tma_map &tx)
     const int token_tiles = (m + BT - 1) / BT;
     const int tiles = token_tiles * col_tiles;
 
-    tma_ring_init<Tile::stages, Tile::consumers>(full_at, empty_at);
+    // Every consumer lane reads its atoms and records with loads of its
+    // own, so every lane releases the stage.
+    tma_ring_init<Tile::stages, Tile::consumers, 32>(full_at, empty_at);
 
     if (warpgroup == 0) {
         if constexpr (BT == 256)
@@ -328,8 +330,7 @@ __device__ void wtc_gemm(const kiln_linear_args &args, const tma_map &tx)
             wtc_mma_stage<BT>(acc, a, base + Tile::x_at + stage * Tile::x_bytes);
             asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
             tma_pin(acc);
-            if (lane == 0)
-                tma_bar_arrive(empty_at + 8 * stage);
+            tma_bar_arrive(empty_at + 8 * stage);
             if (++stage == Tile::stages) {
                 stage = 0;
                 phase ^= 1;
