@@ -91,9 +91,17 @@ Test(wgmma_tc, tiles_follow_the_bucket)
     cr_assert_str_eq(v, "bt256"); /* 32 x 32 tiles: 8 waves of 256 */
     wtc->variant(&h, &c, 64, v, sizeof v);
     cr_assert_str_eq(v, "bt64"); /* one row of 32 tiles either way */
+    wtc->variant(&h, &c, 512, v, sizeof v);
+    cr_assert_str_eq(v, "bt128"); /* one wave either way: 128 tiles of 128, 64 of 256 */
+    wtc->variant(&h, &c, 256, v, sizeof v);
+    cr_assert_str_eq(v, "bt64"); /* 128 tiles of 64 in one wave, 64 of 128 */
     c.n = 28672;
     wtc->variant(&h, &c, 256, v, sizeof v);
     cr_assert_str_eq(v, "bt256"); /* 224 tiles of 256: 2 waves, of 128: 4 */
+    wtc->variant(&h, &c, 512, v, sizeof v);
+    cr_assert_str_eq(v, "bt256"); /* 4 waves of 256 against 7 of 128 at 0.6 */
+    wtc->variant(&h, &c, 128, v, sizeof v);
+    cr_assert_str_eq(v, "bt128"); /* 2 waves either way: the faster of the two */
 }
 
 Test(wgmma_tc, launch_is_persistent_with_one_map_of_x)
