@@ -1,4 +1,5 @@
-/* The command line of `kiln-bench gemm`: options, shape presets, lists. */
+/* The command lines of `kiln-bench gemm` and `kiln-bench ffn`: options,
+ * shape presets, lists. */
 #include "bench/bench.h"
 
 #include <errno.h>
@@ -315,6 +316,28 @@ static kiln_status opt_no_peers(kiln_bench_options *o, const char *name, const c
     return KILN_OK;
 }
 
+static kiln_status opt_shape(kiln_bench_options *o, const char *name, const char *value)
+{
+    (void)name;
+    int layers = o->stack.layers;
+    kiln_status st = kiln_bench_stack_parse(value, &o->stack);
+    if (st == KILN_OK && o->layers_given)
+        o->stack.layers = layers;
+    return st;
+}
+
+static kiln_status opt_layers(kiln_bench_options *o, const char *name, const char *value)
+{
+    int64_t v;
+    if (!parse_i64(value, 1, 100000, &v))
+        return bad_value(name, value, "a layer count from 1 to 100000");
+    o->stack.layers = (int)v;
+    o->layers_given = 1;
+    return KILN_OK;
+}
+
+INT_OPT(opt_check_layers, check_layers, 1, 100000, "a layer count from 1 to 100000")
+
 static kiln_status opt_help(kiln_bench_options *o, const char *name, const char *value)
 {
     (void)name;
@@ -323,36 +346,52 @@ static kiln_status opt_help(kiln_bench_options *o, const char *name, const char 
     return KILN_OK;
 }
 
+/* The commands an option belongs to. */
+enum { GEMM = 1 << KILN_BENCH_GEMM, FFN = 1 << KILN_BENCH_FFN, BOTH = GEMM | FFN };
+
 static const struct {
     const char *name;
     int takes_value;
     opt_fn fn;
+    unsigned commands;
 } options[] = {
-    { "--shapes", 1, opt_shapes },       { "--m", 1, opt_m },
-    { "--formats", 1, opt_formats },     { "--json", 1, opt_json },
-    { "--plot", 1, opt_plot },           { "--iters", 1, opt_iters },
-    { "--rep-ms", 1, opt_rep_ms },       { "--reps", 1, opt_reps },
-    { "--warmup", 1, opt_warmup },       { "--rotate-mb", 1, opt_rotate_mb },
-    { "--copy-mb", 1, opt_copy_mb },     { "--check-rows", 1, opt_check_rows },
-    { "--device", 1, opt_device },       { "--cache", 1, opt_cache },
-    { "--backend", 1, opt_backend },     { "--eager", 0, opt_eager },
-    { "--no-peers", 0, opt_no_peers },   { "--peak-bf16", 1, opt_peak_bf16 },
-    { "--peak-fp8", 1, opt_peak_fp8 },   { "--seed", 1, opt_seed },
-    { "--help", 0, opt_help },           { "-h", 0, opt_help },
+    { "--shapes", 1, opt_shapes, GEMM },      { "--m", 1, opt_m, BOTH },
+    { "--formats", 1, opt_formats, BOTH },    { "--json", 1, opt_json, BOTH },
+    { "--plot", 1, opt_plot, GEMM },          { "--iters", 1, opt_iters, BOTH },
+    { "--rep-ms", 1, opt_rep_ms, BOTH },      { "--reps", 1, opt_reps, BOTH },
+    { "--warmup", 1, opt_warmup, BOTH },      { "--rotate-mb", 1, opt_rotate_mb, GEMM },
+    { "--copy-mb", 1, opt_copy_mb, BOTH },    { "--check-rows", 1, opt_check_rows, BOTH },
+    { "--device", 1, opt_device, BOTH },      { "--cache", 1, opt_cache, BOTH },
+    { "--backend", 1, opt_backend, BOTH },    { "--eager", 0, opt_eager, BOTH },
+    { "--no-peers", 0, opt_no_peers, BOTH },  { "--peak-bf16", 1, opt_peak_bf16, GEMM },
+    { "--peak-fp8", 1, opt_peak_fp8, GEMM },  { "--seed", 1, opt_seed, BOTH },
+    { "--shape", 1, opt_shape, FFN },         { "--layers", 1, opt_layers, FFN },
+    { "--check-layers", 1, opt_check_layers, FFN },
+    { "--help", 0, opt_help, BOTH },          { "-h", 0, opt_help, BOTH },
 };
 
-static kiln_status defaults(kiln_bench_options *o)
+static const char *const command_names[] = { [KILN_BENCH_GEMM] = "gemm",
+                                              [KILN_BENCH_FFN] = "ffn" };
+
+static kiln_status defaults(kiln_bench_options *o, kiln_bench_command command)
 {
     *o = (kiln_bench_options){
-        .iters = 200, .reps = 5, .warmup = 20, .rep_ms = 50, .copy_mb = 2048,
-        .check_rows = 16, .seed = 1,
+        .command = command, .iters = 200, .reps = 5, .warmup = 20, .rep_ms = 50,
+        .copy_mb = 2048, .check_rows = 16, .check_layers = 2, .seed = 1,
     };
     kiln_status st = kiln_bench_shapes_parse("llama8b", o->shapes, KILN_BENCH_MAX_SHAPES,
                                              &o->n_shapes);
     if (st == KILN_OK)
-        st = kiln_bench_ms_parse("1,16,256,4096", o->ms, KILN_BENCH_MAX_MS, &o->n_ms);
+        st = kiln_bench_stack_parse("llama8b", &o->stack);
     if (st == KILN_OK)
-        st = kiln_bench_formats_parse("all", o->formats, &o->n_formats);
+        st = kiln_bench_ms_parse(command == KILN_BENCH_FFN ? "1,2,4,8,16,128,512"
+                                                           : "1,16,256,4096",
+                                 o->ms, KILN_BENCH_MAX_MS, &o->n_ms);
+    if (st == KILN_OK)
+        st = kiln_bench_formats_parse(command == KILN_BENCH_FFN ? "bf16" : "all", o->formats,
+                                      &o->n_formats);
+    if (command == KILN_BENCH_FFN)
+        o->check_rows = 4;
     return st;
 }
 
@@ -375,6 +414,12 @@ static kiln_status parse_one(kiln_bench_options *o, int argc, char *const *argv,
         } else if (eq) {
             return kiln_fail(KILN_ERR_INVALID_ARG, "%s takes no value", options[j].name);
         }
+        if (!(options[j].commands & (1u << o->command)))
+            return kiln_fail(KILN_ERR_INVALID_ARG, "%s is an option of kiln-bench %s, not of %s",
+                             options[j].name,
+                             command_names[o->command == KILN_BENCH_GEMM ? KILN_BENCH_FFN
+                                                                         : KILN_BENCH_GEMM],
+                             command_names[o->command]);
         return options[j].fn(o, options[j].name, value);
     }
     return kiln_fail(KILN_ERR_INVALID_ARG, "unknown option \"%s\"", arg);
@@ -383,7 +428,7 @@ static kiln_status parse_one(kiln_bench_options *o, int argc, char *const *argv,
 kiln_status kiln_bench_args_parse(int argc, char *const *argv, kiln_bench_options *out)
 {
     kiln_bench_options o;
-    kiln_status st = defaults(&o);
+    kiln_status st = defaults(&o, KILN_BENCH_GEMM);
     if (st != KILN_OK)
         return st;
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
@@ -392,15 +437,21 @@ kiln_status kiln_bench_args_parse(int argc, char *const *argv, kiln_bench_option
         return KILN_OK;
     }
     if (argc < 2)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "a command is needed: gemm");
-    if (strcmp(argv[1], "gemm") != 0)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "unknown command \"%s\" (there is: gemm)", argv[1]);
-    for (int i = 2; i < argc; i++)
-        if ((st = parse_one(&o, argc, argv, &i)) != KILN_OK)
-            return st;
+        return kiln_fail(KILN_ERR_INVALID_ARG, "a command is needed: gemm or ffn");
+    if (!strcmp(argv[1], "ffn"))
+        st = defaults(&o, KILN_BENCH_FFN);
+    else if (strcmp(argv[1], "gemm") != 0)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "unknown command \"%s\" (there are: gemm, ffn)",
+                         argv[1]);
+    for (int i = 2; st == KILN_OK && i < argc; i++)
+        st = parse_one(&o, argc, argv, &i);
+    if (st != KILN_OK)
+        return st;
     if (o.plot && !o.json)
         return kiln_fail(KILN_ERR_INVALID_ARG,
                          "--plot draws from the JSON report: give --json FILE as well");
+    if (o.command == KILN_BENCH_FFN && o.check_layers > o.stack.layers)
+        o.check_layers = o.stack.layers;
     *out = o;
     return KILN_OK;
 }
@@ -409,6 +460,7 @@ void kiln_bench_usage(FILE *f)
 {
     fputs(
         "usage: kiln-bench gemm [options]\n"
+        "       kiln-bench ffn [options]  (kiln-bench ffn --help)\n"
         "       kiln-bench --help\n"
         "\n"
         "Times kiln's kernel for each weight format against cuBLAS BF16 and cuBLASLt FP8\n"
@@ -458,6 +510,59 @@ void kiln_bench_usage(FILE *f)
         "kiln's (above 1: kiln is faster). kiln reads BF16 activations and quantizes them\n"
         "inside its graph where its kernel wants FP8; the FP8 peers are handed activations\n"
         "already in FP8.\n"
+        "\n"
+        "Exit status: 0 when every row ran and passed its check, 1 when a check failed or\n"
+        "something went wrong, 2 for bad arguments.\n",
+        f);
+}
+
+void kiln_bench_ffn_usage(FILE *f)
+{
+    fputs(
+        "usage: kiln-bench ffn [options]\n"
+        "\n"
+        "Times a stack of FFN layers, x + down(silu(gate(rms(x))) * up(rms(x))) each,\n"
+        "through kiln in each weight format and, in the same run, through a chain of\n"
+        "cuBLAS BF16 GEMMs doing the same math (gate and up as one GEMM, the residual\n"
+        "added by the down GEMM, the norm and silu*mul as simple kernels of the bench),\n"
+        "captured in one CUDA graph. A row is one step of the whole stack at M tokens:\n"
+        "kiln replays its session's graph of the bucket, as `kiln run` does. Each layer\n"
+        "reads its own device copy of the weights (one quantized tile repeated down the\n"
+        "rows, as in kiln-bench gemm). Before timing, the first --check-layers layers\n"
+        "run on the GPU at M tokens and --check-rows of their output rows are compared\n"
+        "with kiln's CPU executor: a run that differs by more than the activations'\n"
+        "tolerance (2^-6 of the largest output for BF16 activations, 2^-3 where a\n"
+        "kernel quantizes them to FP8) is reported FAIL and not timed.\n"
+        "\n"
+        "  --shape NAME       llama8b (d 4096, f 14336, 32 layers) or llama70b (d 8192,\n"
+        "                     f 28672, 80 layers) [llama8b]\n"
+        "  --layers N         layers of the stack [the shape's]\n"
+        "  --m LIST           token counts M [1,2,4,8,16,128,512]\n"
+        "  --formats LIST     kiln weight formats, or all [bf16]\n"
+        "  --json FILE        write every row and the run's facts as JSON\n"
+        "  --iters N          at most N steps per repetition [200]\n"
+        "  --rep-ms T         no more steps in a repetition than fit in T ms [50]\n"
+        "  --reps N           repetitions; the median is reported [5]\n"
+        "  --warmup N         steps run before timing [20]\n"
+        "  --copy-mb MB       size of the device-to-device copy that measures the\n"
+        "                     bandwidth ceiling [2048]\n"
+        "  --check-layers N   layers the check runs [2]\n"
+        "  --check-rows N     output rows compared with the CPU executor [4]\n"
+        "  --device N         CUDA device [0]\n"
+        "  --cache PATH       kiln's writable kernel cache [$KILN_CACHE or the default]\n"
+        "  --backend NAME     prefer this kiln backend where it can take a linear\n"
+        "  --eager            launch kernels one by one instead of replaying CUDA graphs,\n"
+        "                     for kiln and the peer alike\n"
+        "  --no-peers         time kiln only\n"
+        "  --seed N           seed of the random weights and activations [1]\n"
+        "  --help             this text\n"
+        "\n"
+        "Columns: us is the median time of one step; TB/s counts every layer's weights\n"
+        "with their scales and the step's BF16 input and output once; TFLOP/s is\n"
+        "6*M*d*f per layer over the time; %copy is TB/s over the measured device-to-\n"
+        "device copy bandwidth (read + write), the share of the weight-streaming\n"
+        "roofline; xbf16 is the cuBLAS BF16 chain's time over kiln's (above 1: kiln is\n"
+        "faster). The backend column names the backend of the gate linear.\n"
         "\n"
         "Exit status: 0 when every row ran and passed its check, 1 when a check failed or\n"
         "something went wrong, 2 for bad arguments.\n",

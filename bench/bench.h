@@ -32,7 +32,25 @@ typedef struct kiln_bench_shape {
     int64_t n, k;
 } kiln_bench_shape;
 
+/* What kiln-bench runs. */
+typedef enum kiln_bench_command {
+    KILN_BENCH_GEMM = 0, /* one linear per shape */
+    KILN_BENCH_FFN,      /* a stack of FFN layers */
+} kiln_bench_command;
+
+/* The FFN stack `kiln-bench ffn` builds: layers of
+ * x + down(silu(gate(rms(x))) · up(rms(x))), d the model's width, f the FFN's. */
+typedef struct kiln_bench_stack_shape {
+    char name[KILN_BENCH_NAME]; /* "llama8b" */
+    int64_t d, f;
+    int layers;
+} kiln_bench_stack_shape;
+
 typedef struct kiln_bench_options {
+    kiln_bench_command command;
+    kiln_bench_stack_shape stack; /* ffn: the stack; --layers overrides its count */
+    int check_layers;     /* ffn: layers of the stack the check runs */
+    int layers_given;     /* ffn: --layers was given (a later --shape keeps it) */
     kiln_bench_shape shapes[KILN_BENCH_MAX_SHAPES];
     int n_shapes;
     int64_t ms[KILN_BENCH_MAX_MS]; /* ascending, distinct */
@@ -59,15 +77,20 @@ typedef struct kiln_bench_options {
     int help;             /* --help was asked for: print the usage, run nothing */
 } kiln_bench_options;
 
-/* Parse `kiln-bench gemm [options]` (argv[0] is the program, argv[1] the
- * command). Defaults fill what is not given; the strings in *out point into
- * argv. KILN_ERR_INVALID_ARG with a
- * message naming the option for anything it cannot take; --help alone is
- * KILN_OK with out->help set. */
+/* Parse `kiln-bench gemm|ffn [options]` (argv[0] is the program, argv[1]
+ * the command). Defaults fill what is not given, the command's own where
+ * they differ; the strings in *out point into argv. KILN_ERR_INVALID_ARG
+ * with a message naming the option for anything it cannot take, an option
+ * of the other command included; --help alone is KILN_OK with out->help
+ * set (the command's usage when one was named). */
 kiln_status kiln_bench_args_parse(int argc, char *const *argv, kiln_bench_options *out);
 
-/* The usage text, every option with its default. */
+/* The usage text of a command, every option with its default. */
 void kiln_bench_usage(FILE *f);
+void kiln_bench_ffn_usage(FILE *f);
+
+/* "llama8b" or "llama70b": Llama 3's width, FFN width and layer count. */
+kiln_status kiln_bench_stack_parse(const char *name, kiln_bench_stack_shape *out);
 
 /* "llama8b,llama70b,28672x4096": presets expand to their five linears, an
  * explicit NxK is one shape named "NxK". At most cap shapes. */
@@ -111,6 +134,14 @@ void kiln_bench_peer_bytes(kiln_bench_peer p, int64_t n, int64_t k, int64_t m,
 
 /* 2·M·N·K. */
 double kiln_bench_flops(int64_t n, int64_t k, int64_t m);
+
+/* One step of the stack at m tokens: every layer's three weights (with
+ * their scales) read once, the BF16 activations in and out once (what the
+ * step must move at least), and 6·m·d·f FLOPs a layer. KILN_ERR_SHAPE
+ * when d or f breaks the format's block rule. */
+kiln_status kiln_bench_stack_bytes(kiln_format f, const kiln_bench_stack_shape *s, int64_t m,
+                                   double *bytes);
+double kiln_bench_stack_flops(const kiln_bench_stack_shape *s, int64_t m);
 
 /* How many copies of a weight of weight_bytes make consecutive GEMMs read
  * from DRAM: enough to cover rotate_bytes, at least 1, at most
@@ -184,6 +215,34 @@ kiln_status kiln_bench_tile_repeat(const kiln_qtensor *tile, kiln_qtensor *full)
  * 128-column group g, s = amax/448 (1 where the group is all zeros) and
  * q = e4m3(x / s). x is [m, k], q [m, k], scale [m, ceil(k/128)] row-major. */
 void kiln_bench_quant_1x128(const float *x, int64_t m, int64_t k, uint8_t *q, float *scale);
+
+/* The stack's weights in one format: a gate, an up and a down weight
+ * (kiln_bench_weight_make) and a norm every layer shares, each layer's
+ * tensors in the graph reading those host bytes (a session still holds a
+ * device copy per layer: kiln_session loads shared host bytes once and
+ * copies them on the device). */
+typedef struct kiln_bench_stack {
+    kiln_bench_stack_shape shape;
+    kiln_bench_weight gate, up, down; /* [f, d], [f, d], [d, f] */
+    float *norm;                      /* [d]: 1 + N(0, 1/100) */
+    float eps;
+} kiln_bench_stack;
+
+kiln_status kiln_bench_stack_make(kiln_format f, const kiln_bench_stack_shape *s,
+                                  kiln_bench_rng *r, kiln_bench_stack *out);
+void kiln_bench_stack_free(kiln_bench_stack *s);
+
+/* The graph of the stack's first `layers` layers: input "x" [d], output
+ * the residual stream after the last layer. */
+kiln_status kiln_bench_stack_graph(const kiln_bench_stack *s, int layers, kiln_graph **out);
+
+/* Rows rows[0..n) of x [*, d] gathered into out [n, d]: every op of the
+ * stack works row by row, so the CPU executor run on the gathered rows
+ * gives the reference of those rows of a run of any m. */
+void kiln_bench_gather_rows(const float *x, int64_t d, const int64_t *rows, int n, float *out);
+
+/* The largest |got - want| over the largest |want|, over n values. */
+double kiln_bench_max_rel(const float *got, const float *want, size_t n);
 
 /* ------------------------------------------------------------- checks */
 
@@ -268,5 +327,16 @@ void kiln_bench_table_row(FILE *f, const kiln_bench_report *r, const kiln_bench_
  * TB/s, TFLOP/s and fraction of the copy bandwidth. KILN_ERR_IO when the
  * stream fails. */
 kiln_status kiln_bench_json_write(const kiln_bench_report *r, FILE *f);
+
+/* kiln_bench_json_write into the file at path, saying so on stderr; 1 (and
+ * why, on stderr) when it could not be written, else 0. */
+int kiln_bench_json_save(const kiln_bench_report *r, const char *path);
+
+/* A row that was not timed: its status and why. */
+void kiln_bench_row_error(kiln_bench_row *row, kiln_bench_status status, const char *message);
+
+/* A finished row: printed on stdout and added to the report. 1 when the row
+ * failed or could not be added (the reason on stderr), else 0. */
+int kiln_bench_row_emit(kiln_bench_report *r, const kiln_bench_row *row);
 
 #endif

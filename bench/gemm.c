@@ -42,24 +42,7 @@ static void row_start(const shape_run *r, int64_t m, kiln_bench_row *row)
     snprintf(row->shape, sizeof row->shape, "%s", r->s->name);
 }
 
-static void row_emit(shape_run *r, kiln_bench_row *row)
-{
-    if (row->status == KILN_BENCH_FAIL || row->status == KILN_BENCH_ERROR)
-        r->failed = 1;
-    kiln_bench_table_row(stdout, r->report, row);
-    fflush(stdout);
-    if (kiln_bench_report_add(r->report, row) != KILN_OK) {
-        fprintf(stderr, "kiln-bench: %s\n", kiln_last_error());
-        r->failed = 1;
-    }
-}
 
-static void row_error(kiln_bench_row *row, kiln_bench_status status, const char *message)
-{
-    row->status = status;
-    row->us = 0;
-    snprintf(row->error, sizeof row->error, "%s", message);
-}
 
 /* ------------------------------------------------------------- peers */
 
@@ -78,10 +61,10 @@ static void peers_all(shape_run *r)
             if (o->no_peers)
                 continue;
             if (st != KILN_OK)
-                row_error(row, KILN_BENCH_ERROR, kiln_last_error());
+                kiln_bench_row_error(row, KILN_BENCH_ERROR, kiln_last_error());
             else
                 kiln_bench_peers_run(r->g, p, (kiln_bench_peer)q, o->ms[i], o, &r->rng, row);
-            row_emit(r, row);
+            r->failed |= kiln_bench_row_emit(r->report, row);
         }
     kiln_bench_peers_destroy(r->g, p);
 }
@@ -217,7 +200,7 @@ static void kiln_row(shape_run *r, kiln_side *k, int mi, kiln_bench_row *row)
     if (st == KILN_OK)
         st = kiln_check(r, k, m, tol, &c);
     if (st != KILN_OK) {
-        row_error(row, KILN_BENCH_ERROR, kiln_last_error());
+        kiln_bench_row_error(row, KILN_BENCH_ERROR, kiln_last_error());
         return;
     }
     row->check_err = c.worst;
@@ -227,12 +210,12 @@ static void kiln_row(shape_run *r, kiln_side *k, int mi, kiln_bench_row *row)
                  "worst error %.3g of sum|x||w| (tolerance %.3g) at row %lld, column %lld: "
                  "got %g, want %g; not timed",
                  c.worst, tol, (long long)c.row, (long long)c.col, c.got, c.want);
-        row_error(row, KILN_BENCH_FAIL, msg);
+        kiln_bench_row_error(row, KILN_BENCH_FAIL, msg);
         return;
     }
     kiln_time_ctx tc = { k->session, m };
     if ((st = kiln_bench_measure(kiln_time, &tc, k->chain, r->o, &row->us)) != KILN_OK) {
-        row_error(row, KILN_BENCH_ERROR, kiln_last_error());
+        kiln_bench_row_error(row, KILN_BENCH_ERROR, kiln_last_error());
         return;
     }
     speedups(r, mi, row);
@@ -261,10 +244,10 @@ static void kiln_format_rows(shape_run *r, kiln_format f)
             row.bytes = kiln_bench_bytes_total(&b);
         row.flops = kiln_bench_flops(r->s->n, r->s->k, o->ms[i]);
         if (st != KILN_OK)
-            row_error(&row, KILN_BENCH_ERROR, why);
+            kiln_bench_row_error(&row, KILN_BENCH_ERROR, why);
         else
             kiln_row(r, &k, i, &row);
-        row_emit(r, &row);
+        r->failed |= kiln_bench_row_emit(r->report, &row);
     }
     side_free(&k);
 }
@@ -302,21 +285,6 @@ static void shape_all(shape_run *r)
     r->x = r->y = NULL;
 }
 
-static int write_json(const kiln_bench_report *report, const char *path)
-{
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "kiln-bench: %s: cannot write the report\n", path);
-        return 1;
-    }
-    kiln_status st = kiln_bench_json_write(report, f);
-    if (fclose(f) != 0 || st != KILN_OK) {
-        fprintf(stderr, "kiln-bench: %s: the report could not be written\n", path);
-        return 1;
-    }
-    fprintf(stderr, "kiln-bench: wrote %s (%d rows)\n", path, report->n_rows);
-    return 0;
-}
 
 int kiln_bench_gemm(const kiln_bench_options *o)
 {
@@ -359,7 +327,7 @@ int kiln_bench_gemm(const kiln_bench_options *o)
     }
     free(r);
     if (o->json)
-        failed |= write_json(&report, o->json);
+        failed |= kiln_bench_json_save(&report, o->json);
     kiln_bench_report_free(&report);
     kiln_bench_gpu_close(&g);
     return failed;

@@ -94,4 +94,9 @@ void kiln_bench_peers_run(kiln_bench_gpu *g, kiln_bench_peers *p, kiln_bench_pee
  * where asked. 0 when every row ran and passed, 1 otherwise. */
 int kiln_bench_gemm(const kiln_bench_options *o);
 
+/* The whole `kiln-bench ffn` run: the stack through kiln in each format and
+ * through the cuBLAS BF16 chain, the table on stdout, the JSON report where
+ * asked. 0 when every row ran and passed, 1 otherwise. */
+int kiln_bench_ffn(const kiln_bench_options *o);
+
 #endif

@@ -1,4 +1,5 @@
-/* kiln-bench: kiln's kernels against cuBLAS and cuBLASLt on one GPU. */
+/* kiln-bench: kiln's kernels and FFN stacks against cuBLAS and cuBLASLt on
+ * one GPU. */
 #include "bench/gpu.h"
 
 #include <errno.h>
@@ -38,14 +39,20 @@ int main(int argc, char **argv)
     kiln_bench_options o;
     if (kiln_bench_args_parse(argc, argv, &o) != KILN_OK) {
         fprintf(stderr, "kiln-bench: %s\n\n", kiln_last_error());
-        kiln_bench_usage(stderr);
+        if (argc >= 2 && !strcmp(argv[1], "ffn"))
+            kiln_bench_ffn_usage(stderr);
+        else
+            kiln_bench_usage(stderr);
         return 2;
     }
     if (o.help) {
-        kiln_bench_usage(stdout);
+        if (o.command == KILN_BENCH_FFN)
+            kiln_bench_ffn_usage(stdout);
+        else
+            kiln_bench_usage(stdout);
         return 0;
     }
-    int failed = kiln_bench_gemm(&o);
+    int failed = o.command == KILN_BENCH_FFN ? kiln_bench_ffn(&o) : kiln_bench_gemm(&o);
     if (o.plot)
         failed |= plot(&o);
     return failed;

@@ -201,3 +201,38 @@ kiln_status kiln_bench_json_write(const kiln_bench_report *r, FILE *f)
         return kiln_fail(KILN_ERR_IO, "the JSON report could not be written");
     return KILN_OK;
 }
+
+int kiln_bench_json_save(const kiln_bench_report *r, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "kiln-bench: %s: cannot write the report\n", path);
+        return 1;
+    }
+    kiln_status st = kiln_bench_json_write(r, f);
+    if (fclose(f) != 0 || st != KILN_OK) {
+        fprintf(stderr, "kiln-bench: %s: the report could not be written\n", path);
+        return 1;
+    }
+    fprintf(stderr, "kiln-bench: wrote %s (%d rows)\n", path, r->n_rows);
+    return 0;
+}
+
+void kiln_bench_row_error(kiln_bench_row *row, kiln_bench_status status, const char *message)
+{
+    row->status = status;
+    row->us = 0;
+    snprintf(row->error, sizeof row->error, "%s", message);
+}
+
+int kiln_bench_row_emit(kiln_bench_report *r, const kiln_bench_row *row)
+{
+    int failed = row->status == KILN_BENCH_FAIL || row->status == KILN_BENCH_ERROR;
+    kiln_bench_table_row(stdout, r, row);
+    fflush(stdout);
+    if (kiln_bench_report_add(r, row) != KILN_OK) {
+        fprintf(stderr, "kiln-bench: %s\n", kiln_last_error());
+        failed = 1;
+    }
+    return failed;
+}

@@ -284,7 +284,112 @@ Test(bench_args, usage_tells_the_truth)
     free(text);
 }
 
+Test(bench_args, ffn_defaults)
+{
+    kiln_bench_options o;
+    cr_assert_eq(parse(&o, "ffn"), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(o.command, KILN_BENCH_FFN);
+    cr_assert_str_eq(o.stack.name, "llama8b");
+    cr_assert_eq(o.stack.d, 4096);
+    cr_assert_eq(o.stack.f, 14336);
+    cr_assert_eq(o.stack.layers, 32);
+    cr_assert_eq(o.check_layers, 2);
+    cr_assert_eq(o.check_rows, 4);
+    int64_t ms[] = { 1, 2, 4, 8, 16, 128, 512 };
+    cr_assert_eq(o.n_ms, 7);
+    for (int i = 0; i < 7; i++)
+        cr_assert_eq(o.ms[i], ms[i]);
+    cr_assert_eq(o.n_formats, 1);
+    cr_assert_eq(o.formats[0], KILN_FMT_BF16);
+    cr_assert_eq(parse(&o, "gemm"), KILN_OK);
+    cr_assert_eq(o.command, KILN_BENCH_GEMM);
+}
+
+Test(bench_args, ffn_options)
+{
+    kiln_bench_options o;
+    cr_assert_eq(parse(&o, "ffn --shape llama70b --layers 3 --check-layers 5 --formats nvfp4,bf16 "
+                           "--m 16,1 --check-rows 8 --no-peers --json f.json"),
+                 KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(o.stack.d, 8192);
+    cr_assert_eq(o.stack.f, 28672);
+    cr_assert_eq(o.stack.layers, 3);
+    cr_assert_eq(o.check_layers, 3, "the check runs no more layers than the stack has");
+    cr_assert_eq(o.n_formats, 2);
+    cr_assert_eq(o.ms[0], 1);
+    cr_assert_eq(o.check_rows, 8);
+    cr_assert(o.no_peers);
+    cr_assert_str_eq(o.json, "f.json");
+    /* --layers holds whichever side of --shape it is given */
+    cr_assert_eq(parse(&o, "ffn --layers 3 --shape llama70b"), KILN_OK);
+    cr_assert_eq(o.stack.layers, 3);
+    cr_assert_eq(parse(&o, "ffn --shape llama70b"), KILN_OK);
+    cr_assert_eq(o.stack.layers, 80);
+    cr_assert_eq(parse(&o, "ffn --help"), KILN_OK);
+    cr_assert(o.help);
+    cr_assert_eq(o.command, KILN_BENCH_FFN);
+    refused("ffn --shape llama9b", "is not a stack (llama8b, llama70b)");
+    refused("ffn --layers 0", "--layers: \"0\" is not a layer count");
+    refused("ffn --check-layers x", "--check-layers");
+    refused("ffn --shapes 4x4", "--shapes is an option of kiln-bench gemm, not of ffn");
+    refused("ffn --plot a.png", "--plot is an option of kiln-bench gemm");
+    refused("gemm --layers 2", "--layers is an option of kiln-bench ffn, not of gemm");
+    refused("gemm --shape llama8b", "--shape is an option of kiln-bench ffn");
+    refused("ffm", "unknown command \"ffm\" (there are: gemm, ffn)");
+}
+
+/* The ffn usage names only options ffn takes, and every one of them. */
+Test(bench_args, ffn_usage_tells_the_truth)
+{
+    char *text = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&text, &size);
+    kiln_bench_ffn_usage(f);
+    fclose(f);
+    int seen = 0;
+    for (char *p = strstr(text, "--"); p; p = strstr(p + 2, "--")) {
+        char name[32];
+        size_t n = strspn(p, "-abcdefghijklmnopqrstuvwxyz0123456789");
+        if (n < 3 || n >= sizeof name)
+            continue;
+        memcpy(name, p, n);
+        name[n] = '\0';
+        char line[64];
+        snprintf(line, sizeof line, "ffn %s", name);
+        kiln_bench_options o;
+        kiln_clear_error();
+        kiln_status st = parse(&o, line);
+        cr_assert(st == KILN_OK || strstr(kiln_last_error(), "needs a value"),
+                  "usage names %s: %s", name, kiln_last_error());
+        seen++;
+    }
+    const char *all[] = { "--shape ", "--layers", "--m ", "--formats", "--json", "--iters",
+                          "--rep-ms", "--reps", "--warmup", "--copy-mb", "--check-layers",
+                          "--check-rows", "--device", "--cache", "--backend", "--eager",
+                          "--no-peers", "--seed", "--help" };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        cr_assert(strstr(text, all[i]), "usage lacks %s", all[i]);
+    cr_assert_geq(seen, 19);
+    free(text);
+}
+
 /* --------------------------------------------------------- accounting */
+
+Test(bench_account, stack_bytes_and_flops)
+{
+    kiln_bench_stack_shape s;
+    cr_assert_eq(kiln_bench_stack_parse("llama8b", &s), KILN_OK);
+    double bytes;
+    cr_assert_eq(kiln_bench_stack_bytes(KILN_FMT_BF16, &s, 1, &bytes), KILN_OK);
+    /* 32 layers of three 4096 x 14336 BF16 weights, one token in and out */
+    cr_assert_float_eq(bytes, 32.0 * 3 * 4096 * 14336 * 2 + 2 * 2 * 4096, 0.5);
+    cr_assert_float_eq(kiln_bench_stack_flops(&s, 16), 6.0 * 16 * 4096 * 14336 * 32, 1);
+    double fp8;
+    cr_assert_eq(kiln_bench_stack_bytes(KILN_FMT_FP8_TENSOR, &s, 512, &fp8), KILN_OK);
+    cr_assert_float_eq(fp8, 32.0 * 3 * (4096.0 * 14336 + 4) + 2 * 2 * 512 * 4096.0, 0.5);
+    s.d = 100; /* not a whole Q4_K super-block */
+    cr_assert_eq(kiln_bench_stack_bytes(KILN_FMT_Q4_K, &s, 1, &bytes), KILN_ERR_SHAPE);
+}
 
 Test(bench_account, kiln_bytes)
 {
@@ -531,6 +636,127 @@ Test(bench_weights, weight_make_errors)
     cr_assert_eq(kiln_bench_weight_make(KILN_FMT_COUNT, 64, 256, &r, &w), KILN_ERR_INVALID_ARG);
     cr_assert_eq(kiln_bench_weight_make(KILN_FMT_BF16, 0, 256, &r, &w), KILN_ERR_INVALID_ARG);
     cr_assert_eq(kiln_bench_weight_make(KILN_FMT_BF16, 4, 256, NULL, &w), KILN_ERR_INVALID_ARG);
+}
+
+/* One layer of the stack in double precision from the dequantized weights:
+ * x + down(silu(gate(h)) * up(h)), h = rms(x) * norm. */
+static void stack_layer_ref(const kiln_bench_stack *s, double *x)
+{
+    const int64_t d = s->shape.d, f = s->shape.f;
+    double *h = malloc((size_t)d * sizeof *h), *a = malloc((size_t)f * sizeof *a);
+    cr_assert(h && a);
+    double ss = 0;
+    for (int64_t i = 0; i < d; i++)
+        ss += x[i] * x[i];
+    double r = 1.0 / sqrt(ss / (double)d + s->eps);
+    for (int64_t i = 0; i < d; i++)
+        h[i] = x[i] * r * s->norm[i];
+    for (int64_t j = 0; j < f; j++) {
+        double g = 0, u = 0;
+        for (int64_t i = 0; i < d; i++) {
+            g += h[i] * s->gate.ref[(j % s->gate.tile) * d + i];
+            u += h[i] * s->up.ref[(j % s->up.tile) * d + i];
+        }
+        a[j] = g / (1.0 + exp(-g)) * u;
+    }
+    for (int64_t i = 0; i < d; i++) {
+        double y = 0;
+        for (int64_t j = 0; j < f; j++)
+            y += a[j] * s->down.ref[(i % s->down.tile) * f + j];
+        x[i] += y;
+    }
+    free(h);
+    free(a);
+}
+
+/* The stack's graph is the stack's math: kiln's CPU executor against the
+ * double-precision layers above, in BF16 and Q4_K; a graph of its first
+ * layers alone; and rows gathered from a run give that run's rows. */
+Test(bench_stack, the_graph_computes_the_stack)
+{
+    const kiln_format formats[] = { KILN_FMT_BF16, KILN_FMT_Q4_K };
+    for (size_t fi = 0; fi < KILN_ARRAY_LEN(formats); fi++) {
+        kiln_bench_rng r = rng_new(60 + fi);
+        /* f past the 384-row tile, so rows repeat */
+        const kiln_bench_stack_shape shape = { "tiny", 256, 512, 3 };
+        kiln_bench_stack s;
+        cr_assert_eq(kiln_bench_stack_make(formats[fi], &shape, &r, &s), KILN_OK, "%s",
+                     kiln_last_error());
+        enum { M = 5 };
+        float x[M * 256], y[M * 256], rows_x[2 * 256], rows_y[2 * 256];
+        for (int i = 0; i < M * 256; i++)
+            x[i] = kiln_bench_rng_normal(&r);
+        for (int layers = 1; layers <= 3; layers += 2) {
+            kiln_graph *g;
+            cr_assert_eq(kiln_bench_stack_graph(&s, layers, &g), KILN_OK, "%s",
+                         kiln_last_error());
+            cr_assert_eq(kiln_graph_n_inputs(g), 1);
+            cr_assert_eq(kiln_graph_n_outputs(g), 1);
+            kiln_cpu *cpu;
+            cr_assert_eq(kiln_cpu_create(g, NULL, &cpu), KILN_OK, "%s", kiln_last_error());
+            const float *in[] = { x };
+            float *out[] = { y };
+            cr_assert_eq(kiln_cpu_run(cpu, M, in, out), KILN_OK, "%s", kiln_last_error());
+            for (int m = 0; m < M; m++) {
+                double want[256];
+                float want_f[256];
+                for (int i = 0; i < 256; i++)
+                    want[i] = x[m * 256 + i];
+                for (int l = 0; l < layers; l++)
+                    stack_layer_ref(&s, want);
+                for (int i = 0; i < 256; i++)
+                    want_f[i] = (float)want[i];
+                double rel = kiln_bench_max_rel(y + m * 256, want_f, 256);
+                cr_assert_lt(rel, 1e-5, "%s, %d layers, row %d: %g",
+                             kiln_format_get(formats[fi])->name, layers, m, rel);
+            }
+            const int64_t rows[] = { 1, 4 };
+            kiln_bench_gather_rows(x, 256, rows, 2, rows_x);
+            const float *rin[] = { rows_x };
+            float *rout[] = { rows_y };
+            cr_assert_eq(kiln_cpu_run(cpu, 2, rin, rout), KILN_OK);
+            for (int i = 0; i < 2; i++)
+                cr_assert_eq(memcmp(rows_y + i * 256, y + rows[i] * 256, 256 * sizeof(float)), 0,
+                             "row %lld alone is the row of the whole run", (long long)rows[i]);
+            kiln_cpu_destroy(cpu);
+            kiln_graph_destroy(g);
+        }
+        kiln_graph *g = NULL;
+        cr_assert_eq(kiln_bench_stack_graph(&s, 4, &g), KILN_ERR_INVALID_ARG);
+        cr_assert_eq(kiln_bench_stack_graph(&s, 0, &g), KILN_ERR_INVALID_ARG);
+        cr_assert_null(g);
+        kiln_bench_stack_free(&s);
+    }
+}
+
+Test(bench_stack, shapes_and_refusals)
+{
+    kiln_bench_stack_shape s;
+    cr_assert_eq(kiln_bench_stack_parse("llama70b", &s), KILN_OK);
+    cr_assert_eq(s.d, 8192);
+    cr_assert_eq(s.f, 28672);
+    cr_assert_eq(s.layers, 80);
+    cr_assert_eq(kiln_bench_stack_parse("LLAMA8B", &s), KILN_ERR_INVALID_ARG);
+    cr_assert_eq(kiln_bench_stack_parse(NULL, &s), KILN_ERR_INVALID_ARG);
+    kiln_bench_rng r = rng_new(62);
+    kiln_bench_stack k;
+    const kiln_bench_stack_shape none = { "none", 64, 64, 0 };
+    cr_assert_eq(kiln_bench_stack_make(KILN_FMT_BF16, &none, &r, &k), KILN_ERR_INVALID_ARG);
+    const kiln_bench_stack_shape odd = { "odd", 100, 256, 1 };
+    kiln_clear_error();
+    cr_assert_neq(kiln_bench_stack_make(KILN_FMT_Q4_K, &odd, &r, &k), KILN_OK);
+    cr_assert(strstr(kiln_last_error(), "q4_k"), "%s", kiln_last_error());
+}
+
+Test(bench_stack, max_rel)
+{
+    const float want[] = { 1, -4, 2 }, same[] = { 1, -4, 2 }, off[] = { 1, -3, 2 };
+    cr_assert_eq(kiln_bench_max_rel(same, want, 3), 0);
+    cr_assert_float_eq(kiln_bench_max_rel(off, want, 3), 0.25, 1e-12);
+    const float nan_[] = { 1, NAN, 2 };
+    cr_assert(isinf(kiln_bench_max_rel(nan_, want, 3)), "a NaN fails any tolerance");
+    const float zeros[] = { 0, 0, 0 };
+    cr_assert_float_eq(kiln_bench_max_rel(off, zeros, 3), 3, 1e-12);
 }
 
 Test(bench_weights, activations_1x128)
