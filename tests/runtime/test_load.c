@@ -492,9 +492,42 @@ Test(load, a_bad_setting_is_refused_by_name)
     }
 }
 
+/* The device copies of w a session over it holds: each of its storage
+ * arrays (data, scales) and packed arrays found once where the plan keeps
+ * that layout (want_storage), and not at all where it does not. */
+static void device_copies(const kt_weight *w, int want_storage, const kiln_session *s)
+{
+    size_t pd, ps, data, scale;
+    cr_assert_eq(kiln_gemv_pack_bytes(w->q.format, w->q.n, w->q.k, &pd, &ps), KILN_OK);
+    cr_assert_eq(kiln_format_data_bytes(w->q.format, w->q.n, w->q.k, &data), KILN_OK);
+    cr_assert_eq(kiln_format_scale_bytes(w->q.format, w->q.n, w->q.k, &scale), KILN_OK);
+    uint8_t *packed = malloc(pd + ps);
+    cr_assert_eq(kiln_gemv_pack(&w->q, packed, packed + pd), KILN_OK);
+    const void *want[] = { w->q.data, w->q.scale, packed, packed + pd };
+    const size_t sizes[] = { data, scale, pd, ps };
+    fake_view v = fake();
+    int found[4] = { 0 };
+    for (int b = 0; b < v.n_blocks(); b++) {
+        size_t size;
+        const void *p = v.block(b, &size);
+        for (int i = 0; i < 4; i++)
+            found[i] += sizes[i] && sizes[i] == size && !memcmp(want[i], p, size);
+    }
+    for (int i = 0; i < 4; i++) /* Q4_K's scales are in its blocks: no array */
+        cr_assert_eq(found[i], !sizes[i] ? 0 : i < 2 ? want_storage : 1,
+                     "%s, array %d of the weight: %d device copies",
+                     kiln_format_get(w->q.format)->name, i, found[i]);
+    kiln_session_stats ss;
+    kiln_session_get_stats(s, &ss);
+    cr_assert_eq(ss.load_copied_bytes, (want_storage ? data + scale : 0) + pd + ps);
+    free(packed);
+}
+
 /* A weight in caller memory goes through the same load: one the packer
  * refuses (a NaN NVFP4 block scale) is refused naming it, as before, and
- * one it takes arrives as the packer and the storage layout have it. */
+ * one it takes arrives as the packer and the storage layout have it: NVFP4
+ * packed alone (decode and prefill read that layout on the device, an
+ * sm_90a), Q4_K packed for decode and in the storage layout for prefill. */
 Test(load, weights_in_memory_and_a_refused_pack)
 {
     fake_device(NULL, "3", "2", "1K");
@@ -516,28 +549,16 @@ Test(load, weights_in_memory_and_a_refused_pack)
 
     ((uint8_t *)w.q.scale)[3 * 32 + 5] = 0x38;
     cr_assert_eq(kiln_session_create(g, &so, &s), KILN_OK, "%s", kiln_last_error());
-    size_t pd, ps, data, scale;
-    cr_assert_eq(kiln_gemv_pack_bytes(w.q.format, w.q.n, w.q.k, &pd, &ps), KILN_OK);
-    cr_assert_eq(kiln_format_data_bytes(w.q.format, w.q.n, w.q.k, &data), KILN_OK);
-    cr_assert_eq(kiln_format_scale_bytes(w.q.format, w.q.n, w.q.k, &scale), KILN_OK);
-    uint8_t *packed = malloc(pd + ps);
-    cr_assert_eq(kiln_gemv_pack(&w.q, packed, packed + pd), KILN_OK);
-    const void *want[] = { w.q.data, w.q.scale, packed, packed + pd };
-    const size_t sizes[] = { data, scale, pd, ps };
-    fake_view v = fake();
-    int found[4] = { 0 };
-    for (int b = 0; b < v.n_blocks(); b++) {
-        size_t size;
-        const void *p = v.block(b, &size);
-        for (int i = 0; i < 4; i++)
-            found[i] += sizes[i] == size && !memcmp(want[i], p, size);
-    }
-    for (int i = 0; i < 4; i++)
-        cr_assert_eq(found[i], 1, "array %d of the weight: %d device copies", i, found[i]);
-    kiln_session_stats ss;
-    kiln_session_get_stats(s, &ss);
-    cr_assert_eq(ss.load_copied_bytes, data + scale + pd + ps);
-    free(packed);
+    device_copies(&w, 0, s);
+    kiln_session_destroy(s);
+    kiln_graph_destroy(g);
+    kt_weight_free(&w);
+    nothing_left();
+
+    kt_weight_make(&w, &r, KILN_FMT_Q4_K, 256, 512);
+    g = kt_linear_graph(&w);
+    cr_assert_eq(kiln_session_create(g, &so, &s), KILN_OK, "%s", kiln_last_error());
+    device_copies(&w, 1, s);
     kiln_session_destroy(s);
     kiln_graph_destroy(g);
     kt_weight_free(&w);
