@@ -241,6 +241,11 @@ kiln_status kiln_bench_stack_graph(const kiln_bench_stack *s, int layers, kiln_g
  * gives the reference of those rows of a run of any m. */
 void kiln_bench_gather_rows(const float *x, int64_t d, const int64_t *rows, int n, float *out);
 
+/* The CUDA source of the cuBLAS chain's own kernels, compiled with NVRTC
+ * by kiln-bench ffn: chain_rms_norm (grid: a block of 256 threads a row)
+ * and chain_silu_mul (a thread an output). */
+const char *kiln_bench_chain_source(void);
+
 /* The largest |got - want| over the largest |want|, over n values. */
 double kiln_bench_max_rel(const float *got, const float *want, size_t n);
 

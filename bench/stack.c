@@ -142,3 +142,62 @@ double kiln_bench_max_rel(const float *got, const float *want, size_t n)
     }
     return scale > 0 ? diff / scale : diff;
 }
+
+/* The chain's own kernels: the norm (which also copies the step's input
+ * into the residual stream at the first layer, so every replay starts from
+ * the same x) and silu(gate) * up over the gate_up GEMM's output. BF16 is
+ * carried as its bits; arithmetic in f32, rounding to nearest even. */
+static const char chain_source[] =
+    "typedef unsigned short bf16_t;\n"
+    "__device__ __forceinline__ float from_bf16(bf16_t v)\n"
+    "{ return __uint_as_float((unsigned)v << 16); }\n"
+    "__device__ __forceinline__ bf16_t to_bf16(float f)\n"
+    "{\n"
+    "    unsigned u = __float_as_uint(f);\n"
+    "    if ((u & 0x7FFFFFFFu) > 0x7F800000u)\n"
+    "        return (bf16_t)((u >> 16) | 0x40u); /* a NaN stays one */\n"
+    "    u += 0x7FFFu + ((u >> 16) & 1u);\n"
+    "    return (bf16_t)(u >> 16);\n"
+    "}\n"
+    "extern \"C\" __global__ void chain_rms_norm(const bf16_t *x, bf16_t *copy, const float *w,\n"
+    "                                          bf16_t *h, int d, float eps)\n"
+    "{\n"
+    "    const bf16_t *xr = x + (size_t)blockIdx.x * d;\n"
+    "    float ss = 0.0f;\n"
+    "    for (int i = threadIdx.x; i < d; i += blockDim.x) {\n"
+    "        float v = from_bf16(xr[i]);\n"
+    "        ss += v * v;\n"
+    "    }\n"
+    "    __shared__ float part[32];\n"
+    "    for (int o = 16; o > 0; o >>= 1)\n"
+    "        ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);\n"
+    "    if ((threadIdx.x & 31) == 0)\n"
+    "        part[threadIdx.x >> 5] = ss;\n"
+    "    __syncthreads();\n"
+    "    if (threadIdx.x < 32) {\n"
+    "        ss = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;\n"
+    "        for (int o = 16; o > 0; o >>= 1)\n"
+    "            ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);\n"
+    "        if (threadIdx.x == 0)\n"
+    "            part[0] = ss;\n"
+    "    }\n"
+    "    __syncthreads();\n"
+    "    const float scale = rsqrtf(part[0] / (float)d + eps);\n"
+    "    bf16_t *hr = h + (size_t)blockIdx.x * d;\n"
+    "    for (int i = threadIdx.x; i < d; i += blockDim.x) {\n"
+    "        if (copy)\n"
+    "            copy[(size_t)blockIdx.x * d + i] = xr[i];\n"
+    "        hr[i] = to_bf16(from_bf16(xr[i]) * scale * w[i]);\n"
+    "    }\n"
+    "}\n"
+    "extern \"C\" __global__ void chain_silu_mul(const bf16_t *gu, bf16_t *a, int f, long long n)\n"
+    "{\n"
+    "    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "    if (i >= n)\n"
+    "        return;\n"
+    "    long long row = i / f, j = i - row * f;\n"
+    "    float g = from_bf16(gu[row * 2 * f + j]), u = from_bf16(gu[row * 2 * f + f + j]);\n"
+    "    a[i] = to_bf16(g / (1.0f + __expf(-g)) * u);\n"
+    "}\n";
+
+const char *kiln_bench_chain_source(void) { return chain_source; }

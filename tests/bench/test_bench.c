@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
+#include "codegen_util.h"
 #include "testutil.h"
 
 static kiln_bench_rng rng_new(uint64_t salt)
@@ -746,6 +747,21 @@ Test(bench_stack, shapes_and_refusals)
     kiln_clear_error();
     cr_assert_neq(kiln_bench_stack_make(KILN_FMT_Q4_K, &odd, &r, &k), KILN_OK);
     cr_assert(strstr(kiln_last_error(), "q4_k"), "%s", kiln_last_error());
+}
+
+/* The chain's kernels compile for Hopper, as kiln-bench ffn asks NVRTC. */
+Test(bench_stack, the_chain_kernels_compile)
+{
+    kiln_target t;
+    cr_assert_eq(kiln_target_from_name("sm_90a", &t), KILN_OK, "%s", kiln_last_error());
+    kiln_nvrtc *nv = kt_open_nvrtc();
+    kiln_compile_job job = { .name = "chain", .entry = "bench_chain",
+                             .source = kiln_bench_chain_source(), .target = &t };
+    cr_assert_eq(kiln_nvrtc_compile(nv, &job, NULL), KILN_OK, "%s\n%s", kiln_last_error(),
+                 job.log ? job.log : "");
+    cr_assert_gt(job.cubin_size, 0);
+    kiln_compile_job_reset(&job);
+    kiln_nvrtc_close(nv);
 }
 
 Test(bench_stack, max_rel)
