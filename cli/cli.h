@@ -141,8 +141,10 @@ enum {
     "                    (default 1,2,4,8,16,32,64,128,256,512); give the same\n"             \
     "                    sizes to plan, compile, cache export, cache check and run\n"         \
     "  --max-tokens N    the largest token count to serve (default: largest size)\n"           \
-    "  --graph KIND      for a model file: ffn (the runnable FFN stack, default) or\n"         \
-    "                    linears (every linear of every layer and the head)\n"                 \
+    "  --graph KIND      for a model file: ffn (the runnable FFN stack, default),\n"          \
+    "                    linears (every linear of every layer and the head), or\n"            \
+    "                    engine (linears and each layer's gate and up as one entry,\n"       \
+    "                    blk.L.ffn_gate_up.out = act(gate(x)) * up(x))\n"                    \
     "  --layers N        use only the first N layers of a model file\n"                        \
     "  --no-fuse         keep epilogues as separate kernels\n"                                  \
     "  --allow-nonfinite load a model whose scales, norm weights or rms_norm_eps hold\n"   \

@@ -9,7 +9,7 @@ static void help(FILE *out)
 {
     fprintf(out,
             "usage: kiln plan MODEL|demo [--target T] [--backend B] [--strict-backend]\n"
-            "                 [--capture LIST] [--max-tokens N] [--graph ffn|linears]\n"
+            "                 [--capture LIST] [--max-tokens N] [--graph KIND]\n"
             "                 [--layers N] [--no-fuse] [--json]\n"
             "\n"
             "Lowers a model for a target and prints, per linear node, the backend chosen\n"

@@ -36,8 +36,8 @@ int cli_plan_option(const cli_command *cmd, int c, const char *arg, cli_plan_arg
     case CLI_OPT_ALLOW_NONFINITE: a->mo.allow_nonfinite = 1; return 1;
     case CLI_OPT_ALLOW_PARTIAL: a->mo.allow_partial = 1; return 1;
     case CLI_OPT_GRAPH:
-        if (strcmp(arg, "ffn") && strcmp(arg, "linears"))
-            *rc = cli_usage(cmd, "bad --graph '%s' (want ffn or linears)", arg);
+        if (strcmp(arg, "ffn") && strcmp(arg, "linears") && strcmp(arg, "engine"))
+            *rc = cli_usage(cmd, "bad --graph '%s' (want ffn, linears or engine)", arg);
         a->graph = arg;
         return 1;
     case CLI_OPT_CAPTURE:

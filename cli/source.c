@@ -15,13 +15,14 @@ kiln_status cli_source_open(const char *arg, const char *graph, int layers,
         out->g = cli_demo_graph(out->demo);
         return KILN_OK;
     }
-    if (strcmp(graph, "ffn") && strcmp(graph, "linears"))
-        return cli_error(KILN_ERR_INVALID_ARG, "--graph %s: want ffn or linears", graph);
+    if (strcmp(graph, "ffn") && strcmp(graph, "linears") && strcmp(graph, "engine"))
+        return cli_error(KILN_ERR_INVALID_ARG, "--graph %s: want ffn, linears or engine", graph);
     if ((st = kiln_model_open_with(arg, mo, &out->model)))
         return st;
     if ((st = kiln_graph_create(&out->own)) == KILN_OK)
-        st = !strcmp(graph, "ffn") ? kiln_model_build_ffn(out->model, out->own, layers)
-                                   : kiln_model_build_linears(out->model, out->own, layers);
+        st = !strcmp(graph, "ffn")       ? kiln_model_build_ffn(out->model, out->own, layers)
+             : !strcmp(graph, "linears") ? kiln_model_build_linears(out->model, out->own, layers)
+                                         : kiln_model_build_engine(out->model, out->own, layers);
     for (const char *const *w = kiln_model_warnings(out->model); *w; w++)
         fprintf(stderr, "kiln: warning: %s\n", *w);
     if (st != KILN_OK) {

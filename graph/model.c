@@ -565,7 +565,33 @@ static kiln_status model_layers(const kiln_model *m, int n_layers, int *out)
     return KILN_OK;
 }
 
-kiln_status kiln_model_build_linears(kiln_model *m, kiln_graph *g, int n_layers)
+/* Layer l's gate and up as one group with their own input:
+ * blk.L.ffn_gate_up.out = act(gate(in)) * up(in), the FFN's first half,
+ * which lowering runs as two linears, the second with the act·mul
+ * epilogue. */
+static kiln_status model_gate_up_group(kiln_model *m, kiln_graph *g, const model_arch *arch,
+                                       int l)
+{
+    kiln_tensor *gate_w, *up_w, *gate_b, *up_b, *x, *gate, *up, *act, *prod;
+    char n[5][64];
+    static const char *const parts[] = { "in", "gate", "up", "act", "out" };
+    for (int i = 0; i < 5; i++)
+        snprintf(n[i], sizeof n[i], "blk.%d.ffn_gate_up.%s", l, parts[i]);
+    kiln_status st;
+    if ((st = model_role_weight(m, g, ROLE_GATE, l, &gate_w)) ||
+        (st = model_role_weight(m, g, ROLE_UP, l, &up_w)) ||
+        (st = model_bias(m, g, gate_w, &gate_b)) || (st = model_bias(m, g, up_w, &up_b)) ||
+        (st = kiln_graph_input(g, n[0], kiln_tensor_ne(gate_w, 0), &x)) ||
+        (st = model_linear(m, g, n[1], x, gate_w, gate_b, &gate)) ||
+        (st = model_linear(m, g, n[2], x, up_w, up_b, &up)) ||
+        (st = arch->gelu ? kiln_graph_gelu(g, n[3], gate, &act)
+                         : kiln_graph_silu(g, n[3], gate, &act)) ||
+        (st = kiln_graph_mul(g, n[4], act, up, &prod)))
+        return st;
+    return kiln_graph_output(g, prod);
+}
+
+static kiln_status model_build_linears(kiln_model *m, kiln_graph *g, int n_layers, int groups)
 {
     static const int linear_roles[] = { ROLE_Q, ROLE_K, ROLE_V, ROLE_O,
                                         ROLE_GATE, ROLE_UP, ROLE_DOWN };
@@ -573,7 +599,10 @@ kiln_status kiln_model_build_linears(kiln_model *m, kiln_graph *g, int n_layers)
         return kiln_fail(KILN_ERR_MALFORMED, "%s: the model does not say how many layers it has",
                          m->path);
     int layers = 0;
+    model_arch arch = { 0 };
     kiln_status st = model_layers(m, n_layers, &layers);
+    if (st == KILN_OK && groups)
+        st = model_ffn_arch(m, &arch);
     for (int l = 0; l <= layers && st == KILN_OK; l++) {
         int last = l == layers; /* the head after the layers */
         size_t n_roles = last ? 1 : sizeof linear_roles / sizeof linear_roles[0];
@@ -596,8 +625,20 @@ kiln_status kiln_model_build_linears(kiln_model *m, kiln_graph *g, int n_layers)
                 (st = kiln_graph_output(g, y)))
                 break;
         }
+        if (st == KILN_OK && groups && !last)
+            st = model_gate_up_group(m, g, &arch, l);
     }
     return st;
+}
+
+kiln_status kiln_model_build_linears(kiln_model *m, kiln_graph *g, int n_layers)
+{
+    return model_build_linears(m, g, n_layers, 0);
+}
+
+kiln_status kiln_model_build_engine(kiln_model *m, kiln_graph *g, int n_layers)
+{
+    return model_build_linears(m, g, n_layers, 1);
 }
 
 kiln_status kiln_model_build_ffn(kiln_model *m, kiln_graph *g, int n_layers)

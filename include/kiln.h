@@ -895,7 +895,9 @@ KILN_API kiln_status kiln_session_run_device(kiln_session *s, int64_t m,
  * steps its value depends on and no others, reading the graph inputs those
  * steps read. In a graph of linears (kiln_model_build_linears, `--graph
  * linears`) every linear is an entry of its own, named "<weight>.out",
- * reading "<weight>.in". Entries are numbered as the graph's outputs. */
+ * reading "<weight>.in"; an engine graph (kiln_model_build_engine) adds
+ * "blk.L.ffn_gate_up.out", reading "blk.L.ffn_gate_up.in". Entries are
+ * numbered as the graph's outputs. */
 KILN_API int kiln_session_n_entries(const kiln_session *s);
 
 typedef struct kiln_entry_info {
@@ -1079,6 +1081,12 @@ KILN_API kiln_status kiln_model_weight(const kiln_model *m, const char *name, ki
  *  linears: every linear of every layer (q, k, v, o, gate, up, down) and the
  *           output head, each its own node with its own input — for compiling
  *           a whole model ahead of time;
+ *  engine:  linears' graph and, for each layer, the FFN's gate and up as one
+ *           group with its own input "blk.L.ffn_gate_up.in" and output
+ *           "blk.L.ffn_gate_up.out" = act(gate(x)) * up(x), act the family's
+ *           as in ffn (an unknown family is refused as ffn refuses it) — an
+ *           entry point (kiln_session_find_entry) an engine calls in place of
+ *           the two linears and its own act·mul, run as two kernels;
  *  ffn:     the layers' feed-forward blocks chained with their norms and
  *           residuals, x + down(act(gate(norm(x))) * up(norm(x))), runnable;
  *           act is the family's (SiLU; GELU's tanh form for Gemma, or what
@@ -1090,6 +1098,7 @@ KILN_API kiln_status kiln_model_weight(const kiln_model *m, const char *name, ki
  * q/k/v) is the linear's fused bias in both graphs.
  * n_layers limits the layers used (0: all). */
 KILN_API kiln_status kiln_model_build_linears(kiln_model *m, kiln_graph *g, int n_layers);
+KILN_API kiln_status kiln_model_build_engine(kiln_model *m, kiln_graph *g, int n_layers);
 KILN_API kiln_status kiln_model_build_ffn(kiln_model *m, kiln_graph *g, int n_layers);
 
 #ifdef __cplusplus

@@ -210,6 +210,7 @@ _PROTOTYPES = [
      c_status),
     ("kiln_model_weight", [P, c_char_p, POINTER(QTensor)], c_status),
     ("kiln_model_build_linears", [P, P, c_int], c_status),
+    ("kiln_model_build_engine", [P, P, c_int], c_status),
     ("kiln_model_build_ffn", [P, P, c_int], c_status),
 ]
 

@@ -147,12 +147,16 @@ class Model(Handle):
         Args:
             kind: ``"ffn"``, the layers' feed-forward blocks chained with
                 their norms and residuals (runnable: one input, one output,
-                both ``[M, d_model]``); or ``"linears"``, every linear of
+                both ``[M, d_model]``); ``"linears"``, every linear of
                 every layer and the output head as its own node with its own
-                input (for compiling a whole model ahead of time).
+                input (for compiling a whole model ahead of time); or
+                ``"engine"``, the linears and each layer's gate and up as one
+                group, the entry ``"blk.L.ffn_gate_up.out"`` giving
+                ``act(gate(x)) * up(x)`` of its input ``"blk.L.ffn_gate_up.in"``.
             layers: use the first layers only (0: all).
         """
-        builders = {"ffn": "kiln_model_build_ffn", "linears": "kiln_model_build_linears"}
+        builders = {"ffn": "kiln_model_build_ffn", "linears": "kiln_model_build_linears",
+                    "engine": "kiln_model_build_engine"}
         if kind not in builders:
             raise ValueError(f"graph kind {kind!r}: want one of {sorted(builders)}")
         g = Graph(_owner=self)

@@ -237,7 +237,8 @@ class Session(Handle):
 
     def run_entry(self, name: str, *inputs: Any) -> Any:
         """Run one output of the graph alone: the steps its value depends on,
-        no others (in a ``--graph linears`` model, one linear).
+        no others (in a ``--graph linears`` model, one linear; in an
+        ``engine`` one, also a layer's gate and up as one group).
 
         Args:
             name: the output's name (one of :attr:`entries`).
