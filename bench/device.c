@@ -1,6 +1,7 @@
 /* The device the bench runs on: context, stream, events, library handles,
  * timed units and the copy bandwidth that is the ceiling. */
 #include "bench/gpu.h"
+#include "runtime/session.h"
 
 /* cuBLAS asks for 32 MiB of workspace on Hopper to reach its best kernels. */
 #define WORKSPACE_BYTES (32u << 20)
@@ -154,6 +155,16 @@ kiln_status kiln_bench_unit_time(void *ctx, int launches, double *us)
     CU(g->cu->EventElapsedTime(&ms, g->start, g->stop), "cuEventElapsedTime");
     *us = ms * 1000.0 / launches;
     return KILN_OK;
+}
+
+kiln_status kiln_bench_session_time(void *ctx, int launches, double *us)
+{
+    kiln_bench_session_ctx *c = ctx;
+    float t;
+    kiln_status st = kiln_session_bench(c->s, c->m, launches, &t);
+    if (st == KILN_OK)
+        *us = t;
+    return st;
 }
 
 /* ------------------------------------------------------- copy bandwidth */

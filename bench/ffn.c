@@ -395,20 +395,6 @@ static double stack_tolerance(const kiln_plan *p, int b)
     return TOL_BF16;
 }
 
-typedef struct step_ctx {
-    kiln_session *s;
-    int64_t m;
-} step_ctx;
-
-static kiln_status step_time(void *ctx, int launches, double *us)
-{
-    step_ctx *c = ctx;
-    float t;
-    kiln_status st = kiln_session_bench(c->s, c->m, launches, &t);
-    if (st == KILN_OK)
-        *us = t;
-    return st;
-}
 
 static void kiln_row(ffn_run *r, kiln_stack *k, int mi, kiln_bench_row *row)
 {
@@ -437,9 +423,9 @@ static void kiln_row(ffn_run *r, kiln_stack *k, int mi, kiln_bench_row *row)
     /* A replay runs on what the bucket's last run left in the activations:
      * the stack's own input, as the chain's is, not the zeros of a new
      * session. */
-    step_ctx sc = { k->session, m };
+    kiln_bench_session_ctx sc = { k->session, m };
     if ((st = kiln_session_run(k->session, m, in, out)) != KILN_OK ||
-        (st = kiln_bench_measure(step_time, &sc, 1, r->o, &row->us)) != KILN_OK) {
+        (st = kiln_bench_measure(kiln_bench_session_time, &sc, 1, r->o, &row->us)) != KILN_OK) {
         kiln_bench_row_error(row, KILN_BENCH_ERROR, kiln_last_error());
         return;
     }

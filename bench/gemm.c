@@ -161,20 +161,6 @@ static kiln_status kiln_check(shape_run *r, kiln_side *k, int64_t m, double tol,
     return kiln_bench_check_run(&in, out);
 }
 
-typedef struct kiln_time_ctx {
-    kiln_session *s;
-    int64_t m;
-} kiln_time_ctx;
-
-static kiln_status kiln_time(void *ctx, int launches, double *us)
-{
-    kiln_time_ctx *c = ctx;
-    float t;
-    kiln_status st = kiln_session_bench(c->s, c->m, launches, &t);
-    if (st == KILN_OK)
-        *us = t;
-    return st;
-}
 
 static void speedups(const shape_run *r, int mi, kiln_bench_row *row)
 {
@@ -213,8 +199,8 @@ static void kiln_row(shape_run *r, kiln_side *k, int mi, kiln_bench_row *row)
         kiln_bench_row_error(row, KILN_BENCH_FAIL, msg);
         return;
     }
-    kiln_time_ctx tc = { k->session, m };
-    if ((st = kiln_bench_measure(kiln_time, &tc, k->chain, r->o, &row->us)) != KILN_OK) {
+    kiln_bench_session_ctx tc = { k->session, m };
+    if ((st = kiln_bench_measure(kiln_bench_session_time, &tc, k->chain, r->o, &row->us)) != KILN_OK) {
         kiln_bench_row_error(row, KILN_BENCH_ERROR, kiln_last_error());
         return;
     }

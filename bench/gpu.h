@@ -70,6 +70,15 @@ typedef struct kiln_bench_time_ctx {
     kiln_bench_unit *u;
 } kiln_bench_time_ctx;
 
+/* A kiln_bench_time_fn replaying a kiln session's bucket of m tokens
+ * (kiln_session_bench); ctx is a kiln_bench_session_ctx. */
+typedef struct kiln_bench_session_ctx {
+    kiln_session *s;
+    int64_t m;
+} kiln_bench_session_ctx;
+
+kiln_status kiln_bench_session_time(void *ctx, int launches, double *us);
+
 /* Device-to-device copy bandwidth, read + write, over buffers of bytes. */
 kiln_status kiln_bench_copy_tbps(kiln_bench_gpu *g, size_t bytes, const kiln_bench_options *o,
                                  double *tbps);

@@ -248,16 +248,16 @@ Test(bench_args, help)
     cr_assert(o.help);
 }
 
-/* Every option the usage names is one the parser knows, and the reverse:
- * each option parsed in every_option appears in the text. */
-Test(bench_args, usage_tells_the_truth)
+/* A command's usage text; every option it names parses for the command.
+ * Returns the text (free it) and the count of options named in *seen. */
+static char *usage_of(void (*usage)(FILE *), const char *command, int *seen)
 {
     char *text = NULL;
     size_t size = 0;
     FILE *f = open_memstream(&text, &size);
-    kiln_bench_usage(f);
+    usage(f);
     fclose(f);
-    int seen = 0;
+    *seen = 0;
     for (char *p = strstr(text, "--"); p; p = strstr(p + 2, "--")) {
         char name[32];
         size_t n = strspn(p, "-abcdefghijklmnopqrstuvwxyz0123456789");
@@ -266,14 +266,23 @@ Test(bench_args, usage_tells_the_truth)
         memcpy(name, p, n);
         name[n] = '\0';
         char line[64];
-        snprintf(line, sizeof line, "gemm %s", name);
+        snprintf(line, sizeof line, "%s %s", command, name);
         kiln_bench_options o;
         kiln_clear_error();
         kiln_status st = parse(&o, line);
         cr_assert(st == KILN_OK || strstr(kiln_last_error(), "needs a value"),
-                  "usage names %s: %s", name, kiln_last_error());
-        seen++;
+                  "%s usage names %s: %s", command, name, kiln_last_error());
+        ++*seen;
     }
+    return text;
+}
+
+/* Every option the usage names is one the parser knows, and the reverse:
+ * each option parsed in every_option appears in the text. */
+Test(bench_args, usage_tells_the_truth)
+{
+    int seen;
+    char *text = usage_of(kiln_bench_usage, "gemm", &seen);
     const char *all[] = { "--shapes", "--m ", "--formats", "--json", "--plot", "--iters",
                           "--rep-ms", "--reps", "--warmup", "--rotate-mb", "--copy-mb",
                           "--check-rows", "--device", "--cache", "--backend", "--eager",
@@ -342,28 +351,8 @@ Test(bench_args, ffn_options)
 /* The ffn usage names only options ffn takes, and every one of them. */
 Test(bench_args, ffn_usage_tells_the_truth)
 {
-    char *text = NULL;
-    size_t size = 0;
-    FILE *f = open_memstream(&text, &size);
-    kiln_bench_ffn_usage(f);
-    fclose(f);
-    int seen = 0;
-    for (char *p = strstr(text, "--"); p; p = strstr(p + 2, "--")) {
-        char name[32];
-        size_t n = strspn(p, "-abcdefghijklmnopqrstuvwxyz0123456789");
-        if (n < 3 || n >= sizeof name)
-            continue;
-        memcpy(name, p, n);
-        name[n] = '\0';
-        char line[64];
-        snprintf(line, sizeof line, "ffn %s", name);
-        kiln_bench_options o;
-        kiln_clear_error();
-        kiln_status st = parse(&o, line);
-        cr_assert(st == KILN_OK || strstr(kiln_last_error(), "needs a value"),
-                  "usage names %s: %s", name, kiln_last_error());
-        seen++;
-    }
+    int seen;
+    char *text = usage_of(kiln_bench_ffn_usage, "ffn", &seen);
     const char *all[] = { "--shape ", "--layers", "--m ", "--formats", "--json", "--iters",
                           "--rep-ms", "--reps", "--warmup", "--copy-mb", "--check-layers",
                           "--check-rows", "--device", "--cache", "--backend", "--eager",
