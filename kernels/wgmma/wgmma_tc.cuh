@@ -24,14 +24,12 @@
 // Pipeline. A block is three warpgroups. One thread of the first copies
 // each stage (an atom of K): x by TMA, and each row tile's atom and scale
 // records by a bulk copy, all counted on the stage's `full` mbarrier;
-// every consumer lane arrives on `empty` once the MMAs that read the
-// stage are done. A consumer issues each k-tile's MMA (a group of its
-// own) as soon as its A fragment is decoded and decodes the next one
-// while it runs; each k-tile has registers of its own (a[j]), written
-// again only once the MMA that read them a stage before is done (at most
-// three groups pending), so ptxas need not serialize the MMAs and the
-// tensor cores do not drain between stages. The two consumers' warps
-// share the SM's quarters, so one's MMAs run while the other decodes.
+// each consumer warp arrives on `empty` once its MMAs of the stage are
+// done. A consumer decodes a stage, issues its MMAs and waits for them
+// before it decodes the next (wgmma reads A registers asynchronously, and
+// ptxas serializes MMAs whose registers are written while one is in
+// flight); the two consumers' warps share the SM's quarters, so one's
+// MMAs run while the other decodes.
 //
 // Persistent tiles, walked as kiln/tma.cuh walks them: GROUP token tiles
 // down a column of weight tiles, so that the blocks running together
@@ -58,8 +56,6 @@ namespace kiln {
 template <class F, int BT, int Stages>
 struct wtc_tile {
     static_assert(BT == 64 || BT == 128 || BT == 256, "wgmma has n64, n128 and n256 here");
-    // a stage is released while the next one is read
-    static_assert(Stages >= 2, "two stages at least");
     static constexpr int bt = BT, bw = 128, stages = Stages, consumers = 2;
     static constexpr int threads = 128 * (consumers + 1);
     static constexpr int row_tiles = bw / 16;
@@ -208,12 +204,12 @@ __device__ __forceinline__ void wtc_bulk(u32 dst, const void *src, u32 bytes, u3
                  : "memory");
 }
 
-// A stage's raw pieces and scale record of a warp's row tile, from which
-// wtc_decode makes the A fragment of each of its four k-tiles.
-template <class F>
-__device__ __forceinline__ void wtc_load_stage(u32 smem_w, u32 smem_rec, int tile, int lane,
-                                               typename F::raw &r)
+// A stage's A fragments: four k-tiles of a warp's row tile.
+template <class F, class Tile>
+__device__ __forceinline__ void wtc_decode_stage(u32 smem_w, u32 smem_rec, int tile, int lane,
+                                                 u32 (&a)[4][4])
 {
+    typename F::raw r;
     const u8 *w = reinterpret_cast<const u8 *>(
         __cvta_shared_to_generic(smem_w + tile * F::atom_bytes + 16 * lane));
 #pragma unroll
@@ -224,6 +220,21 @@ __device__ __forceinline__ void wtc_load_stage(u32 smem_w, u32 smem_rec, int til
                  reinterpret_cast<const u8 *>(__cvta_shared_to_generic(
                      smem_rec + tile * 8 * F::record + lane / 4 * F::record)),
                  r);
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        wtc_decode<F>::run(r, j, a[j]);
+}
+
+// One stage's MMAs: four k16 steps over the x tile at xs.
+template <int BT>
+__device__ __forceinline__ void wtc_mma_stage(float (&acc)[BT / 2], const u32 (&a)[4][4], u32 xs)
+{
+    const unsigned long long b = tma_desc(xs);
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        wtc_mma<BT>::run(acc, a[j], b + 2 * j, 1);
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 }
 
 template <class F, class Tile, class Epilogue, int N, int K>
@@ -305,40 +316,26 @@ __device__ void wtc_gemm(const kiln_linear_args &args, const tma_map &tx)
 #pragma unroll
         for (int i = 0; i < BT / 2; i++)
             acc[i] = 0.0f;
-        // Each k-tile's MMA is its own group, issued as soon as its
-        // fragment is decoded; the next fragment decodes while it runs.
-        // a[j] is written again only once the MMA that read it (k-tile j
-        // of the stage before) is done: at most three groups pending. A
-        // stage is released once its fourth MMA is done.
-        int prev = -1; // the stage whose MMAs may still be in flight
+        // A stage's MMAs complete before the next stage decodes: ptxas
+        // serializes MMAs whose register operands are written while any
+        // MMA is in flight. The other consumer's MMAs keep the tensor
+        // cores busy meanwhile (its warps share the SM's quarters).
 #pragma unroll 1
         for (int s = 0; s < steps; s++) {
             tma_bar_wait(full_at + 8 * stage, phase);
-            typename F::raw r;
-            wtc_load_stage<F>(base + Tile::w_at + stage * Tile::w_bytes,
-                              base + Tile::rec_at + stage * Tile::rec_bytes, tile_in, lane, r);
-            const unsigned long long b = tma_desc(base + Tile::x_at + stage * Tile::x_bytes);
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                asm volatile("wgmma.wait_group.sync.aligned 3;" ::: "memory");
-                if (j == 3 && prev >= 0)
-                    tma_bar_arrive(empty_at + 8 * prev);
-                wtc_decode<F>::run(r, j, a[j]);
-                tma_pin(acc);
-                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-                wtc_mma<BT>::run(acc, a[j], b + 2 * j, 1);
-                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-            }
-            prev = stage;
+            wtc_decode_stage<F, Tile>(base + Tile::w_at + stage * Tile::w_bytes,
+                                      base + Tile::rec_at + stage * Tile::rec_bytes, tile_in, lane,
+                                      a);
+            tma_pin(acc);
+            wtc_mma_stage<BT>(acc, a, base + Tile::x_at + stage * Tile::x_bytes);
+            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+            tma_pin(acc);
+            tma_bar_arrive(empty_at + 8 * stage);
             if (++stage == Tile::stages) {
                 stage = 0;
                 phase ^= 1;
             }
         }
-        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        tma_pin(acc);
-        if (prev >= 0)
-            tma_bar_arrive(empty_at + 8 * prev);
 
         // Accumulator i: row (output) g + 8·((i >> 1) & 1) of the warp's
         // 16, token 8·(i >> 2) + 2t + (i & 1). Lanes of even g trade
