@@ -8,10 +8,12 @@
  *            leaves (F32, sm_75, K of part atoms);
  *   wgmma_tc Hopper prefill (sm_90a) from gemv_tc's packed layout, the
  *            weight decoded into the register operand: the 4-bit formats
- *            whose decoding is exact in BF16 (NVFP4, MXFP4, GGML MXFP4),
- *            where it is 6-7x the dequantizing wgmma kernel at M = 4096
- *            and keeps one weight copy for decode and prefill. BF16 lists
- *            it after wgmma, whose TMA kernel is faster below M = 4096;
+ *            whose decoding is exact in BF16 (NVFP4, MXFP4, GGML MXFP4)
+ *            and the integer GGML formats rounded to BF16 (Q8_0, Q4_0,
+ *            Q4_K, Q6_K), where it is several times the dequantizing
+ *            wgmma kernel and keeps one weight copy for decode and
+ *            prefill. BF16 lists it after wgmma, whose TMA kernel is
+ *            faster below M = 4096;
  *   wgmma    Hopper tensor cores (sm_90a), K in steps of 64: prefill, and
  *            decode that neither gemv kernel takes;
  *   simt     the f32 fallback for any sm_75+ target and any shape.
@@ -26,7 +28,7 @@
 
 #define KILN_DECODE_TC { "gemv_tc", "gemv", "wgmma", "simt", NULL }
 #define KILN_DEQUANT { "wgmma", "simt", NULL }
-#define KILN_DECODE_TC_4BIT { "gemv_tc", "wgmma_tc", "gemv", "wgmma", "simt", NULL }
+#define KILN_ONE_COPY { "gemv_tc", "wgmma_tc", "gemv", "wgmma", "simt", NULL }
 
 static const kiln_registry default_registry = {
     .backends = { &kiln_backend_gemv_tc, &kiln_backend_gemv, &kiln_backend_wgmma,
@@ -40,13 +42,13 @@ static const kiln_registry default_registry = {
         [KILN_FMT_FP8_CHANNEL] = KILN_DECODE_TC,
         [KILN_FMT_FP8_BLOCK] = KILN_DECODE_TC,
         [KILN_FMT_MXFP8] = KILN_DECODE_TC,
-        [KILN_FMT_NVFP4] = KILN_DECODE_TC_4BIT,
-        [KILN_FMT_MXFP4] = KILN_DECODE_TC_4BIT,
-        [KILN_FMT_Q8_0] = KILN_DECODE_TC,
-        [KILN_FMT_Q4_0] = KILN_DECODE_TC,
-        [KILN_FMT_Q4_K] = KILN_DECODE_TC,
-        [KILN_FMT_Q6_K] = KILN_DECODE_TC,
-        [KILN_FMT_GGML_MXFP4] = KILN_DECODE_TC_4BIT,
+        [KILN_FMT_NVFP4] = KILN_ONE_COPY,
+        [KILN_FMT_MXFP4] = KILN_ONE_COPY,
+        [KILN_FMT_Q8_0] = KILN_ONE_COPY,
+        [KILN_FMT_Q4_0] = KILN_ONE_COPY,
+        [KILN_FMT_Q4_K] = KILN_ONE_COPY,
+        [KILN_FMT_Q6_K] = KILN_ONE_COPY,
+        [KILN_FMT_GGML_MXFP4] = KILN_ONE_COPY,
         [KILN_FMT_Q5_0] = KILN_DEQUANT,
         [KILN_FMT_Q5_1] = KILN_DEQUANT,
         [KILN_FMT_Q2_K] = KILN_DEQUANT,

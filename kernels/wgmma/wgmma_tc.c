@@ -2,9 +2,10 @@
  * as the register operand, decoded from the gemv_tc packed layout
  * (kernels/wgmma/wgmma_tc.cuh), so that a weight's one device copy serves
  * the decode kernels and these. Its formats are those whose A fragment
- * is exact in one BF16 term; its activations are BF16 in the packed
- * layout's k order (bf16-tc), which a quantization step before the linear
- * writes. */
+ * is one BF16 term: exact (BF16, NVFP4, MXFP4, GGML MXFP4) or the weight
+ * rounded once to BF16 (Q8_0, Q4_0, Q4_K, Q6_K); its activations are
+ * BF16 in the packed layout's k order (bf16-tc), which a quantization
+ * step before the linear writes. */
 #include "kernels/registry/backend.h"
 
 #include "kernels/gemv/pack.h"
@@ -42,19 +43,26 @@ static const wtc_tile wtc_tiles[] = {
 
 static const kiln_variant_table wtc_table = KILN_VARIANT_TABLE(wtc_tile, wtc_tiles);
 
-/* The formats whose A fragment the kernel makes exactly (wtc_exact). */
+#define WTC_BIT(f) (1u << KILN_FMT_##f)
+
+/* The formats whose A fragment the kernel makes in one BF16 term: exactly
+ * (wtc_exact) or rounded once (wtc_rounded). */
+#define WTC_FORMATS                                                                               \
+    (WTC_BIT(BF16) | WTC_BIT(NVFP4) | WTC_BIT(MXFP4) | WTC_BIT(GGML_MXFP4) | WTC_BIT(Q8_0) |     \
+     WTC_BIT(Q4_0) | WTC_BIT(Q4_K) | WTC_BIT(Q6_K))
+
 static int wtc_format(kiln_format f)
 {
-    return f == KILN_FMT_BF16 || f == KILN_FMT_NVFP4 || f == KILN_FMT_MXFP4 ||
-           f == KILN_FMT_GGML_MXFP4;
+    return (unsigned)f < KILN_FMT_COUNT && (WTC_FORMATS & (1u << f));
 }
 
-/* A stage: BT rows of 128 bytes of x, the block's eight row tiles' atoms
- * and scale records (wtc_tile in the template). */
+/* A stage: BT rows of 128 bytes of x, the block's eight row tiles' atoms,
+ * scale records and super-records (wtc_tile in the template). */
 static unsigned wtc_stage_bytes(const wtc_tile *tile, kiln_format f)
 {
     const kiln_gemv_tc_format *p = kiln_gemv_tc_format_get(f);
-    return (unsigned)(tile->bt * 128 + WTC_ROWS / 16 * (p->bytes + 8 * p->record));
+    return (unsigned)(tile->bt * 128 +
+                      WTC_ROWS / 16 * (p->bytes + 8 * p->record + 8 * p->super));
 }
 
 static int wtc_stages(const wtc_tile *tile, kiln_format f)
@@ -127,7 +135,7 @@ static int wtc_too_many_tiles(int64_t m, int64_t n)
 static int wtc_refuses(const kiln_target *t, const kiln_linear_cfg *c, char *why, size_t size)
 {
     if (!wtc_format(c->format)) {
-        snprintf(why, size, "%s has no exact one-term BF16 decoding",
+        snprintf(why, size, "%s has no one-term BF16 decoding",
                  kiln_format_get(c->format)->name);
         return 1;
     }
@@ -224,11 +232,9 @@ static kiln_status wtc_launch(const kiln_target *t, const kiln_linear_kernel *k,
     return KILN_OK;
 }
 
-#define WTC_BIT(f) (1u << KILN_FMT_##f)
-
 const kiln_backend kiln_backend_wgmma_tc = {
     .name = "wgmma_tc",
-    .formats = WTC_BIT(BF16) | WTC_BIT(NVFP4) | WTC_BIT(MXFP4) | WTC_BIT(GGML_MXFP4),
+    .formats = WTC_FORMATS,
     .epilogues = KILN_EPI_ALL,
     .is_supported = wtc_is_supported,
     .can_implement = wtc_can_implement,

@@ -12,6 +12,9 @@
 // block scales folded in where that is exact (NVFP4's E4M3 and the OCP
 // and GGML powers of two: E2M1 times either needs at most 5 of BF16's 8
 // significant bits); a per-tensor or per-row scale multiplies the sums.
+// The integer GGML formats (Q8_0, Q4_0, Q4_K, Q6_K) have weights of up to
+// 24 significant bits: each is computed in f32 as the CPU dequantizer
+// computes it and rounded once to BF16 (wtc_decode).
 //
 // Activations. The packing puts k = 16j + 4t + s of k-tile j in lane t's
 // slot s, whose MMA position is 2t + (s & 1) + 8(s >> 1). x therefore
@@ -62,38 +65,19 @@ struct wtc_tile {
     static constexpr int x_bytes = BT * 128;
     static constexpr int w_bytes = row_tiles * F::atom_bytes;
     static constexpr int rec_bytes = row_tiles * 8 * F::record;
-    static_assert(F::atom_bytes % 16 == 0 && rec_bytes % 16 == 0, "bulk copies of 16 bytes");
+    static constexpr int sup_bytes = row_tiles * 8 * F::super_record;
+    static_assert(F::atom_bytes % 16 == 0 && rec_bytes % 16 == 0 && sup_bytes % 16 == 0,
+                  "bulk copies of 16 bytes");
     // x tiles first (1024-aligned for the swizzle), then the atoms, the
-    // records, the full and empty barriers; 1024 bytes of slack to align.
+    // records, the super-records, the full and empty barriers; 1024 bytes
+    // of slack to align.
     static constexpr int x_at = 0;
     static constexpr int w_at = stages * x_bytes;
     static constexpr int rec_at = w_at + stages * w_bytes;
-    static constexpr int bar_at = rec_at + stages * rec_bytes;
+    static constexpr int sup_at = rec_at + stages * rec_bytes;
+    static constexpr int bar_at = sup_at + stages * sup_bytes;
     static constexpr int smem_bytes = 1024 + bar_at + 2 * stages * 8;
     static constexpr int group = 8;
-};
-
-// A format's A fragment of k-tile j with its block scale in it. The
-// decodings that leave a block scale for the sums (block_tiles > 0) are
-// taken here only where that scale is a power of two (folded: BF16 bits
-// of an f32 power of two are its top half, subnormals and infinity
-// included).
-template <class F>
-struct wtc_decode {
-    template <class R>
-    static __device__ __forceinline__ void run(const R &r, int j, u32 (&a)[4])
-    {
-        F::decode(r, j, a);
-        if constexpr (F::block_tiles > 0) {
-            float s[2];
-            F::scale(r, j / F::block_tiles, s);
-            const u32 pair[2] = { bf2_splat(__float_as_uint(s[0]) >> 16),
-                                  bf2_splat(__float_as_uint(s[1]) >> 16) };
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                a[i] = bf2_fma(a[i], pair[i & 1], bf2_neg_zero);
-        }
-    }
 };
 
 // The formats whose A fragments are exact: BF16 as it is, NVFP4 with its
@@ -117,6 +101,87 @@ struct wtc_exact<tc_mxfp4> {
 template <>
 struct wtc_exact<tc_ggml_mxfp4> {
     static constexpr bool value = true;
+};
+
+// The integer GGML formats, whose weights need more than BF16's 8
+// significant bits: their A fragments are the weights rounded once to
+// BF16, to nearest even.
+template <class F>
+struct wtc_rounded {
+    static constexpr bool value = false;
+};
+template <>
+struct wtc_rounded<tc_q8_0> {
+    static constexpr bool value = true;
+};
+template <>
+struct wtc_rounded<tc_q4_0> {
+    static constexpr bool value = true;
+};
+template <>
+struct wtc_rounded<tc_q4_k> {
+    static constexpr bool value = true;
+};
+template <>
+struct wtc_rounded<tc_q6_k> {
+    static constexpr bool value = true;
+};
+
+// f32 of the low and high half of a BF16 pair; the pair of BF16 nearest
+// to lo, hi (one rounding each, to nearest even).
+__device__ __forceinline__ float bf2_low(u32 p) { return __uint_as_float(p << 16); }
+__device__ __forceinline__ float bf2_high(u32 p) { return __uint_as_float(p & 0xFFFF0000u); }
+__device__ __forceinline__ u32 bf2_round(float lo, float hi)
+{
+    u32 d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+
+// A format's A fragment of k-tile j. The exact formats' decodings that
+// leave a block scale for the sums (block_tiles > 0) are taken here only
+// where that scale is a power of two (folded: BF16 bits of an f32 power
+// of two are its top half, subnormals and infinity included). The
+// rounded formats' codes (exact BF16, 128 + q for those with an offset)
+// become their weights in f32 as the CPU dequantizer computes them:
+// (code − offset) · scale in one fma, exact (a code of at most 8
+// significant bits times a scale of at most 19 — Q4_0's, Q8_0's f16 d,
+// Q4_K's d times a 6-bit scale, Q6_K's d times an int8 — fits f32; the
+// offset times the scale is exact too), then Q4_K's minimum subtracted
+// with the dequantizer's one rounding; and each is rounded to BF16.
+template <class F>
+struct wtc_decode {
+    static_assert(wtc_exact<F>::value || wtc_rounded<F>::value,
+                  "a format with an A fragment of one BF16 term");
+    template <class R>
+    static __device__ __forceinline__ void run(const R &r, int j, u32 (&a)[4])
+    {
+        F::decode(r, j, a);
+        if constexpr (wtc_exact<F>::value && F::block_tiles > 0) {
+            float s[2];
+            F::scale(r, j / F::block_tiles, s);
+            const u32 pair[2] = { bf2_splat(__float_as_uint(s[0]) >> 16),
+                                  bf2_splat(__float_as_uint(s[1]) >> 16) };
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                a[i] = bf2_fma(a[i], pair[i & 1], bf2_neg_zero);
+        } else if constexpr (wtc_rounded<F>::value) {
+            float s[2], zero[2] = { 0.0f, 0.0f }, m[2] = { 0.0f, 0.0f };
+            F::scale(r, j / F::block_tiles, s);
+            if constexpr (F::has_offset)
+                zero[0] = -F::offset * s[0], zero[1] = -F::offset * s[1];
+            if constexpr (F::has_min)
+                F::minimum(r, j / F::block_tiles, m);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float lo = fmaf(bf2_low(a[i]), s[i & 1], zero[i & 1]);
+                float hi = fmaf(bf2_high(a[i]), s[i & 1], zero[i & 1]);
+                if constexpr (F::has_min)
+                    lo -= m[i & 1], hi -= m[i & 1];
+                a[i] = bf2_round(lo, hi);
+            }
+        }
+    }
 };
 
 #define KILN_WTC_ACC8(d, i)                                                                       \
@@ -204,22 +269,42 @@ __device__ __forceinline__ void wtc_bulk(u32 dst, const void *src, u32 bytes, u3
                  : "memory");
 }
 
-// A stage's A fragments: four k-tiles of a warp's row tile.
+__device__ __forceinline__ const u8 *wtc_generic(u32 smem)
+{
+    return reinterpret_cast<const u8 *>(__cvta_shared_to_generic(smem));
+}
+
+// A stage's A fragments: four k-tiles of a warp's row tile. A lane reads
+// its pieces of the atom, the 8 bytes an atom holds for it past them
+// (Q6_K's high bits), its lane group's scale record and super-record.
 template <class F, class Tile>
-__device__ __forceinline__ void wtc_decode_stage(u32 smem_w, u32 smem_rec, int tile, int lane,
-                                                 u32 (&a)[4][4])
+__device__ __forceinline__ void wtc_decode_stage(u32 smem_w, u32 smem_rec, u32 smem_sup, int tile,
+                                                 int lane, u32 (&a)[4][4])
 {
     typename F::raw r;
-    const u8 *w = reinterpret_cast<const u8 *>(
-        __cvta_shared_to_generic(smem_w + tile * F::atom_bytes + 16 * lane));
+    const u8 *w = wtc_generic(smem_w + tile * F::atom_bytes);
 #pragma unroll
     for (int p = 0; p < F::pieces; p++)
-        r.q[p] = *reinterpret_cast<const uint4 *>(w + 512 * p);
+        r.q[p] = *reinterpret_cast<const uint4 *>(w + 512 * p + 16 * lane);
+    if constexpr (F::atom_bytes > 512 * F::pieces) {
+        static_assert(F::atom_bytes == 512 * F::pieces + 256, "8 bytes a lane past the pieces");
+        const uint2 h = *reinterpret_cast<const uint2 *>(w + 512 * F::pieces + 8 * lane);
+        r.qh[0] = h.x, r.qh[1] = h.y;
+    }
     if constexpr (F::record > 0)
-        F::fetch(nullptr, nullptr,
-                 reinterpret_cast<const u8 *>(__cvta_shared_to_generic(
-                     smem_rec + tile * 8 * F::record + lane / 4 * F::record)),
-                 r);
+        read_record<F::record>(
+            wtc_generic(smem_rec + tile * 8 * F::record + lane / 4 * F::record), r);
+    if constexpr (F::super_record > 0) {
+        const u8 *sup =
+            wtc_generic(smem_sup + tile * 8 * F::super_record + lane / 4 * F::super_record);
+        if constexpr (F::super_record == 8) {
+            const uint2 v = *reinterpret_cast<const uint2 *>(sup);
+            r.sup[0] = v.x, r.sup[1] = v.y;
+        } else {
+            static_assert(F::super_record == 4, "a super-record of 4 or 8 bytes");
+            r.sup[0] = *reinterpret_cast<const u32 *>(sup);
+        }
+    }
 #pragma unroll
     for (int j = 0; j < 4; j++)
         wtc_decode<F>::run(r, j, a[j]);
@@ -240,9 +325,9 @@ __device__ __forceinline__ void wtc_mma_stage(float (&acc)[BT / 2], const u32 (&
 template <class F, class Tile, class Epilogue, int N, int K>
 __device__ void wtc_gemm(const kiln_linear_args &args, const tma_map &tx)
 {
-    static_assert(wtc_exact<F>::value, "a format whose A fragment is exact in BF16");
-    static_assert(F::units == 0 && F::super_record == 0, "an atom's pieces and record alone");
+    static_assert(!F::two_terms, "an A fragment of one term");
     static_assert(K % 64 == 0, "K is whole atoms");
+    static_assert(F::super_record == 0 || K % 256 == 0, "K is whole super-blocks");
     constexpr int steps = K / 64;
     constexpr int BT = Tile::bt;
     constexpr int col_tiles = (N + Tile::bw - 1) / Tile::bw;
@@ -270,6 +355,8 @@ __device__ void wtc_gemm(const kiln_linear_args &args, const tma_map &tx)
             return;
         const u8 *w = static_cast<const u8 *>(args.w);
         const u8 *rec = static_cast<const u8 *>(args.w_scale);
+        // The super-records follow every atom's records (records_of).
+        const u8 *sup = rec + (i64)n_tiles16 * steps * (8 * F::record);
         int stage = 0;
         u32 phase = 0;
         for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
@@ -281,7 +368,8 @@ __device__ void wtc_gemm(const kiln_linear_args &args, const tma_map &tx)
             for (int s = 0; s < steps; s++) {
                 const u32 full = full_at + 8 * stage;
                 tma_bar_wait(empty_at + 8 * stage, phase ^ 1);
-                tma_bar_expect(full, Tile::x_bytes + live * (F::atom_bytes + 8 * F::record));
+                tma_bar_expect(full, Tile::x_bytes + live * (F::atom_bytes + 8 * F::record +
+                                                              8 * F::super_record));
                 tma_load(base + Tile::x_at + stage * Tile::x_bytes, tx, full, s * 64, tt * BT);
                 for (int i = 0; i < live; i++) {
                     const i64 atom = (i64)(tile0 + i) * steps + s;
@@ -290,6 +378,12 @@ __device__ void wtc_gemm(const kiln_linear_args &args, const tma_map &tx)
                     if constexpr (F::record > 0)
                         wtc_bulk(base + Tile::rec_at + stage * Tile::rec_bytes + i * 8 * F::record,
                                  rec + atom * 8 * F::record, 8 * F::record, full);
+                    if constexpr (F::super_record > 0)
+                        wtc_bulk(base + Tile::sup_at + stage * Tile::sup_bytes +
+                                     i * 8 * F::super_record,
+                                 sup + ((i64)(tile0 + i) * (steps / 4) + s / 4) *
+                                           (8 * F::super_record),
+                                 8 * F::super_record, full);
                 }
                 if (++stage == Tile::stages) {
                     stage = 0;
@@ -324,8 +418,9 @@ __device__ void wtc_gemm(const kiln_linear_args &args, const tma_map &tx)
         for (int s = 0; s < steps; s++) {
             tma_bar_wait(full_at + 8 * stage, phase);
             wtc_decode_stage<F, Tile>(base + Tile::w_at + stage * Tile::w_bytes,
-                                      base + Tile::rec_at + stage * Tile::rec_bytes, tile_in, lane,
-                                      a);
+                                      base + Tile::rec_at + stage * Tile::rec_bytes,
+                                      base + Tile::sup_at + stage * Tile::sup_bytes, tile_in,
+                                      lane, a);
             tma_pin(acc);
             wtc_mma_stage<BT>(acc, a, base + Tile::x_at + stage * Tile::x_bytes);
             asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");

@@ -66,14 +66,21 @@ static size_t packed_of(kiln_format f, int64_t n, int64_t k)
     return d + s;
 }
 
-/* Decode buckets read the packed copy, prefill buckets (wgmma) the storage
- * one: both are held. */
+/* Decode buckets read the packed copy, prefill buckets (FP8 on wgmma) the
+ * storage one: both are held. Q4_0's prefill (wgmma_tc) reads the packed
+ * copy alone. */
 Test(plan_weights, decode_and_prefill_hold_both_layouts)
 {
-    kiln_graph *g = linears(KILN_FMT_Q4_0, 200, 768, 1);
+    kiln_graph *g = linears(KILN_FMT_FP8_CHANNEL, 200, 768, 1);
     size_t storage, packed;
     weight_bytes(g, "sm_90a", 0, &storage, &packed);
-    cr_assert_eq(storage, storage_of(KILN_FMT_Q4_0, 200, 768));
+    cr_assert_eq(storage, storage_of(KILN_FMT_FP8_CHANNEL, 200, 768));
+    cr_assert_eq(packed, packed_of(KILN_FMT_FP8_CHANNEL, 200, 768));
+    kiln_graph_destroy(g);
+
+    g = linears(KILN_FMT_Q4_0, 200, 768, 1);
+    weight_bytes(g, "sm_90a", 0, &storage, &packed);
+    cr_assert_eq(storage, 0);
     cr_assert_eq(packed, packed_of(KILN_FMT_Q4_0, 200, 768));
     kiln_graph_destroy(g);
 }
@@ -113,16 +120,22 @@ Test(plan_weights, no_packing_where_the_tensor_core_kernel_does_not_run)
     kiln_graph_destroy(g);
 }
 
-/* Three linears reading one weight hold it once per layout: Q4_K in both
+/* Three linears reading one weight hold it once per layout: FP8 in both
  * (gemv_tc's packed layout for decode, the storage layout for wgmma's
- * prefill), NVFP4 packed alone (wgmma_tc's prefill reads the packed
- * layout too). */
+ * prefill), Q4_K and NVFP4 packed alone (wgmma_tc's prefill reads the
+ * packed layout too). */
 Test(plan_weights, a_shared_weight_counts_once)
 {
     size_t storage, packed;
-    kiln_graph *g = linears(KILN_FMT_Q4_K, 128, 256, 3);
+    kiln_graph *g = linears(KILN_FMT_FP8_TENSOR, 128, 256, 3);
     weight_bytes(g, "sm_90a", 0, &storage, &packed);
-    cr_assert_eq(storage, storage_of(KILN_FMT_Q4_K, 128, 256));
+    cr_assert_eq(storage, storage_of(KILN_FMT_FP8_TENSOR, 128, 256));
+    cr_assert_eq(packed, packed_of(KILN_FMT_FP8_TENSOR, 128, 256));
+    kiln_graph_destroy(g);
+
+    g = linears(KILN_FMT_Q4_K, 128, 256, 3);
+    weight_bytes(g, "sm_90a", 0, &storage, &packed);
+    cr_assert_eq(storage, 0);
     cr_assert_eq(packed, packed_of(KILN_FMT_Q4_K, 128, 256));
     kiln_graph_destroy(g);
 

@@ -480,12 +480,15 @@ static void ffn_free(ffn *f)
     free(f->scale);
 }
 
-/* Past the decode buckets on sm_90a: wgmma_tc for the 4-bit formats it
- * decodes exactly from the packed layout, wgmma for the others. */
+/* Past the decode buckets on sm_90a: wgmma_tc for the formats it decodes
+ * from the packed layout in one BF16 term, wgmma for the others. */
 static const char *prefill_backend(kiln_format f)
 {
-    return f == KILN_FMT_NVFP4 || f == KILN_FMT_MXFP4 || f == KILN_FMT_GGML_MXFP4 ? "wgmma_tc"
-                                                                               : "wgmma";
+    return f == KILN_FMT_NVFP4 || f == KILN_FMT_MXFP4 || f == KILN_FMT_GGML_MXFP4 ||
+                   f == KILN_FMT_Q8_0 || f == KILN_FMT_Q4_0 || f == KILN_FMT_Q4_K ||
+                   f == KILN_FMT_Q6_K
+               ? "wgmma_tc"
+               : "wgmma";
 }
 
 /* On sm_90a every linear whose K allows it runs on its prefill backend past
@@ -536,8 +539,8 @@ Test(wgmma, default_plan_for_sm_90a_takes_wgmma)
             if (!strcmp(pl.node, "down"))
                 cr_assert_str_eq(pl.epilogue, "residual");
         }
-    cr_assert_geq(wgmma, 2 * 5, "gate and down in the five buckets past 16 at least");
-    cr_assert_eq(tc, 5, "up (NVFP4) in the five buckets past 16");
+    cr_assert_geq(wgmma, 5, "down (FP8 block) in the five buckets past 16 at least");
+    cr_assert_eq(tc, 2 * 5, "gate (Q4_K) and up (NVFP4) in the five buckets past 16");
     for (int i = 0; i < kiln_plan_n_signatures(p); i++) {
         kiln_kernel_source s;
         cr_assert_eq(kiln_emit_text(kiln_registry_default(), kiln_plan_signature(p, i), &s),
@@ -575,7 +578,7 @@ Test(wgmma, default_plan_elsewhere_records_why_not)
 }
 
 /* The demo as a user plans it: on sm_90a every bucket past 16 is wgmma's
- * or, for the 4-bit formats, wgmma_tc's,
+ * or, for the formats of the packed layout's prefill, wgmma_tc's,
  * on sm_80 none is, and each simt choice says why. */
 Test(wgmma, demo_plans_by_target)
 {
@@ -612,7 +615,7 @@ Test(wgmma, demo_plans_by_target)
         }
     }
     cr_assert_eq(past16, 18 * 5, "18 linears x buckets 32, 64, 128, 256, 512");
-    cr_assert_gt(tc, 0, "the demo has a linear in a 4-bit format wgmma_tc takes");
+    cr_assert_gt(tc, 0, "the demo has a linear in a format wgmma_tc takes");
     kt_cli_free(&r);
 
     r = kt_cli_run("plan demo --target sm_80");

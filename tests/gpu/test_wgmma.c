@@ -246,7 +246,8 @@ static kiln_session *wgmma_tc_session(kiln_graph *g, const int64_t *sizes, int n
 /* The register-operand kernel on the packed layout, every format it takes,
  * each of its tiles (the shapes pick them on 132 SMs): partial row tiles
  * of the packed layout (N = 200, 1001, 4232), partial column and token
- * tiles, K of one atom to twelve; and one weight copy on the device. */
+ * tiles, K of one atom to twelve (Q4_K and Q6_K: whole super-blocks of
+ * four atoms, one to three); and one weight copy on the device. */
 Test(gpu_wgmma, wgmma_tc_matches_the_cpu, .timeout = 1200)
 {
     need_hopper();
@@ -255,7 +256,8 @@ Test(gpu_wgmma, wgmma_tc_matches_the_cpu, .timeout = 1200)
     cr_assert_eq(kiln_target_live(0, &live), KILN_OK, "%s", kiln_last_error());
     kt_rng r = kt_rng_new(24);
     static const kiln_format fs[] = { KILN_FMT_BF16, KILN_FMT_NVFP4, KILN_FMT_MXFP4,
-                                      KILN_FMT_GGML_MXFP4 };
+                                      KILN_FMT_GGML_MXFP4, KILN_FMT_Q8_0, KILN_FMT_Q4_0,
+                                      KILN_FMT_Q4_K, KILN_FMT_Q6_K };
     static const struct {
         int64_t n, k;
         int64_t capture[2];
@@ -269,8 +271,10 @@ Test(gpu_wgmma, wgmma_tc_matches_the_cpu, .timeout = 1200)
     };
     for (size_t f = 0; f < KILN_ARRAY_LEN(fs); f++)
         for (size_t c = 0; c < KILN_ARRAY_LEN(cases); c++) {
+            const int64_t block = kiln_format_get(fs[f])->block;
+            const int64_t k = (cases[c].k + block - 1) / block * block;
             kt_weight w;
-            kt_weight_make(&w, &r, fs[f], cases[c].n, cases[c].k);
+            kt_weight_make(&w, &r, fs[f], cases[c].n, k);
             kiln_graph *g = kt_linear_graph(&w);
             kiln_session *s = wgmma_tc_session(g, cases[c].capture, 2);
             const kiln_plan *p = kt_session_plan(s);
@@ -282,7 +286,7 @@ Test(gpu_wgmma, wgmma_tc_matches_the_cpu, .timeout = 1200)
             cr_assert(storage == 0 && packed > 0, "one packed copy: %zu + %zu", storage, packed);
             char what[64];
             snprintf(what, sizeof what, "%s %lldx%lld", kiln_format_get(fs[f])->name,
-                     (long long)cases[c].n, (long long)cases[c].k);
+                     (long long)cases[c].n, (long long)k);
             double worst = 0;
             for (size_t i = 0; i < KILN_ARRAY_LEN(cases[c].tokens); i++)
                 worst = fmax(worst, kt_check_session(s, g, cases[c].tokens[i], &r, what, NULL));
@@ -301,7 +305,8 @@ Test(gpu_wgmma, wgmma_tc_ffn_matches_the_cpu, .timeout = 1200)
     fresh_cache();
     kt_rng r = kt_rng_new(25);
     static const kiln_format fs[] = { KILN_FMT_BF16, KILN_FMT_NVFP4, KILN_FMT_MXFP4,
-                                      KILN_FMT_GGML_MXFP4 };
+                                      KILN_FMT_GGML_MXFP4, KILN_FMT_Q8_0, KILN_FMT_Q4_0,
+                                      KILN_FMT_Q4_K, KILN_FMT_Q6_K };
     float norm[512];
     kt_fill_normal(&r, norm, 512, 0.2f);
     for (int i = 0; i < 512; i++)

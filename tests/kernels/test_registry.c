@@ -35,8 +35,9 @@ Test(registry, every_priority_name_is_a_registered_backend_for_the_format)
 }
 
 /* Each format's list: gemv_tc first where it has a kernel for the format
- * (every format up to GGML MXFP4 but F32), then wgmma_tc for the 4-bit
- * formats it decodes exactly, then gemv where it has a kernel (every
+ * (every format up to GGML MXFP4 but F32), then wgmma_tc for the formats
+ * it decodes (the 4-bit ones exactly, the integer GGML ones rounded to
+ * BF16), then gemv where it has a kernel (every
  * format up to GGML MXFP4), then wgmma (and wgmma_tc for BF16) and simt.
  * A backend that claims a format is in its list. */
 Test(registry, each_format_lists_the_decode_backends_first)
@@ -49,10 +50,12 @@ Test(registry, each_format_lists_the_decode_backends_first)
         const int decode = f <= KILN_FMT_GGML_MXFP4;
         /* The integer groups: simt alone takes a group size. */
         const int int_group = kiln_format_get((kiln_format)f)->grouped;
-        const int tc4 = f == KILN_FMT_NVFP4 || f == KILN_FMT_MXFP4 || f == KILN_FMT_GGML_MXFP4;
+        const int one_copy = f == KILN_FMT_NVFP4 || f == KILN_FMT_MXFP4 ||
+                             f == KILN_FMT_GGML_MXFP4 || f == KILN_FMT_Q8_0 ||
+                             f == KILN_FMT_Q4_0 || f == KILN_FMT_Q4_K || f == KILN_FMT_Q6_K;
         if (decode && f != KILN_FMT_F32)
             want[n++] = "gemv_tc";
-        if (tc4)
+        if (one_copy)
             want[n++] = "wgmma_tc";
         if (decode)
             want[n++] = "gemv";

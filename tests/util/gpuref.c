@@ -47,25 +47,31 @@ static int has_offset(kiln_format f)
 
 static float bf16(float v) { return kiln_bf16_to_f32(kiln_f32_to_bf16(v)); }
 
+/* The integer GGML formats, whose weights BF16 does not hold exactly. */
+#define KT_INT_GGML                                                                               \
+    (1u << KILN_FMT_Q8_0 | 1u << KILN_FMT_Q4_0 | 1u << KILN_FMT_Q4_K | 1u << KILN_FMT_Q6_K)
+
 /* How each backend reads a weight: the CPU dequantizer's f32 value exactly,
- * or that value rounded to BF16 (to nearest even). A backend without a row
- * has no stated contract, and its kernels cannot be checked. */
+ * or, for the formats in weight_bf16, that value rounded to BF16 (to
+ * nearest even). A backend without a row has no stated contract, and its
+ * kernels cannot be checked. */
 static const struct {
     const char *backend;
-    int weight_bf16;
+    unsigned weight_bf16;
 } contracts[] = {
     { "gemv", 0 },    /* f32 FMA on the dequantized value */
     { "gemv_tc", 0 }, /* tensor cores on exact BF16 terms of the value, f32 sums */
     { "simt", 0 },    /* f32 FMA on the dequantized value */
-    { "wgmma", 1 },   /* dequantized to f32, packed as BF16 for the tensor cores */
-    { "wgmma_tc", 0 }, /* exact BF16 values of the packed layout, f32 sums */
+    { "wgmma", ~0u }, /* dequantized to f32, packed as BF16 for the tensor cores */
+    /* the packed layout's values in BF16, exact or rounded once, f32 sums */
+    { "wgmma_tc", KT_INT_GGML },
 };
 
-static int weight_bf16(const char *backend)
+static int weight_bf16(const char *backend, kiln_format f)
 {
     for (size_t i = 0; i < sizeof contracts / sizeof contracts[0]; i++)
         if (!strcmp(contracts[i].backend, backend))
-            return contracts[i].weight_bf16;
+            return !!(contracts[i].weight_bf16 & (1u << f));
     cr_assert_fail("backend %s has no numeric contract in tests/util/gpuref.c", backend);
     return 0;
 }
@@ -377,7 +383,8 @@ kt_ref kt_ref_eval(kiln_graph *g, const kiln_plan *p, int64_t m, const float *x)
                 a = &quantized;
             }
             acts[t->id] = ref_linear(a, &t->src[1]->weight, t->src[2] ? t->src[2]->param : NULL,
-                                     p && weight_bf16(l.backend), fp8_group(&l));
+                                     p && weight_bf16(l.backend, t->src[1]->weight.format),
+                                     fp8_group(&l));
             kt_ref_free(&quantized);
             break;
         }
