@@ -16,8 +16,7 @@
 
 enum {
     WTC_THREADS = 384,             /* a producer and two consumer warpgroups */
-    WTC_ROWS = 128,                /* rows of W a block: 64 a consumer */
-    WTC_STAGE_BUDGET = 200 * 1024, /* the ring's bytes: room for the barriers, and L1 */
+    WTC_STAGE_BUDGET = 200 * 1024, /* the ring's bytes and the sums': room for the barriers, L1 */
     WTC_MAX_STAGES = 8,
 };
 
@@ -25,21 +24,32 @@ typedef struct wtc_tile {
     const char *name;
     int64_t max_m; /* unused: the tile is chosen by wtc_choose */
     int bt;        /* tokens a tile: the MMA's N */
+    int split;     /* 1: 128 rows a block, a consumer's 64 each; 2: 64, K split between them */
     double speed;  /* tensor-core throughput of a full tile, relative to the best */
 } wtc_tile;
 
 /* The tiles, each one's reason in a line. Decoding a stage's weights costs
  * the same whatever the tile's tokens, so the narrower tiles are slower
  * per token; their speeds are measured on the H200 (kiln-bench gemm,
- * 28672x4096 and 4096x14336, NVFP4 and MXFP4: time per tile per token). */
+ * 28672x4096 and 4096x14336, NVFP4 and MXFP4: time per tile per token).
+ * A split tile does half a 128-row tile's work in a little more than half
+ * its time (WTC_SPLIT_COST: the sums' hand-over, x read for 64 rows). */
 static const wtc_tile wtc_tiles[] = {
     /* the most outputs a decoded weight feeds: large M */
-    { "bt256", 0, 256, 1.0 },
+    { "bt256", 0, 256, 1, 1.0 },
     /* half the tokens: twice the tiles where M is short */
-    { "bt128", 0, 128, 0.6 },
+    { "bt128", 0, 128, 1, 0.6 },
     /* the most tiles: small buckets waste fewer token columns */
-    { "bt64", 0, 64, 0.35 },
+    { "bt64", 0, 64, 1, 0.35 },
+    /* the same, twice the blocks again where N is short (a down projection) */
+    { "bt256s2", 0, 256, 2, 1.0 },
+    { "bt128s2", 0, 128, 2, 0.6 },
+    { "bt64s2", 0, 64, 2, 0.35 },
 };
+
+#define WTC_SPLIT_COST 1.18 /* a split tile's time over half a 128-row tile's */
+
+static int wtc_rows(const wtc_tile *tile) { return 128 / tile->split; }
 
 static const kiln_variant_table wtc_table = KILN_VARIANT_TABLE(wtc_tile, wtc_tiles);
 
@@ -56,25 +66,32 @@ static int wtc_format(kiln_format f)
     return (unsigned)f < KILN_FMT_COUNT && (WTC_FORMATS & (1u << f));
 }
 
-/* A stage: BT rows of 128 bytes of x, the block's eight row tiles' atoms,
- * scale records and super-records (wtc_tile in the template). */
+/* A stage: BT rows of 128 bytes of x, the block's row tiles' atoms, scale
+ * records and super-records (wtc_tile in the template). */
 static unsigned wtc_stage_bytes(const wtc_tile *tile, kiln_format f)
 {
     const kiln_gemv_tc_format *p = kiln_gemv_tc_format_get(f);
     return (unsigned)(tile->bt * 128 +
-                      WTC_ROWS / 16 * (p->bytes + 8 * p->record + 8 * p->super));
+                      wtc_rows(tile) / 16 * (p->bytes + 8 * p->record + 8 * p->super));
+}
+
+/* The second consumer's sums of a split tile: BT / 2 floats a thread. */
+static unsigned wtc_red_bytes(const wtc_tile *tile)
+{
+    return tile->split == 2 ? 128u * (unsigned)(tile->bt / 2) * 4u : 0;
 }
 
 static int wtc_stages(const wtc_tile *tile, kiln_format f)
 {
-    int stages = (int)(WTC_STAGE_BUDGET / wtc_stage_bytes(tile, f));
+    int stages = (int)((WTC_STAGE_BUDGET - wtc_red_bytes(tile)) / wtc_stage_bytes(tile, f));
     return stages > WTC_MAX_STAGES ? WTC_MAX_STAGES : stages;
 }
 
 static unsigned wtc_smem_bytes(const wtc_tile *tile, kiln_format f)
 {
     int stages = wtc_stages(tile, f);
-    return 1024 + (unsigned)stages * wtc_stage_bytes(tile, f) + 2 * (unsigned)stages * 8;
+    return 1024 + (unsigned)stages * wtc_stage_bytes(tile, f) + wtc_red_bytes(tile) +
+           2 * (unsigned)stages * 8;
 }
 
 static int64_t wtc_sms(const kiln_target *t)
@@ -91,8 +108,10 @@ static const wtc_tile *wtc_choose(const kiln_target *t, int64_t m, int64_t n)
     double best_time = 0;
     for (size_t i = 0; i < KILN_ARRAY_LEN(wtc_tiles); i++) {
         const wtc_tile *tile = &wtc_tiles[i];
-        int64_t count = kiln_ceil_div(m, tile->bt) * kiln_ceil_div(n, WTC_ROWS);
+        int64_t count = kiln_ceil_div(m, tile->bt) * kiln_ceil_div(n, wtc_rows(tile));
         double time = (double)kiln_ceil_div(count, sms) * tile->bt / tile->speed;
+        if (tile->split == 2)
+            time *= 0.5 * WTC_SPLIT_COST;
         if (!best || time < best_time) {
             best = tile;
             best_time = time;
@@ -127,7 +146,7 @@ static int wtc_is_supported(const kiln_target *t, char *why, size_t size)
  * stay below 2^31. */
 static int wtc_too_many_tiles(int64_t m, int64_t n)
 {
-    return kiln_ceil_div(m, 64) > INT_MAX / kiln_ceil_div(n, WTC_ROWS);
+    return kiln_ceil_div(m, 64) > INT_MAX / kiln_ceil_div(n, 64);
 }
 
 /* Why c cannot be built, or 0 when it can: the packed layout's limits
@@ -168,7 +187,9 @@ static kiln_status wtc_check(const kiln_target *t, const kiln_linear_kernel *k,
         return kiln_fail(KILN_ERR_UNSUPPORTED, "wgmma_tc: format %d is not a kiln_format",
                          (int)k->cfg.format);
     if (!(*out = kiln_variant_named(&wtc_table, k->variant)))
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "wgmma_tc: no variant \"%s\" (bt256, bt128, bt64)",
+        return kiln_fail(KILN_ERR_UNSUPPORTED,
+                         "wgmma_tc: no variant \"%s\" (bt256, bt128, bt64, bt256s2, bt128s2, "
+                         "bt64s2)",
                          k->variant);
     if (!wtc_is_supported(t, why, sizeof why))
         return kiln_fail(KILN_ERR_UNSUPPORTED, "wgmma_tc: %s", why);
@@ -193,7 +214,7 @@ static kiln_status wtc_emit(const kiln_target *t, const kiln_linear_kernel *k, c
         "#include \"kiln/wgmma_tc.cuh\"\n"
         "\n"
         "using format = kiln::tc_%s;\n"
-        "using tile = kiln::wtc_tile<format, /*bt*/ %d, /*stages*/ %d>;\n"
+        "using tile = kiln::wtc_tile<format, /*bt*/ %d, /*stages*/ %d, /*split*/ %d>;\n"
         "using epilogue = kiln::epilogue<%s>;\n"
         "static_assert(tile::smem_bytes == %u, \"the launch's dynamic shared memory\");\n"
         "\n"
@@ -203,6 +224,7 @@ static kiln_status wtc_emit(const kiln_target *t, const kiln_linear_kernel *k, c
         "    kiln::wtc_gemm<format, tile, epilogue, /*n*/ %lld, /*k*/ %lld>(args, x);\n"
         "}\n",
         kiln_format_get(k->cfg.format)->name, tile->bt, wtc_stages(tile, k->cfg.format),
+        tile->split,
         kiln_epilogue_template_args(k->cfg.epilogue, epi_args, sizeof epi_args),
         wtc_smem_bytes(tile, k->cfg.format), entry, (long long)k->cfg.n, (long long)k->cfg.k);
 }
@@ -218,8 +240,8 @@ static kiln_status wtc_launch(const kiln_target *t, const kiln_linear_kernel *k,
         return kiln_fail(KILN_ERR_SHAPE, "wgmma_tc %s: cannot launch for M = %lld x N = %lld",
                          k->variant, (long long)m, (long long)k->cfg.n);
     *out = (kiln_launch){
-        .grid = { (unsigned)(kiln_ceil_div(m, tile->bt) * kiln_ceil_div(k->cfg.n, WTC_ROWS)), 1,
-                  1 },
+        .grid = { (unsigned)(kiln_ceil_div(m, tile->bt) * kiln_ceil_div(k->cfg.n, wtc_rows(tile))),
+                  1, 1 },
         .block = { WTC_THREADS, 1, 1 },
         .smem = wtc_smem_bytes(tile, k->cfg.format),
         .persistent = 1,

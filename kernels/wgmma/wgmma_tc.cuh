@@ -4,7 +4,8 @@
 // device copy the decode kernel reads too.
 //
 // Roles. The rows of W are the MMA's M (64 a consumer warpgroup, 128 a
-// block), the tokens its N (BT a tile), K its K. A warp of a consumer
+// block, or 64 where the two consumers split K: wtc_tile), the tokens its
+// N (BT a tile), K its K. A warp of a consumer
 // owns one 16-row tile of the packed layout: lane l's 16-byte piece of
 // an atom is, k-tile by k-tile, the A fragment of an m16n8k16 MMA, which
 // is also what wgmma takes from a warp's registers for its 16 rows. The
@@ -32,7 +33,9 @@
 // before it decodes the next (wgmma reads A registers asynchronously, and
 // ptxas serializes MMAs whose registers are written while one is in
 // flight); the two consumers' warps share the SM's quarters, so one's
-// MMAs run while the other decodes.
+// MMAs run while the other decodes. Where the consumers split K, each
+// takes every other stage, and the second's sums join the first's in
+// shared memory before the epilogue.
 //
 // Persistent tiles, walked as kiln/tma.cuh walks them: GROUP token tiles
 // down a column of weight tiles, so that the blocks running together
@@ -55,11 +58,17 @@
 namespace kiln {
 
 // A stage is one atom of K (64 values): BT rows of x (128 bytes each),
-// the block's eight row tiles' atoms and their scale records.
-template <class F, int BT, int Stages>
+// the block's row tiles' atoms and their scale records. Split 1: the two
+// consumers own 64 rows each of a block's 128 and read every stage.
+// Split 2: they share a block's 64 rows and take alternate stages, and
+// the second hands its sums to the first through shared memory at the
+// end of a tile: twice the blocks where 128-row blocks leave SMs idle.
+template <class F, int BT, int Stages, int Split>
 struct wtc_tile {
     static_assert(BT == 64 || BT == 128 || BT == 256, "wgmma has n64, n128 and n256 here");
-    static constexpr int bt = BT, bw = 128, stages = Stages, consumers = 2;
+    static_assert(Split == 1 || Split == 2, "K split between the two consumers or not");
+    static constexpr int bt = BT, bw = 128 / Split, stages = Stages, consumers = 2;
+    static constexpr int split = Split, readers = consumers / Split; // consumers a stage
     static constexpr int threads = 128 * (consumers + 1);
     static constexpr int row_tiles = bw / 16;
     static constexpr int x_bytes = BT * 128;
@@ -68,14 +77,17 @@ struct wtc_tile {
     static constexpr int sup_bytes = row_tiles * 8 * F::super_record;
     static_assert(F::atom_bytes % 16 == 0 && rec_bytes % 16 == 0 && sup_bytes % 16 == 0,
                   "bulk copies of 16 bytes");
+    // The second consumer's sums of a tile (Split 2): BT / 2 a thread.
+    static constexpr int red_bytes = Split == 2 ? 128 * (BT / 2) * 4 : 0;
     // x tiles first (1024-aligned for the swizzle), then the atoms, the
-    // records, the super-records, the full and empty barriers; 1024 bytes
-    // of slack to align.
+    // records, the super-records, the sums, the full and empty barriers;
+    // 1024 bytes of slack to align.
     static constexpr int x_at = 0;
     static constexpr int w_at = stages * x_bytes;
     static constexpr int rec_at = w_at + stages * w_bytes;
     static constexpr int sup_at = rec_at + stages * rec_bytes;
-    static constexpr int bar_at = sup_at + stages * sup_bytes;
+    static constexpr int red_at = sup_at + stages * sup_bytes;
+    static constexpr int bar_at = red_at + red_bytes;
     static constexpr int smem_bytes = 1024 + bar_at + 2 * stages * 8;
     static constexpr int group = 8;
 };
@@ -345,8 +357,8 @@ __device__ void wtc_gemm(const kiln_linear_args &args, const tma_map &tx)
     const int tiles = token_tiles * col_tiles;
 
     // Every consumer lane reads its atoms and records with loads of its
-    // own, so every lane releases the stage.
-    tma_ring_init<Tile::stages, Tile::consumers, 32>(full_at, empty_at);
+    // own, so every lane of each consumer reading a stage releases it.
+    tma_ring_init<Tile::stages, Tile::readers, 32>(full_at, empty_at);
 
     if (warpgroup == 0) {
         if constexpr (BT == 256)
@@ -398,7 +410,10 @@ __device__ void wtc_gemm(const kiln_linear_args &args, const tma_map &tx)
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     const int c = warpgroup - 1;
     const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
-    const int tile_in = 4 * c + warp; // this warp's row tile in the block
+    const int tile_in = Tile::split == 1 ? 4 * c + warp : warp; // this warp's row tile
+    float *const red = reinterpret_cast<float *>(__cvta_shared_to_generic(base + Tile::red_at));
+    bool first = true; // Split 2: the second consumer's first tile
+    (void)red, (void)first;
     int stage = 0;
     u32 phase = 0;
     float acc[BT / 2];
@@ -414,8 +429,16 @@ __device__ void wtc_gemm(const kiln_linear_args &args, const tma_map &tx)
         // serializes MMAs whose register operands are written while any
         // MMA is in flight. The other consumer's MMAs keep the tensor
         // cores busy meanwhile (its warps share the SM's quarters).
+        // Split 2: consumer c takes the stages s of s % 2 == c.
 #pragma unroll 1
         for (int s = 0; s < steps; s++) {
+            if (Tile::split == 2 && (s & 1) != c) {
+                if (++stage == Tile::stages) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+                continue;
+            }
             tma_bar_wait(full_at + 8 * stage, phase);
             wtc_decode_stage<F, Tile>(base + Tile::w_at + stage * Tile::w_bytes,
                                       base + Tile::rec_at + stage * Tile::rec_bytes,
@@ -430,6 +453,30 @@ __device__ void wtc_gemm(const kiln_linear_args &args, const tma_map &tx)
                 stage = 0;
                 phase ^= 1;
             }
+        }
+
+        // Split 2: the second consumer's sums to the first, thread for
+        // thread, through `red`. Named barrier 1: written; 2: read, the
+        // buffer free for the next tile's (the first consumer arrives
+        // only where there is one, so that no arrival is left over).
+        if constexpr (Tile::split == 2) {
+            const int tid = threadIdx.x % 128;
+            if (c == 1) {
+                if (!first)
+                    asm volatile("bar.sync 2, 256;" ::: "memory");
+                first = false;
+#pragma unroll
+                for (int i = 0; i < BT / 2; i++)
+                    red[i * 128 + tid] = acc[i];
+                asm volatile("bar.arrive 1, 256;" ::: "memory");
+                continue;
+            }
+            asm volatile("bar.sync 1, 256;" ::: "memory");
+#pragma unroll
+            for (int i = 0; i < BT / 2; i++)
+                acc[i] += red[i * 128 + tid];
+            if (t + (int)gridDim.x < tiles)
+                asm volatile("bar.arrive 2, 256;" ::: "memory");
         }
 
         // Accumulator i: row (output) g + 8·((i >> 1) & 1) of the warp's

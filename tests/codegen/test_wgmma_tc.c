@@ -33,7 +33,7 @@ static kiln_target target(const char *name)
 static const kiln_format formats[] = { KILN_FMT_BF16, KILN_FMT_NVFP4, KILN_FMT_MXFP4,
                                        KILN_FMT_GGML_MXFP4, KILN_FMT_Q8_0, KILN_FMT_Q4_0,
                                        KILN_FMT_Q4_K, KILN_FMT_Q6_K };
-static const char *const tiles[] = { "bt256", "bt128", "bt64" };
+static const char *const tiles[] = { "bt256", "bt128", "bt64", "bt256s2", "bt128s2", "bt64s2" };
 
 static int taken(kiln_format f)
 {
@@ -82,7 +82,8 @@ Test(wgmma_tc, refuses_shapes_the_packed_layout_does_not_hold)
 }
 
 /* The widest tile where the tiles fill the SMs in whole waves; a narrower
- * one where the wider leave most SMs idle. */
+ * one where the wider leave most SMs idle, and one of 64 rows with K split
+ * between the consumers where 128-row blocks leave them idle too. */
 Test(wgmma_tc, tiles_follow_the_bucket)
 {
     kiln_target h = target("h100"); /* 132 SMs */
@@ -91,18 +92,20 @@ Test(wgmma_tc, tiles_follow_the_bucket)
     wtc->variant(&h, &c, 8192, v, sizeof v);
     cr_assert_str_eq(v, "bt256"); /* 32 x 32 tiles: 8 waves of 256 */
     wtc->variant(&h, &c, 64, v, sizeof v);
-    cr_assert_str_eq(v, "bt64"); /* one row of 32 tiles either way */
+    cr_assert_str_eq(v, "bt64s2"); /* 64 blocks of 64 rows against 32 of 128 */
     wtc->variant(&h, &c, 512, v, sizeof v);
-    cr_assert_str_eq(v, "bt128"); /* one wave either way: 128 tiles of 128, 64 of 256 */
+    cr_assert_str_eq(v, "bt256s2"); /* 128 blocks in one wave, at the widest tile */
     wtc->variant(&h, &c, 256, v, sizeof v);
-    cr_assert_str_eq(v, "bt64"); /* 128 tiles of 64 in one wave, 64 of 128 */
+    cr_assert_str_eq(v, "bt128s2"); /* 128 blocks: 64 rows x 128 tokens */
     c.n = 28672;
     wtc->variant(&h, &c, 256, v, sizeof v);
     cr_assert_str_eq(v, "bt256"); /* 224 tiles of 256: 2 waves, of 128: 4 */
     wtc->variant(&h, &c, 512, v, sizeof v);
-    cr_assert_str_eq(v, "bt256"); /* 4 waves of 256 against 7 of 128 at 0.6 */
+    cr_assert_str_eq(v, "bt256"); /* 4 waves of 256 against 7 of 128 at 0.6, or of split ones */
     wtc->variant(&h, &c, 128, v, sizeof v);
     cr_assert_str_eq(v, "bt128"); /* 2 waves either way: the faster of the two */
+    wtc->variant(&h, &c, 64, v, sizeof v);
+    cr_assert_str_eq(v, "bt64"); /* 224 blocks of 128 rows fill the SMs already */
 }
 
 Test(wgmma_tc, launch_is_persistent_with_one_map_of_x)
@@ -124,6 +127,16 @@ Test(wgmma_tc, launch_is_persistent_with_one_map_of_x)
     cr_assert_eq(l.tma[0].box[1], 128);
     cr_assert_eq(l.tma[0].swizzle, 128);
     cr_assert_leq(l.smem, 227 * 1024, "within an H100's opt-in shared memory");
+    /* Split tiles: 64 rows a block, and the sums' hand-over within the
+     * opt-in shared memory for every format. */
+    for (size_t f = 0; f < KILN_ARRAY_LEN(formats); f++) {
+        kiln_linear_kernel s = { .cfg = { .format = formats[f], .n = 1000, .k = 768 },
+                                 .act = KILN_ACT_BF16_TC, .variant = "bt256s2" };
+        kiln_launch sl;
+        cr_assert_eq(wtc->launch(&h, &s, 300, &sl), KILN_OK, "%s", kiln_last_error());
+        cr_assert_eq(sl.grid[0], 2 * 16, "ceil(300 / 256) x ceil(1000 / 64) tiles");
+        cr_assert_leq(sl.smem, 227 * 1024, "%s", kiln_format_get(formats[f])->name);
+    }
     kiln_weight_layout w;
     cr_assert_eq(wtc->layout(&h, &k, &w), KILN_OK, "%s", kiln_last_error());
     cr_assert_str_eq(w.name, "gemv_tc");
@@ -218,7 +231,6 @@ static const unsigned epilogues[] = {
  * serialized, nothing in local memory. */
 Test(wgmma_tc, every_format_tile_and_epilogue_compiles_for_sm_90a, .timeout = 1200)
 {
-    _Static_assert(KILN_ARRAY_LEN(tiles) == KILN_ARRAY_LEN(epilogues), "an epilogue a tile");
     enum { JOBS = KILN_ARRAY_LEN(formats) * KILN_ARRAY_LEN(tiles) + 1 };
     static kiln_kernel_source src[JOBS];
     static kiln_compile_job jobs[JOBS];
@@ -265,6 +277,8 @@ Test(wgmma_tc, sass_runs_register_operand_hgmma, .timeout = 300)
         { "bt256", KILN_FMT_Q4_K, "HGMMA.64x256x16.F32.BF16 R" },
         { "bt128", KILN_FMT_Q6_K, "HGMMA.64x128x16.F32.BF16 R" },
         { "bt64", KILN_FMT_Q8_0, "HGMMA.64x64x16.F32.BF16 R" },
+        { "bt256s2", KILN_FMT_BF16, "HGMMA.64x256x16.F32.BF16 R" },
+        { "bt64s2", KILN_FMT_Q4_0, "HGMMA.64x64x16.F32.BF16 R" },
     };
     kiln_nvrtc *nv = kt_open_nvrtc();
     for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {

@@ -244,7 +244,8 @@ static kiln_session *wgmma_tc_session(kiln_graph *g, const int64_t *sizes, int n
 }
 
 /* The register-operand kernel on the packed layout, every format it takes,
- * each of its tiles (the shapes pick them on 132 SMs): partial row tiles
+ * each of its six tiles (the shapes pick them on 132 SMs; the split ones
+ * with K of one atom, an odd number and an even one): partial row tiles
  * of the packed layout (N = 200, 1001, 4232), partial column and token
  * tiles, K of one atom to twelve (Q4_K and Q6_K: whole super-blocks of
  * four atoms, one to three); and one weight copy on the device. */
@@ -264,11 +265,15 @@ Test(gpu_wgmma, wgmma_tc_matches_the_cpu, .timeout = 1200)
         const char *variant; /* of the largest bucket, on 132 SMs */
         int64_t tokens[5];
     } cases[] = {
-        { 256, 768, { 64, 256 }, "bt64", { 1, 17, 64, 65, 256 } },
-        { 1001, 192, { 64, 300 }, "bt64", { 2, 63, 64, 200, 300 } },
-        { 2048, 64, { 16, 1024 }, "bt128", { 16, 17, 129, 1000, 1024 } },
+        { 256, 768, { 64, 256 }, "bt64s2", { 1, 17, 64, 65, 256 } },
+        { 1001, 192, { 64, 300 }, "bt64s2", { 2, 63, 64, 200, 300 } },
+        { 2048, 64, { 16, 1024 }, "bt256s2", { 16, 17, 129, 1000, 1024 } },
         { 4232, 128, { 64, 4096 }, "bt256", { 1, 65, 257, 3000, 4096 } },
+        { 16384, 64, { 64, 128 }, "bt128", { 1, 33, 64, 65, 128 } }, /* 64: bt64 */
+        { 4096, 128, { 16, 200 }, "bt128s2", { 16, 17, 100, 199, 200 } },
     };
+    static const char *const all[] = { "bt256", "bt128", "bt64", "bt256s2", "bt128s2", "bt64s2" };
+    int seen[KILN_ARRAY_LEN(all)] = { 0 };
     for (size_t f = 0; f < KILN_ARRAY_LEN(fs); f++)
         for (size_t c = 0; c < KILN_ARRAY_LEN(cases); c++) {
             const int64_t block = kiln_format_get(fs[f])->block;
@@ -281,6 +286,8 @@ Test(gpu_wgmma, wgmma_tc_matches_the_cpu, .timeout = 1200)
             if (live.sm_count == 132)
                 cr_assert_eq(signatures_with(p, cases[c].variant), 1, "%lldx%lld: %s",
                              (long long)cases[c].n, (long long)cases[c].k, cases[c].variant);
+            for (size_t v = 0; v < KILN_ARRAY_LEN(all); v++)
+                seen[v] += signatures_with(p, all[v]);
             size_t storage, packed;
             cr_assert_eq(kiln_plan_weight_bytes(p, &storage, &packed), KILN_OK);
             cr_assert(storage == 0 && packed > 0, "one packed copy: %zu + %zu", storage, packed);
@@ -295,6 +302,8 @@ Test(gpu_wgmma, wgmma_tc_matches_the_cpu, .timeout = 1200)
             kiln_graph_destroy(g);
             kt_weight_free(&w);
         }
+    for (size_t v = 0; v < KILN_ARRAY_LEN(all) && live.sm_count == 132; v++)
+        cr_assert_gt(seen[v], 0, "no case ran the %s tile", all[v]);
 }
 
 /* The FFN on wgmma_tc: gate and up share one bf16-tc step, up fuses
