@@ -527,7 +527,8 @@ static void device_copies(const kt_weight *w, int want_storage, const kiln_sessi
  * refuses (a NaN NVFP4 block scale) is refused naming it, as before, and
  * one it takes arrives as the packer and the storage layout have it: NVFP4
  * packed alone (decode and prefill read that layout on the device, an
- * sm_90a), Q4_K packed for decode and in the storage layout for prefill. */
+ * sm_90a), MXFP8 packed for decode and in the storage layout
+ * for prefill. */
 Test(load, weights_in_memory_and_a_refused_pack)
 {
     fake_device(NULL, "3", "2", "1K");
@@ -555,7 +556,7 @@ Test(load, weights_in_memory_and_a_refused_pack)
     kt_weight_free(&w);
     nothing_left();
 
-    kt_weight_make(&w, &r, KILN_FMT_Q4_K, 256, 512);
+    kt_weight_make(&w, &r, KILN_FMT_MXFP8, 256, 512);
     g = kt_linear_graph(&w);
     cr_assert_eq(kiln_session_create(g, &so, &s), KILN_OK, "%s", kiln_last_error());
     device_copies(&w, 1, s);
