@@ -92,52 +92,29 @@ struct wtc_tile {
     static constexpr int group = 8;
 };
 
+template <class A, class B>
+struct wtc_same {
+    static constexpr bool value = false;
+};
+template <class A>
+struct wtc_same<A, A> {
+    static constexpr bool value = true;
+};
+template <class F, class... Fs>
+struct wtc_one_of {
+    static constexpr bool value = (wtc_same<F, Fs>::value || ...);
+};
+
 // The formats whose A fragments are exact: BF16 as it is, NVFP4 with its
 // E4M3 block scale, the E2M1 formats with their powers of two.
 template <class F>
-struct wtc_exact {
-    static constexpr bool value = false;
-};
-template <>
-struct wtc_exact<tc_bf16> {
-    static constexpr bool value = true;
-};
-template <>
-struct wtc_exact<tc_nvfp4> {
-    static constexpr bool value = true;
-};
-template <>
-struct wtc_exact<tc_mxfp4> {
-    static constexpr bool value = true;
-};
-template <>
-struct wtc_exact<tc_ggml_mxfp4> {
-    static constexpr bool value = true;
-};
+using wtc_exact = wtc_one_of<F, tc_bf16, tc_nvfp4, tc_mxfp4, tc_ggml_mxfp4>;
 
 // The integer GGML formats, whose weights need more than BF16's 8
 // significant bits: their A fragments are the weights rounded once to
 // BF16, to nearest even.
 template <class F>
-struct wtc_rounded {
-    static constexpr bool value = false;
-};
-template <>
-struct wtc_rounded<tc_q8_0> {
-    static constexpr bool value = true;
-};
-template <>
-struct wtc_rounded<tc_q4_0> {
-    static constexpr bool value = true;
-};
-template <>
-struct wtc_rounded<tc_q4_k> {
-    static constexpr bool value = true;
-};
-template <>
-struct wtc_rounded<tc_q6_k> {
-    static constexpr bool value = true;
-};
+using wtc_rounded = wtc_one_of<F, tc_q8_0, tc_q4_0, tc_q4_k, tc_q6_k>;
 
 // f32 of the low and high half of a BF16 pair; the pair of BF16 nearest
 // to lo, hi (one rounding each, to nearest even).

@@ -66,23 +66,25 @@ static size_t packed_of(kiln_format f, int64_t n, int64_t k)
     return d + s;
 }
 
+/* On sm_90a with every bucket, `uses` linears of one [n, k] weight of
+ * format f hold it packed, and in the storage layout too where `storage`. */
+static void held_on_sm_90a(kiln_format f, int64_t n, int64_t k, int uses, int storage)
+{
+    size_t s, p;
+    kiln_graph *g = linears(f, n, k, uses);
+    weight_bytes(g, "sm_90a", 0, &s, &p);
+    cr_assert_eq(s, storage ? storage_of(f, n, k) : 0, "%s", kiln_format_get(f)->name);
+    cr_assert_eq(p, packed_of(f, n, k), "%s", kiln_format_get(f)->name);
+    kiln_graph_destroy(g);
+}
+
 /* Decode buckets read the packed copy, prefill buckets (FP8 on wgmma) the
  * storage one: both are held. Q4_0's prefill (wgmma_tc) reads the packed
  * copy alone. */
 Test(plan_weights, decode_and_prefill_hold_both_layouts)
 {
-    kiln_graph *g = linears(KILN_FMT_FP8_CHANNEL, 200, 768, 1);
-    size_t storage, packed;
-    weight_bytes(g, "sm_90a", 0, &storage, &packed);
-    cr_assert_eq(storage, storage_of(KILN_FMT_FP8_CHANNEL, 200, 768));
-    cr_assert_eq(packed, packed_of(KILN_FMT_FP8_CHANNEL, 200, 768));
-    kiln_graph_destroy(g);
-
-    g = linears(KILN_FMT_Q4_0, 200, 768, 1);
-    weight_bytes(g, "sm_90a", 0, &storage, &packed);
-    cr_assert_eq(storage, 0);
-    cr_assert_eq(packed, packed_of(KILN_FMT_Q4_0, 200, 768));
-    kiln_graph_destroy(g);
+    held_on_sm_90a(KILN_FMT_FP8_CHANNEL, 200, 768, 1, 1);
+    held_on_sm_90a(KILN_FMT_Q4_0, 200, 768, 1, 0);
 }
 
 /* Up to 16 tokens only the decode kernels run: no storage copy, E4M3
@@ -126,24 +128,9 @@ Test(plan_weights, no_packing_where_the_tensor_core_kernel_does_not_run)
  * packed layout too). */
 Test(plan_weights, a_shared_weight_counts_once)
 {
-    size_t storage, packed;
-    kiln_graph *g = linears(KILN_FMT_FP8_TENSOR, 128, 256, 3);
-    weight_bytes(g, "sm_90a", 0, &storage, &packed);
-    cr_assert_eq(storage, storage_of(KILN_FMT_FP8_TENSOR, 128, 256));
-    cr_assert_eq(packed, packed_of(KILN_FMT_FP8_TENSOR, 128, 256));
-    kiln_graph_destroy(g);
-
-    g = linears(KILN_FMT_Q4_K, 128, 256, 3);
-    weight_bytes(g, "sm_90a", 0, &storage, &packed);
-    cr_assert_eq(storage, 0);
-    cr_assert_eq(packed, packed_of(KILN_FMT_Q4_K, 128, 256));
-    kiln_graph_destroy(g);
-
-    g = linears(KILN_FMT_NVFP4, 128, 256, 3);
-    weight_bytes(g, "sm_90a", 0, &storage, &packed);
-    cr_assert_eq(storage, 0);
-    cr_assert_eq(packed, packed_of(KILN_FMT_NVFP4, 128, 256));
-    kiln_graph_destroy(g);
+    held_on_sm_90a(KILN_FMT_FP8_TENSOR, 128, 256, 3, 1);
+    held_on_sm_90a(KILN_FMT_Q4_K, 128, 256, 3, 0);
+    held_on_sm_90a(KILN_FMT_NVFP4, 128, 256, 3, 0);
 }
 
 Test(plan_weights, refuses_null_arguments)
