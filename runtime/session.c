@@ -717,10 +717,13 @@ static kiln_status maps_create(kiln_session *s)
                 any |= bk->steps[i].launch[f].n_tma > 0;
         if (!any)
             continue;
-        CUtensorMap *m = s->maps[p] = kiln_calloc(
-            (size_t)bk->n_steps * KILN_MAX_LAUNCHES * KILN_MAX_TMA, sizeof *m);
+        /* The driver encodes a map only at a 64-byte aligned address. */
+        const size_t bytes = (size_t)bk->n_steps * KILN_MAX_LAUNCHES * KILN_MAX_TMA *
+                             sizeof(CUtensorMap);
+        CUtensorMap *m = s->maps[p] = kiln_aligned_alloc(128, bytes);
         if (!m)
             return kiln_fail(KILN_ERR_NOMEM, "session: out of memory for the tensor maps");
+        memset(m, 0, bytes);
         for (int i = 0; i < bk->n_steps; i++)
             for (int f = 0; f < bk->steps[i].n_launch; f++) {
                 const kiln_launch *l = &bk->steps[i].launch[f];
