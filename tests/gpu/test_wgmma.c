@@ -245,7 +245,8 @@ static kiln_session *wgmma_tc_session(kiln_graph *g, const int64_t *sizes, int n
 
 /* The register-operand kernel on the packed layout, every format it takes,
  * each of its six tiles (the shapes pick them on 132 SMs; the split ones
- * with K of one atom, an odd number and an even one): partial row tiles
+ * with K of one atom, an odd number and an even one, and with more tiles
+ * than SMs): partial row tiles
  * of the packed layout (N = 200, 1001, 4232), partial column and token
  * tiles, K of one atom to twelve (Q4_K and Q6_K: whole super-blocks of
  * four atoms, one to three); and one weight copy on the device. */
@@ -271,6 +272,9 @@ Test(gpu_wgmma, wgmma_tc_matches_the_cpu, .timeout = 1200)
         { 4232, 128, { 64, 4096 }, "bt256", { 1, 65, 257, 3000, 4096 } },
         { 16384, 64, { 64, 128 }, "bt128", { 1, 33, 64, 65, 128 } }, /* 64: bt64 */
         { 4096, 128, { 16, 200 }, "bt128s2", { 16, 17, 100, 199, 200 } },
+        /* 376 split tiles for 132 SMs: blocks loop over tiles, the sums'
+         * buffer handed back and forth */
+        { 3000, 64, { 16, 2048 }, "bt256s2", { 16, 17, 1000, 2047, 2048 } },
     };
     static const char *const all[] = { "bt256", "bt128", "bt64", "bt256s2", "bt128s2", "bt64s2" };
     int seen[KILN_ARRAY_LEN(all)] = { 0 };
