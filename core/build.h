@@ -43,23 +43,28 @@ enum {
 /* What a TMA tensor map of a launch describes. */
 typedef enum kiln_tma_source {
     KILN_TMA_NONE = 0,
-    KILN_TMA_X,      /* the step's activations, src[0] */
-    KILN_TMA_W,      /* its weight data, in the step's layout */
+    KILN_TMA_X,       /* the step's activations, src[0] */
+    KILN_TMA_W,       /* its weight data, in the step's layout */
+    KILN_TMA_W_SCALE, /* its weight's scale array, in the step's layout */
 } kiln_tma_source;
 
-enum { KILN_MAX_TMA = 2 };
+enum { KILN_MAX_TMA = 4 };
 
-/* A 2-D tiled tensor map (sm_90+) a kernel takes after its args, in
- * order: the session encodes it once for its device addresses. The matrix
- * is row-major: dims[0] elements a row, dims[1] rows, row_bytes apart; a
- * copy moves box[0] × box[1] of them into shared memory, swizzled. Boxes
- * past the matrix read zeros. */
+/* A tiled tensor map (sm_90+) of 2 or 3 dimensions a kernel takes after
+ * its args, in order: the session encodes it once for its device
+ * addresses. The array starts `offset` bytes into its buffer: dims[0]
+ * elements a row, dims[1] rows row_bytes apart, and for rank 3 dims[2]
+ * planes of them plane_bytes apart; a copy moves a box of box[0] × box[1]
+ * (× box[2]) elements into shared memory, swizzled. Boxes past the array
+ * read zeros, and count as whole boxes on the barrier. */
 typedef struct kiln_tma {
     kiln_tma_source source;
-    unsigned elem_bytes;  /* 1, 2 or 4: the copies are typeless */
-    uint64_t dims[2];
-    uint64_t row_bytes;
-    unsigned box[2];
+    unsigned elem_bytes;  /* 1, 2, 4 or 8: the copies are typeless */
+    int rank;             /* 2 or 3; 0 reads as 2 */
+    uint64_t dims[3];
+    uint64_t row_bytes, plane_bytes;
+    uint64_t offset;      /* bytes, a multiple of 16 */
+    unsigned box[3];
     unsigned swizzle;     /* 0, 32, 64 or 128 bytes */
 } kiln_tma;
 

@@ -676,25 +676,32 @@ static kiln_status map_encode(kiln_session *s, int b, const kiln_step *st, const
     CUdeviceptr at = 0;
     if (t->source == KILN_TMA_X) {
         at = value_ptr(s, bk, st->src[0]);
-    } else if (t->source == KILN_TMA_W) {
+    } else if (t->source == KILN_TMA_W || t->source == KILN_TMA_W_SCALE) {
         const dev_weight *w = weight_of(s, st->weight, st->layout.pack);
-        at = w ? w->data : 0;
+        at = !w ? 0 : t->source == KILN_TMA_W ? w->data : w->scale;
     }
     static const CUtensorMapDataType types[] = { [1] = CU_TENSOR_MAP_DATA_TYPE_UINT8,
                                                  [2] = CU_TENSOR_MAP_DATA_TYPE_UINT16,
-                                                 [4] = CU_TENSOR_MAP_DATA_TYPE_UINT32 };
+                                                 [4] = CU_TENSOR_MAP_DATA_TYPE_UINT32,
+                                                 [8] = CU_TENSOR_MAP_DATA_TYPE_UINT64 };
     CUtensorMapSwizzle swizzle = t->swizzle == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
                                  : t->swizzle == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
                                  : t->swizzle == 32 ? CU_TENSOR_MAP_SWIZZLE_32B
                                                     : CU_TENSOR_MAP_SWIZZLE_NONE;
-    if (!at || t->elem_bytes > 4 || (t->elem_bytes != 1 && t->elem_bytes != 2 &&
-                                     t->elem_bytes != 4))
-        return kiln_fail(KILN_ERR_STATE, "tensor map %d of %s: no buffer or element size %u",
-                         (int)t->source, st->node ? st->node->name : "?", t->elem_bytes);
-    const cuuint64_t dims[2] = { t->dims[0], t->dims[1] }, strides[1] = { t->row_bytes };
-    const cuuint32_t box[2] = { t->box[0], t->box[1] }, unit[2] = { 1, 1 };
-    CU(s->cu->TensorMapEncodeTiled(out, types[t->elem_bytes], 2, (void *)at, dims, strides, box,
-                                   unit, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+    const int rank = t->rank ? t->rank : 2;
+    const unsigned e = t->elem_bytes;
+    if (!at || (e != 1 && e != 2 && e != 4 && e != 8) || (rank != 2 && rank != 3) ||
+        t->offset % 16)
+        return kiln_fail(KILN_ERR_STATE,
+                         "tensor map %d of %s: no buffer, element size %u, rank %d or offset %llu",
+                         (int)t->source, st->node ? st->node->name : "?", t->elem_bytes, rank,
+                         (unsigned long long)t->offset);
+    at += t->offset;
+    const cuuint64_t dims[3] = { t->dims[0], t->dims[1], t->dims[2] },
+                     strides[2] = { t->row_bytes, t->plane_bytes };
+    const cuuint32_t box[3] = { t->box[0], t->box[1], t->box[2] }, unit[3] = { 1, 1, 1 };
+    CU(s->cu->TensorMapEncodeTiled(out, types[t->elem_bytes], (cuuint32_t)rank, (void *)at, dims,
+                                   strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
        "cuTensorMapEncodeTiled");

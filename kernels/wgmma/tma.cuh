@@ -289,6 +289,17 @@ __device__ __forceinline__ void tma_load(u32 dst, const tma_map &map, u32 bar, i
                  : "memory");
 }
 
+// The same for a 3-D map: the box at coordinates (c0, c1, c2).
+__device__ __forceinline__ void tma_load_3d(u32 dst, const tma_map &map, u32 bar, int c0, int c1,
+                                            int c2)
+{
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(dst),
+                 "l"(reinterpret_cast<unsigned long long>(&map)), "r"(bar), "r"(c0), "r"(c1),
+                 "r"(c2)
+                 : "memory");
+}
+
 // The SWIZZLE_128B K-major descriptor of a tile at addr: start address,
 // LBO 1 (unused by swizzled K-major layouts), SBO 1024 bytes, base offset
 // 0 (the tile is 1024-aligned), layout 1 (128-byte swizzle).

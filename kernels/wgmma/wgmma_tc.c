@@ -208,6 +208,7 @@ static kiln_status wtc_emit(const kiln_target *t, const kiln_linear_kernel *k, c
     kiln_status st = wtc_check(t, k, &tile);
     if (st != KILN_OK)
         return st;
+    const kiln_gemv_tc_format *p = kiln_gemv_tc_format_get(k->cfg.format);
     char epi_args[96];
     return kiln_backend_source(
         buf, size, "wgmma_tc",
@@ -219,14 +220,29 @@ static kiln_status wtc_emit(const kiln_target *t, const kiln_linear_kernel *k, c
         "static_assert(tile::smem_bytes == %u, \"the launch's dynamic shared memory\");\n"
         "\n"
         "extern \"C\" __global__ void __launch_bounds__(tile::threads, 1)\n"
-        "%s(const kiln_linear_args args, const __grid_constant__ kiln::tma_map x)\n"
+        "%s(const kiln_linear_args args, const __grid_constant__ kiln::tma_map x,\n"
+        "    const __grid_constant__ kiln::tma_map w%s%s)\n"
         "{\n"
-        "    kiln::wtc_gemm<format, tile, epilogue, /*n*/ %lld, /*k*/ %lld>(args, x);\n"
+        "    kiln::wtc_gemm<format, tile, epilogue, /*n*/ %lld, /*k*/ %lld>(args, x, w, %s, %s);\n"
         "}\n",
         kiln_format_get(k->cfg.format)->name, tile->bt, wtc_stages(tile, k->cfg.format),
         tile->split,
         kiln_epilogue_template_args(k->cfg.epilogue, epi_args, sizeof epi_args),
-        wtc_smem_bytes(tile, k->cfg.format), entry, (long long)k->cfg.n, (long long)k->cfg.k);
+        wtc_smem_bytes(tile, k->cfg.format), entry,
+        p->record ? ", const __grid_constant__ kiln::tma_map rec" : "",
+        p->super ? ", const __grid_constant__ kiln::tma_map sup" : "", (long long)k->cfg.n,
+        (long long)k->cfg.k, p->record ? "&rec" : "nullptr", p->super ? "&sup" : "nullptr");
+}
+
+/* A 3-D map of `rows` rows of `planes` planes, `bytes` a row, starting
+ * `offset` bytes into its buffer: boxes of one row of `box_planes` planes. */
+static kiln_tma wtc_map(kiln_tma_source source, unsigned bytes, uint64_t rows, uint64_t planes,
+                        uint64_t offset, unsigned box_planes)
+{
+    return (kiln_tma){ .source = source, .elem_bytes = 8, .rank = 3,
+                       .dims = { bytes / 8, rows, planes }, .row_bytes = bytes,
+                       .plane_bytes = rows * bytes, .offset = offset,
+                       .box = { bytes / 8, 1, box_planes } };
 }
 
 static kiln_status wtc_launch(const kiln_target *t, const kiln_linear_kernel *k, int64_t m,
@@ -239,18 +255,32 @@ static kiln_status wtc_launch(const kiln_target *t, const kiln_linear_kernel *k,
     if (m < 1 || wtc_too_many_tiles(m, k->cfg.n))
         return kiln_fail(KILN_ERR_SHAPE, "wgmma_tc %s: cannot launch for M = %lld x N = %lld",
                          k->variant, (long long)m, (long long)k->cfg.n);
+    const kiln_gemv_tc_format *p = kiln_gemv_tc_format_get(k->cfg.format);
+    const uint64_t atoms = (uint64_t)k->cfg.k / 64, tiles16 = (uint64_t)kiln_ceil_div(k->cfg.n, 16);
+    const unsigned row_tiles = (unsigned)wtc_rows(tile) / 16;
     *out = (kiln_launch){
         .grid = { (unsigned)(kiln_ceil_div(m, tile->bt) * kiln_ceil_div(k->cfg.n, wtc_rows(tile))),
                   1, 1 },
         .block = { WTC_THREADS, 1, 1 },
         .smem = wtc_smem_bytes(tile, k->cfg.format),
         .persistent = 1,
-        .tma = { { .source = KILN_TMA_X, .elem_bytes = 2,
+        .tma = { { .source = KILN_TMA_X, .elem_bytes = 2, .rank = 2,
                    .dims = { (uint64_t)k->cfg.k, (uint64_t)m },
                    .row_bytes = (uint64_t)k->cfg.k * 2, .box = { 64, (unsigned)tile->bt },
                    .swizzle = 128 } },
         .n_tma = 1,
     };
+    /* The packed arrays (kernels/gemv/pack.h) in 8-byte words: an atom's
+     * words, the row tile's atoms, the row tiles; the records the same,
+     * and the super-records a record per 256 values after them. */
+    out->tma[out->n_tma++] = wtc_map(KILN_TMA_W, (unsigned)p->bytes, atoms, tiles16, 0, row_tiles);
+    if (p->record)
+        out->tma[out->n_tma++] = wtc_map(KILN_TMA_W_SCALE, 8u * (unsigned)p->record, atoms,
+                                         tiles16, 0, row_tiles);
+    if (p->super)
+        out->tma[out->n_tma++] =
+            wtc_map(KILN_TMA_W_SCALE, 8u * (unsigned)p->super, atoms / 4, tiles16,
+                    tiles16 * atoms * 8u * (unsigned)p->record, row_tiles);
     return KILN_OK;
 }
 

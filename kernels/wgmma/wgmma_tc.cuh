@@ -26,8 +26,12 @@
 // K-major layout, as in kiln/tma.cuh.
 //
 // Pipeline. A block is three warpgroups. One thread of the first copies
-// each stage (an atom of K): x by TMA, and each row tile's atom and scale
-// records by a bulk copy, all counted on the stage's `full` mbarrier;
+// each stage (an atom of K) by TMA: x, the block's row tiles' atoms, their
+// scale records and super-records, a copy each (3-D maps over the packed
+// arrays: 8-byte words of an atom, atoms, row tiles), all counted on the
+// stage's `full` mbarrier (a box past the last row tile reads zeros and
+// counts whole); a copy costs the TMA unit about the same whatever its
+// size, so a stage is at most four;
 // each consumer warp arrives on `empty` once its MMAs of the stage are
 // done. A consumer decodes a stage, issues its MMAs and waits for them
 // before it decodes the next (wgmma reads A registers asynchronously, and
@@ -47,9 +51,13 @@
 // pair through kiln/epilogue.cuh.
 //
 // grid = (min(tiles, blocks the device holds)), block = 384 threads,
-// dynamic shared memory wtc_tile::smem_bytes, one __grid_constant__
-// tensor map after the args: x (bf16-tc), 2-D (K, m), boxes of 64 values
-// by BT rows, SWIZZLE_128B.
+// dynamic shared memory wtc_tile::smem_bytes, __grid_constant__ tensor
+// maps after the args: x (bf16-tc), 2-D (K, m), boxes of 64 values by BT
+// rows, SWIZZLE_128B; the packed data, 3-D (atom_bytes / 8, K / 64, row
+// tiles) of 8-byte words, boxes of one atom by the block's row tiles; for
+// a format with records, its records (record, K / 64, row tiles) and with
+// super-records those (super_record, K / 256, row tiles, past the
+// records), boxes the same way.
 #pragma once
 
 #include "kiln/tc.cuh"
@@ -75,8 +83,8 @@ struct wtc_tile {
     static constexpr int w_bytes = row_tiles * F::atom_bytes;
     static constexpr int rec_bytes = row_tiles * 8 * F::record;
     static constexpr int sup_bytes = row_tiles * 8 * F::super_record;
-    static_assert(F::atom_bytes % 16 == 0 && rec_bytes % 16 == 0 && sup_bytes % 16 == 0,
-                  "bulk copies of 16 bytes");
+    static_assert(w_bytes % 128 == 0 && rec_bytes % 128 == 0 && sup_bytes % 128 == 0,
+                  "TMA destinations 128-byte aligned");
     // The second consumer's sums of a tile (Split 2): BT / 2 a thread.
     static constexpr int red_bytes = Split == 2 ? 128 * (BT / 2) * 4 : 0;
     // x tiles first (1024-aligned for the swizzle), then the atoms, the
@@ -248,16 +256,6 @@ struct wtc_mma<256> {
 #undef KILN_WTC_A
 #undef KILN_WTC_ACC8
 
-// bytes from global src into shared dst, counted on bar: a bulk copy (16-
-// byte multiples, 16-aligned).
-__device__ __forceinline__ void wtc_bulk(u32 dst, const void *src, u32 bytes, u32 bar)
-{
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 " [%0], [%1], %2, [%3];" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(bar)
-                 : "memory");
-}
-
 __device__ __forceinline__ const u8 *wtc_generic(u32 smem)
 {
     return reinterpret_cast<const u8 *>(__cvta_shared_to_generic(smem));
@@ -312,7 +310,8 @@ __device__ __forceinline__ void wtc_mma_stage(float (&acc)[BT / 2], const u32 (&
 }
 
 template <class F, class Tile, class Epilogue, int N, int K>
-__device__ void wtc_gemm(const kiln_linear_args &args, const tma_map &tx)
+__device__ void wtc_gemm(const kiln_linear_args &args, const tma_map &tx, const tma_map &tw,
+                         const tma_map *trec, const tma_map *tsup)
 {
     static_assert(!F::two_terms, "an A fragment of one term");
     static_assert(K % 64 == 0, "K is whole atoms");
@@ -320,7 +319,6 @@ __device__ void wtc_gemm(const kiln_linear_args &args, const tma_map &tx)
     constexpr int steps = K / 64;
     constexpr int BT = Tile::bt;
     constexpr int col_tiles = (N + Tile::bw - 1) / Tile::bw;
-    constexpr int n_tiles16 = (N + 15) / 16; // row tiles of the packed layout
 
     extern __shared__ u8 smem_raw[];
     const u32 raw = tma_smem_address(smem_raw);
@@ -342,38 +340,25 @@ __device__ void wtc_gemm(const kiln_linear_args &args, const tma_map &tx)
             asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (threadIdx.x != 0)
             return;
-        const u8 *w = static_cast<const u8 *>(args.w);
-        const u8 *rec = static_cast<const u8 *>(args.w_scale);
-        // The super-records follow every atom's records (records_of).
-        const u8 *sup = rec + (i64)n_tiles16 * steps * (8 * F::record);
         int stage = 0;
         u32 phase = 0;
         for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
             int tt, tc;
             tma_tile_at<Tile::group>(t, token_tiles, col_tiles, tt, tc);
             const int tile0 = tc * Tile::row_tiles;
-            const int live = n_tiles16 - tile0 < Tile::row_tiles ? n_tiles16 - tile0
-                                                                 : Tile::row_tiles;
             for (int s = 0; s < steps; s++) {
                 const u32 full = full_at + 8 * stage;
                 tma_bar_wait(empty_at + 8 * stage, phase ^ 1);
-                tma_bar_expect(full, Tile::x_bytes + live * (F::atom_bytes + 8 * F::record +
-                                                              8 * F::super_record));
+                tma_bar_expect(full, Tile::x_bytes + Tile::w_bytes + Tile::rec_bytes +
+                                         Tile::sup_bytes);
                 tma_load(base + Tile::x_at + stage * Tile::x_bytes, tx, full, s * 64, tt * BT);
-                for (int i = 0; i < live; i++) {
-                    const i64 atom = (i64)(tile0 + i) * steps + s;
-                    wtc_bulk(base + Tile::w_at + stage * Tile::w_bytes + i * F::atom_bytes,
-                             w + atom * F::atom_bytes, F::atom_bytes, full);
-                    if constexpr (F::record > 0)
-                        wtc_bulk(base + Tile::rec_at + stage * Tile::rec_bytes + i * 8 * F::record,
-                                 rec + atom * 8 * F::record, 8 * F::record, full);
-                    if constexpr (F::super_record > 0)
-                        wtc_bulk(base + Tile::sup_at + stage * Tile::sup_bytes +
-                                     i * 8 * F::super_record,
-                                 sup + ((i64)(tile0 + i) * (steps / 4) + s / 4) *
-                                           (8 * F::super_record),
-                                 8 * F::super_record, full);
-                }
+                tma_load_3d(base + Tile::w_at + stage * Tile::w_bytes, tw, full, 0, s, tile0);
+                if constexpr (F::record > 0)
+                    tma_load_3d(base + Tile::rec_at + stage * Tile::rec_bytes, *trec, full, 0, s,
+                                tile0);
+                if constexpr (F::super_record > 0)
+                    tma_load_3d(base + Tile::sup_at + stage * Tile::sup_bytes, *tsup, full, 0,
+                                s / 4, tile0);
                 if (++stage == Tile::stages) {
                     stage = 0;
                     phase ^= 1;

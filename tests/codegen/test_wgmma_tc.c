@@ -3,7 +3,7 @@
  * prefill (wgmma_tc) kernels read one packed copy of each weight behind a
  * bf16-tc quantization step, and every format x tile x epilogue compiling
  * with NVRTC for sm_90a to SASS whose main loop is HGMMA on register
- * operands fed by TMA and bulk copies. Running the kernels against the
+ * operands fed by TMA alone. Running the kernels against the
  * CPU executor is tests/gpu/test_wgmma.c's. */
 #include <criterion/criterion.h>
 #include <limits.h>
@@ -108,7 +108,7 @@ Test(wgmma_tc, tiles_follow_the_bucket)
     cr_assert_str_eq(v, "bt64"); /* 224 blocks of 128 rows fill the SMs already */
 }
 
-Test(wgmma_tc, launch_is_persistent_with_one_map_of_x)
+Test(wgmma_tc, launch_is_persistent_with_maps_of_x_and_the_packed_arrays)
 {
     kiln_target h = target("h100");
     kiln_linear_kernel k = { .cfg = { .format = KILN_FMT_NVFP4, .n = 1000, .k = 768 },
@@ -118,7 +118,7 @@ Test(wgmma_tc, launch_is_persistent_with_one_map_of_x)
     cr_assert_eq(l.grid[0], 3 * 8, "ceil(300 / 128) x ceil(1000 / 128) tiles");
     cr_assert_eq(l.block[0], 384);
     cr_assert(l.persistent);
-    cr_assert_eq(l.n_tma, 1);
+    cr_assert_eq(l.n_tma, 3, "x, the packed data and the records");
     cr_assert_eq(l.tma[0].source, KILN_TMA_X);
     cr_assert_eq(l.tma[0].elem_bytes, 2);
     cr_assert_eq(l.tma[0].dims[0], 768);
@@ -127,6 +127,37 @@ Test(wgmma_tc, launch_is_persistent_with_one_map_of_x)
     cr_assert_eq(l.tma[0].box[1], 128);
     cr_assert_eq(l.tma[0].swizzle, 128);
     cr_assert_leq(l.smem, 227 * 1024, "within an H100's opt-in shared memory");
+    /* NVFP4's atoms (512 bytes) and records (8 bytes a lane group), 12
+     * atoms a row tile, 63 row tiles: a box is an atom of the block's 8. */
+    const kiln_tma *dm = &l.tma[1], *r = &l.tma[2];
+    cr_assert(dm->source == KILN_TMA_W && dm->rank == 3 && dm->elem_bytes == 8);
+    cr_assert(dm->dims[0] == 64 && dm->dims[1] == 12 && dm->dims[2] == 63, "%llu %llu %llu",
+              (unsigned long long)dm->dims[0], (unsigned long long)dm->dims[1],
+              (unsigned long long)dm->dims[2]);
+    cr_assert(dm->row_bytes == 512 && dm->plane_bytes == 12 * 512 && dm->offset == 0);
+    cr_assert(dm->box[0] == 64 && dm->box[1] == 1 && dm->box[2] == 8 && dm->swizzle == 0);
+    cr_assert(r->source == KILN_TMA_W_SCALE && r->rank == 3 && r->elem_bytes == 8);
+    cr_assert(r->dims[0] == 8 && r->dims[1] == 12 && r->dims[2] == 63);
+    cr_assert(r->row_bytes == 64 && r->plane_bytes == 12 * 64 && r->offset == 0);
+    cr_assert(r->box[0] == 8 && r->box[1] == 1 && r->box[2] == 8);
+    /* Q4_K: the super-records (d and dmin, 8 bytes a lane group a 256
+     * values) after every atom's records; BF16: the data alone. */
+    kiln_linear_kernel q = { .cfg = { .format = KILN_FMT_Q4_K, .n = 1000, .k = 768 },
+                             .act = KILN_ACT_BF16_TC, .variant = "bt64s2" };
+    cr_assert_eq(wtc->launch(&h, &q, 300, &l), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(l.n_tma, 4);
+    const kiln_tma *sup = &l.tma[3];
+    cr_assert(sup->source == KILN_TMA_W_SCALE && sup->dims[0] == 8 && sup->dims[1] == 3 &&
+              sup->dims[2] == 63 && sup->box[2] == 4);
+    cr_assert_eq(sup->offset, 63 * 12 * 64, "past the records");
+    size_t data, scale;
+    cr_assert_eq(kiln_gemv_pack_bytes(KILN_FMT_Q4_K, 1000, 768, &data, &scale), KILN_OK);
+    cr_assert_eq(scale, sup->offset + 63 * 3 * 64, "the super-records end the scale array");
+    q.cfg.format = KILN_FMT_BF16;
+    cr_assert_eq(wtc->launch(&h, &q, 300, &l), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(l.n_tma, 2);
+    cr_assert(l.tma[1].dims[0] == 256 && l.tma[1].box[0] == 256, "an atom of 2048 bytes");
+    cr_assert_eq(wtc->launch(&h, &k, 300, &l), KILN_OK);
     /* Split tiles: 64 rows a block, and the sums' hand-over within the
      * opt-in shared memory for every format. */
     for (size_t f = 0; f < KILN_ARRAY_LEN(formats); f++) {
@@ -262,8 +293,8 @@ Test(wgmma_tc, every_format_tile_and_epilogue_compiles_for_sm_90a, .timeout = 12
 }
 
 /* HGMMA of the tile's width with A in registers (its first source a
- * register, not a descriptor), four a stage; x by TMA, the atoms by bulk
- * copies, stages behind mbarriers; nothing in local memory. */
+ * register, not a descriptor), four a stage; x and the packed arrays by
+ * TMA, stages behind mbarriers; nothing in local memory. */
 Test(wgmma_tc, sass_runs_register_operand_hgmma, .timeout = 300)
 {
     static const struct {
@@ -302,7 +333,8 @@ Test(wgmma_tc, sass_runs_register_operand_hgmma, .timeout = 300)
         cr_assert(mma >= 4 && mma % 4 == 0, "%s: four k16 MMAs a stage, %d seen", sig, mma);
         cr_assert_eq(kt_count(sass, "GMMA"), mma, "%s: no other MMA", sig);
         cr_assert_geq(kt_count(sass, "UTMALDG.2D"), 1, "%s: x by TMA", sig);
-        cr_assert_geq(kt_count(sass, "UBLKCP"), 1, "%s: the atoms by bulk copies", sig);
+        cr_assert_geq(kt_count(sass, "UTMALDG.3D"), 1, "%s: the packed arrays by TMA", sig);
+        cr_assert_eq(kt_count(sass, "UBLKCP"), 0, "%s: no bulk copy a row tile", sig);
         cr_assert_geq(kt_count(sass, "SYNCS"), 1, "%s: stages behind mbarriers", sig);
         cr_assert_geq(kt_count(sass, "WARPGROUP.DEPBAR.LE gsb0, 0x0"), 1,
                       "%s: a stage's MMAs done before the next decodes", sig);

@@ -230,6 +230,52 @@ static CUresult fake_instantiate(CUgraphExec *e, CUgraph g, unsigned long long f
     return fake_handle((void **)e);
 }
 
+/* The driver's documented rules for a tiled tensor map (CUDA driver API,
+ * cuTensorMapEncodeTiled), so that a map kiln would have the real driver
+ * refuse fails here too: rank 1 to 5, a 16-byte aligned address, element
+ * sizes of the type, dims up to 2^32, strides of the outer dimensions
+ * multiples of 16 below 2^40, boxes of 1 to 256 whose inner bytes are a
+ * multiple of 16 (and at most the swizzle's span), element strides 1 to 8. */
+static CUresult fake_tensor_map_encode(CUtensorMap *map, CUtensorMapDataType type,
+                                       cuuint32_t rank, void *addr, const cuuint64_t *dims,
+                                       const cuuint64_t *strides, const cuuint32_t *box,
+                                       const cuuint32_t *elem_strides,
+                                       CUtensorMapInterleave interleave,
+                                       CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2,
+                                       CUtensorMapFloatOOBfill fill)
+{
+    (void)l2;
+    (void)fill;
+    static const unsigned size[] = {
+        [CU_TENSOR_MAP_DATA_TYPE_UINT8] = 1,   [CU_TENSOR_MAP_DATA_TYPE_UINT16] = 2,
+        [CU_TENSOR_MAP_DATA_TYPE_UINT32] = 4,  [CU_TENSOR_MAP_DATA_TYPE_INT32] = 4,
+        [CU_TENSOR_MAP_DATA_TYPE_UINT64] = 8,  [CU_TENSOR_MAP_DATA_TYPE_INT64] = 8,
+        [CU_TENSOR_MAP_DATA_TYPE_FLOAT16] = 2, [CU_TENSOR_MAP_DATA_TYPE_FLOAT32] = 4,
+        [CU_TENSOR_MAP_DATA_TYPE_FLOAT64] = 8, [CU_TENSOR_MAP_DATA_TYPE_BFLOAT16] = 2,
+    };
+    if (!map || !addr || (uintptr_t)addr % 16 || rank < 1 || rank > 5 ||
+        (unsigned)type >= sizeof size / sizeof size[0] || !size[type] ||
+        interleave != CU_TENSOR_MAP_INTERLEAVE_NONE)
+        return CUDA_ERROR_INVALID_VALUE;
+    const unsigned e = size[type];
+    for (cuuint32_t i = 0; i < rank; i++) {
+        if (dims[i] < 1 || dims[i] > (1ull << 32) || box[i] < 1 || box[i] > 256 ||
+            elem_strides[i] < 1 || elem_strides[i] > 8)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (i + 1 < rank && (strides[i] % 16 || strides[i] >= (1ull << 40)))
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    const unsigned inner = box[0] * e;
+    const unsigned span = swizzle == CU_TENSOR_MAP_SWIZZLE_128B  ? 128
+                          : swizzle == CU_TENSOR_MAP_SWIZZLE_64B ? 64
+                          : swizzle == CU_TENSOR_MAP_SWIZZLE_32B ? 32
+                                                                 : 0;
+    if (inner % 16 || (span && inner > span))
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(map, 0, sizeof *map);
+    return CUDA_SUCCESS;
+}
+
 static CUresult fake_mem_alloc(CUdeviceptr *p, size_t bytes)
 {
     void *b = malloc(bytes ? bytes : 1);
@@ -449,7 +495,7 @@ static const struct {
     { "cuEventSynchronize", (void *)fake_success, 1 },
     { "cuEventElapsedTime", (void *)fake_elapsed, 1 },
     { "cuEventDestroy", (void *)fake_handle_free, 1 },
-    { "cuTensorMapEncodeTiled", (void *)fake_success, 1 },
+    { "cuTensorMapEncodeTiled", (void *)fake_tensor_map_encode, 1 },
     { "cuMemcpy2DAsync", (void *)fake_copy_2d, 1 },
     { "cuMemsetD8Async", (void *)fake_memset_async, 1 },
     { "cuStreamIsCapturing", (void *)fake_is_capturing, 1 },
