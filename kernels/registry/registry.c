@@ -10,10 +10,11 @@
  *            weight decoded into the register operand: the 4-bit formats
  *            whose decoding is exact in BF16 (NVFP4, MXFP4, GGML MXFP4)
  *            and the integer GGML formats rounded to BF16 (Q8_0, Q4_0,
- *            Q4_K, Q6_K), where it is several times the dequantizing
- *            wgmma kernel and keeps one weight copy for decode and
- *            prefill. BF16 lists it after wgmma, whose TMA kernel is
- *            faster below M = 4096;
+ *            Q4_K, Q6_K), and MXFP8, where it is several times the
+ *            dequantizing wgmma kernel and keeps one weight copy for
+ *            decode and prefill. BF16 and FP8 per-tensor and per-channel
+ *            list it after wgmma, whose TMA kernel is faster (BF16 below
+ *            M = 4096; FP8 on FP8 tensor cores);
  *   wgmma    Hopper tensor cores (sm_90a), K in steps of 64: prefill, and
  *            decode that neither gemv kernel takes;
  *   simt     the f32 fallback for any sm_75+ target and any shape.
@@ -29,6 +30,9 @@
 #define KILN_DECODE_TC { "gemv_tc", "gemv", "wgmma", "simt", NULL }
 #define KILN_DEQUANT { "wgmma", "simt", NULL }
 #define KILN_ONE_COPY { "gemv_tc", "wgmma_tc", "gemv", "wgmma", "simt", NULL }
+/* FP8 activations on FP8 tensor cores (wgmma's TMA kernel) before BF16 ones
+ * on the packed layout (wgmma_tc), as BF16 lists them. */
+#define KILN_FP8_TMA { "gemv_tc", "gemv", "wgmma", "wgmma_tc", "simt", NULL }
 
 static const kiln_registry default_registry = {
     .backends = { &kiln_backend_gemv_tc, &kiln_backend_gemv, &kiln_backend_wgmma,
@@ -38,10 +42,10 @@ static const kiln_registry default_registry = {
         [KILN_FMT_F32] = { "gemv", "wgmma", "simt", NULL },
         [KILN_FMT_F16] = KILN_DECODE_TC,
         [KILN_FMT_BF16] = { "gemv_tc", "gemv", "wgmma", "wgmma_tc", "simt", NULL },
-        [KILN_FMT_FP8_TENSOR] = KILN_DECODE_TC,
-        [KILN_FMT_FP8_CHANNEL] = KILN_DECODE_TC,
+        [KILN_FMT_FP8_TENSOR] = KILN_FP8_TMA,
+        [KILN_FMT_FP8_CHANNEL] = KILN_FP8_TMA,
         [KILN_FMT_FP8_BLOCK] = KILN_DECODE_TC,
-        [KILN_FMT_MXFP8] = KILN_DECODE_TC,
+        [KILN_FMT_MXFP8] = KILN_ONE_COPY,
         [KILN_FMT_NVFP4] = KILN_ONE_COPY,
         [KILN_FMT_MXFP4] = KILN_ONE_COPY,
         [KILN_FMT_Q8_0] = KILN_ONE_COPY,

@@ -486,7 +486,7 @@ static const char *prefill_backend(kiln_format f)
 {
     return f == KILN_FMT_NVFP4 || f == KILN_FMT_MXFP4 || f == KILN_FMT_GGML_MXFP4 ||
                    f == KILN_FMT_Q8_0 || f == KILN_FMT_Q4_0 || f == KILN_FMT_Q4_K ||
-                   f == KILN_FMT_Q6_K
+                   f == KILN_FMT_Q6_K || f == KILN_FMT_MXFP8
                ? "wgmma_tc"
                : "wgmma";
 }

@@ -32,7 +32,8 @@ static kiln_target target(const char *name)
 
 static const kiln_format formats[] = { KILN_FMT_BF16, KILN_FMT_NVFP4, KILN_FMT_MXFP4,
                                        KILN_FMT_GGML_MXFP4, KILN_FMT_Q8_0, KILN_FMT_Q4_0,
-                                       KILN_FMT_Q4_K, KILN_FMT_Q6_K };
+                                       KILN_FMT_Q4_K, KILN_FMT_Q6_K, KILN_FMT_FP8_TENSOR,
+                                       KILN_FMT_FP8_CHANNEL, KILN_FMT_MXFP8 };
 static const char *const tiles[] = { "bt256", "bt128", "bt64", "bt256s2", "bt128s2", "bt64s2" };
 
 static int taken(kiln_format f)

@@ -38,7 +38,8 @@ Test(registry, every_priority_name_is_a_registered_backend_for_the_format)
  * (every format up to GGML MXFP4 but F32), then wgmma_tc for the formats
  * it decodes (the 4-bit ones exactly, the integer GGML ones rounded to
  * BF16), then gemv where it has a kernel (every
- * format up to GGML MXFP4), then wgmma (and wgmma_tc for BF16) and simt.
+ * format up to GGML MXFP4), then wgmma (and wgmma_tc for BF16 and FP8
+ * per-tensor and per-channel) and simt.
  * A backend that claims a format is in its list. */
 Test(registry, each_format_lists_the_decode_backends_first)
 {
@@ -52,7 +53,11 @@ Test(registry, each_format_lists_the_decode_backends_first)
         const int int_group = kiln_format_get((kiln_format)f)->grouped;
         const int one_copy = f == KILN_FMT_NVFP4 || f == KILN_FMT_MXFP4 ||
                              f == KILN_FMT_GGML_MXFP4 || f == KILN_FMT_Q8_0 ||
-                             f == KILN_FMT_Q4_0 || f == KILN_FMT_Q4_K || f == KILN_FMT_Q6_K;
+                             f == KILN_FMT_Q4_0 || f == KILN_FMT_Q4_K || f == KILN_FMT_Q6_K ||
+                             f == KILN_FMT_MXFP8;
+        /* after wgmma: its TMA kernel is the faster prefill */
+        const int tc_after = f == KILN_FMT_BF16 || f == KILN_FMT_FP8_TENSOR ||
+                             f == KILN_FMT_FP8_CHANNEL;
         if (decode && f != KILN_FMT_F32)
             want[n++] = "gemv_tc";
         if (one_copy)
@@ -61,7 +66,7 @@ Test(registry, each_format_lists_the_decode_backends_first)
             want[n++] = "gemv";
         if (!int_group)
             want[n++] = "wgmma";
-        if (f == KILN_FMT_BF16)
+        if (tc_after)
             want[n++] = "wgmma_tc";
         want[n++] = "simt";
         for (int i = 0; i <= n; i++) {
