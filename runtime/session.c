@@ -674,11 +674,21 @@ static kiln_status map_encode(kiln_session *s, int b, const kiln_step *st, const
 {
     const kiln_program *bk = &s->build.programs[b];
     CUdeviceptr at = 0;
+    const int rank = t->rank ? t->rank : 2;
     if (t->source == KILN_TMA_X) {
         at = value_ptr(s, bk, st->src[0]);
     } else if (t->source == KILN_TMA_W || t->source == KILN_TMA_W_SCALE) {
         const dev_weight *w = weight_of(s, st->weight, st->layout.pack);
         at = !w ? 0 : t->source == KILN_TMA_W ? w->data : w->scale;
+        /* TMA bounds a copy by the map alone: the map must lie in the array. */
+        const size_t have = !w ? 0 : t->source == KILN_TMA_W ? w->data_bytes : w->scale_bytes;
+        const uint64_t end = t->offset + (rank == 3 ? t->dims[2] * t->plane_bytes
+                                                    : t->dims[1] * t->row_bytes);
+        if (w && end > have)
+            return kiln_fail(KILN_ERR_STATE,
+                             "tensor map %d of %s: %llu bytes past an array of %zu",
+                             (int)t->source, st->node ? st->node->name : "?",
+                             (unsigned long long)end, have);
     }
     static const CUtensorMapDataType types[] = { [1] = CU_TENSOR_MAP_DATA_TYPE_UINT8,
                                                  [2] = CU_TENSOR_MAP_DATA_TYPE_UINT16,
@@ -688,7 +698,6 @@ static kiln_status map_encode(kiln_session *s, int b, const kiln_step *st, const
                                  : t->swizzle == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
                                  : t->swizzle == 32 ? CU_TENSOR_MAP_SWIZZLE_32B
                                                     : CU_TENSOR_MAP_SWIZZLE_NONE;
-    const int rank = t->rank ? t->rank : 2;
     const unsigned e = t->elem_bytes;
     if (!at || (e != 1 && e != 2 && e != 4 && e != 8) || (rank != 2 && rank != 3) ||
         t->offset % 16)

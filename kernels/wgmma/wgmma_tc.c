@@ -236,7 +236,7 @@ static kiln_status wtc_emit(const kiln_target *t, const kiln_linear_kernel *k, c
         (long long)k->cfg.k, p->record ? "&rec" : "nullptr", p->super ? "&sup" : "nullptr");
 }
 
-/* A 3-D map of `rows` rows of `planes` planes, `bytes` a row, starting
+/* A 3-D map of `planes` planes of `rows` rows, `bytes` a row, starting
  * `offset` bytes into its buffer: boxes of one row of `box_planes` planes. */
 static kiln_tma wtc_map(kiln_tma_source source, unsigned bytes, uint64_t rows, uint64_t planes,
                         uint64_t offset, unsigned box_planes)

@@ -96,6 +96,8 @@ struct wtc_tile {
     static constexpr int sup_at = rec_at + stages * rec_bytes;
     static constexpr int red_at = sup_at + stages * sup_bytes;
     static constexpr int bar_at = red_at + red_bytes;
+    static_assert(w_at % 128 == 0 && rec_at % 128 == 0 && sup_at % 128 == 0,
+                  "TMA destinations 128-byte aligned");
     static constexpr int smem_bytes = 1024 + bar_at + 2 * stages * 8;
     static constexpr int group = 8;
 };

@@ -232,7 +232,8 @@ static CUresult fake_instantiate(CUgraphExec *e, CUgraph g, unsigned long long f
 
 /* The driver's documented rules for a tiled tensor map (CUDA driver API,
  * cuTensorMapEncodeTiled), so that a map kiln would have the real driver
- * refuse fails here too: rank 1 to 5, a 16-byte aligned address, element
+ * refuse fails here too: the map 64-byte aligned, rank 1 to 5, a 16-byte
+ * aligned address, element
  * sizes of the type, dims up to 2^32, strides of the outer dimensions
  * multiples of 16 below 2^40, boxes of 1 to 256 whose inner bytes are a
  * multiple of 16 (and at most the swizzle's span), element strides 1 to 8. */
@@ -253,7 +254,7 @@ static CUresult fake_tensor_map_encode(CUtensorMap *map, CUtensorMapDataType typ
         [CU_TENSOR_MAP_DATA_TYPE_FLOAT16] = 2, [CU_TENSOR_MAP_DATA_TYPE_FLOAT32] = 4,
         [CU_TENSOR_MAP_DATA_TYPE_FLOAT64] = 8, [CU_TENSOR_MAP_DATA_TYPE_BFLOAT16] = 2,
     };
-    if (!map || !addr || (uintptr_t)addr % 16 || rank < 1 || rank > 5 ||
+    if (!map || (uintptr_t)map % 64 || !addr || (uintptr_t)addr % 16 || rank < 1 || rank > 5 ||
         (unsigned)type >= sizeof size / sizeof size[0] || !size[type] ||
         interleave != CU_TENSOR_MAP_INTERLEAVE_NONE)
         return CUDA_ERROR_INVALID_VALUE;
