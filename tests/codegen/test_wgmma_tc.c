@@ -82,6 +82,84 @@ Test(wgmma_tc, refuses_shapes_the_packed_layout_does_not_hold)
     cr_assert(strstr(why, "more than 2^31 - 1 tiles"), "%s", why);
 }
 
+/* Byte i of the box at (0, c1, c2) of a 3-D map: its offset in the
+ * buffer, or -1 where the box passes the array (TMA reads a zero). */
+static int64_t box_byte(const kiln_tma *t, int64_t c1, int64_t c2, int64_t i)
+{
+    const int64_t row = (int64_t)t->box[0] * t->elem_bytes;
+    const int64_t x = i % row, y = c1 + i / row % t->box[1], z = c2 + i / row / t->box[1];
+    if (x >= (int64_t)(t->dims[0] * t->elem_bytes) || y >= (int64_t)t->dims[1] ||
+        z >= (int64_t)t->dims[2])
+        return -1;
+    return (int64_t)t->offset + z * (int64_t)t->plane_bytes + y * (int64_t)t->row_bytes + x;
+}
+
+/* Every box the producer loads, for every format, tile and a whole, a
+ * partial and a short last block of rows: byte for byte the atoms,
+ * records and super-records of the packed layout (kernels/gemv/pack.h,
+ * records_of in kiln/tc.cuh) that the consumers decode, zeros past the
+ * last row tile, nothing past an array. */
+Test(wgmma_tc, maps_read_the_packed_arrays)
+{
+    kiln_target h = target("h100");
+    static const int64_t ns[] = { 16, 1000, 4100 }, ks[] = { 256, 768 };
+    for (size_t f = 0; f < KILN_ARRAY_LEN(formats); f++)
+        for (size_t v = 0; v < KILN_ARRAY_LEN(tiles); v++)
+            for (size_t a = 0; a < KILN_ARRAY_LEN(ns); a++)
+                for (size_t b = 0; b < KILN_ARRAY_LEN(ks); b++) {
+                    const kiln_gemv_tc_format *p = kiln_gemv_tc_format_get(formats[f]);
+                    const int64_t n = ns[a], k = ks[b], steps = k / 64, tiles16 = (n + 15) / 16;
+                    kiln_linear_kernel kk = { .cfg = { .format = formats[f], .n = n, .k = k },
+                                              .act = KILN_ACT_BF16_TC };
+                    snprintf(kk.variant, sizeof kk.variant, "%s", tiles[v]);
+                    kiln_launch l;
+                    cr_assert_eq(wtc->launch(&h, &kk, 300, &l), KILN_OK, "%s",
+                                 kiln_last_error());
+                    cr_assert_eq(l.n_tma, 2 + !!p->record + !!p->super);
+                    const int64_t rows = strstr(tiles[v], "s2") ? 64 : 128, rt = rows / 16;
+                    size_t data, scale;
+                    cr_assert_eq(kiln_gemv_pack_bytes(formats[f], n, k, &data, &scale), KILN_OK);
+                    /* map, bytes of a row tile's unit, units a row tile, where unit u of
+                     * row tile t lies, the array's end */
+                    const struct {
+                        int map;
+                        int64_t bytes, units, at0, end;
+                    } arrays[] = {
+                        { 1, p->bytes, steps, 0, (int64_t)data },
+                        { p->record ? 2 : 0, 8 * p->record, steps, 0, (int64_t)scale },
+                        { p->super ? 2 + !!p->record : 0, 8 * p->super, steps / 4,
+                          tiles16 * steps * 8 * p->record, (int64_t)scale },
+                    };
+                    for (size_t r = 0; r < KILN_ARRAY_LEN(arrays); r++) {
+                        if (!arrays[r].map)
+                            continue;
+                        const kiln_tma *t = &l.tma[arrays[r].map];
+                        for (int64_t tile0 = 0; tile0 < tiles16; tile0 += rt)
+                            for (int64_t s = 0; s < steps; s++) {
+                                const int64_t u = r == 2 ? s / 4 : s;
+                                for (int64_t i = 0; i < rt * arrays[r].bytes; i++) {
+                                    const int64_t tile = tile0 + i / arrays[r].bytes;
+                                    const int64_t want =
+                                        tile < tiles16 ? arrays[r].at0 +
+                                                             (tile * arrays[r].units + u) *
+                                                                 arrays[r].bytes +
+                                                             i % arrays[r].bytes
+                                                       : -1;
+                                    const int64_t got = box_byte(t, u, tile0, i);
+                                    if (got != want || got >= arrays[r].end)
+                                        cr_assert_fail("%s %s N=%lld K=%lld array %zu tile %lld "
+                                                       "stage %lld byte %lld: %lld, not %lld",
+                                                       kiln_format_get(formats[f])->name,
+                                                       tiles[v], (long long)n, (long long)k, r,
+                                                       (long long)tile0, (long long)s,
+                                                       (long long)i, (long long)got,
+                                                       (long long)want);
+                                }
+                            }
+                    }
+                }
+}
+
 /* The widest tile where the tiles fill the SMs in whole waves; a narrower
  * one where the wider leave most SMs idle, and one of 64 rows with K split
  * between the consumers where 128-row blocks leave them idle too. */
