@@ -16,8 +16,8 @@
 #include <string.h>
 
 enum {
-    WTC_THREADS = 384,             /* a producer and two consumer warpgroups */
-    WTC_STAGE_BUDGET = 200 * 1024, /* the ring's bytes and the sums': room for the barriers, L1 */
+    WTC_THREADS = 384,         /* a producer and two consumer warpgroups */
+    WTC_SMEM_MAX = 227 * 1024, /* a block's dynamic shared memory on sm_90 */
     WTC_MAX_STAGES = 8,
 };
 
@@ -83,10 +83,16 @@ static unsigned wtc_red_bytes(const wtc_tile *tile)
     return tile->split == 2 ? 128u * (unsigned)(tile->bt / 2) * 4u : 0;
 }
 
+/* As many stages as fit beside the sums, the barriers and the alignment
+ * slack (wtc_smem_bytes); a split tile's ring is even, half each
+ * consumer's (wgmma_tc.cuh). */
 static int wtc_stages(const wtc_tile *tile, kiln_format f)
 {
-    int stages = (int)((WTC_STAGE_BUDGET - wtc_red_bytes(tile)) / wtc_stage_bytes(tile, f));
-    return stages > WTC_MAX_STAGES ? WTC_MAX_STAGES : stages;
+    const unsigned room = WTC_SMEM_MAX - 1024 - wtc_red_bytes(tile);
+    int stages = (int)(room / (wtc_stage_bytes(tile, f) + 16));
+    if (stages > WTC_MAX_STAGES)
+        stages = WTC_MAX_STAGES;
+    return tile->split == 2 ? stages & ~1 : stages;
 }
 
 static unsigned wtc_smem_bytes(const wtc_tile *tile, kiln_format f)

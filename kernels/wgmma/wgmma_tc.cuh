@@ -38,8 +38,12 @@
 // ptxas serializes MMAs whose registers are written while one is in
 // flight); the two consumers' warps share the SM's quarters, so one's
 // MMAs run while the other decodes. Where the consumers split K, each
-// takes every other stage, and the second's sums join the first's in
-// shared memory before the epilogue.
+// owns every other slot of an even ring (consumer c the slots of parity
+// c), and the second's sums join the first's in shared memory before the
+// epilogue. Owning slots, not steps of K, keeps a consumer's waits on a
+// `full` barrier to consecutive phases: had consecutive fills of a slot
+// gone to different consumers, one could wait for a phase two ahead of
+// the barrier's, whose parity reads as already complete.
 //
 // Persistent tiles, walked as kiln/tma.cuh walks them: GROUP token tiles
 // down a column of weight tiles, so that the blocks running together
@@ -75,6 +79,8 @@ template <class F, int BT, int Stages, int Split>
 struct wtc_tile {
     static_assert(BT == 64 || BT == 128 || BT == 256, "wgmma has n64, n128 and n256 here");
     static_assert(Split == 1 || Split == 2, "K split between the two consumers or not");
+    static_assert(Stages >= 2 && (Split == 1 || Stages % 2 == 0),
+                  "a ring of two stages or more; split: each consumer owns half of it");
     static constexpr int bt = BT, bw = 128 / Split, stages = Stages, consumers = 2;
     static constexpr int split = Split, readers = consumers / Split; // consumers a stage
     static constexpr int threads = 128 * (consumers + 1);
@@ -396,10 +402,10 @@ __device__ void wtc_gemm(const kiln_linear_args &args, const tma_map &tx, const 
         // serializes MMAs whose register operands are written while any
         // MMA is in flight. The other consumer's MMAs keep the tensor
         // cores busy meanwhile (its warps share the SM's quarters).
-        // Split 2: consumer c takes the stages s of s % 2 == c.
+        // Split 2: consumer c takes the steps that land in its slots.
 #pragma unroll 1
         for (int s = 0; s < steps; s++) {
-            if (Tile::split == 2 && (s & 1) != c) {
+            if (Tile::split == 2 && (stage & 1) != c) {
                 if (++stage == Tile::stages) {
                     stage = 0;
                     phase ^= 1;
