@@ -1,9 +1,10 @@
 /* The gemv backend's host side: decode-sized linears (M bucket <= 16) as
  * bandwidth-bound matrix-vector products, kernels/gemv/gemv.cuh: f32 FMA
- * on kiln's storage layout, every format, sm_75+. Where gemv_tc serves a
- * linear (kernels/gemv/tc.c: tensor cores on packed weights) it comes
- * first in the format's priority list; this kernel takes the rest: F32,
- * sm_75, a K of part atoms. It picks the M class variant and the block
+ * on kiln's storage layout, every format but the integer groups, sm_75+.
+ * Where gemv_tc serves a linear (kernels/gemv/tc.c: tensor cores on packed
+ * weights) it comes first in the format's priority list; this kernel
+ * takes the rest: F32, the GGML formats without a packed layout, sm_75, a
+ * K of part atoms. It picks the M class variant and the block
  * shape, and instantiates the template. The layout arithmetic mirrors
  * gemv_layout in the template, which checks the emitted total against
  * its own. */
@@ -28,14 +29,13 @@ typedef struct gemv_format {
     [KILN_FMT_##fmt] = { unit, aligned, scale_cols, scale_elem, offset },
 static const gemv_format formats[KILN_FMT_COUNT] = { KILN_GEMV_FORMATS(FORMAT_ROW) };
 #undef FORMAT_ROW
-/* The formats with a row: the GGML formats after GGML MXFP4 (Q5_0, Q5_1,
- * Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS, Q4_1) have no gemv_<name> traits yet, and
- * simt or wgmma take them. */
+/* The formats with a row: every one but the integer groups, which only
+ * simt takes (their group size is not a stream parameter). */
 #define FORMAT_BIT(fmt, ...) | 1u << KILN_FMT_##fmt
 #define GEMV_FORMAT_BITS (0 KILN_GEMV_FORMATS(FORMAT_BIT))
 #define FORMAT_COUNT(...) +1
-_Static_assert(0 KILN_GEMV_FORMATS(FORMAT_COUNT) == KILN_FMT_GGML_MXFP4 + 1,
-               "one row per format up to GGML MXFP4");
+_Static_assert(0 KILN_GEMV_FORMATS(FORMAT_COUNT) == KILN_FMT_Q4_1 + 1,
+               "one row per format up to Q4_1");
 #undef FORMAT_COUNT
 
 /* The M classes, smallest first: a bucket takes the first whose max_m

@@ -20,7 +20,7 @@
 // Stages - 1 stages are in flight while one is decoded and the registers
 // hold none of them. A stage is 32·Units lane units of one row: 16 bytes
 // (32 for f32) of the plain and FP8/FP4 formats, a whole block of the
-// 32-value GGML formats, an eighth of a Q4_K / Q6_K block. Its copy is the
+// 32-value GGML formats, an eighth of a 256-value K-quant or IQ4_XS block. Its copy is the
 // 16-byte-aligned cover of its bytes, taken in order across the lanes, so
 // every copy instruction of a warp reads 512 contiguous bytes, whatever
 // the format's block size; blocks of 17, 18, 34 or 210 bytes then sit at
@@ -38,8 +38,9 @@
 // with a few bit operations per pair. A block scale multiplies the
 // partial dot product of the runs it covers once, not every weight; a
 // per-tensor or per-row scale, and the exact power of two a decoding left
-// out, multiply the final sum. Q4_K's minimum comes in through the sum of
-// x over the runs it covers, kept beside the x tile. Every product is an
+// out, multiply the final sum. An offset (the K-quants' minimum, Q4_1's
+// and Q5_1's m) comes in through the sum of x over the runs it covers,
+// kept beside the x tile. Every product is an
 // exact reordering of the CPU reference's; only the summation order
 // differs.
 //

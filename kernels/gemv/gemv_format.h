@@ -17,8 +17,9 @@
  *               scale_elem-byte scale per scale_rows x scale_cols values
  *               (scale_cols 0: none in the stream; the rest of the
  *               formats' scales are inline or per row)
- *   offset      1: a run has an offset (Q4_K's minimum), and the block
- *               keeps the sums of x per run of 8 beside the x tile */
+ *   offset      1: a run has an offset (the K-quants' minimum, Q4_1's and
+ *               Q5_1's m), and the block keeps the sums of x per run of 8
+ *               beside the x tile */
 #ifndef KILN_GEMV_FORMAT_H
 #define KILN_GEMV_FORMAT_H
 
@@ -37,6 +38,14 @@
     X(Q4_0,        q4_0,        32,  0,      0,         0,         0,         0)                  \
     X(Q4_K,        q4_k,        32,  1,      0,         0,         0,         1)                  \
     X(Q6_K,        q6_k,        32,  0,      0,         0,         0,         0)                  \
-    X(GGML_MXFP4,  ggml_mxfp4,  32,  0,      0,         0,         0,         0)
+    X(GGML_MXFP4,  ggml_mxfp4,  32,  0,      0,         0,         0,         0)                  \
+    X(Q5_0,        q5_0,        32,  0,      0,         0,         0,         0)                  \
+    X(Q5_1,        q5_1,        32,  0,      0,         0,         0,         1)                  \
+    X(Q2_K,        q2_k,        32,  0,      0,         0,         0,         1)                  \
+    X(Q3_K,        q3_k,        32,  0,      0,         0,         0,         0)                  \
+    X(Q5_K,        q5_k,        32,  1,      0,         0,         0,         1)                  \
+    X(IQ4_NL,      iq4_nl,      32,  0,      0,         0,         0,         0)                  \
+    X(IQ4_XS,      iq4_xs,      32,  0,      0,         0,         0,         0)                  \
+    X(Q4_1,        q4_1,        32,  0,      0,         0,         0,         1)
 
 #endif

@@ -113,6 +113,34 @@ __device__ __forceinline__ void bytes4(u32 w, float bias, float *out)
                  (8388608.0f + bias);
 }
 
+// Four bits of b (bits 0-3) spread to bit 0 of bytes 0-3: each bit k of
+// b lands at 8k, and no two products share a bit.
+__device__ __forceinline__ u32 bits4_to_bytes(u32 b)
+{
+    return ((b & 0xFu) * 0x00204081u) & 0x01010101u;
+}
+
+// Four IQ4 codes, code i in the low nibble of byte i of c (the high
+// nibbles clear), as ggml's kvalues_iq4nl levels, int8 in the same bytes:
+// the codes as four selector nibbles of a byte permute over each half of
+// the table, and bit 3 of each code picks the half.
+__device__ __forceinline__ u32 iq4_levels4(u32 c)
+{
+    const u32 sel = __byte_perm(c | (c >> 4), 0u, 0x0020u) & 0x7777u;
+    const u32 lo = __byte_perm(0xBFAD9881u, 0xF6EADDCFu, sel); // -127 -104 -83 -65 -49 -35 -22 -10
+    const u32 hi = __byte_perm(0x26190D01u, 0x71594535u, sel); // 1 13 25 38 53 69 89 113
+    const u32 upper = ((c >> 3) & 0x01010101u) * 0xFFu;
+    return (hi & upper) | (lo & ~upper);
+}
+
+// Eight IQ4 codes at the nibble at bit sh of the bytes of (w0, w1) as
+// their levels.
+__device__ __forceinline__ void iq4_levels8(u32 w0, u32 w1, int sh, float (&out)[8])
+{
+    bytes4(iq4_levels4((w0 >> sh) & 0x0F0F0F0Fu) ^ 0x80808080u, 128.0f, out);
+    bytes4(iq4_levels4((w1 >> sh) & 0x0F0F0F0Fu) ^ 0x80808080u, 128.0f, out + 4);
+}
+
 // Two E4M3 codes (the low byte first) as floats; NaN stays NaN.
 __device__ __forceinline__ void e4m3x2(u32 pair, float &lo, float &hi)
 {
@@ -404,6 +432,186 @@ struct gemv_ggml_mxfp4 : gemv_ggml32<gemv_stream_ggml_mxfp4> {
     }
 };
 
+// f16 d; f16 m; uint8 qs[16], split halves (20 bytes: blocks 4-byte
+// aligned). y = d·q + m: the run scale d and the offset m.
+struct gemv_q4_1 : gemv_ggml32<gemv_stream_q4_1> {
+    static_assert(offset, "the block's m through the sums of x");
+    using storage = fmt_q4_1;
+    static __device__ void run(const u8 *d, const u8 *, int u, int q, float (&w)[8],
+                               float &scale, float &offset_)
+    {
+        const u8 *b = d + 20 * u;
+        const u8 *qs = b + 4 + 8 * (q & 1);
+        nib8_split<int4_pair<0>>(smem_u32(qs), smem_u32(qs + 4), 4 * (q >> 1), w);
+        const u32 dm = smem_u32(b);
+        scale = f16_to_f32((u16)dm);
+        offset_ = f16_to_f32((u16)(dm >> 16));
+    }
+};
+
+// The 5-bit codes of run q of a Q5_0 / Q5_1 block: nibbles of qs (split
+// halves) at the run's 8 bytes, fifth bits from byte q of qh.
+__device__ __forceinline__ void gemv_q5_codes(const u8 *qs, u32 qh_byte, int q, u32 &c0, u32 &c1)
+{
+    u32 lo, hi;
+    smem_u32x2(qs + 8 * (q & 1), lo, hi);
+    const int sh = 4 * (q >> 1);
+    c0 = ((lo >> sh) & 0x0F0F0F0Fu) | bits4_to_bytes(qh_byte) << 4;
+    c1 = ((hi >> sh) & 0x0F0F0F0Fu) | bits4_to_bytes(qh_byte >> 4) << 4;
+}
+
+// f16 d; u32 qh; uint8 qs[16], split halves; value v's fifth bit is bit
+// v of qh (22 bytes, even offsets). y = d·(q − 16).
+struct gemv_q5_0 : gemv_ggml32<gemv_stream_q5_0> {
+    using storage = fmt_q5_0;
+    static __device__ void run(const u8 *d, const u8 *, int u, int q, float (&w)[8],
+                               float &scale, float &)
+    {
+        const u8 *b = d + 22 * u;
+        u32 c0, c1;
+        gemv_q5_codes(b + 6, b[2 + q], q, c0, c1);
+        bytes4(c0, 16.0f, w);
+        bytes4(c1, 16.0f, w + 4);
+        scale = f16_to_f32((u16)smem_u16(b));
+    }
+};
+
+// f16 d; f16 m; u32 qh; uint8 qs[16], as Q5_0 (24 bytes: blocks 8-byte
+// aligned). y = d·q + m: the run scale d and the offset m.
+struct gemv_q5_1 : gemv_ggml32<gemv_stream_q5_1> {
+    static_assert(offset, "the block's m through the sums of x");
+    using storage = fmt_q5_1;
+    static __device__ void run(const u8 *d, const u8 *, int u, int q, float (&w)[8],
+                               float &scale, float &offset_)
+    {
+        const u8 *b = d + 24 * u;
+        u32 c0, c1;
+        gemv_q5_codes(b + 8, b[4 + q], q, c0, c1);
+        bytes4(c0, 0.0f, w);
+        bytes4(c1, 0.0f, w + 4);
+        const u32 dm = smem_u32(b);
+        scale = f16_to_f32((u16)dm);
+        offset_ = f16_to_f32((u16)(dm >> 16));
+    }
+};
+
+// f16 d; uint8 qs[16], split halves, each nibble a level of ggml's
+// codebook (18 bytes, even offsets). y = d·kvalues[q].
+struct gemv_iq4_nl : gemv_ggml32<gemv_stream_iq4_nl> {
+    using storage = fmt_iq4_nl;
+    static __device__ void run(const u8 *d, const u8 *, int u, int q, float (&w)[8],
+                               float &scale, float &)
+    {
+        const u8 *b = d + 18 * u;
+        u32 lo, hi;
+        smem_u32x2(b + 2 + 8 * (q & 1), lo, hi);
+        iq4_levels8(lo, hi, 4 * (q >> 1), w);
+        scale = f16_to_f32((u16)smem_u16(b));
+    }
+};
+
+// The 256-value blocks read a sub-block of 32 a unit: unit u is sub-block
+// p = u % 8 of block u / 8, run q its values 8q .. 8q + 7.
+template <class Stream>
+struct gemv_k_sub32 : gemv_plain<Stream> {
+    static_assert(Stream::unit == 32 && !Stream::aligned, "a sub-block a unit, blocks at any even byte");
+    static constexpr bool run_scale = true;
+    static constexpr int runs = 4;
+    static __device__ int unit_k(int u) { return 256 * (u / 8); }
+    static __device__ gemv_at run_at(int u, int q) { return { u, 8 * q }; }
+};
+
+// 256 values: f16 d; u16 scales_h; scales_l[4]; qs[128], sub-blocks of 32
+// as IQ4_NL (136 bytes: blocks 8-byte aligned). Sub-block p's 6-bit scale
+// keeps its low 4 bits in nibble p % 2 of scales_l[p / 2] and its high 2
+// at bit 2p of scales_h. y = (d·(ls − 32))·kvalues[q].
+struct gemv_iq4_xs : gemv_k_sub32<gemv_stream_iq4_xs> {
+    using storage = fmt_iq4_xs;
+    static constexpr int group = 4;
+    static __device__ void run(const u8 *d, const u8 *, int u, int q, float (&w)[8],
+                               float &scale, float &)
+    {
+        const u8 *b = d + 136 * (u / 8);
+        const int p = u % 8;
+        const u8 *qs = b + 8 + 16 * p + 8 * (q & 1);
+        iq4_levels8(smem_u32(qs), smem_u32(qs + 4), 4 * (q >> 1), w);
+        const u32 ls = ((u32)(b[4 + p / 2] >> (4 * (p % 2))) & 0xFu) |
+                       ((smem_u16(b + 2) >> (2 * p)) & 3u) << 4;
+        scale = f16_to_f32((u16)smem_u16(b)) * (float)((int)ls - 32);
+    }
+};
+
+// The 2-bit levels of Q2_K and Q3_K, run q of sub-block p: in half p / 4,
+// byte l of its 32 holds position l of quarters 0-3 at bits 0, 2, 4, 6.
+__device__ __forceinline__ u32 two_bits4(const u8 *qs, int p, int q, int i)
+{
+    u32 lo, hi;
+    smem_u32x2(qs + 32 * (p / 4) + 8 * q, lo, hi);
+    return (((i ? hi : lo) >> (2 * (p % 4))) & 0x03030303u);
+}
+
+// 256 values: uint8 scales[16] (scale low nibble, min high), qs[64], f16
+// d, f16 dmin (84 bytes: blocks 4-byte aligned); 16 values share a scale
+// and a min. y = (d·sc)·q − dmin·m: a run scale and an offset a pair of
+// runs.
+struct gemv_q2_k : gemv_k_sub32<gemv_stream_q2_k> {
+    static_assert(offset, "the minimum through the sums of x");
+    using storage = fmt_q2_k;
+    static constexpr int group = 2;
+    static __device__ void run(const u8 *d, const u8 *, int u, int q, float (&w)[8],
+                               float &scale, float &offset_)
+    {
+        const u8 *b = d + 84 * (u / 8);
+        const int p = u % 8;
+        bytes4(two_bits4(b + 16, p, q, 0), 0.0f, w);
+        bytes4(two_bits4(b + 16, p, q, 1), 0.0f, w + 4);
+        const u32 sc = b[2 * p + q / 2], dm = smem_u32(b + 80);
+        scale = f16_to_f32((u16)dm) * (float)(sc & 0xFu);
+        offset_ = -(f16_to_f32((u16)(dm >> 16)) * (float)(sc >> 4));
+    }
+};
+
+// 256 values: hmask[32], qs[64], 12 bytes of 6-bit scales, f16 d (110
+// bytes, even offsets); 16 values share a scale. Position l of sub-block p
+// is its 2 bits less 4 unless bit p of hmask[l] is set; scale j keeps its
+// low 4 bits in nibble j / 8 of scales[j % 8] and its high 2 at bit
+// 2·(j / 4) of scales[8 + j % 4]. y = (d·(sc − 32))·level.
+struct gemv_q3_k : gemv_k_sub32<gemv_stream_q3_k> {
+    using storage = fmt_q3_k;
+    static constexpr int group = 2;
+    static __device__ void run(const u8 *d, const u8 *, int u, int q, float (&w)[8],
+                               float &scale, float &)
+    {
+        const u8 *b = d + 110 * (u / 8);
+        const int p = u % 8, j = 2 * p + q / 2;
+        u32 hm0, hm1;
+        smem_u32x2(b + 8 * q, hm0, hm1);
+        bytes4(two_bits4(b + 32, p, q, 0) | ((hm0 >> p) & 0x01010101u) << 2, 4.0f, w);
+        bytes4(two_bits4(b + 32, p, q, 1) | ((hm1 >> p) & 0x01010101u) << 2, 4.0f, w + 4);
+        const u8 *s = b + 96;
+        const u32 sc = ((u32)(s[j % 8] >> (4 * (j / 8))) & 0xFu) |
+                       (((u32)s[8 + j % 4] >> (2 * (j / 4))) & 3u) << 4;
+        scale = f16_to_f32((u16)smem_u16(b + 108)) * (float)((int)sc - 32);
+    }
+};
+
+// The run scale d·sc and offset −dmin·m of sub-block j of a Q4_K or Q5_K
+// block at b (16-byte aligned): ggml's get_scale_min_k4, branch-free
+// (lanes of a warp take different halves of the table), from one 16-byte
+// read of the header.
+__device__ __forceinline__ void k4_run_scale(const u8 *b, int j, float &scale, float &offset)
+{
+    const uint4 h = *reinterpret_cast<const uint4 *>(b);
+    const u32 lo = __byte_perm(h.y, h.z, 0x0040u + 0x11u * (u32)(j & 3)); // s[j'], s[j'+4]
+    const u32 hi = __byte_perm(h.w, 0u, (u32)(j & 3));                   // s[j'+8]
+    const u32 sc_lo = lo & 63u, m_lo = (lo >> 8) & 63u;
+    const u32 sc_hi = (hi & 0xFu) | ((lo >> 2) & 0x30u);
+    const u32 m_hi = ((hi >> 4) & 0xFu) | ((lo >> 10) & 0x30u);
+    const u32 sc = j < 4 ? sc_lo : sc_hi, m = j < 4 ? m_lo : m_hi;
+    scale = f16_to_f32((u16)h.x) * (float)sc;
+    offset = -(f16_to_f32((u16)(h.x >> 16)) * (float)m);
+}
+
 // 256 values: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128
 // bytes of nibbles (144 bytes: every block is 16-byte aligned). Unit u is
 // part p = u % 8 of block u / 8: 16 bytes of qs whose low nibbles are 16
@@ -427,19 +635,36 @@ struct gemv_q4_k : gemv_plain<gemv_stream_q4_k> {
         const int p = u % 8, c = p / 2;
         const u8 *qs = b + 16 + 32 * c + 16 * (p % 2) + 8 * (q % 2);
         nib8_split<int4_pair<0>>(smem_u32(qs), smem_u32(qs + 4), 4 * (q / 2), w);
-        // Sub-block j's 6-bit scale and min (ggml's get_scale_min_k4),
-        // branch-free: lanes of a warp take different halves of the table,
-        // and one 16-byte read of the header serves all runs of the unit.
-        const uint4 h = *reinterpret_cast<const uint4 *>(b);
-        const int j = 2 * c + q / 2;
-        const u32 lo = __byte_perm(h.y, h.z, 0x0040u + 0x11u * (u32)(j & 3)); // s[j'], s[j'+4]
-        const u32 hi = __byte_perm(h.w, 0u, (u32)(j & 3));                   // s[j'+8]
-        const u32 sc_lo = lo & 63u, m_lo = (lo >> 8) & 63u;
-        const u32 sc_hi = (hi & 0xFu) | ((lo >> 2) & 0x30u);
-        const u32 m_hi = ((hi >> 4) & 0xFu) | ((lo >> 10) & 0x30u);
-        const u32 sc = j < 4 ? sc_lo : sc_hi, m = j < 4 ? m_lo : m_hi;
-        scale = f16_to_f32((u16)h.x) * (float)sc;
-        offset_ = -(f16_to_f32((u16)(h.x >> 16)) * (float)m);
+        k4_run_scale(b, 2 * c + q / 2, scale, offset_);
+    }
+};
+
+// 256 values: f16 d, f16 dmin, Q4_K's 12 bytes of scales and mins, qh[32],
+// qs[128] (176 bytes: every block is 16-byte aligned). Units and runs as
+// Q4_K's; the fifth bit of position l of sub-block j is bit j of qh[l].
+// y = (d·sc)·q − dmin·m.
+struct gemv_q5_k : gemv_plain<gemv_stream_q5_k> {
+    static_assert(unit == 32 && aligned && offset, "an eighth of a 16-byte-aligned block");
+    using storage = fmt_q5_k;
+    static constexpr bool run_scale = true;
+    static constexpr int runs = 4, group = 2;
+    static __device__ int unit_k(int u) { return 256 * (u / 8); }
+    static __device__ gemv_at run_at(int u, int q) { return gemv_q4_k::run_at(u, q); }
+    static __device__ void run(const u8 *d, const u8 *, int u, int q, float (&w)[8],
+                               float &scale, float &offset_)
+    {
+        const u8 *b = d + 176 * (u / 8);
+        const int p = u % 8, c = p / 2, j = 2 * c + q / 2;
+        const int l0 = 16 * (p % 2) + 8 * (q % 2);
+        const u8 *qs = b + 48 + 32 * c + l0;
+        const int sh = 4 * (q / 2);
+        const u32 q0 = ((smem_u32(qs) >> sh) & 0x0F0F0F0Fu) |
+                       (((smem_u32(b + 16 + l0) >> j) & 0x01010101u) << 4);
+        const u32 q1 = ((smem_u32(qs + 4) >> sh) & 0x0F0F0F0Fu) |
+                       (((smem_u32(b + 20 + l0) >> j) & 0x01010101u) << 4);
+        bytes4(q0, 0.0f, w);
+        bytes4(q1, 0.0f, w + 4);
+        k4_run_scale(b, j, scale, offset_);
     }
 };
 

@@ -21,14 +21,14 @@
  *
  * gemv_tc has no kernel for F32 (its values are not exact in BF16), so
  * F32's list does not name it. The GGML formats Q5_0, Q5_1, Q2_K, Q3_K,
- * Q5_K, IQ4_NL, IQ4_XS and Q4_1 have no gemv_tc or gemv kernel yet (their
- * format masks leave them out), so their lists start at wgmma. The integer
- * group formats have simt's kernel alone: the others take no group size
- * yet. */
+ * Q5_K, IQ4_NL, IQ4_XS and Q4_1 have no packed layout yet: gemv decodes
+ * them from the storage layout, and the dequantizing wgmma takes prefill.
+ * The integer group formats have simt's kernel alone: the others take no
+ * group size yet. */
 #include "kernels/registry/backend.h"
 
 #define KILN_DECODE_TC { "gemv_tc", "gemv", "wgmma", "simt", NULL }
-#define KILN_DEQUANT { "wgmma", "simt", NULL }
+#define KILN_DEQUANT { "gemv", "wgmma", "simt", NULL }
 #define KILN_ONE_COPY { "gemv_tc", "wgmma_tc", "gemv", "wgmma", "simt", NULL }
 /* FP8 activations on FP8 tensor cores (wgmma's TMA kernel) before BF16 ones
  * on the packed layout (wgmma_tc), as BF16 lists them. */

@@ -20,9 +20,9 @@
 
 static const kiln_backend *const gemv = &kiln_backend_gemv;
 
-/* The formats up to GGML MXFP4, which gemv has rows for; the GGML formats
- * after it it refuses (test_gemv_tc.c: decode_later_ggml_formats). */
-#define GEMV_FORMATS_END (KILN_FMT_GGML_MXFP4 + 1)
+/* The formats up to Q4_1, which gemv has rows for; the integer groups
+ * after them it refuses (simt's alone). */
+#define GEMV_FORMATS_END (KILN_FMT_Q4_1 + 1)
 
 static kiln_target target(const char *name)
 {
@@ -529,7 +529,8 @@ Test(gemv_nvrtc, every_format_and_class_compiles_for_sm_90a, .timeout = 600)
 }
 
 /* Every epilogue with each decoding family: plain, FP8 with a row scale,
- * E2M1 with block scales, Q4_K's offset, Q6_K's unaligned blocks. */
+ * E2M1 with block scales, Q4_K's offset, Q6_K's unaligned blocks, Q4_1's
+ * offset on unaligned blocks, IQ4_XS's codebook. */
 Test(gemv_nvrtc, every_epilogue_compiles, .timeout = 600)
 {
     static const unsigned epilogues[] = {
@@ -537,7 +538,8 @@ Test(gemv_nvrtc, every_epilogue_compiles, .timeout = 600)
         KILN_EPI_BIAS | KILN_EPI_SILU_MUL,
     };
     static const kiln_format fs[] = { KILN_FMT_BF16, KILN_FMT_FP8_CHANNEL, KILN_FMT_NVFP4,
-                                      KILN_FMT_Q4_K, KILN_FMT_Q6_K };
+                                      KILN_FMT_Q4_K, KILN_FMT_Q6_K, KILN_FMT_Q4_1,
+                                      KILN_FMT_IQ4_XS };
     kt_batch b = { 0 };
     char sig[512];
     for (size_t f = 0; f < KILN_ARRAY_LEN(fs); f++)

@@ -283,11 +283,10 @@ Test(gemv_tc, refusals_fall_to_the_next_backend)
                                  "sm_75");
 }
 
-/* The GGML formats after GGML MXFP4 (not the integer groups that follow
- * them) have no decode kernel of their own:
- * gemv_tc and gemv leave them out of their format masks and their lists
- * start at wgmma, which takes them on sm_90a, simt elsewhere; a forced
- * gemv or gemv_tc falls back with the reason. */
+/* The GGML formats after GGML MXFP4 have no packed layout: gemv decodes
+ * them from the storage layout on every target, and past 16 tokens the
+ * dequantizing wgmma (Hopper) or simt takes them; a forced gemv_tc falls
+ * back to gemv, saying why. */
 Test(gemv_tc, decode_later_ggml_formats)
 {
     const kiln_registry *r = kiln_registry_default();
@@ -299,34 +298,38 @@ Test(gemv_tc, decode_later_ggml_formats)
         char no_kernel[64];
         snprintf(no_kernel, sizeof no_kernel, "no kernel for %s", name);
         cr_assert_eq(tc->formats & (1u << f), 0, "%s", name);
-        cr_assert_eq(kiln_backend_gemv.formats & (1u << f), 0, "%s", name);
+        cr_assert_neq(kiln_backend_gemv.formats & (1u << f), 0, "%s", name);
         static const struct {
-            const char *arch, *backend;
+            const char *arch, *prefill;
         } want[] = { { "sm_75", "simt" }, { "a100", "simt" }, { "h200", "wgmma" } };
         for (size_t a = 0; a < KILN_ARRAY_LEN(want); a++) {
             kiln_target t = target(want[a].arch);
             for (int64_t m = 1; m <= 32; m *= 2) {
                 kiln_choice ch;
                 cr_assert_eq(kiln_backend_select(r, &t, &c, m, NULL, "y", &ch), KILN_OK);
-                cr_assert_str_eq(ch.backend->name, want[a].backend, "%s %s m=%lld", want[a].arch, name,
-                                 (long long)m);
-                cr_assert(!strstr(ch.refused, "gemv"), "%s", ch.refused);
+                /* sm_75's 64 KiB of shared memory hold the larger M
+                 * classes of some formats' blocks only: simt then */
+                if (t.sm == 75 && m <= 16 && strcmp(ch.backend->name, "gemv")) {
+                    cr_assert(m >= 8 && strstr(ch.refused, "shared memory"), "%s m=%lld: %s",
+                              name, (long long)m, ch.refused);
+                    continue;
+                }
+                cr_assert_str_eq(ch.backend->name, m <= 16 ? "gemv" : want[a].prefill,
+                                 "%s %s m=%lld: %s (%s)", want[a].arch, name, (long long)m,
+                                 ch.backend->name, ch.refused);
             }
         }
         kiln_target t = target("a100");
         kiln_choice ch;
-        for (int forced = 0; forced < 2; forced++) {
-            const kiln_backend *b = forced ? tc : &kiln_backend_gemv;
-            cr_assert_eq(kiln_backend_select(r, &t, &c, 1, b, "y", &ch), KILN_OK);
-            cr_assert(ch.fell_back, "%s", name);
-            cr_assert_str_eq(ch.backend->name, "simt");
-            cr_assert_str_eq(ch.fallback_why, no_kernel);
-        }
-        char why[256] = "";
-        cr_assert_eq(kiln_backend_gemv.can_implement(&t, &c, 1, why, sizeof why), 0, "%s", name);
-        cr_assert_str_eq(why, no_kernel);
+        cr_assert_eq(kiln_backend_select(r, &t, &c, 1, tc, "y", &ch), KILN_OK);
+        cr_assert(ch.fell_back, "%s", name);
+        cr_assert_str_eq(ch.backend->name, "gemv");
+        cr_assert_str_eq(ch.fallback_why, no_kernel);
+        cr_assert_eq(kiln_backend_select(r, &t, &c, 1, &kiln_backend_gemv, "y", &ch), KILN_OK);
+        cr_assert(!ch.fell_back, "%s", name);
     }
 }
+
 /* The kernel indexes rows and a 16-row tile's packed bytes with ints: a
  * shape past that is refused with the reason (gemv's f32 kernel takes it
  * where its own indexing allows), by an explicit variant too. */

@@ -42,7 +42,8 @@ static double sum_gamma(int64_t k) { return (4.0 * sqrt((double)k) + 1.0) * EPS;
  * weight, so the two terms' sizes reach |w| + 2·that. */
 static int has_offset(kiln_format f)
 {
-    return f == KILN_FMT_Q4_0 || f == KILN_FMT_Q4_K || f == KILN_FMT_Q6_K;
+    return f == KILN_FMT_Q4_0 || f == KILN_FMT_Q4_K || f == KILN_FMT_Q6_K ||
+           f == KILN_FMT_Q4_1 || f == KILN_FMT_Q5_1 || f == KILN_FMT_Q5_K || f == KILN_FMT_Q2_K;
 }
 
 static float bf16(float v) { return kiln_bf16_to_f32(kiln_f32_to_bf16(v)); }
