@@ -1,6 +1,7 @@
 /* The gemv backend's host side: decode-sized linears (M bucket <= 16) as
  * bandwidth-bound matrix-vector products, kernels/gemv/gemv.cuh: f32 FMA
- * on kiln's storage layout, every format but the integer groups, sm_75+.
+ * on kiln's storage layout, every format but the integer groups with zero
+ * points, sm_75+.
  * Where gemv_tc serves a linear (kernels/gemv/tc.c: tensor cores on packed
  * weights) it comes first in the format's priority list; this kernel
  * takes the rest: F32, the GGML formats without a packed layout, sm_75, a
@@ -22,21 +23,36 @@ typedef struct gemv_format {
     int aligned;    /* every unit starts 16-byte aligned in every row */
     int scale_cols; /* the stream also copies one scale per scale_cols values; 0: none */
     int scale_elem; /* bytes of one such scale */
-    int offset;     /* keeps the sums of x per run of 8 (Q4_K's minimum) */
+    int offset;     /* keeps the sums of x per run of 8 (the K-quants' minimum) */
 } gemv_format;
 
 #define FORMAT_ROW(fmt, name, unit, aligned, scale_rows, scale_cols, scale_elem, offset)         \
     [KILN_FMT_##fmt] = { unit, aligned, scale_cols, scale_elem, offset },
 static const gemv_format formats[KILN_FMT_COUNT] = { KILN_GEMV_FORMATS(FORMAT_ROW) };
 #undef FORMAT_ROW
-/* The formats with a row: every one but the integer groups, which only
- * simt takes (their group size is not a stream parameter). */
+/* The formats with a row, and the integer groups without zero points,
+ * whose stream takes its scale columns from the weight's group
+ * (gemv_format_of; the device's gemv_int_group). */
 #define FORMAT_BIT(fmt, ...) | 1u << KILN_FMT_##fmt
-#define GEMV_FORMAT_BITS (0 KILN_GEMV_FORMATS(FORMAT_BIT))
+#define GEMV_FORMAT_BITS                                                                          \
+    (0 KILN_GEMV_FORMATS(FORMAT_BIT) | 1u << KILN_FMT_INT4_GROUP | 1u << KILN_FMT_INT8_GROUP)
 #define FORMAT_COUNT(...) +1
 _Static_assert(0 KILN_GEMV_FORMATS(FORMAT_COUNT) == KILN_FMT_Q4_1 + 1,
                "one row per format up to Q4_1");
 #undef FORMAT_COUNT
+
+/* How c's weight streams: its format's row, or for an integer group a
+ * 16-byte unit and, along K, one f32 scale a group (per row: none in the
+ * stream). unit 0: no kernel. */
+static gemv_format gemv_format_of(const kiln_linear_cfg *c)
+{
+    if (c->format == KILN_FMT_INT4_GROUP || c->format == KILN_FMT_INT8_GROUP) {
+        const int unit = c->format == KILN_FMT_INT4_GROUP ? 32 : 16;
+        const int along = c->group > 0 && c->group < c->k && c->group <= INT_MAX;
+        return (gemv_format){ unit, 1, along ? (int)c->group : 0, along ? 4 : 0, 0 };
+    }
+    return (unsigned)c->format < KILN_FMT_COUNT ? formats[c->format] : (gemv_format){ 0 };
+}
 
 /* The M classes, smallest first: a bucket takes the first whose max_m
  * covers it, and its kernel computes rows < args.m of at most max_m. Each
@@ -134,7 +150,7 @@ static int gemv_configure(const kiln_target *t, const kiln_linear_cfg *c, const 
                           gemv_config *out, char *why, size_t size)
 {
     const kiln_format_info *fi = kiln_format_get(c->format);
-    const gemv_format *f = &formats[c->format];
+    const gemv_format fmt = gemv_format_of(c), *f = &fmt;
     if (!f->unit) {
         snprintf(why, size, "no kernel for %s", fi->name);
         return 0;
@@ -154,6 +170,15 @@ static int gemv_configure(const kiln_target *t, const kiln_linear_cfg *c, const 
     if (units < 1)
         units = 1;
     gemv_geometry g = { .v = v, .f = f, .k = c->k, .stage_k = 32 * (int64_t)units * f->unit };
+    if (fi->grouped && c->group != 0 && c->group != c->k &&
+        (c->group < 0 || c->group % f->unit || g.stage_k % c->group || c->k % c->group)) {
+        snprintf(why, size,
+                 "%s group %lld: not whole %d-value units dividing K = %lld and %s's stage of "
+                 "%lld values",
+                 fi->name, (long long)c->group, f->unit, (long long)c->k, v->name,
+                 (long long)g.stage_k);
+        return 0;
+    }
     const int64_t stage_bytes = g.stage_k / fi->block * fi->block_bytes;
     g.slot = round16(stage_bytes + (f->aligned ? 0 : 32)) +
              (f->scale_cols ? round16(kiln_ceil_div(g.stage_k, f->scale_cols) * f->scale_elem + 8)
@@ -190,7 +215,7 @@ static int gemv_can_implement(const kiln_target *t, const kiln_linear_cfg *c, in
         snprintf(why, size, "M bucket %lld > %lld", (long long)bucket, (long long)GEMV_MAX_M);
         return 0;
     }
-    if (!formats[c->format].unit) {
+    if (!gemv_format_of(c).unit) {
         snprintf(why, size, "no kernel for %s", kiln_format_get(c->format)->name);
         return 0;
     }
@@ -221,11 +246,14 @@ static kiln_status gemv_emit(const kiln_target *t, const kiln_linear_kernel *k, 
     kiln_status st = gemv_check(t, k, &c);
     if (st != KILN_OK)
         return st;
-    char epi_args[96];
+    char epi_args[96], group[64] = "";
+    if (kiln_format_get(k->cfg.format)->grouped) /* a group of all K: one scale a row */
+        snprintf(group, sizeof group, "</*group*/ %lld, /*n*/ %lld>",
+                 (long long)(k->cfg.group < k->cfg.k ? k->cfg.group : 0), (long long)k->cfg.n);
     return kiln_backend_source(buf, size, "gemv",
         "#include \"kiln/gemv.cuh\"\n"
         "\n"
-        "using format = kiln::gemv_%s;\n"
+        "using format = kiln::gemv_%s%s;\n"
         "using shape = kiln::gemv_shape</*max_m*/ %lld, /*rows*/ %d, /*warps*/ %d, "
         "/*k_split*/ %d,\n"
         "                               /*units*/ %d, /*stages*/ %d, /*tile_k*/ %d,\n"
@@ -237,7 +265,7 @@ static kiln_status gemv_emit(const kiln_target *t, const kiln_linear_kernel *k, 
         "{\n"
         "    kiln::gemv<format, shape, epilogue, /*n*/ %lld, /*k*/ %lld, /*smem*/ %u>(args);\n"
         "}\n",
-        kiln_format_get(k->cfg.format)->name, (long long)c.v->max_m, c.v->rows, c.v->warps,
+        kiln_format_get(k->cfg.format)->name, group, (long long)c.v->max_m, c.v->rows, c.v->warps,
         c.k_split, c.units, c.v->stages, c.tile_k, c.v->min_blocks,
         kiln_epilogue_template_args(k->cfg.epilogue, epi_args, sizeof epi_args), entry, (long long)k->cfg.n,
         (long long)k->cfg.k, c.smem);

@@ -701,4 +701,50 @@ struct gemv_q6_k : gemv_plain<gemv_stream_q6_k> {
     }
 };
 
+// compressed-tensors pack-quantized without zero points: Bits-bit fields
+// of the row's int32 words holding q + 2^(Bits−1), f32 scales [N, K /
+// Group] (Group 0: one a row, multiplying the final sum). A unit is 16
+// bytes (32 int4 or 16 int8 values), a group whole units of a stage.
+template <int Bits, int Group>
+struct gemv_int_group
+    : gemv_plain<gemv_stream<128 / Bits, 1, Group ? 1 : 0, Group, Group ? 4 : 0, 0>> {
+    static_assert(Bits == 4 || Bits == 8, "int4 or int8");
+    static_assert(Group % (128 / Bits) == 0, "a group is whole units");
+    using storage = fmt_int_group<Bits, false, Group, 1>;
+    static constexpr bool run_scale = Group != 0;
+    static constexpr int runs = 16 / Bits, group = runs;
+    static __device__ int unit_k(int u) { return (128 / Bits) * u; }
+    static __device__ gemv_at run_at(int u, int q)
+    {
+        if constexpr (Bits == 4)
+            return { u, 8 * q };
+        else
+            return { u / 2, 16 * (u % 2) + 8 * q };
+    }
+    static __device__ float row_scale(const kiln_linear_args &a, int n)
+    {
+        if constexpr (Group == 0)
+            return static_cast<const float *>(a.w_scale)[n];
+        else
+            return 1.0f;
+    }
+    static __device__ void run(const u8 *d, const u8 *s, int u, int q, float (&w)[8],
+                               float &scale, float &)
+    {
+        if constexpr (Bits == 4) {
+            nib8_packed<int4_pair<8>>(smem_u32(d + 16 * u + 4 * q), w);
+        } else {
+            bytes4(smem_u32(d + 16 * u + 8 * q), 128.0f, w);
+            bytes4(smem_u32(d + 16 * u + 8 * q + 4), 128.0f, w + 4);
+        }
+        if constexpr (Group != 0)
+            scale = __uint_as_float(smem_u32(s + 4 * (unit_k(u) / Group)));
+    }
+};
+
+template <int Group, int N>
+using gemv_int4_group = gemv_int_group<4, Group>;
+template <int Group, int N>
+using gemv_int8_group = gemv_int_group<8, Group>;
+
 } // namespace kiln

@@ -202,6 +202,12 @@ static int shape_refused(const kiln_linear_cfg *c, char *why, size_t size)
         snprintf(why, size, "K=%lld is not a multiple of %d", (long long)c->k, WGMMA_BK);
         return 1;
     }
+    const kiln_format_info *fi = kiln_format_get(c->format);
+    if (fi->grouped && (c->group < 0 || c->group % fi->block || (c->group && c->k % c->group))) {
+        snprintf(why, size, "%s group %lld is not a multiple of %d dividing K = %lld", fi->name,
+                 (long long)c->group, fi->block, (long long)c->k);
+        return 1;
+    }
     return 0;
 }
 
@@ -298,12 +304,15 @@ static kiln_status wgmma_emit(const kiln_target *t, const kiln_linear_kernel *k,
         return st;
     if (tma)
         return emit_tma(k, tma, entry, buf, size);
-    char epi_args[96];
+    char epi_args[96], group[64] = "";
+    if (kiln_format_get(k->cfg.format)->grouped)
+        snprintf(group, sizeof group, "</*group*/ %lld, /*n*/ %lld>", (long long)k->cfg.group,
+                 (long long)k->cfg.n);
     return kiln_backend_source(
         buf, size, "wgmma",
         "#include \"kiln/wgmma.cuh\"\n"
         "\n"
-        "using format = kiln::fmt_%s;\n"
+        "using format = kiln::fmt_%s%s;\n"
         "using tile = kiln::wgmma_tile</*bn*/ %d>;\n"
         "using epilogue = kiln::epilogue<%s>;\n"
         "static_assert(tile::smem_bytes == %u, \"the launch's dynamic shared memory\");\n"
@@ -313,7 +322,7 @@ static kiln_status wgmma_emit(const kiln_target *t, const kiln_linear_kernel *k,
         "{\n"
         "    kiln::wgmma_gemm<format, tile, epilogue, /*n*/ %lld, /*k*/ %lld>(args);\n"
         "}\n",
-        kiln_format_get(k->cfg.format)->name, tile->bn,
+        kiln_format_get(k->cfg.format)->name, group, tile->bn,
         kiln_epilogue_template_args(k->cfg.epilogue, epi_args, sizeof epi_args),
         smem_bytes(tile), entry, (long long)k->cfg.n, (long long)k->cfg.k);
 }
@@ -367,7 +376,7 @@ static kiln_status wgmma_launch(const kiln_target *t, const kiln_linear_kernel *
 
 const kiln_backend kiln_backend_wgmma = {
     .name = "wgmma",
-    .formats = KILN_FMT_ALL & ~KILN_FMT_INT_GROUPS,
+    .formats = KILN_FMT_ALL,
     .epilogues = KILN_EPI_ALL,
     .is_supported = wgmma_is_supported,
     .can_implement = wgmma_can_implement,

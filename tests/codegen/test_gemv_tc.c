@@ -231,8 +231,6 @@ Test(gemv_tc, one_token_runs_tc1)
             const kiln_format fmt = (kiln_format)f;
             const char *name = kiln_format_get(fmt)->name;
             const int plain = fmt == KILN_FMT_F32;
-            if (kiln_format_get(fmt)->grouped) /* simt's alone */
-                continue;
             char got[64];
             cr_assert_str_eq(choice_of(arches[a], fmt, 4096, 1, got, sizeof got),
                              plain ? "gemv m1" : "gemv_tc tc1", "%s %s m=1", arches[a], name);
@@ -291,7 +289,7 @@ Test(gemv_tc, decode_later_ggml_formats)
 {
     const kiln_registry *r = kiln_registry_default();
     for (int f = TC_FORMATS_END; f < KILN_FMT_COUNT; f++) {
-        if (kiln_format_get((kiln_format)f)->grouped) /* simt's alone */
+        if (kiln_format_get((kiln_format)f)->grouped) /* the integer groups: test_gemv.c */
             continue;
         const char *name = kiln_format_get((kiln_format)f)->name;
         kiln_linear_cfg c = cfg((kiln_format)f, 4096, 4096);

@@ -76,29 +76,29 @@ Test(wgmma, runs_only_where_wgmma_exists)
 }
 
 /* BF16 activations, but for E4M3 weights with a tensor or row scale, which
- * the TMA kernel multiplies on per-token E4M3 activations. Every format but
- * the integer groups, whose signatures it refuses to emit. */
+ * the TMA kernel multiplies on per-token E4M3 activations. Every format,
+ * the integer groups with their group (per row, or along K). */
 Test(wgmma, takes_every_format_and_epilogue)
 {
-    cr_assert_eq(wg->formats, ((1u << KILN_FMT_COUNT) - 1) & ~KILN_FMT_INT_GROUPS);
+    cr_assert_eq(wg->formats, (1u << KILN_FMT_COUNT) - 1);
     kiln_kernel_source src;
     cr_assert_eq(kiln_emit_text(kiln_registry_default(),
                                 "linear backend=wgmma variant=bm64bn64 format=int4_group "
                                 "scales=f32:1x128 act=bf16 n=1014 k=768 epilogue=none out=bf16 "
                                 "target=sm_90a",
                                 &src),
-                 KILN_ERR_UNSUPPORTED);
-    cr_assert(strstr(kiln_last_error(), "backend wgmma has no kernel for int4_group"), "%s",
-              kiln_last_error());
+                 KILN_OK, "%s", kiln_last_error());
+    cr_assert(strstr(src.text, "kiln::fmt_int4_group</*group*/ 128, /*n*/ 1014>"), "%s", src.text);
+    kiln_kernel_source_free(&src);
     cr_assert_eq(wg->epilogues, KILN_EPI_BIAS | KILN_EPI_RESIDUAL | KILN_EPI_SILU_MUL);
     kiln_target t = target("sm_90a");
     static const int64_t buckets[] = { 1, 16, 17, 64, 512, 8192 };
     for (int f = 0; f < KILN_FMT_COUNT; f++)
-        for (size_t b = 0; b < KILN_ARRAY_LEN(buckets) && !kiln_format_get((kiln_format)f)->grouped;
-             b++) {
+        for (size_t b = 0; b < KILN_ARRAY_LEN(buckets); b++) {
             char why[128] = "";
             /* N need not fill a tile: the last one is partial. */
-            kiln_linear_cfg c = { .format = (kiln_format)f, .n = 200, .k = 768 };
+            kiln_linear_cfg c = { .format = (kiln_format)f, .n = 200, .k = 768,
+                                  .group = kiln_format_get((kiln_format)f)->grouped ? 128 : 0 };
             cr_assert_eq(wg->can_implement(&t, &c, buckets[b], why, sizeof why), 1, "%s: %s",
                          kiln_format_get((kiln_format)f)->name, why);
             cr_assert_eq(kiln_backend_act(wg, &t, &c, buckets[b]),
@@ -112,6 +112,15 @@ Test(wgmma, refuses_shapes_it_does_not_build)
 {
     kiln_target t = target("h100");
     char why[128];
+    /* an integer group of whole words dividing K */
+    kiln_linear_cfg g = { .format = KILN_FMT_INT4_GROUP, .n = 64, .k = 768, .group = 100 };
+    cr_assert_eq(wg->can_implement(&t, &g, 64, why, sizeof why), 0);
+    cr_assert_str_eq(why, "int4_group group 100 is not a multiple of 8 dividing K = 768");
+    g.group = 512;
+    cr_assert_eq(wg->can_implement(&t, &g, 64, why, sizeof why), 0);
+    g.format = KILN_FMT_INT8_GROUP_ZP;
+    g.group = 256;
+    cr_assert_eq(wg->can_implement(&t, &g, 64, why, sizeof why), 1, "%s", why);
     kiln_linear_cfg c = { .format = KILN_FMT_BF16, .n = 4096, .k = 4128 };
     cr_assert_eq(wg->can_implement(&t, &c, 64, why, sizeof why), 0);
     cr_assert_str_eq(why, "K=4128 is not a multiple of 64");
@@ -668,6 +677,27 @@ static void sig_for(char *buf, size_t size, int f, const char *variant, int e)
 {
     wgmma_sig(buf, size, variant, (kiln_format)f, act_of(f), 1000 + f, 768, epilogues[e],
               "sm_90a");
+}
+
+/* The integer groups: each format per row and in groups of 32 along K,
+ * both tiles. */
+Test(wgmma, integer_groups_compile_for_sm_90a, .timeout = 600)
+{
+    static const kiln_format fs[] = { KILN_FMT_INT4_GROUP, KILN_FMT_INT4_GROUP_ZP,
+                                      KILN_FMT_INT8_GROUP, KILN_FMT_INT8_GROUP_ZP };
+    static const char *const scales[] = { "f32:1xK", "f32:1x32" };
+    kt_batch b = { 0 };
+    char sig[512];
+    for (size_t f = 0; f < KILN_ARRAY_LEN(fs); f++)
+        for (size_t g = 0; g < KILN_ARRAY_LEN(scales); g++) {
+            snprintf(sig, sizeof sig,
+                     "linear backend=wgmma variant=%s format=%s scales=%s%s act=bf16 n=1001 "
+                     "k=768 epilogue=%s out=bf16 target=sm_90a",
+                     variants[(f + g) % KILN_ARRAY_LEN(variants)], kiln_format_get(fs[f])->name,
+                     scales[g], f % 2 ? "+zp" : "", g ? "bias" : "none");
+            kt_batch_add(&b, sig);
+        }
+    kt_batch_compile(&b, "wgmma integer groups");
 }
 
 Test(wgmma, every_format_variant_and_epilogue_compiles_for_sm_90a, .timeout = 1200)
