@@ -1,7 +1,6 @@
 /* The gemv backend's host side: decode-sized linears (M bucket <= 16) as
  * bandwidth-bound matrix-vector products, kernels/gemv/gemv.cuh: f32 FMA
- * on kiln's storage layout, every format but the integer groups with zero
- * points, sm_75+.
+ * on kiln's storage layout, every format, sm_75+.
  * Where gemv_tc serves a linear (kernels/gemv/tc.c: tensor cores on packed
  * weights) it comes first in the format's priority list; this kernel
  * takes the rest: F32, the GGML formats without a packed layout, sm_75, a
@@ -24,34 +23,39 @@ typedef struct gemv_format {
     int scale_cols; /* the stream also copies one scale per scale_cols values; 0: none */
     int scale_elem; /* bytes of one such scale */
     int offset;     /* keeps the sums of x per run of 8 (the K-quants' minimum) */
+    int zero_points; /* also copies an int8 zero point per scale (integer groups) */
 } gemv_format;
 
 #define FORMAT_ROW(fmt, name, unit, aligned, scale_rows, scale_cols, scale_elem, offset)         \
     [KILN_FMT_##fmt] = { unit, aligned, scale_cols, scale_elem, offset },
 static const gemv_format formats[KILN_FMT_COUNT] = { KILN_GEMV_FORMATS(FORMAT_ROW) };
 #undef FORMAT_ROW
-/* The formats with a row, and the integer groups without zero points,
- * whose stream takes its scale columns from the weight's group
- * (gemv_format_of; the device's gemv_int_group). */
+/* The formats with a row, and the integer groups, whose stream takes its
+ * scale columns from the weight's group (gemv_format_of; the device's
+ * gemv_int_group). */
 #define FORMAT_BIT(fmt, ...) | 1u << KILN_FMT_##fmt
-#define GEMV_FORMAT_BITS                                                                          \
-    (0 KILN_GEMV_FORMATS(FORMAT_BIT) | 1u << KILN_FMT_INT4_GROUP | 1u << KILN_FMT_INT8_GROUP)
+#define GEMV_FORMAT_BITS (0 KILN_GEMV_FORMATS(FORMAT_BIT) | KILN_FMT_INT_GROUPS)
 #define FORMAT_COUNT(...) +1
 _Static_assert(0 KILN_GEMV_FORMATS(FORMAT_COUNT) == KILN_FMT_Q4_1 + 1,
                "one row per format up to Q4_1");
 #undef FORMAT_COUNT
 
 /* How c's weight streams: its format's row, or for an integer group a
- * 16-byte unit and, along K, one f32 scale a group (per row: none in the
- * stream). unit 0: no kernel. */
+ * 16-byte unit and, along K, one f32 scale a group and its zero point
+ * (per row: the row scale, no zero points). unit 0: no kernel. */
 static gemv_format gemv_format_of(const kiln_linear_cfg *c)
 {
-    if (c->format == KILN_FMT_INT4_GROUP || c->format == KILN_FMT_INT8_GROUP) {
-        const int unit = c->format == KILN_FMT_INT4_GROUP ? 32 : 16;
-        const int along = c->group > 0 && c->group < c->k && c->group <= INT_MAX;
-        return (gemv_format){ unit, 1, along ? (int)c->group : 0, along ? 4 : 0, 0 };
-    }
-    return (unsigned)c->format < KILN_FMT_COUNT ? formats[c->format] : (gemv_format){ 0 };
+    if ((unsigned)c->format >= KILN_FMT_COUNT)
+        return (gemv_format){ 0 };
+    const kiln_format_info *fi = kiln_format_get(c->format);
+    if (!fi->grouped)
+        return formats[c->format];
+    const int along = c->group > 0 && c->group < c->k && c->group <= INT_MAX;
+    if (fi->zero_point && !along)
+        return (gemv_format){ 0 };
+    return (gemv_format){ .unit = fi->block == 8 ? 32 : 16, .aligned = 1,
+                          .scale_cols = along ? (int)c->group : 0, .scale_elem = along ? 4 : 0,
+                          .zero_points = fi->zero_point };
 }
 
 /* The M classes, smallest first: a bucket takes the first whose max_m
@@ -151,6 +155,11 @@ static int gemv_configure(const kiln_target *t, const kiln_linear_cfg *c, const 
 {
     const kiln_format_info *fi = kiln_format_get(c->format);
     const gemv_format fmt = gemv_format_of(c), *f = &fmt;
+    if (!f->unit && fi->zero_point) {
+        snprintf(why, size, "%s with one group a row: zero points stream along K only",
+                 fi->name);
+        return 0;
+    }
     if (!f->unit) {
         snprintf(why, size, "no kernel for %s", fi->name);
         return 0;
@@ -182,7 +191,8 @@ static int gemv_configure(const kiln_target *t, const kiln_linear_cfg *c, const 
     const int64_t stage_bytes = g.stage_k / fi->block * fi->block_bytes;
     g.slot = round16(stage_bytes + (f->aligned ? 0 : 32)) +
              (f->scale_cols ? round16(kiln_ceil_div(g.stage_k, f->scale_cols) * f->scale_elem + 8)
-                            : 0);
+                            : 0) +
+             (f->zero_points ? round16(kiln_ceil_div(g.stage_k, f->scale_cols) + 8) : 0);
 
     const int64_t limit = kiln_block_smem_limit(t);
     if (geometry_smem(&g, 1) > limit) {
@@ -213,10 +223,6 @@ static int gemv_can_implement(const kiln_target *t, const kiln_linear_cfg *c, in
 {
     if (bucket > GEMV_MAX_M) {
         snprintf(why, size, "M bucket %lld > %lld", (long long)bucket, (long long)GEMV_MAX_M);
-        return 0;
-    }
-    if (!gemv_format_of(c).unit) {
-        snprintf(why, size, "no kernel for %s", kiln_format_get(c->format)->name);
         return 0;
     }
     gemv_config cfg;

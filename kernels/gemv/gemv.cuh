@@ -173,7 +173,10 @@ struct gemv_layout {
     static constexpr int scale_area =
         F::scale_cols ? gemv_round16((stage_k + F::scale_cols - 1) / F::scale_cols * F::scale_elem + 8)
                       : 0;
-    static constexpr int slot = data_area + scale_area;
+    // The zero points' 4-byte cover: a byte a scale.
+    static constexpr int zp_area =
+        F::zero_points ? gemv_round16((stage_k + F::scale_cols - 1) / F::scale_cols + 8) : 0;
+    static constexpr int slot = data_area + scale_area + zp_area;
     static constexpr int x_ld = S::tile_k + S::tile_k / 8;
     static constexpr int x_bytes = S::max_m * x_ld * 4;
     static constexpr int xsum_bytes = F::offset ? S::max_m * (S::tile_k / 8) * 4 : 0;
@@ -260,6 +263,14 @@ __device__ void gemv(const kiln_linear_args &args)
         else
             return 0;
     };
+    // An integer group's zero point: int8 [N, K / group] after the scales.
+    auto zp_at = [](int n, int k0) -> i64 {
+        if constexpr (F::zero_points)
+            return (i64)N * scale_per_row * F::scale_elem + (i64)n * scale_per_row +
+                   k0 / F::scale_cols;
+        else
+            return 0;
+    };
 
     auto issue = [&](int j) {
         const int k0 = (slice + j * S::k_split) * L::stage_k;
@@ -300,6 +311,20 @@ __device__ void gemv(const kiln_linear_args &args)
                         if (c < words) {
                             const i64 src = sat - mis + 4 * c;
                             cp_async<4>(dst + L::data_area + 4 * c, ws + src,
+                                        end - src < 4 ? (int)(end - src) : 4);
+                        }
+                }
+                if constexpr (F::zero_points) {
+                    constexpr i64 first = (i64)N * scale_per_row * F::scale_elem;
+                    constexpr i64 end = first + (i64)N * scale_per_row;
+                    const i64 zat = zp_at(rown[r], k0);
+                    const int mis = (int)(zat & 3);
+                    const int words = (mis + (kend - k0 + F::scale_cols - 1) / F::scale_cols + 3) / 4;
+#pragma unroll
+                    for (int c = lane; c < L::zp_area / 4; c += 32)
+                        if (c < words) {
+                            const i64 src = zat - mis + 4 * c;
+                            cp_async<4>(dst + L::data_area + L::scale_area + 4 * c, ws + src,
                                         end - src < 4 ? (int)(end - src) : 4);
                         }
                 }
@@ -358,11 +383,15 @@ __device__ void gemv(const kiln_linear_args &args)
         const u8 *slot = ring + (j % S::stages) * S::rows * L::slot;
         const u8 *data[S::rows];
         const u8 *scales[S::rows];
+        const u8 *zps[S::rows];
 #pragma unroll
         for (int r = 0; r < S::rows; r++) {
             data[r] = slot + r * L::slot + (F::aligned ? 0 : (int)(data_at(rown[r], k0) & 15));
             scales[r] = slot + r * L::slot + L::data_area + (int)(scale_at(rown[r], k0) & 3);
+            zps[r] = slot + r * L::slot + L::data_area + L::scale_area +
+                     (int)(zp_at(rown[r], k0) & 3);
         }
+        (void)zps;
 #pragma unroll
         for (int i = 0; i < S::units; i++) {
             const int u = lane + 32 * i;
@@ -376,8 +405,12 @@ __device__ void gemv(const kiln_linear_args &args)
                 const bool first = q % F::group == 0, last = q % F::group == F::group - 1;
                 float wv[S::rows][8], sc[S::rows], off[S::rows];
 #pragma unroll
-                for (int r = 0; r < S::rows; r++)
-                    F::run(data[r], scales[r], u, q, wv[r], sc[r], off[r]);
+                for (int r = 0; r < S::rows; r++) {
+                    if constexpr (F::zero_points)
+                        F::run_zp(data[r], scales[r], zps[r], u, q, wv[r], sc[r], off[r]);
+                    else
+                        F::run(data[r], scales[r], u, q, wv[r], sc[r], off[r]);
+                }
                 // kl is a multiple of 32: a stage starts on a multiple of
                 // 256 values and a tile is a multiple of 32.
                 const gemv_at at = F::run_at(u, q);

@@ -199,10 +199,13 @@ struct gemv_at {
 };
 
 // A format's stream: a row of kiln/gemv_format.h.
-template <int Unit, int Aligned, int ScaleRows, int ScaleCols, int ScaleElem, int Offset>
+// ZeroPoints: the stream also copies an int8 zero point per scale, from
+// the array that follows every row's scales (the integer groups).
+template <int Unit, int Aligned, int ScaleRows, int ScaleCols, int ScaleElem, int Offset,
+          bool ZeroPoints = false>
 struct gemv_stream {
     static constexpr int unit = Unit;
-    static constexpr bool aligned = Aligned != 0, offset = Offset != 0;
+    static constexpr bool aligned = Aligned != 0, offset = Offset != 0, zero_points = ZeroPoints;
     static constexpr int scale_rows = ScaleRows, scale_cols = ScaleCols, scale_elem = ScaleElem;
 };
 
@@ -701,16 +704,19 @@ struct gemv_q6_k : gemv_plain<gemv_stream_q6_k> {
     }
 };
 
-// compressed-tensors pack-quantized without zero points: Bits-bit fields
-// of the row's int32 words holding q + 2^(Bits−1), f32 scales [N, K /
-// Group] (Group 0: one a row, multiplying the final sum). A unit is 16
-// bytes (32 int4 or 16 int8 values), a group whole units of a stage.
-template <int Bits, int Group>
+// compressed-tensors pack-quantized: Bits-bit fields of the row's int32
+// words holding q + 2^(Bits−1), f32 scales [N, K / Group] (Group 0: one a
+// row, multiplying the final sum), and with ZeroPoint int8 zero points
+// [N, K / Group] after them (along K only), subtracted from the codes
+// exactly as the CPU does. A unit is 16 bytes (32 int4 or 16 int8
+// values), a group whole units of a stage.
+template <int Bits, int Group, bool ZeroPoint>
 struct gemv_int_group
-    : gemv_plain<gemv_stream<128 / Bits, 1, Group ? 1 : 0, Group, Group ? 4 : 0, 0>> {
+    : gemv_plain<gemv_stream<128 / Bits, 1, Group ? 1 : 0, Group, Group ? 4 : 0, 0, ZeroPoint>> {
     static_assert(Bits == 4 || Bits == 8, "int4 or int8");
     static_assert(Group % (128 / Bits) == 0, "a group is whole units");
-    using storage = fmt_int_group<Bits, false, Group, 1>;
+    static_assert(!ZeroPoint || Group != 0, "zero points along K");
+    using storage = fmt_int_group<Bits, ZeroPoint, Group, 1>;
     static constexpr bool run_scale = Group != 0;
     static constexpr int runs = 16 / Bits, group = runs;
     static __device__ int unit_k(int u) { return (128 / Bits) * u; }
@@ -740,11 +746,25 @@ struct gemv_int_group
         if constexpr (Group != 0)
             scale = __uint_as_float(smem_u32(s + 4 * (unit_k(u) / Group)));
     }
+    // The same less the group's zero point z (staged beside the scales).
+    static __device__ void run_zp(const u8 *d, const u8 *s, const u8 *z, int u, int q,
+                                  float (&w)[8], float &scale, float &offset)
+    {
+        run(d, s, u, q, w, scale, offset);
+        const float zp = (float)(i8)z[unit_k(u) / Group];
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            w[i] -= zp;
+    }
 };
 
 template <int Group, int N>
-using gemv_int4_group = gemv_int_group<4, Group>;
+using gemv_int4_group = gemv_int_group<4, Group, false>;
 template <int Group, int N>
-using gemv_int8_group = gemv_int_group<8, Group>;
+using gemv_int4_group_zp = gemv_int_group<4, Group, true>;
+template <int Group, int N>
+using gemv_int8_group = gemv_int_group<8, Group, false>;
+template <int Group, int N>
+using gemv_int8_group_zp = gemv_int_group<8, Group, true>;
 
 } // namespace kiln

@@ -4,9 +4,9 @@
  *
  *   gemv_tc  decode, buckets up to 16 tokens, on tensor cores (sm_80+):
  *            every format exact in BF16, K in whole atoms of 64;
- *   gemv     decode in f32 FMA, every format but the integer groups with
- *            zero points, sm_75+: what gemv_tc leaves (F32, the formats
- *            without a packed layout, sm_75, K of part atoms);
+ *   gemv     decode in f32 FMA, every format and sm_75+: what gemv_tc
+ *            leaves (F32, the formats without a packed layout, sm_75, K of
+ *            part atoms);
  *   wgmma_tc Hopper prefill (sm_90a) from gemv_tc's packed layout, the
  *            weight decoded into the register operand: the 4-bit formats
  *            whose decoding is exact in BF16 (NVFP4, MXFP4, GGML MXFP4)
@@ -24,7 +24,7 @@
  * F32's list does not name it. The GGML formats Q5_0, Q5_1, Q2_K, Q3_K,
  * Q5_K, IQ4_NL, IQ4_XS and Q4_1 have no packed layout yet: gemv decodes
  * them from the storage layout, and the dequantizing wgmma takes prefill.
- * So do the integer groups, gemv those without zero points. */
+ * So do the integer groups. */
 #include "kernels/registry/backend.h"
 
 #define KILN_DECODE_TC { "gemv_tc", "gemv", "wgmma", "simt", NULL }
@@ -62,9 +62,9 @@ static const kiln_registry default_registry = {
         [KILN_FMT_IQ4_XS] = KILN_DEQUANT,
         [KILN_FMT_Q4_1] = KILN_DEQUANT,
         [KILN_FMT_INT4_GROUP] = KILN_DEQUANT,
-        [KILN_FMT_INT4_GROUP_ZP] = { "wgmma", "simt", NULL },
+        [KILN_FMT_INT4_GROUP_ZP] = KILN_DEQUANT,
         [KILN_FMT_INT8_GROUP] = KILN_DEQUANT,
-        [KILN_FMT_INT8_GROUP_ZP] = { "wgmma", "simt", NULL },
+        [KILN_FMT_INT8_GROUP_ZP] = KILN_DEQUANT,
     },
 };
 

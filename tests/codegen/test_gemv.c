@@ -20,8 +20,8 @@
 
 static const kiln_backend *const gemv = &kiln_backend_gemv;
 
-/* The formats up to Q4_1, which gemv has rows for; of the integer groups
- * after them it takes those without zero points (their own test). */
+/* The formats up to Q4_1, which gemv has rows for; the integer groups
+ * after them have their own test. */
 #define GEMV_FORMATS_END (KILN_FMT_Q4_1 + 1)
 
 static kiln_target target(const char *name)
@@ -105,8 +105,7 @@ Test(gemv, runs_on_sm_75_and_newer)
 
 Test(gemv, covers_every_format_and_epilogue_with_bf16_activations)
 {
-    cr_assert_eq(gemv->formats, ((1u << GEMV_FORMATS_END) - 1) | 1u << KILN_FMT_INT4_GROUP |
-                                    1u << KILN_FMT_INT8_GROUP);
+    cr_assert_eq(gemv->formats, ((1u << GEMV_FORMATS_END) - 1) | KILN_FMT_INT_GROUPS);
     cr_assert_eq(gemv->epilogues, KILN_EPI_BIAS | KILN_EPI_RESIDUAL | KILN_EPI_SILU_MUL);
     kiln_target t = target("h200");
     for (int f = 0; f < GEMV_FORMATS_END; f++) {
@@ -344,37 +343,38 @@ Test(gemv, emit_refuses_what_it_does_not_build)
                  kiln_last_error());
 }
 
-/* The integer groups without zero points: a 16-byte unit, scales along K
- * a group of whole units dividing the stage (or one a row: group 0 or
- * K); those with zero points are not taken. */
-Test(gemv, takes_integer_groups_without_zero_points)
+/* The integer groups: a 16-byte unit, scales (and zero points) along K a
+ * group of whole units dividing the stage, or one scale a row (group 0
+ * or K), which the zero-point formats do not take. */
+Test(gemv, takes_integer_groups)
 {
     kiln_target t = target("h200");
     char why[256] = "", buf[4096];
     static const int64_t fine[] = { 0, 32, 128, 512, 4096 };
-    for (int bits8 = 0; bits8 < 2; bits8++)
+    for (int f = KILN_FMT_INT4_GROUP; f <= KILN_FMT_INT8_GROUP_ZP; f++)
         for (size_t i = 0; i < KILN_ARRAY_LEN(fine); i++)
             for (int64_t m = 1; m <= 16; m *= 2) {
-                kiln_linear_cfg c = cfg(bits8 ? KILN_FMT_INT8_GROUP : KILN_FMT_INT4_GROUP, 1000,
-                                        4096);
+                kiln_linear_cfg c = cfg((kiln_format)f, 1000, 4096);
                 c.group = fine[i];
-                cr_assert_eq(gemv->can_implement(&t, &c, m, why, sizeof why), 1,
-                             "group %lld m=%lld: %s", (long long)c.group, (long long)m, why);
+                const int per_row = c.group == 0 || c.group == c.k;
+                const int zp = kiln_format_get((kiln_format)f)->zero_point;
+                cr_assert_eq(gemv->can_implement(&t, &c, m, why, sizeof why), !(zp && per_row),
+                             "%s group %lld m=%lld: %s", kiln_format_get((kiln_format)f)->name,
+                             (long long)c.group, (long long)m, why);
+                if (zp && per_row)
+                    cr_assert(strstr(why, "zero points stream along K only"), "%s", why);
             }
     kiln_linear_cfg c = cfg(KILN_FMT_INT4_GROUP, 1000, 4096);
     c.group = 16; /* half a unit */
     cr_assert_eq(gemv->can_implement(&t, &c, 1, why, sizeof why), 0);
     cr_assert(strstr(why, "int4_group group 16: not whole 32-value units"), "%s", why);
-    c.format = KILN_FMT_INT4_GROUP_ZP;
-    c.group = 128;
-    cr_assert_eq(gemv->can_implement(&t, &c, 1, why, sizeof why), 0);
-    cr_assert_str_eq(why, "no kernel for int4_group_zp");
-    kiln_linear_kernel k = { .cfg = cfg(KILN_FMT_INT8_GROUP, 1000, 4096), .act = KILN_ACT_BF16,
+    kiln_linear_kernel k = { .cfg = cfg(KILN_FMT_INT8_GROUP_ZP, 1000, 4096), .act = KILN_ACT_BF16,
                              .variant = "m4" };
     k.cfg.group = 128;
     cr_assert_eq(gemv->emit(&t, &k, "kiln_gemv_0", buf, sizeof buf), KILN_OK, "%s",
                  kiln_last_error());
-    cr_assert(strstr(buf, "kiln::gemv_int8_group</*group*/ 128, /*n*/ 1000>"), "%s", buf);
+    cr_assert(strstr(buf, "kiln::gemv_int8_group_zp</*group*/ 128, /*n*/ 1000>"), "%s", buf);
+    k.cfg.format = KILN_FMT_INT8_GROUP;
     k.cfg.group = 4096; /* one group a row: the row scale */
     cr_assert_eq(gemv->emit(&t, &k, "kiln_gemv_0", buf, sizeof buf), KILN_OK, "%s",
                  kiln_last_error());
@@ -385,18 +385,20 @@ Test(gemv, takes_integer_groups_without_zero_points)
 Test(gemv_nvrtc, integer_groups_compile_for_sm_80, .timeout = 600)
 {
     static const char *const variants[] = { "m1", "m2", "m4", "m8", "m16" };
-    static const kiln_format fs[] = { KILN_FMT_INT4_GROUP, KILN_FMT_INT8_GROUP };
     static const char *const scales[] = { "f32:1xK", "f32:1x128" };
     kt_batch b = { 0 };
     char sig[512];
-    for (size_t f = 0; f < KILN_ARRAY_LEN(fs); f++)
+    for (int f = KILN_FMT_INT4_GROUP; f <= KILN_FMT_INT8_GROUP_ZP; f++)
         for (size_t g = 0; g < KILN_ARRAY_LEN(scales); g++)
             for (size_t v = 0; v < KILN_ARRAY_LEN(variants); v++) {
+                const int zp = kiln_format_get((kiln_format)f)->zero_point;
+                if (zp && g == 0) /* zero points along K only */
+                    continue;
                 snprintf(sig, sizeof sig,
-                         "linear backend=gemv variant=%s format=%s scales=%s act=bf16 n=1001 "
-                         "k=2048 epilogue=%s out=bf16 target=sm_80",
-                         variants[v], kiln_format_get(fs[f])->name, scales[g],
-                         v % 2 ? "bias" : "none");
+                         "linear backend=gemv variant=%s format=%s scales=%s%s act=bf16 "
+                         "n=1001 k=2048 epilogue=%s out=bf16 target=sm_80",
+                         variants[v], kiln_format_get((kiln_format)f)->name, scales[g],
+                         zp ? "+zp" : "", v % 2 ? "bias" : "none");
                 kt_batch_add(&b, sig);
             }
     kt_batch_compile(&b, "gemv integer groups");

@@ -50,10 +50,19 @@ static int buckets_taken(const kiln_backend *b, const kiln_target *t, const kiln
     return n;
 }
 
+/* The matrix's group of an integer group format: one a row, but groups of
+ * 32 along K for those with zero points (gemv streams them along K only);
+ * integer_groups_along_k_on_every_backend runs the rest. */
+static int64_t matrix_group(kiln_format f)
+{
+    return kiln_format_get(f)->zero_point ? 32 : 0;
+}
+
 /* Whether b takes an [n, k] weight of format f in any bucket. */
 static int takes_k(const kiln_backend *b, const kiln_target *t, kiln_format f, int64_t k)
 {
-    kiln_linear_cfg cfg = { .format = f, .n = 136, .k = k, .epilogue = KILN_EPI_BIAS };
+    kiln_linear_cfg cfg = { .format = f, .n = 136, .k = k, .epilogue = KILN_EPI_BIAS,
+                            .group = matrix_group(f) };
     int64_t takes[N_CAPTURE];
     return buckets_taken(b, t, &cfg, takes) > 0;
 }
@@ -65,7 +74,8 @@ static int takes_k(const kiln_backend *b, const kiln_target *t, kiln_format f, i
 static int k_values(const kiln_backend *b, const kiln_target *t, kiln_format f, int64_t *ks,
                     int64_t *refused)
 {
-    const int64_t km = kiln_format_get(f)->k_multiple, step = km < 16 ? 16 : km;
+    const int64_t km = kiln_format_get(f)->k_multiple, g = matrix_group(f);
+    const int64_t step = km < 16 ? (g > 16 ? g : 16) : km;
     int n = 0;
     *refused = 0;
     for (int64_t k = step; k <= 1024; k += step) {
@@ -107,9 +117,10 @@ static int run_case(const kiln_backend *b, const kiln_target *live, kiln_format 
     const int64_t n = 136; /* 8.5 tiles of 16, 2.1 of 64, 1.1 of 128 */
     const char *fname = kiln_format_get(f)->name;
     kt_weight w;
-    kt_weight_make(&w, r, f, n, k);
+    kt_weight_make_group(&w, r, f, n, k, matrix_group(f));
     kiln_graph *g = kt_linear_graph(&w);
-    kiln_linear_cfg cfg = { .format = f, .n = n, .k = k, .epilogue = KILN_EPI_BIAS };
+    kiln_linear_cfg cfg = { .format = f, .n = n, .k = k, .epilogue = KILN_EPI_BIAS,
+                            .group = matrix_group(f) };
     int64_t takes[N_CAPTURE];
     int nb = buckets_taken(b, live, &cfg, takes);
     if (nb == 0) {
@@ -241,8 +252,8 @@ Test(gpu_backends, strict_plans_run_the_forced_backend_on_named_targets)
     }
 }
 
-/* The matrix runs the integer group formats with one group per row; here
- * each backend that takes them runs them in groups along K, against the
+/* The matrix runs the integer group formats mostly with one group per row;
+ * here each backend that takes them runs them in groups along K, against the
  * CPU reference, in its bucket classes, with an N of no whole tile. */
 Test(gpu_backends, integer_groups_along_k_on_every_backend, .timeout = 600)
 {

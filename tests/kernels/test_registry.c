@@ -37,9 +37,8 @@ Test(registry, every_priority_name_is_a_registered_backend_for_the_format)
 /* Each format's list: gemv_tc first where it has a kernel for the format
  * (every format up to GGML MXFP4 but F32), then wgmma_tc for the formats
  * it decodes (the 4-bit ones exactly, the integer GGML ones rounded to
- * BF16), then gemv where it has a kernel (every format but the integer
- * groups with zero points), then wgmma (and wgmma_tc for BF16 and FP8
- * per-tensor and per-channel) and simt.
+ * BF16), then gemv (every format), then wgmma (and wgmma_tc for BF16 and
+ * FP8 per-tensor and per-channel) and simt.
  * A backend that claims a format is in its list. */
 Test(registry, each_format_lists_the_decode_backends_first)
 {
@@ -49,8 +48,6 @@ Test(registry, each_format_lists_the_decode_backends_first)
         const char *want[KILN_MAX_BACKENDS + 1] = { 0 };
         int n = 0;
         const int packed = f <= KILN_FMT_GGML_MXFP4;
-        /* gemv: every format but the integer groups with zero points */
-        const int decode = !kiln_format_get((kiln_format)f)->zero_point;
         const int one_copy = f == KILN_FMT_NVFP4 || f == KILN_FMT_MXFP4 ||
                              f == KILN_FMT_GGML_MXFP4 || f == KILN_FMT_Q8_0 ||
                              f == KILN_FMT_Q4_0 || f == KILN_FMT_Q4_K || f == KILN_FMT_Q6_K ||
@@ -62,8 +59,7 @@ Test(registry, each_format_lists_the_decode_backends_first)
             want[n++] = "gemv_tc";
         if (one_copy)
             want[n++] = "wgmma_tc";
-        if (decode)
-            want[n++] = "gemv";
+        want[n++] = "gemv";
         want[n++] = "wgmma";
         if (tc_after)
             want[n++] = "wgmma_tc";
@@ -87,9 +83,7 @@ Test(registry, each_format_lists_the_decode_backends_first)
     }
     cr_assert_eq(kiln_registry_find(r, "gemv_tc")->formats,
                  ((1u << (KILN_FMT_GGML_MXFP4 + 1)) - 1) & ~(1u << KILN_FMT_F32));
-    cr_assert_eq(kiln_registry_find(r, "gemv")->formats,
-                 ((1u << (KILN_FMT_Q4_1 + 1)) - 1) | 1u << KILN_FMT_INT4_GROUP |
-                     1u << KILN_FMT_INT8_GROUP);
+    cr_assert_eq(kiln_registry_find(r, "gemv")->formats, (1u << KILN_FMT_COUNT) - 1);
 }
 
 /* A kernel's entry is "kiln_<backend>_<hash>" (codegen/sig.h): a name
