@@ -185,7 +185,7 @@ class RealModel(unittest.TestCase):
               f"(largest error {worst:.2g} of the branch)")
 
     def test_plan_names_a_backend_for_every_linear(self):
-        for target, q4_1 in (("sm_90a", {"wgmma"}), ("sm_80", {"simt"})):
+        for target, q4_1 in (("sm_90a", {"gemv", "wgmma"}), ("sm_80", {"gemv", "simt"})):
             with self.subTest(target=target):
                 out = subprocess.run([CLI, "plan", PATH, "--target", target, "--graph", "linears", "--json"],
                                      capture_output=True, text=True)
@@ -198,7 +198,8 @@ class RealModel(unittest.TestCase):
                     self.assertTrue(lin["buckets"] and all(backends), lin["name"])
                     if lin["format"] == "q4_1":
                         self.assertEqual(backends, q4_1, lin["name"])
-        print("kiln plan: every linear has a backend on sm_90a (q4_1: wgmma) and sm_80 (q4_1: simt)")
+        print("kiln plan: every linear has a backend on sm_90a (q4_1: gemv, wgmma) and sm_80 "
+              "(q4_1: gemv, simt)")
 
 
 if __name__ == "__main__":
