@@ -26,8 +26,9 @@ typedef struct gemv_format {
     int zero_points; /* also copies an int8 zero point per scale (integer groups) */
 } gemv_format;
 
-#define FORMAT_ROW(fmt, name, unit, aligned, scale_rows, scale_cols, scale_elem, offset)         \
-    [KILN_FMT_##fmt] = { unit, aligned, scale_cols, scale_elem, offset },
+#define FORMAT_ROW(fmt, name, unit_, aligned_, rows_, cols_, elem_, offset_)                    \
+    [KILN_FMT_##fmt] = { .unit = unit_, .aligned = aligned_, .scale_cols = cols_,               \
+                         .scale_elem = elem_, .offset = offset_ },
 static const gemv_format formats[KILN_FMT_COUNT] = { KILN_GEMV_FORMATS(FORMAT_ROW) };
 #undef FORMAT_ROW
 /* The formats with a row, and the integer groups, whose stream takes its
