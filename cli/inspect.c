@@ -143,12 +143,10 @@ static int print_text(kiln_model *m, const char *path, int metadata)
         char shape[96], fmt[40], size[32];
         shape_text(&t, shape, sizeof shape);
         /* A grouped format with its group: int4_group/g128, or /row. */
-        kiln_qtensor q = { .group = 0 };
-        int grouped = t.supported && kiln_format_get(t.format)->grouped &&
-                      kiln_model_weight(m, t.name, &q) == KILN_OK;
-        if (grouped && q.group)
+        int grouped = t.supported && kiln_format_get(t.format)->grouped;
+        if (grouped && t.group)
             snprintf(fmt, sizeof fmt, "%s/g%lld", kiln_format_get(t.format)->name,
-                     (long long)q.group);
+                     (long long)t.group);
         else if (grouped)
             snprintf(fmt, sizeof fmt, "%s/row", kiln_format_get(t.format)->name);
         else if (t.supported)
@@ -156,8 +154,11 @@ static int print_text(kiln_model *m, const char *path, int metadata)
         else
             snprintf(fmt, sizeof fmt, "%s (unsupported)",
                      cli_printable(t.type_name, safe, sizeof safe));
-        printf("%-52s %-12s %-22s %10s\n", cli_printable(t.name, safe, sizeof safe), fmt, shape,
-               cli_bytes(t.bytes, size, sizeof size));
+        char scale[48] = "";
+        if (t.input_scale > 0)
+            snprintf(scale, sizeof scale, "  static input_scale %g", (double)t.input_scale);
+        printf("%-52s %-12s %-22s %10s%s\n", cli_printable(t.name, safe, sizeof safe), fmt,
+               shape, cli_bytes(t.bytes, size, sizeof size), scale);
         total += t.bytes;
     }
     char size[32];
@@ -181,12 +182,16 @@ static int print_json(kiln_model *m, const char *path, int metadata)
         json_t *shape = json_array();
         for (int d = t.n_dims - 1; d >= 0; d--)
             json_array_append_new(shape, json_integer(t.ne[d]));
-        json_array_append_new(
-            tensors, json_pack("{s:s?, s:s?, s:s?, s:b, s:o, s:I}", "name", t.name, "type",
-                               t.type_name, "format",
-                               t.supported ? kiln_format_get(t.format)->name : NULL,
-                               "supported", t.supported, "shape", shape, "bytes",
-                               (json_int_t)t.bytes));
+        json_t *e = json_pack("{s:s?, s:s?, s:s?, s:b, s:o, s:I}", "name", t.name, "type",
+                              t.type_name, "format",
+                              t.supported ? kiln_format_get(t.format)->name : NULL,
+                              "supported", t.supported, "shape", shape, "bytes",
+                              (json_int_t)t.bytes);
+        if (e && t.supported && kiln_format_get(t.format)->grouped)
+            json_object_set_new(e, "group", json_integer(t.group));
+        if (e && t.input_scale > 0)
+            json_object_set_new(e, "input_scale", json_real(t.input_scale));
+        json_array_append_new(tensors, e);
         total += t.bytes;
     }
     for (int i = 0; metadata && i < kiln_model_n_metadata(m); i++) {

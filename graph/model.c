@@ -150,6 +150,8 @@ kiln_status kiln_model_tensor_at(const kiln_model *m, int i, kiln_model_tensor_i
         .format = t->qt.format,
         .n_dims = t->n_dims,
         .bytes = t->bytes,
+        .group = t->supported ? t->qt.group : 0,
+        .input_scale = t->input_scale,
     };
     memcpy(out->ne, t->ne, sizeof out->ne);
     return KILN_OK;

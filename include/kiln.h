@@ -1056,6 +1056,8 @@ typedef struct kiln_model_tensor_info {
     int n_dims;
     int64_t ne[4];         /* ne[0] innermost */
     size_t bytes;
+    int64_t group;         /* an integer group format's group along K, 0: one a row */
+    float input_scale;     /* a linear weight's static activation scale, 0: none */
 } kiln_model_tensor_info;
 KILN_API int kiln_model_n_tensors(const kiln_model *m);
 KILN_API kiln_status kiln_model_tensor_at(const kiln_model *m, int i, kiln_model_tensor_info *out);

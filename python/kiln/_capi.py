@@ -104,7 +104,8 @@ class ModelInfo(Structure):
 
 class ModelTensorInfo(Structure):
     _fields_ = [("name", c_char_p), ("type_name", c_char_p), ("supported", c_int),
-                ("format", c_enum), ("n_dims", c_int), ("ne", c_int64 * 4), ("bytes", c_size_t)]
+                ("format", c_enum), ("n_dims", c_int), ("ne", c_int64 * 4), ("bytes", c_size_t),
+                ("group", c_int64), ("input_scale", c_float)]
 
 
 #: Every struct above by its C name, for the layout test.

@@ -31,7 +31,9 @@ class TensorInfo:
     """A stored tensor.
 
     ``ne`` is in GGUF order (innermost first), ``shape`` in numpy order;
-    ``format`` is kiln's format name, or None when kiln cannot use the type.
+    ``format`` is kiln's format name, or None when kiln cannot use the type;
+    ``group`` an integer group format's group along K (0: one a row);
+    ``input_scale`` a linear weight's static activation scale (0: none).
     """
 
     name: str
@@ -40,6 +42,8 @@ class TensorInfo:
     format: Optional[str]
     ne: Tuple[int, ...]
     bytes: int
+    group: int = 0
+    input_scale: float = 0.0
 
     @property
     def shape(self) -> Tuple[int, ...]:
@@ -116,7 +120,7 @@ class Model(Handle):
             check(lib.kiln_model_tensor_at(h, i, ctypes.byref(t)))
             out.append(TensorInfo(_capi.text(t.name), _capi.text(t.type_name), bool(t.supported),
                                   format_name(t.format) if t.supported else None,
-                                  tuple(t.ne[:t.n_dims]), t.bytes))
+                                  tuple(t.ne[:t.n_dims]), t.bytes, t.group, t.input_scale))
         return out
 
     def metadata(self, max_items: int = 8) -> Dict[str, str]:

@@ -149,6 +149,26 @@ static void write_static_fp8_ffn(char *model, size_t size)
     cr_assert_eq(fclose(f), 0);
 }
 
+/* inspect shows each FP8 linear's static activation scale beside its
+ * weight, in text and JSON. */
+Test(cli_plan_run, inspect_shows_static_activation_scales)
+{
+    char model[128], args[256];
+    write_static_fp8_ffn(model, sizeof model);
+    snprintf(args, sizeof args, "inspect %s", model);
+    kt_cli r = kt_cli_run(args);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    const char *up = strstr(r.out, "model.layers.0.mlp.up_proj.weight ");
+    cr_assert(up, "%s", r.out);
+    cr_assert(strstr(up, "static input_scale 0.25\n"), "%s", r.out);
+    kt_cli_free(&r);
+    snprintf(args, sizeof args, "inspect %s --json", model);
+    r = kt_cli_run(args);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "\"input_scale\": 0.125"), "%s", r.out);
+    kt_cli_free(&r);
+}
+
 /* The plan names each FP8 linear's activation scale: static with its
  * value where the backend applies it (fp8 codes for wgmma's FP8 GEMM, a
  * BF16 quantize-dequantize for the decode kernels), and says so where the

@@ -17,6 +17,7 @@ import ctypes
 import json
 import os
 import struct
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -188,6 +189,20 @@ class IntGroups(unittest.TestCase):
             self.run_linear(qt, expect)
         finally:
             m.close()
+        self.inspect_shows_group(name, group if group < k else 0)
+
+    def inspect_shows_group(self, name, group):
+        """kiln inspect names the format with its group, in text and JSON."""
+        cli = os.environ.get("KILN_CLI")
+        if not cli:
+            return
+        out = subprocess.run([cli, "inspect", self.tmp.name, "--json"], capture_output=True,
+                             text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        t = {e["name"]: e for e in json.loads(out.stdout)["tensors"]}[MODULE + ".weight"]
+        self.assertEqual((t["format"], t["group"]), (name, group))
+        out = subprocess.run([cli, "inspect", self.tmp.name], capture_output=True, text=True)
+        self.assertIn(f"{name}/g{group}" if group else f"{name}/row", out.stdout)
 
     def run_linear(self, qt, expect):
         """The CPU executor's y = x · wᵀ against float64 numpy."""
