@@ -156,6 +156,10 @@ static int gemv_configure(const kiln_target *t, const kiln_linear_cfg *c, const 
 {
     const kiln_format_info *fi = kiln_format_get(c->format);
     const gemv_format fmt = gemv_format_of(c), *f = &fmt;
+    if (!fi) {
+        snprintf(why, size, "format %d is not a kiln_format", (int)c->format);
+        return 0;
+    }
     if (!f->unit && fi->zero_point) {
         snprintf(why, size, "%s with one group a row: zero points stream along K only",
                  fi->name);

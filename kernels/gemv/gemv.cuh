@@ -23,10 +23,11 @@
 // 32-value GGML formats, an eighth of a 256-value K-quant or IQ4_XS block. Its copy is the
 // 16-byte-aligned cover of its bytes, taken in order across the lanes, so
 // every copy instruction of a warp reads 512 contiguous bytes, whatever
-// the format's block size; blocks of 17, 18, 34 or 210 bytes then sit at
+// the format's block size; the GGML blocks (17 to 210 bytes) then sit at
 // a known misalignment in the slot and are read with funnel shifts. The
-// separate scale arrays (MX, NVFP4, block FP8) ride in the same slot,
-// copied as the 4-byte-aligned cover of the stage's scales.
+// separate scale arrays (MX, NVFP4, block FP8, the integer groups' scales
+// and zero points) ride in the same slot, copied as the 4-byte-aligned
+// cover of the stage's scales.
 //
 // Activations. x[m, tile] is converted to f32 once per block into shared
 // memory, 4 floats of padding every 32 so that lanes reading runs 32
@@ -160,7 +161,7 @@ __device__ __forceinline__ void grid_wait_dependency()
 constexpr int gemv_round16(int v) { return (v + 15) / 16 * 16; }
 
 // Shared memory of one block, in bytes and in this order: the f32 x tile
-// [MaxM][x_ld], Q4_K's run sums of x [MaxM][TileK / 8], one ring per warp
+// [MaxM][x_ld], an offset format's run sums of x [MaxM][TileK / 8], one ring per warp
 // [Stages][Rows][slot], the k-split partials [Warps][Rows · MaxM].
 template <class F, class S>
 struct gemv_layout {
