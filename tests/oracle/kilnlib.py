@@ -14,7 +14,7 @@ class QTensor(ctypes.Structure):
 class TensorInfo(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char_p), ("type_name", ctypes.c_char_p), ("supported", ctypes.c_int),
                 ("format", ctypes.c_int), ("n_dims", ctypes.c_int), ("ne", ctypes.c_int64 * 4),
-                ("bytes", ctypes.c_size_t)]
+                ("bytes", ctypes.c_size_t), ("group", ctypes.c_int64), ("input_scale", ctypes.c_float)]
 
 
 class ModelInfo(ctypes.Structure):
