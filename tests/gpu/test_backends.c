@@ -184,23 +184,29 @@ static int run_case(const kiln_backend *b, const kiln_target *live, kiln_format 
     return 1;
 }
 
-/* The whole matrix on target t; returns the cases the backends took, and
- * counts each backend's buckets in *ran. */
-/* Whether KT_BACKENDS (a comma-separated list of backend names; unset:
- * all) selects b: a sanitizer too slow for the whole matrix within one
- * run takes it a few backends at a time. */
-static int selected(const kiln_backend *b)
+/* Whether the comma-separated list in the environment variable var (unset
+ * or empty: everything) names name: a sanitizer too slow for the whole
+ * matrix within one run takes it a few backends (KT_BACKENDS) or formats
+ * (KT_FORMATS) at a time. */
+static int listed(const char *var, const char *name)
 {
-    const char *list = getenv("KT_BACKENDS");
+    const char *list = getenv(var);
     if (!list || !*list)
         return 1;
-    size_t n = strlen(b->name);
-    for (const char *p = list; (p = strstr(p, b->name)); p += n)
+    size_t n = strlen(name);
+    for (const char *p = list; (p = strstr(p, name)); p += n)
         if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
             return 1;
     return 0;
 }
 
+static int selected(const kiln_backend *b)
+{
+    return listed("KT_BACKENDS", b->name);
+}
+
+/* The whole matrix on target t; returns the cases the backends took, and
+ * counts each backend's buckets in *ran. */
 static int matrix(const kiln_target *t, int run, kt_rng *r, ran_buckets *ran)
 {
     const kiln_registry *reg = kiln_registry_default();
@@ -219,6 +225,11 @@ static int matrix(const kiln_target *t, int run, kt_rng *r, ran_buckets *ran)
         for (int f = 0; f < KILN_FMT_COUNT; f++) {
             if (!(b->formats & (1u << f)))
                 continue;
+            if (run && !listed("KT_FORMATS", kiln_format_get((kiln_format)f)->name)) {
+                fprintf(stderr, "%s %s: not in KT_FORMATS=%s, not run\n", b->name,
+                        kiln_format_get((kiln_format)f)->name, getenv("KT_FORMATS"));
+                continue;
+            }
             int64_t ks[3], refused;
             int nk = k_values(b, t, (kiln_format)f, ks, &refused), took = 0;
             for (int i = 0; i < nk; i++)
@@ -314,12 +325,17 @@ Test(gpu_backends, every_backend_and_format_on_every_bucket_class, .timeout = 12
     for (int i = 0; i < reg->n; i++)
         fprintf(stderr, " %s %d", reg->backends[i]->name, ran.n[i]);
     fprintf(stderr, "\n");
-    cr_assert_gt(cases, 0, "KT_BACKENDS=%s selects no backend the GPU runs",
-                 getenv("KT_BACKENDS") ? getenv("KT_BACKENDS") : "");
+    cr_assert_gt(cases, 0, "KT_BACKENDS=%s KT_FORMATS=%s select no case the GPU runs",
+                 getenv("KT_BACKENDS") ? getenv("KT_BACKENDS") : "",
+                 getenv("KT_FORMATS") ? getenv("KT_FORMATS") : "");
     for (int i = 0; i < reg->n; i++) {
         const kiln_backend *b = reg->backends[i];
         char why[256];
-        if (selected(b) && b->is_supported(&live, why, sizeof why))
+        int formats = 0;
+        for (int f = 0; f < KILN_FMT_COUNT; f++)
+            formats += (b->formats >> f & 1) &&
+                       listed("KT_FORMATS", kiln_format_get((kiln_format)f)->name);
+        if (selected(b) && formats && b->is_supported(&live, why, sizeof why))
             cr_assert_gt(ran.n[i], 0, "%s ran in no bucket", b->name);
     }
 }
