@@ -184,13 +184,11 @@ static int gemv_configure(const kiln_target *t, const kiln_linear_cfg *c, const 
     if (units < 1)
         units = 1;
     gemv_geometry g = { .v = v, .f = f, .k = c->k, .stage_k = 32 * (int64_t)units * f->unit };
-    if (fi->grouped && c->group != 0 && c->group != c->k &&
-        (c->group < 0 || c->group % f->unit || g.stage_k % c->group || c->k % c->group)) {
-        snprintf(why, size,
-                 "%s group %lld: not whole %d-value units dividing K = %lld and %s's stage of "
-                 "%lld values",
-                 fi->name, (long long)c->group, f->unit, (long long)c->k, v->name,
-                 (long long)g.stage_k);
+    if (!kiln_linear_group_fits(c, f->unit, why, size))
+        return 0;
+    if (fi->grouped && c->group != 0 && c->group != c->k && g.stage_k % c->group) {
+        snprintf(why, size, "%s group %lld does not divide %s's stage of %lld values", fi->name,
+                 (long long)c->group, v->name, (long long)g.stage_k);
         return 0;
     }
     const int64_t stage_bytes = g.stage_k / fi->block * fi->block_bytes;

@@ -129,6 +129,17 @@ kiln_status kiln_linear_kernel_check(const char *backend, const kiln_linear_kern
     return KILN_OK;
 }
 
+int kiln_linear_group_fits(const kiln_linear_cfg *c, int unit, char *why, size_t size)
+{
+    const kiln_format_info *fi = kiln_format_get(c->format);
+    if (!fi || !fi->grouped || c->group == 0 ||
+        (c->group > 0 && c->group % unit == 0 && c->k % c->group == 0))
+        return 1;
+    snprintf(why, size, "%s group %lld is not a multiple of %d dividing K = %lld", fi->name,
+             (long long)c->group, unit, (long long)c->k);
+    return 0;
+}
+
 kiln_act kiln_backend_act(const kiln_backend *b, const kiln_target *t, const kiln_linear_cfg *c,
                           int64_t bucket)
 {

@@ -139,6 +139,12 @@ int kiln_sm75_or_newer(const kiln_target *t, char *why, size_t size);
 kiln_status kiln_linear_kernel_check(const char *backend, const kiln_linear_kernel *k,
                                      kiln_act act);
 
+/* Whether linear c's integer group is one a kernel decoding unit values at
+ * a time takes: 0 (one group a row) or a positive multiple of unit that
+ * divides K. 1 for a format without groups; 0 with the reason in why
+ * otherwise. */
+int kiln_linear_group_fits(const kiln_linear_cfg *c, int unit, char *why, size_t size);
+
 /* The portable fallback: dequantize + f32 FMA, every format, sm_75+. */
 extern const kiln_backend kiln_backend_simt;
 /* Decode (M bucket <= 16): bandwidth-bound matrix-vector products in f32

@@ -74,11 +74,9 @@ static kiln_status simt_check(const kiln_linear_kernel *k, const simt_tile **out
     kiln_status common = kiln_linear_kernel_check("simt", k, KILN_ACT_BF16);
     if (common != KILN_OK)
         return common;
-    const kiln_format_info *fi = kiln_format_get(k->cfg.format);
-    int64_t g = k->cfg.group;
-    if (fi->grouped && (g < 0 || g % fi->block || (g && k->cfg.k % g)))
-        return kiln_fail(KILN_ERR_SHAPE, "simt: %s group %lld is not a multiple of %d dividing K = %lld",
-                         fi->name, (long long)g, fi->block, (long long)k->cfg.k);
+    char why[128];
+    if (!kiln_linear_group_fits(&k->cfg, kiln_format_get(k->cfg.format)->block, why, sizeof why))
+        return kiln_fail(KILN_ERR_SHAPE, "simt: %s", why);
     *out = tile;
     return KILN_OK;
 }

@@ -202,13 +202,7 @@ static int shape_refused(const kiln_linear_cfg *c, char *why, size_t size)
         snprintf(why, size, "K=%lld is not a multiple of %d", (long long)c->k, WGMMA_BK);
         return 1;
     }
-    const kiln_format_info *fi = kiln_format_get(c->format);
-    if (fi->grouped && (c->group < 0 || c->group % fi->block || (c->group && c->k % c->group))) {
-        snprintf(why, size, "%s group %lld is not a multiple of %d dividing K = %lld", fi->name,
-                 (long long)c->group, fi->block, (long long)c->k);
-        return 1;
-    }
-    return 0;
+    return !kiln_linear_group_fits(c, kiln_format_get(c->format)->block, why, size);
 }
 
 /* Small buckets are not refused: the decode backends (gemv_tc, gemv) come

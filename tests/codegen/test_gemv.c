@@ -367,7 +367,12 @@ Test(gemv, takes_integer_groups)
     kiln_linear_cfg c = cfg(KILN_FMT_INT4_GROUP, 1000, 4096);
     c.group = 16; /* half a unit */
     cr_assert_eq(gemv->can_implement(&t, &c, 1, why, sizeof why), 0);
-    cr_assert(strstr(why, "int4_group group 16: not whole 32-value units"), "%s", why);
+    cr_assert(strstr(why, "int4_group group 16 is not a multiple of 32 dividing K = 4096"), "%s",
+              why);
+    c = cfg(KILN_FMT_INT4_GROUP, 1000, 3 * 4096);
+    c.group = 96; /* whole units dividing K, but no stage */
+    cr_assert_eq(gemv->can_implement(&t, &c, 1, why, sizeof why), 0);
+    cr_assert(strstr(why, "int4_group group 96 does not divide"), "%s", why);
     kiln_linear_kernel k = { .cfg = cfg(KILN_FMT_INT8_GROUP_ZP, 1000, 4096), .act = KILN_ACT_BF16,
                              .variant = "m4" };
     k.cfg.group = 128;
