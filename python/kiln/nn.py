@@ -70,9 +70,13 @@ class Linear(torch.nn.Module):
                              f"want {self.in_features}")
         lead = x.shape[:-1]
         flat = x.reshape(-1, self.in_features)
-        step = self.session.max_tokens or max(flat.shape[0], 1)
-        parts = [self.session.run(flat[i:i + step]) for i in range(0, flat.shape[0], step)]
-        y = torch.cat(parts) if parts else flat.new_zeros((0, self.out_features))
+        rows = flat.shape[0]
+        step = self.session.max_tokens or max(rows, 1)
+        if 0 < rows <= step:
+            y = self.session.run(flat)
+        else:
+            parts = [self.session.run(flat[i:i + step]) for i in range(0, rows, step)]
+            y = torch.cat(parts) if parts else flat.new_zeros((0, self.out_features))
         return y.reshape(*lead, self.out_features)
 
     def extra_repr(self) -> str:

@@ -5,7 +5,7 @@ import ctypes
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -55,6 +55,17 @@ def _parse_device(device: Union[str, int, Any]) -> Tuple[str, int]:
     if d.startswith("cuda:") and d[5:].isdigit():
         return "cuda", int(d[5:])
     raise ValueError(f"device {d!r}: want 'auto', 'cpu', 'cuda' or 'cuda:N'")
+
+
+class _Port(NamedTuple):
+    """A graph input or output as a run needs it: its name and width."""
+
+    name: str
+    width: int
+
+
+def _ports(tensors: Sequence[Any]) -> List[_Port]:
+    return [_Port(t.name, t.shape[1]) for t in tensors]
 
 
 def _torch_tensor_type() -> Optional[type]:
@@ -111,6 +122,11 @@ class Session(Handle):
         kind, ordinal = _parse_device(device)
         lib = _capi.lib()
         g = graph._live()
+        # What the session was made with, read once: a run does not ask the
+        # graph again.
+        self._inputs = _ports(graph.inputs)
+        self._outputs = _ports(graph.outputs)
+        self._ordinal = -1
         if kind != "cpu":
             so = _capi.SessionOptions(device=ordinal, eager=int(eager), quiet=int(quiet))
             so.cache, _keep = cache_options(cache, shipped, offline, no_writable, strict_cache,
@@ -126,6 +142,7 @@ class Session(Handle):
                 self._destroy = "kiln_session_destroy"
                 self._run = lib.kiln_session_run
                 self.device = f"cuda:{ordinal}"
+                self._ordinal = ordinal
                 self.max_tokens = largest_bucket(capture, max_tokens)
                 return
             except Error as e:
@@ -204,17 +221,15 @@ class Session(Handle):
             kiln.Error: ``KILN_ERR_SHAPE`` when M exceeds the GPU session's
                 largest bucket, and whatever the run reports.
         """
-        g_in = self.graph.inputs
-        g_out = self.graph.outputs
-        if len(inputs) != len(g_in):
-            raise ValueError(f"run: the graph has {len(g_in)} inputs, got {len(inputs)}")
+        if len(inputs) != len(self._inputs):
+            raise ValueError(f"run: the graph has {len(self._inputs)} inputs, got {len(inputs)}")
         tensor_type = _torch_tensor_type()
         like = inputs[0] if tensor_type is not None and isinstance(inputs[0], tensor_type) \
             else None
         if like is not None and self._on_this_gpu(inputs, tensor_type):
             return self._run_device(inputs)
-        xs, m = self._host_rows("run", g_in, inputs, tensor_type)
-        ys = [np.empty((m, t.shape[1]), np.float32) for t in g_out]
+        xs, m = self._host_rows("run", self._inputs, inputs, tensor_type)
+        ys = [np.empty((m, t.width), np.float32) for t in self._outputs]
         ins = (ctypes.c_void_p * len(xs))(*[a.ctypes.data for a in xs])
         outs = (ctypes.c_void_p * max(len(ys), 1))(*[y.ctypes.data for y in ys])
         with self._lock:
@@ -233,7 +248,7 @@ class Session(Handle):
     def entries(self) -> List[str]:
         """The entry points: the names of the graph's outputs, each of which
         :meth:`run_entry` runs alone."""
-        return [t.name for t in self.graph.outputs]
+        return [t.name for t in self._outputs]
 
     def run_entry(self, name: str, *inputs: Any) -> Any:
         """Run one output of the graph alone: the steps its value depends on,
@@ -262,7 +277,7 @@ class Session(Handle):
             ValueError: the wrong number of inputs, or shapes that do not
                 match.
         """
-        wanted = self.graph.entry_inputs(name)
+        wanted = _ports(self.graph.entry_inputs(name))
         if len(inputs) != len(wanted):
             raise ValueError(f"run_entry: {name!r} reads {len(wanted)} inputs "
                              f"{[t.name for t in wanted]}, got {len(inputs)}")
@@ -276,12 +291,11 @@ class Session(Handle):
         xs, m = self._host_rows("run_entry", wanted, inputs, tensor_type)
         given = dict(zip(wanted, xs))
         cpu = self.device == "cpu"
-        full = [given.get(t) if t in given or cpu else np.zeros((m, t.shape[1]), np.float32)
-                for t in self.graph.inputs]
-        outs_t = self.graph.outputs
-        y = np.empty((m, [t.shape[1] for t in outs_t if t.name == name][0]), np.float32)
-        ys = [y if t.name == name else (None if cpu else np.empty((m, t.shape[1]), np.float32))
-              for t in outs_t]
+        full = [given.get(t) if t in given or cpu else np.zeros((m, t.width), np.float32)
+                for t in self._inputs]
+        y = np.empty((m, [t.width for t in self._outputs if t.name == name][0]), np.float32)
+        ys = [y if t.name == name else (None if cpu else np.empty((m, t.width), np.float32))
+              for t in self._outputs]
         ins = (ctypes.c_void_p * max(len(full), 1))(
             *[a.ctypes.data if a is not None else None for a in full])
         outs = (ctypes.c_void_p * max(len(ys), 1))(
@@ -295,7 +309,7 @@ class Session(Handle):
         return y
 
     @staticmethod
-    def _host_rows(what: str, wanted: Sequence[Any], inputs: Sequence[Any],
+    def _host_rows(what: str, wanted: Sequence[_Port], inputs: Sequence[Any],
                    tensor_type: Optional[type]) -> Tuple[List[np.ndarray], int]:
         """Inputs as contiguous float32 host arrays of the graph inputs'
         widths, and their M."""
@@ -304,7 +318,7 @@ class Session(Handle):
             if tensor_type is not None and isinstance(x, tensor_type):
                 x = x.detach().to("cpu").float().numpy()
             a = np.ascontiguousarray(x, dtype=np.float32)
-            k = t.shape[1]
+            k = t.width
             if a.ndim != 2 or a.shape[1] != k:
                 raise ValueError(f"{what}: input {t.name!r} wants [M, {k}], got shape {a.shape}")
             xs.append(a)
@@ -314,17 +328,19 @@ class Session(Handle):
         return xs, m
 
     @staticmethod
-    def _bf16_rows(what: str, wanted: Sequence[Any], inputs: Sequence[Any]) -> Tuple[List[Any], int]:
+    def _bf16_rows(what: str, wanted: Sequence[_Port],
+                   inputs: Sequence[Any]) -> Tuple[List[Any], int]:
         """torch CUDA inputs as BF16 rows kiln reads in place (the last
         dimension contiguous, strided rows kept), and their M."""
         torch = sys.modules["torch"]
         xs = []
         for t, x in zip(wanted, inputs):
-            k = t.shape[1]
+            k = t.width
             if x.dim() != 2 or x.shape[1] != k:
                 raise ValueError(f"{what}: input {t.name!r} wants [M, {k}], got shape "
                                  f"{tuple(x.shape)}")
-            x = x.detach().to(torch.bfloat16)
+            if x.dtype != torch.bfloat16:
+                x = x.to(torch.bfloat16)
             if x.stride(1) != 1 or x.stride(0) < k:
                 x = x.contiguous()
             xs.append(x)
@@ -333,7 +349,8 @@ class Session(Handle):
             raise ValueError(f"{what}: inputs differ in M: {[x.shape[0] for x in xs]}")
         return xs, m
 
-    def _run_entry_device(self, name: str, wanted: Sequence[Any], inputs: Sequence[Any]) -> Any:
+    def _run_entry_device(self, name: str, wanted: Sequence[_Port],
+                          inputs: Sequence[Any]) -> Any:
         """run_entry() on torch CUDA tensors, on the current torch stream."""
         torch = sys.modules["torch"]
         like = inputs[0]
@@ -341,7 +358,7 @@ class Session(Handle):
         lib = _capi.lib()
         entry = ctypes.c_int(-1)
         check(lib.kiln_session_find_entry(self._live(), _capi.encode(name), ctypes.byref(entry)))
-        width = [t.shape[1] for t in self.graph.outputs if t.name == name][0]
+        width = [t.width for t in self._outputs if t.name == name][0]
         y = torch.empty((m, width), dtype=torch.bfloat16, device=like.device)
         ins = (_capi.DeviceMatrix * len(xs))(
             *[_capi.DeviceMatrix(x.data_ptr(), x.stride(0) if m > 1 else 0) for x in xs])
@@ -354,19 +371,18 @@ class Session(Handle):
         return y if dtype == torch.bfloat16 else y.to(dtype)
 
     def _on_this_gpu(self, inputs: Sequence[Any], tensor_type: type) -> bool:
-        if self.device == "cpu":
+        if self._ordinal < 0:
             return False
-        ordinal = int(self.device[5:])
-        return all(isinstance(x, tensor_type) and x.is_cuda and x.device.index == ordinal
+        return all(isinstance(x, tensor_type) and x.is_cuda and x.device.index == self._ordinal
                    for x in inputs)
 
     def _run_device(self, inputs: Sequence[Any]) -> Any:
         """run() on torch CUDA tensors, on the current torch stream."""
         torch = sys.modules["torch"]
         like = inputs[0]
-        xs, m = self._bf16_rows("run", self.graph.inputs, inputs)
-        ys = [torch.empty((m, t.shape[1]), dtype=torch.bfloat16, device=like.device)
-              for t in self.graph.outputs]
+        xs, m = self._bf16_rows("run", self._inputs, inputs)
+        ys = [torch.empty((m, t.width), dtype=torch.bfloat16, device=like.device)
+              for t in self._outputs]
         ins = (_capi.DeviceMatrix * len(xs))(
             *[_capi.DeviceMatrix(x.data_ptr(), x.stride(0) if m > 1 else 0) for x in xs])
         outs = (_capi.DeviceMatrix * max(len(ys), 1))(
