@@ -18,8 +18,9 @@ static void help(FILE *out)
             "With several --target, one plan per target, compiled in turn (a line each).\n"
             "Prints \"S signatures: H cached, C compiled in T s\"; a second run compiles\n"
             "nothing. Each kernel is stored as soon as it compiles. The first Ctrl-C (or\n"
-            "SIGTERM) starts no more compiles, stores the ones running and exits 1; the\n"
-            "next compile does only the rest.\n"
+            "SIGTERM) starts no more compiles, stores the ones running and exits 128 plus\n"
+            "the signal's number (130, 143), as a shell reports it; the next compile does\n"
+            "only the rest.\n"
             "\n"
             "  --cache FILE      the writable cache (default $KILN_CACHE, else\n"
             "                    $XDG_CACHE_HOME/kiln/kernels.kiln)\n"
@@ -47,14 +48,13 @@ static void on_corrupt(void *ctx, const char *message)
     fprintf(stderr, "kiln: warning: %s (it will be compiled again)\n", message);
 }
 
-/* Set by the first SIGINT or SIGTERM: the compile ends once the kernels
+/* The first SIGINT or SIGTERM's number: the compile ends once the kernels
  * compiling are stored. A second one ends the process at once. */
 static volatile sig_atomic_t stop;
 
 static void on_signal(int sig)
 {
-    (void)sig;
-    stop = 1;
+    stop = sig;
 }
 
 static void catch_signals(void)
@@ -202,7 +202,9 @@ static int run(int argc, char **argv)
         st = cli_error(KILN_ERR_STATE, "interrupted: %d of %d targets compiled", i, a.n_targets);
     kiln_plan_destroy(p);
     cli_source_close(&src);
-    return st == KILN_OK ? CLI_OK : cli_fail(st, "compile");
+    if (st != KILN_OK)
+        cli_fail(st, "compile");
+    return st == KILN_OK ? CLI_OK : stop ? 128 + (int)stop : CLI_FAIL;
 }
 
 const cli_command cli_cmd_compile = {

@@ -303,7 +303,7 @@ Test(cli_plan_run, compile_twice_compiles_nothing_the_second_time, .timeout = 30
 }
 
 /* Each kernel is stored as it compiles: a compile stopped by SIGINT after a
- * few kernels stores the ones compiling, says so and exits 1, leaving
+ * few kernels stores the ones compiling, says so and exits 130, leaving
  * every kernel done in the cache; the next compiles only the rest. Off a
  * terminal progress comes as lines. */
 Test(cli_plan_run, an_interrupted_compile_keeps_what_it_did, .timeout = 600)
@@ -339,7 +339,7 @@ Test(cli_plan_run, an_interrupted_compile_keeps_what_it_did, .timeout = 600)
     kill(pid, SIGINT);
     int status;
     cr_assert_eq(waitpid(pid, &status, 0), pid);
-    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 1, "status %#x", status);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGINT, "status %#x", status);
     text = kt_read_file(err, NULL);
     cr_assert(text && strstr(text, "kiln: compile: interrupted: "), "%s", text);
     cr_assert(strstr(text, " were compiled and stored, "), "%s", text);
