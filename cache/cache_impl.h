@@ -86,6 +86,10 @@ struct kiln_cache {
  * whose keys are 16 bytes. Iteration, gc and merge pass it over. */
 #define KILN_CACHE_MANIFEST_KEY "kiln-manifest"
 bool kiln_cache_is_manifest(const MDB_val *k);
+/* Whether the size bytes at p are an intact manifest value of this
+ * version: KILN_OK, else KILN_ERR_CACHE (no header, checksum, a NUL) or
+ * KILN_ERR_UNSUPPORTED (another version), naming path. */
+kiln_status kiln_cache_manifest_check(const char *path, const uint8_t *p, size_t size);
 /* Store json as f's manifest in txn (an export's). */
 kiln_status kiln_cache_manifest_put(kiln_cache_file *f, MDB_txn *txn, const char *json,
                                     int *rc_out);
@@ -149,9 +153,11 @@ typedef struct kiln_cache_check {
  * KILN_ERR_NOMEM. */
 kiln_status kiln_cache_file_check(const char *path, kiln_cache_check *out);
 
-/* Every key/value pair found in path that may be a record: a node of
- * kiln's key size at any even offset of any page, whose value (in the page
- * or in the overflow run the node names) starts with a record's magic. No
+/* Every key/value pair found in path that may be a record or a manifest: a
+ * node of kiln's key size at any even offset of any page, whose value (in
+ * the page or in the overflow run the node names) starts with a record's
+ * magic, or a node of the manifest's key whose value starts with a
+ * manifest's (key_size tells which). No
  * page header, offset array or tree is consulted, so a record whose own
  * node and bytes are whole is found whatever else is damaged; so are
  * records on pages freed earlier (a record removed before may be found, and
@@ -159,8 +165,8 @@ kiln_status kiln_cache_file_check(const char *path, kiln_cache_check *out);
  * caller checks each against its key. Values are valid during the call
  * only; a status other than KILN_OK from fn stops the scan and is
  * returned. */
-typedef kiln_status (*kiln_cache_scan_fn)(void *ctx, const uint8_t *key, const uint8_t *val,
-                                          size_t size);
+typedef kiln_status (*kiln_cache_scan_fn)(void *ctx, const uint8_t *key, size_t key_size,
+                                          const uint8_t *val, size_t size);
 kiln_status kiln_cache_file_scan(const char *path, kiln_cache_scan_fn fn, void *ctx);
 
 /* The writable layer, or KILN_ERR_STATE naming the operation. */

@@ -612,30 +612,42 @@ kiln_status kiln_cache_file_check(const char *path, kiln_cache_check *out)
 /* The scan trusts no page header, offset array or tree: a record is found
  * by its own node, at any even offset of any page: a node header of kiln's
  * key size and a value, in the page or in the overflow run the node names,
- * that starts with a record's magic. What it finds is only a candidate; the
- * caller checks each against its key (a record's checksum covers it). */
-enum { SCAN_NODE = NODESIZE + KILN_CACHE_KEY_BYTES };
+ * that starts with a record's magic; an exported file's manifest the same
+ * way, by its key and its magic. What it finds is only a candidate; the
+ * caller checks each against its key (a record's checksum covers it) or
+ * its checksum (a manifest's). */
+#define MANIFEST_KEY_BYTES (sizeof KILN_CACHE_MANIFEST_KEY - 1)
+_Static_assert(MANIFEST_KEY_BYTES < KILN_CACHE_KEY_BYTES, "the scan's shortest node");
+enum { SCAN_NODE = NODESIZE + MANIFEST_KEY_BYTES };
 
 static kiln_status scan_node(lf_file *f, const uint8_t *page, unsigned off, kiln_cache_scan_fn fn,
                              void *ctx)
 {
     const uint8_t *node = page + off, *key = node + NODESIZE;
-    if (le(node + NODE_KSIZE, 2) != KILN_CACHE_KEY_BYTES)
+    const unsigned ksize = (unsigned)le(node + NODE_KSIZE, 2);
+    const char *magic;
+    if (ksize == KILN_CACHE_KEY_BYTES)
+        magic = "KLNR";
+    else if (ksize == MANIFEST_KEY_BYTES && off + NODESIZE + ksize <= f->psize &&
+             !memcmp(key, KILN_CACHE_MANIFEST_KEY, ksize))
+        magic = "KLNM";
+    else
         return KILN_OK;
+    const unsigned end = off + NODESIZE + ksize; /* the value's offset in the page */
     unsigned nflags = (unsigned)le(node + NODE_FLAGS, 2);
     uint64_t dsize = le(node + NODE_LO, 2) | le(node + NODE_HI, 2) << 16;
     if (nflags == 0) {
-        if (dsize < 4 || dsize > f->psize - off - SCAN_NODE || memcmp(key + KILN_CACHE_KEY_BYTES, "KLNR", 4))
+        if (end > f->psize || dsize < 4 || dsize > f->psize - end || memcmp(page + end, magic, 4))
             return KILN_OK;
-        return fn(ctx, key, key + KILN_CACHE_KEY_BYTES, (size_t)dsize);
+        return fn(ctx, key, ksize, page + end, (size_t)dsize);
     }
-    if (nflags != F_BIGDATA || off + SCAN_NODE + 8 > f->psize || dsize < 4)
+    if (nflags != F_BIGDATA || end + 8 > f->psize || dsize < 4)
         return KILN_OK;
-    uint64_t ov = le(key + KILN_CACHE_KEY_BYTES, 8), at;
-    uint8_t magic[4];
+    uint64_t ov = le(page + end, 8), at;
+    uint8_t head[4];
     if (ov < NUM_METAS || ov >= f->pages || __builtin_mul_overflow(ov, (uint64_t)f->psize, &at) ||
         at + PAGEHDRSZ > f->size || dsize > f->size - at - PAGEHDRSZ ||
-        lf_read(f, at + PAGEHDRSZ, magic, 4) || memcmp(magic, "KLNR", 4))
+        lf_read(f, at + PAGEHDRSZ, head, 4) || memcmp(head, magic, 4))
         return KILN_OK;
     uint8_t *v = kiln_malloc(dsize);
     if (!v)
@@ -643,7 +655,7 @@ static kiln_status scan_node(lf_file *f, const uint8_t *page, unsigned off, kiln
                          dsize);
     kiln_status st = lf_read(f, at + PAGEHDRSZ, v, dsize);
     if (!st)
-        st = fn(ctx, key, v, (size_t)dsize);
+        st = fn(ctx, key, ksize, v, (size_t)dsize);
     free(v);
     return st;
 }

@@ -528,12 +528,40 @@ typedef struct salvage_ctx {
     kiln_cache_salvage_result res;
 } salvage_ctx;
 
+/* A manifest the scan found: the first intact one is kept. A damaged one,
+ * or a second that differs from it (a stale copy on a freed page), is
+ * counted bad; an identical copy is a duplicate. */
+static kiln_status salvage_manifest(salvage_ctx *x, const uint8_t *key, size_t key_size,
+                                    const uint8_t *val, size_t size)
+{
+    if (kiln_cache_manifest_check(x->src, val, size)) {
+        kiln_clear_error();
+        x->res.bad++;
+        return KILN_OK;
+    }
+    MDB_val k = { key_size, (void *)key }, v = { size, (void *)val };
+    int rc = kiln_mdb_put(x->txn, x->f->dbi, &k, &v, MDB_NOOVERWRITE);
+    if (rc == MDB_KEYEXIST) {
+        if (v.mv_size == size && !memcmp(v.mv_data, val, size))
+            x->res.duplicates++;
+        else
+            x->res.bad++;
+        return KILN_OK;
+    }
+    if (!rc)
+        x->res.manifest = 1;
+    return rc ? kiln_cache_body_fail(x->rc_out, rc, x->f, "salvage") : KILN_OK;
+}
+
 /* One pair the scan found: kept when it is an intact record, of this
  * version or a readable older one; of two intact records under one key
  * (a stale copy on a freed page, say), the later made. */
-static kiln_status salvage_pair(void *ctx, const uint8_t *key, const uint8_t *val, size_t size)
+static kiln_status salvage_pair(void *ctx, const uint8_t *key, size_t key_size,
+                                const uint8_t *val, size_t size)
 {
     salvage_ctx *x = ctx;
+    if (key_size != KILN_CACHE_KEY_BYTES)
+        return salvage_manifest(x, key, key_size, val, size);
     kiln_cache_record r, old;
     kiln_status st = kiln_cache_record_decode(val, size, key, &r);
     if (st == KILN_ERR_UNSUPPORTED && !r.signature) {

@@ -46,6 +46,21 @@ kiln_status kiln_cache_manifest_put(kiln_cache_file *f, MDB_txn *txn, const char
     return rc ? kiln_cache_body_fail(rc_out, rc, f, "manifest") : KILN_OK;
 }
 
+kiln_status kiln_cache_manifest_check(const char *path, const uint8_t *p, size_t size)
+{
+    size_t n = size - MANIFEST_HEADER;
+    if (size < MANIFEST_HEADER || memcmp(p, "KLNM", 4))
+        return kiln_fail(KILN_ERR_CACHE, "%s: the manifest is damaged (no header)", path);
+    if (kiln_cache_get_le(p + 4, 4) != MANIFEST_VERSION)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: manifest version %u, not %d", path,
+                         (unsigned)kiln_cache_get_le(p + 4, 4), MANIFEST_VERSION);
+    if (n > MANIFEST_MAX || kiln_cache_get_le(p + 8, 8) != XXH3_64bits(p + MANIFEST_HEADER, n))
+        return kiln_fail(KILN_ERR_CACHE, "%s: the manifest is damaged (checksum)", path);
+    if (memchr(p + MANIFEST_HEADER, '\0', n))
+        return kiln_fail(KILN_ERR_CACHE, "%s: the manifest holds a NUL", path);
+    return KILN_OK;
+}
+
 kiln_status kiln_cache_manifest(kiln_cache *c, int layer, const char **json)
 {
     if (!c || !json || layer < 0 || layer >= c->n_files)
@@ -69,21 +84,10 @@ kiln_status kiln_cache_manifest(kiln_cache *c, int layer, const char **json)
                        "one)", f->path);
     } else if (rc) {
         st = kiln_cache_mdb_fail(rc, f->path, "read the manifest");
-    } else {
-        const uint8_t *p = v.mv_data;
-        size_t n = v.mv_size - MANIFEST_HEADER;
-        if (v.mv_size < MANIFEST_HEADER || memcmp(p, "KLNM", 4))
-            st = kiln_fail(KILN_ERR_CACHE, "%s: the manifest is damaged (no header)", f->path);
-        else if (kiln_cache_get_le(p + 4, 4) != MANIFEST_VERSION)
-            st = kiln_fail(KILN_ERR_UNSUPPORTED, "%s: manifest version %u, not %d", f->path,
-                           (unsigned)kiln_cache_get_le(p + 4, 4), MANIFEST_VERSION);
-        else if (n > MANIFEST_MAX ||
-                 kiln_cache_get_le(p + 8, 8) != XXH3_64bits(p + MANIFEST_HEADER, n))
-            st = kiln_fail(KILN_ERR_CACHE, "%s: the manifest is damaged (checksum)", f->path);
-        else if (!(f->manifest = kiln_strndup((const char *)p + MANIFEST_HEADER, n)))
-            st = kiln_fail(KILN_ERR_NOMEM, "%s: out of memory for the manifest", f->path);
-        else if (strlen(f->manifest) != n)
-            st = kiln_fail(KILN_ERR_CACHE, "%s: the manifest holds a NUL", f->path);
+    } else if (!(st = kiln_cache_manifest_check(f->path, v.mv_data, v.mv_size)) &&
+               !(f->manifest = kiln_strndup((const char *)v.mv_data + MANIFEST_HEADER,
+                                            v.mv_size - MANIFEST_HEADER))) {
+        st = kiln_fail(KILN_ERR_NOMEM, "%s: out of memory for the manifest", f->path);
     }
     kiln_mdb_txn_abort(txn);
     if (st) {

@@ -70,7 +70,8 @@ static void help(FILE *out)
             "                         refused unless --force\n"
             "  salvage SRC -o DST [--force]\n"
             "                         copy every intact record found in the cache file SRC,\n"
-            "                         damaged or not, into a new file DST\n"
+            "                         damaged or not, and an exported file's manifest when\n"
+            "                         it is intact, into a new file DST\n"
             "  rm KEYPREFIX | --all   remove the writable cache's records whose key starts with\n"
             "                         KEYPREFIX (1 to 32 hex digits; none matching is an\n"
             "                         error), or all of them\n"
@@ -787,8 +788,9 @@ static int run_salvage(cache_args *a)
     if (st != KILN_OK)
         return fail(a, st);
     printf("salvaged %zu records of %s into %s (%zu bad and %zu of unknown record versions left "
-           "out, %zu found twice)\n",
-           r.records, a->args[0], a->output, r.bad, r.other, r.duplicates);
+           "out, %zu found twice); %s\n",
+           r.records, a->args[0], a->output, r.bad, r.other, r.duplicates,
+           r.manifest ? "its manifest kept" : "no intact manifest");
     return CLI_OK;
 }
 

@@ -1,7 +1,9 @@
 /* Writes the seed corpus of fuzz_cache into a directory: cache files made
  * through the cache API. empty.kiln holds no record; small.kiln records
  * that live in their leaf page; mixed.kiln more of them with two in
- * overflow runs, and one removed, so its free list holds pages.
+ * overflow runs, and one removed, so its free list holds pages;
+ * exported.kiln small.kiln's records exported with a manifest of two
+ * pages (on overflow pages).
  * Usage: fuzz_cache_seeds DIR (fuzz/corpus/cache). */
 #include "cache/cache.h"
 
@@ -10,8 +12,12 @@
 #include <string.h>
 #include <unistd.h>
 
-static void seed(const char *dir, const char *name, int small, int large, int removed)
+/* Writes dir/name; with export_as, also exports its records with a
+ * manifest into dir/export_as. */
+static void seed(const char *dir, const char *name, int small, int large, int removed,
+                 const char *export_as)
 {
+    uint8_t keys[16][KILN_CACHE_KEY_BYTES];
     char path[4096], lock[4200];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     snprintf(lock, sizeof lock, "%s-lock", path);
@@ -42,12 +48,28 @@ static void seed(const char *dir, const char *name, int small, int large, int re
             fprintf(stderr, "%s\n", kiln_last_error());
             exit(1);
         }
+        if (i < 16)
+            memcpy(keys[i], key, KILN_CACHE_KEY_BYTES);
         if (i < removed) {
             char hex[KILN_CACHE_KEY_HEX];
             kiln_cache_key_hex(key, hex);
             kiln_cache_rm(c, hex, NULL);
         }
         free(cubin);
+    }
+    if (export_as) {
+        char out[4096], manifest[8192];
+        snprintf(out, sizeof out, "%s/%s", dir, export_as);
+        unlink(out);
+        int n = snprintf(manifest, sizeof manifest, "{\"kiln\":\"seed\",\"model\":\"");
+        memset(manifest + n, 'm', sizeof manifest - (size_t)n - 3);
+        memcpy(manifest + sizeof manifest - 3, "\"}", 3);
+        if (kiln_cache_export_keys(c, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])keys,
+                                   (size_t)(small + large < 16 ? small + large : 16), out, 1,
+                                   manifest)) {
+            fprintf(stderr, "%s\n", kiln_last_error());
+            exit(1);
+        }
     }
     kiln_cache_close(c);
     unlink(lock);
@@ -59,8 +81,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: fuzz_cache_seeds DIR\n");
         return 2;
     }
-    seed(argv[1], "empty.kiln", 0, 0, 0);
-    seed(argv[1], "small.kiln", 3, 0, 0);
-    seed(argv[1], "mixed.kiln", 6, 2, 1);
+    seed(argv[1], "empty.kiln", 0, 0, 0, NULL);
+    seed(argv[1], "small.kiln", 3, 0, 0, "exported.kiln");
+    seed(argv[1], "mixed.kiln", 6, 2, 1, NULL);
     return 0;
 }

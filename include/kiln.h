@@ -726,12 +726,16 @@ typedef struct kiln_cache_salvage_result {
     size_t records;    /* intact records written */
     size_t bad;        /* pairs that were not intact records, left out */
     size_t other;      /* records of a version kiln cannot check, left out */
-    size_t duplicates; /* intact records of a key already found (the later made is kept) */
+    size_t duplicates; /* intact records of a key already found (the later made is kept),
+                        * and copies of the manifest kept */
+    int manifest;      /* an exported file's manifest was found intact and copied */
 } kiln_cache_salvage_result;
 
 /* Write a new cache file at dst holding every intact record found in the
  * file src, damaged or not: every page is searched for records without
- * following LMDB's tree, and each record is checked against its key.
+ * following LMDB's tree, and each record is checked against its key. An
+ * exported file's manifest is copied too when it is found intact (it may
+ * then name keys whose records were lost: kiln cache check lists them).
  * Records of this version and readable older ones are copied; of a key
  * found twice, the later made. Records removed from src before it was
  * damaged may come back. dst is written beside its name and renamed into

@@ -1221,8 +1221,17 @@ Test(cache, export)
     tmp_remove(dir);
 }
 
+/* Salvage src into dst: records kept and whether its manifest came too. */
+static kiln_cache_salvage_result salvage_into(const char *src, const char *dst)
+{
+    kiln_cache_salvage_result r;
+    cr_assert_eq(kiln_cache_salvage(src, dst, 1, &r), KILN_OK, "%s", kiln_last_error());
+    return r;
+}
+
 /* A manifest rides beside the records: read back as written, passed over
- * by iteration, verify and merge, and a changed byte of it is damage. */
+ * by iteration, verify and merge, kept by salvage (in a page of its own or
+ * on overflow pages) unless damaged, and a changed byte of it is damage. */
 Test(cache, manifest)
 {
     char *dir = tmp_dir();
@@ -1252,6 +1261,16 @@ Test(cache, manifest)
     cr_assert_eq(kiln_cache_manifest(s, 1, &json), KILN_ERR_INVALID_ARG);
     kiln_cache_close(s);
 
+    /* salvaged: the records and the manifest */
+    char *saved = path_in(dir, "saved.kiln");
+    kiln_cache_salvage_result sr = salvage_into(ship, saved);
+    cr_assert_eq(sr.records, 3);
+    cr_assert_eq(sr.manifest, 1);
+    s = open_shipped(saved);
+    cr_assert_eq(kiln_cache_manifest(s, 0, &json), KILN_OK, "%s", kiln_last_error());
+    cr_assert_str_eq(json, text);
+    kiln_cache_close(s);
+
     /* merged into a writable cache: the records, not the manifest */
     c = open_at(user, 0);
     kiln_cache_merge_result mr;
@@ -1277,6 +1296,36 @@ Test(cache, manifest)
               kiln_last_error());
     kiln_cache_close(s);
     free(bytes);
+    /* a damaged manifest is left out by salvage, the records kept */
+    sr = salvage_into(ship, saved);
+    cr_assert_eq(sr.records, 3);
+    cr_assert_eq(sr.manifest, 0);
+    cr_assert_geq(sr.bad, 1);
+    s = open_shipped(saved);
+    cr_assert_eq(kiln_cache_manifest(s, 0, &json), KILN_ERR_NOT_FOUND);
+    kiln_cache_close(s);
+
+    /* a manifest larger than a page lies on overflow pages: found there */
+    size_t big_n = 3 * 4096;
+    char *big = malloc(big_n + 64);
+    cr_assert_not_null(big);
+    int at0 = snprintf(big, big_n + 64, "{\"model\":{\"name\":\"");
+    memset(big + at0, 'x', big_n);
+    snprintf(big + at0 + big_n, 64, "\"}}");
+    c = open_at(user, 0);
+    cr_assert_eq(kiln_cache_export_keys(c, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])keys, 3, ship,
+                                        1, big),
+                 KILN_OK, "%s", kiln_last_error());
+    kiln_cache_close(c);
+    sr = salvage_into(ship, saved);
+    cr_assert_eq(sr.records, 3);
+    cr_assert_eq(sr.manifest, 1);
+    s = open_shipped(saved);
+    cr_assert_eq(kiln_cache_manifest(s, 0, &json), KILN_OK, "%s", kiln_last_error());
+    cr_assert_str_eq(json, big);
+    kiln_cache_close(s);
+    free(big);
+    free(saved);
     for (int i = 0; i < 3; i++)
         unmake(&m[i]);
     free(user);

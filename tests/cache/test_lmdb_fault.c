@@ -217,7 +217,8 @@ static kiln_status op_export(lmdb_ctx *c, kiln_cache *k, kt_digest *d)
 }
 
 /* The source holds two intact records under one key, the older on pages
- * freed since: the newer is kept. */
+ * freed since, and a manifest: the newer record and the manifest are
+ * kept. */
 static kiln_status op_salvage(lmdb_ctx *c, kiln_cache *k, kt_digest *d)
 {
     (void)k;
@@ -447,18 +448,26 @@ static void setup(lmdb_ctx *c)
     fill(c, c->pristine, (const int[]){ 0, 1, 2, 3, 4 }, 5);
     fill(c, c->shipped, (const int[]){ 5, 6 }, 2);
     fill(c, c->merged, (const int[]){ 2, 7 }, 2);
-    /* Record 3 (on overflow pages), then another kernel under its key:
-     * the first copy stays on the pages the second freed. */
+    /* Record 3 (on overflow pages) exported with a manifest, then another
+     * kernel under its key: the first copy stays on the pages the second
+     * freed, and salvage keeps the manifest too. */
     kt_in_tmp(c->stale, sizeof c->stale, "stale.kiln");
+    char first[128];
+    kt_in_tmp(first, sizeof first, "first.kiln");
     kiln_cache *k;
     kiln_cache_put put;
     kt_made other = c->rec[3];
     other.rec.signature = "linear backend=simt format=q8_0 n=3 k=8192 target=sm_90a";
     other.rec.created = c->rec[3].rec.created = 1;
     other.rec.created++;
-    cr_assert_eq(kiln_cache_open(&(kiln_cache_options){ .path = c->stale }, &k), KILN_OK);
+    cr_assert_eq(kiln_cache_open(&(kiln_cache_options){ .path = first }, &k), KILN_OK);
     cr_assert_eq(kiln_cache_store(k, c->rec[3].key, &c->rec[3].rec, NULL), KILN_OK, "%s",
                  kiln_last_error());
+    cr_assert_eq(kiln_cache_export_keys(k, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])c->rec[3].key,
+                                        1, c->stale, 0, "{\"kiln\":\"stale\"}"),
+                 KILN_OK, "%s", kiln_last_error());
+    kiln_cache_close(k);
+    cr_assert_eq(kiln_cache_open(&(kiln_cache_options){ .path = c->stale }, &k), KILN_OK);
     cr_assert_eq(kiln_cache_store(k, c->rec[3].key, &other.rec, &put), KILN_OK, "%s",
                  kiln_last_error());
     cr_assert_eq(put, KILN_CACHE_REPLACED);

@@ -978,24 +978,32 @@ Test(cache_cli, shipping_workflow, .timeout = 600)
     kt_cli_free(&r);
 
     /* the default capture sizes need kernels the file lacks: its manifest
-     * says so first; a file without one (salvaged) is checked kernel by
-     * kernel */
+     * says so first, and so does a salvaged copy's (salvage keeps an intact
+     * manifest); a file without one (the compile's own cache) is checked
+     * kernel by kernel */
     r = run("run demo --device cpu --shipped %s --offline --target sm_80 --tokens 1 --steps 1", s);
     cr_assert_eq(r.status, 1, "%s", r.out);
     cr_assert(strstr(r.err, "was made for another set of token buckets: 1,16, not 1,2,4,"),
               "%s", r.err);
     kt_cli_free(&r);
-    char *bare = path_in("bare.kiln");
-    r = run("cache salvage %s -o %s", s, bare);
+    char *saved = path_in("saved.kiln");
+    r = run("cache salvage %s -o %s", s, saved);
     cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "; its manifest kept\n"), "%s", r.out);
     kt_cli_free(&r);
     r = run("run demo --device cpu --shipped %s --offline --target sm_80 --tokens 1 --steps 1",
-            bare);
+            saved);
+    cr_assert_eq(r.status, 1, "%s", r.out);
+    cr_assert(strstr(r.err, "was made for another set of token buckets: 1,16, not 1,2,4,"),
+              "%s", r.err);
+    kt_cli_free(&r);
+    free(saved);
+    r = run("run demo --device cpu --shipped %s --offline --target sm_80 --tokens 1 --steps 1",
+            c);
     cr_assert_eq(r.status, 1, "%s", r.out);
     cr_assert(strstr(r.err, "are in no shipped cache") && strstr(r.err, "kiln cache check"),
               "%s", r.err);
     kt_cli_free(&r);
-    free(bare);
     setenv("KILN_OFFLINE", "1", 1);
     r = run("run demo --device cpu --shipped %s --target sm_80 --tokens 1 --steps 1", s);
     unsetenv("KILN_OFFLINE");
