@@ -1221,12 +1221,23 @@ Test(cache, export)
     tmp_remove(dir);
 }
 
-/* Salvage src into dst: records kept and whether its manifest came too. */
-static kiln_cache_salvage_result salvage_into(const char *src, const char *dst)
+/* Salvage src into dst: its 3 records kept, and its manifest when want is
+ * one (then read back as want), else none. */
+static void salvage_3(const char *src, const char *dst, const char *want)
 {
     kiln_cache_salvage_result r;
     cr_assert_eq(kiln_cache_salvage(src, dst, 1, &r), KILN_OK, "%s", kiln_last_error());
-    return r;
+    cr_assert_eq(r.records, 3);
+    cr_assert_eq(r.manifest, want != NULL);
+    if (!want)
+        cr_assert_geq(r.bad, 1, "the damaged manifest is counted bad");
+    kiln_cache *s = open_shipped(dst);
+    const char *json;
+    cr_assert_eq(kiln_cache_manifest(s, 0, &json), want ? KILN_OK : KILN_ERR_NOT_FOUND, "%s",
+                 kiln_last_error());
+    if (want)
+        cr_assert_str_eq(json, want);
+    kiln_cache_close(s);
 }
 
 /* A manifest rides beside the records: read back as written, passed over
@@ -1263,13 +1274,7 @@ Test(cache, manifest)
 
     /* salvaged: the records and the manifest */
     char *saved = path_in(dir, "saved.kiln");
-    kiln_cache_salvage_result sr = salvage_into(ship, saved);
-    cr_assert_eq(sr.records, 3);
-    cr_assert_eq(sr.manifest, 1);
-    s = open_shipped(saved);
-    cr_assert_eq(kiln_cache_manifest(s, 0, &json), KILN_OK, "%s", kiln_last_error());
-    cr_assert_str_eq(json, text);
-    kiln_cache_close(s);
+    salvage_3(ship, saved, text);
 
     /* merged into a writable cache: the records, not the manifest */
     c = open_at(user, 0);
@@ -1297,13 +1302,7 @@ Test(cache, manifest)
     kiln_cache_close(s);
     free(bytes);
     /* a damaged manifest is left out by salvage, the records kept */
-    sr = salvage_into(ship, saved);
-    cr_assert_eq(sr.records, 3);
-    cr_assert_eq(sr.manifest, 0);
-    cr_assert_geq(sr.bad, 1);
-    s = open_shipped(saved);
-    cr_assert_eq(kiln_cache_manifest(s, 0, &json), KILN_ERR_NOT_FOUND);
-    kiln_cache_close(s);
+    salvage_3(ship, saved, NULL);
 
     /* a manifest larger than a page lies on overflow pages: found there */
     size_t big_n = 3 * 4096;
@@ -1317,13 +1316,7 @@ Test(cache, manifest)
                                         1, big),
                  KILN_OK, "%s", kiln_last_error());
     kiln_cache_close(c);
-    sr = salvage_into(ship, saved);
-    cr_assert_eq(sr.records, 3);
-    cr_assert_eq(sr.manifest, 1);
-    s = open_shipped(saved);
-    cr_assert_eq(kiln_cache_manifest(s, 0, &json), KILN_OK, "%s", kiln_last_error());
-    cr_assert_str_eq(json, big);
-    kiln_cache_close(s);
+    salvage_3(ship, saved, big);
     free(big);
     free(saved);
     for (int i = 0; i < 3; i++)
