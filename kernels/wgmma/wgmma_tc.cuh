@@ -15,7 +15,9 @@
 // significant bits); a per-tensor or per-row scale multiplies the sums.
 // The integer GGML formats (Q8_0, Q4_0, Q4_K, Q6_K) have weights of up to
 // 24 significant bits: each is computed in f32 as the CPU dequantizer
-// computes it and rounded once to BF16 (wtc_decode).
+// computes it and rounded once to BF16 (wtc_decode); F16's 11 are rounded
+// once to BF16 too, as the dequantizing wgmma kernel rounds them (the
+// decode kernels take F16 exactly, as two BF16 terms).
 //
 // Activations. The packing puts k = 16j + 4t + s of k-tile j in lane t's
 // slot s, whose MMA position is 2t + (s & 1) + 8(s >> 1). x therefore
@@ -135,6 +137,11 @@ using wtc_exact = wtc_one_of<F, tc_bf16, tc_nvfp4, tc_mxfp4, tc_ggml_mxfp4, tc_f
 template <class F>
 using wtc_rounded = wtc_one_of<F, tc_q8_0, tc_q4_0, tc_q4_k, tc_q6_k>;
 
+// F16, whose packed pairs sit where BF16's do: each value rounded once to
+// BF16, to nearest even (F16 to f32 is exact).
+template <class F>
+using wtc_f16 = wtc_same<F, tc_f16>;
+
 // f32 of the low and high half of a BF16 pair; the pair of BF16 nearest
 // to lo, hi (one rounding each, to nearest even).
 __device__ __forceinline__ float bf2_low(u32 p) { return __uint_as_float(p << 16); }
@@ -159,12 +166,21 @@ __device__ __forceinline__ u32 bf2_round(float lo, float hi)
 // with the dequantizer's one rounding; and each is rounded to BF16.
 template <class F>
 struct wtc_decode {
-    static_assert(wtc_exact<F>::value || wtc_rounded<F>::value,
+    static_assert(wtc_exact<F>::value || wtc_rounded<F>::value || wtc_f16<F>::value,
                   "a format with an A fragment of one BF16 term");
     template <class R>
     static __device__ __forceinline__ void run(const R &r, int j, u32 (&a)[4])
     {
-        F::decode(r, j, a);
+        if constexpr (wtc_f16<F>::value) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const u32 w = word_of(r.q[j], i);
+                a[i] = bf2_round(f16_to_f32((u16)w), f16_to_f32((u16)(w >> 16)));
+            }
+            return;
+        } else {
+            F::decode(r, j, a);
+        }
         if constexpr (wtc_exact<F>::value && F::block_tiles > 0) {
             float s[2];
             F::scale(r, j / F::block_tiles, s);
@@ -324,7 +340,7 @@ template <class F, class Tile, class Epilogue, int N, int K>
 __device__ void wtc_gemm(const kiln_linear_args &args, const tma_map &tx, const tma_map &tw,
                          const tma_map *trec, const tma_map *tsup)
 {
-    static_assert(!F::two_terms, "an A fragment of one term");
+    static_assert(!F::two_terms || wtc_f16<F>::value, "an A fragment of one term");
     static_assert(K % 64 == 0, "K is whole atoms");
     static_assert(F::super_record == 0 || K % 256 == 0, "K is whole super-blocks");
     constexpr int steps = K / 64;

@@ -30,10 +30,10 @@ static kiln_target target(const char *name)
     return t;
 }
 
-static const kiln_format formats[] = { KILN_FMT_BF16, KILN_FMT_NVFP4, KILN_FMT_MXFP4,
-                                       KILN_FMT_GGML_MXFP4, KILN_FMT_Q8_0, KILN_FMT_Q4_0,
-                                       KILN_FMT_Q4_K, KILN_FMT_Q6_K, KILN_FMT_FP8_TENSOR,
-                                       KILN_FMT_FP8_CHANNEL, KILN_FMT_MXFP8 };
+static const kiln_format formats[] = { KILN_FMT_BF16,        KILN_FMT_F16,   KILN_FMT_NVFP4,
+                                       KILN_FMT_MXFP4,       KILN_FMT_GGML_MXFP4, KILN_FMT_Q8_0,
+                                       KILN_FMT_Q4_0,        KILN_FMT_Q4_K,  KILN_FMT_Q6_K,
+                                       KILN_FMT_FP8_TENSOR,  KILN_FMT_FP8_CHANNEL, KILN_FMT_MXFP8 };
 static const char *const tiles[] = { "bt256", "bt128", "bt64", "bt256s2", "bt128s2", "bt64s2" };
 
 static int taken(kiln_format f)
@@ -389,6 +389,7 @@ Test(wgmma_tc, sass_runs_register_operand_hgmma, .timeout = 300)
         { "bt64", KILN_FMT_Q8_0, "HGMMA.64x64x16.F32.BF16 R" },
         { "bt256s2", KILN_FMT_BF16, "HGMMA.64x256x16.F32.BF16 R" },
         { "bt64s2", KILN_FMT_Q4_0, "HGMMA.64x64x16.F32.BF16 R" },
+        { "bt128s2", KILN_FMT_F16, "HGMMA.64x128x16.F32.BF16 R" },
     };
     kiln_nvrtc *nv = kt_open_nvrtc();
     for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
