@@ -71,26 +71,34 @@ void kiln_quant_q8_0_dequantize(const kiln_qtensor *t, float *dst)
 
 /* --------------------------------------------------------------- Q4_0 */
 
-/* d = max / -8 where max is the signed element of largest magnitude (the
- * first one on ties), so that element maps to q = 0 exactly; the other side
- * reaches q = 16 and is clipped to 15. q = min(15, trunc(x / d + 8.5)).
- * Element j < 16 is the low nibble of qs[j], element j + 16 its high one. */
+/* The symmetric fit of Q4_0 and Q5_0 over a block of QK: d = max / -half
+ * where max is the signed element of largest magnitude (the first one on
+ * ties), so that element maps to level 0 exactly; f16 d stored at y. The
+ * result is 1 / d (0 for a block of zeros). */
+static float sym_fit(const float *x, int half, uint8_t *y)
+{
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < QK; j++) {
+        if (amax < fabsf(x[j])) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
+    }
+    const float d = max / (float)-half;
+    kiln_quant_store_f16(y, d);
+    return d != 0.0f ? 1.0f / d : 0.0f;
+}
+
+/* sym_fit on 16 levels: the other side reaches q = 16 and is clipped to
+ * 15. q = min(15, trunc(x / d + 8.5)). Element j < 16 is the low nibble of
+ * qs[j], element j + 16 its high one. */
 void kiln_quant_q4_0_quantize(const float *src, kiln_qtensor *t)
 {
     size_t nb = kiln_quant_blocks(t, QK);
     for (size_t b = 0; b < nb; b++) {
         const float *x = src + b * QK;
         uint8_t *y = (uint8_t *)t->data + b * Q4_0_BYTES;
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < QK; j++) {
-            if (amax < fabsf(x[j])) {
-                amax = fabsf(x[j]);
-                max = x[j];
-            }
-        }
-        const float d = max / -8;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        kiln_quant_store_f16(y, d);
+        const float id = sym_fit(x, 8, y);
         for (int j = 0; j < QK / 2; j++) {
             uint8_t q[2];
             for (int h = 0; h < 2; h++) {
@@ -204,24 +212,15 @@ static int level_5bit(uint32_t h, const uint8_t *qs, int j)
  * v >= 0 its scales give; NaN and negative v give 0. */
 static uint8_t trunc_level(float v) { return (uint8_t)(v >= 31.0f ? 31 : v > 0.0f ? (int)v : 0); }
 
-/* Q4_0's scheme on 32 levels: d = max / -16 with max the signed element of
- * largest magnitude, q = min(31, trunc(x / d + 16.5)), y = d * (q - 16). */
+/* sym_fit on 32 levels: d = max / -16, q = min(31, trunc(x / d + 16.5)),
+ * y = d * (q - 16). */
 void kiln_quant_q5_0_quantize(const float *src, kiln_qtensor *t)
 {
     size_t nb = kiln_quant_blocks(t, QK);
     for (size_t b = 0; b < nb; b++) {
         const float *x = src + b * QK;
         uint8_t *y = (uint8_t *)t->data + b * Q5_0_BYTES;
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < QK; j++) {
-            if (amax < fabsf(x[j])) {
-                amax = fabsf(x[j]);
-                max = x[j];
-            }
-        }
-        const float d = max / -16;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        kiln_quant_store_f16(y, d);
+        const float id = sym_fit(x, 16, y);
         uint8_t q[QK];
         for (int j = 0; j < QK; j++)
             q[j] = trunc_level(x[j] * id + 16.5f);
