@@ -257,10 +257,10 @@ Test(gpu_wgmma, wgmma_tc_matches_the_cpu, .timeout = 1200)
     kiln_target live;
     cr_assert_eq(kiln_target_live(0, &live), KILN_OK, "%s", kiln_last_error());
     kt_rng r = kt_rng_new(24);
-    static const kiln_format fs[] = { KILN_FMT_BF16,        KILN_FMT_NVFP4,      KILN_FMT_MXFP4,
-                                      KILN_FMT_GGML_MXFP4, KILN_FMT_Q8_0,       KILN_FMT_Q4_0,
-                                      KILN_FMT_Q4_K,       KILN_FMT_Q6_K,       KILN_FMT_FP8_TENSOR,
-                                      KILN_FMT_FP8_CHANNEL, KILN_FMT_MXFP8 };
+    static const kiln_format fs[] = { KILN_FMT_BF16,        KILN_FMT_F16,        KILN_FMT_NVFP4,
+                                      KILN_FMT_MXFP4,       KILN_FMT_GGML_MXFP4, KILN_FMT_Q8_0,
+                                      KILN_FMT_Q4_0,        KILN_FMT_Q4_K,       KILN_FMT_Q6_K,
+                                      KILN_FMT_FP8_TENSOR,  KILN_FMT_FP8_CHANNEL, KILN_FMT_MXFP8 };
     static const struct {
         int64_t n, k;
         int64_t capture[2];
@@ -318,10 +318,10 @@ Test(gpu_wgmma, wgmma_tc_ffn_matches_the_cpu, .timeout = 1200)
     need_hopper();
     fresh_cache();
     kt_rng r = kt_rng_new(25);
-    static const kiln_format fs[] = { KILN_FMT_BF16,        KILN_FMT_NVFP4,      KILN_FMT_MXFP4,
-                                      KILN_FMT_GGML_MXFP4, KILN_FMT_Q8_0,       KILN_FMT_Q4_0,
-                                      KILN_FMT_Q4_K,       KILN_FMT_Q6_K,       KILN_FMT_FP8_TENSOR,
-                                      KILN_FMT_FP8_CHANNEL, KILN_FMT_MXFP8 };
+    static const kiln_format fs[] = { KILN_FMT_BF16,        KILN_FMT_F16,        KILN_FMT_NVFP4,
+                                      KILN_FMT_MXFP4,       KILN_FMT_GGML_MXFP4, KILN_FMT_Q8_0,
+                                      KILN_FMT_Q4_0,        KILN_FMT_Q4_K,       KILN_FMT_Q6_K,
+                                      KILN_FMT_FP8_TENSOR,  KILN_FMT_FP8_CHANNEL, KILN_FMT_MXFP8 };
     float norm[512];
     kt_fill_normal(&r, norm, 512, 0.2f);
     for (int i = 0; i < 512; i++)

@@ -65,7 +65,7 @@ static const struct {
     { "simt", 0 },    /* f32 FMA on the dequantized value */
     { "wgmma", ~0u }, /* dequantized to f32, packed as BF16 for the tensor cores */
     /* the packed layout's values in BF16, exact or rounded once, f32 sums */
-    { "wgmma_tc", KT_INT_GGML },
+    { "wgmma_tc", KT_INT_GGML | 1u << KILN_FMT_F16 },
 };
 
 static int weight_bf16(const char *backend, kiln_format f)
