@@ -149,22 +149,28 @@ static void write_static_fp8_ffn(char *model, size_t size)
     cr_assert_eq(fclose(f), 0);
 }
 
+/* kiln COMMAND MODEL REST, which must succeed. */
+static kt_cli run_ok(const char *command, const char *model, const char *rest)
+{
+    char args[512];
+    snprintf(args, sizeof args, "%s %s%s", command, model, rest);
+    kt_cli r = kt_cli_run(args);
+    cr_assert_eq(r.status, 0, "%s: %s", args, r.err);
+    return r;
+}
+
 /* inspect shows each FP8 linear's static activation scale beside its
  * weight, in text and JSON. */
 Test(cli_plan_run, inspect_shows_static_activation_scales)
 {
-    char model[128], args[256];
+    char model[128];
     write_static_fp8_ffn(model, sizeof model);
-    snprintf(args, sizeof args, "inspect %s", model);
-    kt_cli r = kt_cli_run(args);
-    cr_assert_eq(r.status, 0, "%s", r.err);
+    kt_cli r = run_ok("inspect", model, "");
     const char *up = strstr(r.out, "model.layers.0.mlp.up_proj.weight ");
     cr_assert(up, "%s", r.out);
     cr_assert(strstr(up, "static input_scale 0.25\n"), "%s", r.out);
     kt_cli_free(&r);
-    snprintf(args, sizeof args, "inspect %s --json", model);
-    r = kt_cli_run(args);
-    cr_assert_eq(r.status, 0, "%s", r.err);
+    r = run_ok("inspect", model, " --json");
     cr_assert(strstr(r.out, "\"input_scale\": 0.125"), "%s", r.out);
     kt_cli_free(&r);
 }
@@ -175,11 +181,9 @@ Test(cli_plan_run, inspect_shows_static_activation_scales)
  * backend ignores it (block FP8 quantizes its own 1x128 groups). */
 Test(cli_plan_run, plan_shows_static_activation_scales)
 {
-    char model[128], args[256];
+    char model[128];
     write_static_fp8_ffn(model, sizeof model);
-    snprintf(args, sizeof args, "plan %s --target sm_90a --capture 1,512", model);
-    kt_cli r = kt_cli_run(args);
-    cr_assert_eq(r.status, 0, "%s", r.err);
+    kt_cli r = run_ok("plan", model, " --target sm_90a --capture 1,512");
     cr_assert(strstr(r.out, "act scale"), "%s", r.out);
     const char *gate = strstr(r.out, "blk.0.ffn_gate");
     cr_assert(gate, "%s", r.out);
@@ -190,9 +194,7 @@ Test(cli_plan_run, plan_shows_static_activation_scales)
               r.out);
     kt_cli_free(&r);
 
-    snprintf(args, sizeof args, "plan %s --target sm_90a --capture 1,512 --json", model);
-    r = kt_cli_run(args);
-    cr_assert_eq(r.status, 0, "%s", r.err);
+    r = run_ok("plan", model, " --target sm_90a --capture 1,512 --json");
     json_error_t e;
     json_t *root = json_loads(r.out, 0, &e), *lin;
     cr_assert_not_null(root, "%s", e.text);
