@@ -1310,7 +1310,7 @@ Test(cache, manifest)
     cr_assert_not_null(big);
     int at0 = snprintf(big, big_n + 64, "{\"model\":{\"name\":\"");
     memset(big + at0, 'x', big_n);
-    snprintf(big + at0 + big_n, 64, "\"}}");
+    memcpy(big + at0 + big_n, "\"}}", 4);
     c = open_at(user, 0);
     cr_assert_eq(kiln_cache_export_keys(c, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])keys, 3, ship,
                                         1, big),
