@@ -9,14 +9,14 @@
  *            part atoms);
  *   wgmma_tc Hopper prefill (sm_90a) from gemv_tc's packed layout, the
  *            weight decoded into the register operand: the 4-bit formats
- *            whose decoding is exact in BF16 (NVFP4, MXFP4, GGML MXFP4)
- *            and the integer GGML formats rounded to BF16 (Q8_0, Q4_0,
- *            Q4_K, Q6_K), and MXFP8, where it is several times the
- *            dequantizing wgmma kernel and keeps one weight copy for
- *            decode and prefill. BF16 and FP8 per-tensor and per-channel
- *            list it after wgmma, whose TMA kernel is faster (BF16 below
- *            M = 4096; FP8 on FP8 tensor cores); F16 (rounded to BF16, as
- *            wgmma rounds it) too, until it is measured against wgmma;
+ *            whose decoding is exact in BF16 (NVFP4, MXFP4, GGML MXFP4),
+ *            the integer GGML formats rounded to BF16 (Q8_0, Q4_0, Q4_K,
+ *            Q6_K), MXFP8, and F16 rounded to BF16 (as wgmma rounds it),
+ *            where it is several times the dequantizing wgmma kernel (F16:
+ *            ten times at 128 tokens) and keeps one weight copy for decode
+ *            and prefill. BF16 and FP8 per-tensor and per-channel list it
+ *            after wgmma, whose TMA kernel is faster (BF16 below M = 4096;
+ *            FP8 on FP8 tensor cores);
  *   wgmma    Hopper tensor cores (sm_90a), K in steps of 64: prefill, and
  *            decode that neither gemv kernel takes;
  *   simt     the f32 fallback for any sm_75+ target and any shape.
@@ -41,7 +41,7 @@ static const kiln_registry default_registry = {
     .n = 5,
     .priority = {
         [KILN_FMT_F32] = { "gemv", "wgmma", "simt", NULL },
-        [KILN_FMT_F16] = { "gemv_tc", "gemv", "wgmma", "wgmma_tc", "simt", NULL },
+        [KILN_FMT_F16] = KILN_ONE_COPY,
         [KILN_FMT_BF16] = { "gemv_tc", "gemv", "wgmma", "wgmma_tc", "simt", NULL },
         [KILN_FMT_FP8_TENSOR] = KILN_FP8_TMA,
         [KILN_FMT_FP8_CHANNEL] = KILN_FP8_TMA,
