@@ -174,10 +174,11 @@ void kiln_cache_set_mdb_hook(kiln_cache_mdb_hook hook, void *ctx);
  * KILN_ERR_NOT_FOUND, naming the key, when no layer holds one;
  * KILN_ERR_INVALID_ARG when path is one of c's files, which the export
  * reads. manifest (may be NULL) is stored as the file's manifest
- * (kiln_cache_manifest). */
+ * (kiln_cache_manifest), tuning (may be NULL) as its tuning table
+ * (kiln_cache_tuning). */
 kiln_status kiln_cache_export_keys(kiln_cache *c, const uint8_t (*keys)[KILN_CACHE_KEY_BYTES],
                                    size_t n_keys, const char *path, int overwrite,
-                                   const char *manifest);
+                                   const char *manifest, const kiln_tuning *tuning);
 
 /* The n low bytes of v at p, little-endian, and back: the byte order of
  * every multi-byte field the cache stores. */

@@ -82,10 +82,26 @@ struct kiln_cache {
     void *ctx;
 };
 
-/* The key of an exported file's manifest (cache/manifest.c): no record's,
- * whose keys are 16 bytes. Iteration, gc and merge pass it over. */
+/* The keys of the named values (cache/manifest.c): an exported file's
+ * manifest and a file's tuning table. No record's, whose keys are 16
+ * bytes. Iteration and gc pass them over. */
 #define KILN_CACHE_MANIFEST_KEY "kiln-manifest"
-bool kiln_cache_is_manifest(const MDB_val *k);
+#define KILN_CACHE_TUNING_KEY "kiln-tuning"
+bool kiln_cache_is_named(const MDB_val *k);
+/* Whether the size bytes at p are an intact value of this version for the
+ * named key (a tuning table's text must parse too): KILN_OK, else
+ * KILN_ERR_CACHE or KILN_ERR_UNSUPPORTED as kiln_cache_manifest_check. */
+kiln_status kiln_cache_named_check(const char *path, const uint8_t *key, size_t key_size,
+                                   const uint8_t *p, size_t size);
+/* Store t's entries as f's tuning table in txn, merged with the table f
+ * holds: t's replace its entries where replace is set, else f's stay. A
+ * damaged table in f is KILN_ERR_CACHE. Nothing is written for an empty
+ * t. */
+/* Merge f's tuning table into into, into's entries kept where both hold
+ * one. KILN_ERR_MALFORMED, naming f, for a damaged table. */
+kiln_status kiln_cache_file_tuning(kiln_cache_file *f, kiln_tuning *into);
+kiln_status kiln_cache_tuning_put(kiln_cache_file *f, MDB_txn *txn, const kiln_tuning *t,
+                                  int replace, int *rc_out);
 /* Whether the size bytes at p are an intact manifest value of this
  * version: KILN_OK, else KILN_ERR_CACHE (no header, checksum, a NUL) or
  * KILN_ERR_UNSUPPORTED (another version), naming path. */
@@ -153,11 +169,11 @@ typedef struct kiln_cache_check {
  * KILN_ERR_NOMEM. */
 kiln_status kiln_cache_file_check(const char *path, kiln_cache_check *out);
 
-/* Every key/value pair found in path that may be a record or a manifest: a
- * node of kiln's key size at any even offset of any page, whose value (in
- * the page or in the overflow run the node names) starts with a record's
- * magic, or a node of the manifest's key whose value starts with a
- * manifest's (key_size tells which). No
+/* Every key/value pair found in path that may be a record or a named
+ * value: a node of kiln's key size at any even offset of any page, whose
+ * value (in the page or in the overflow run the node names) starts with a
+ * record's magic, or a node of a named value's key (manifest, tuning
+ * table) whose value starts with its magic (key_size tells which). No
  * page header, offset array or tree is consulted, so a record whose own
  * node and bytes are whole is found whatever else is damaged; so are
  * records on pages freed earlier (a record removed before may be found, and

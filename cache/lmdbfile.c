@@ -612,13 +612,15 @@ kiln_status kiln_cache_file_check(const char *path, kiln_cache_check *out)
 /* The scan trusts no page header, offset array or tree: a record is found
  * by its own node, at any even offset of any page: a node header of kiln's
  * key size and a value, in the page or in the overflow run the node names,
- * that starts with a record's magic; an exported file's manifest the same
+ * that starts with a record's magic; a manifest or a tuning table the same
  * way, by its key and its magic. What it finds is only a candidate; the
  * caller checks each against its key (a record's checksum covers it) or
- * its checksum (a manifest's). */
+ * its checksum (a named value's). */
 #define MANIFEST_KEY_BYTES (sizeof KILN_CACHE_MANIFEST_KEY - 1)
-_Static_assert(MANIFEST_KEY_BYTES < KILN_CACHE_KEY_BYTES, "the scan's shortest node");
-enum { SCAN_NODE = NODESIZE + MANIFEST_KEY_BYTES };
+#define TUNING_KEY_BYTES (sizeof KILN_CACHE_TUNING_KEY - 1)
+_Static_assert(TUNING_KEY_BYTES < MANIFEST_KEY_BYTES &&
+                   MANIFEST_KEY_BYTES < KILN_CACHE_KEY_BYTES, "the scan's shortest node");
+enum { SCAN_NODE = NODESIZE + TUNING_KEY_BYTES };
 
 static kiln_status scan_node(lf_file *f, const uint8_t *page, unsigned off, kiln_cache_scan_fn fn,
                              void *ctx)
@@ -631,6 +633,9 @@ static kiln_status scan_node(lf_file *f, const uint8_t *page, unsigned off, kiln
     else if (ksize == MANIFEST_KEY_BYTES && off + NODESIZE + ksize <= f->psize &&
              !memcmp(key, KILN_CACHE_MANIFEST_KEY, ksize))
         magic = "KLNM";
+    else if (ksize == TUNING_KEY_BYTES && off + NODESIZE + ksize <= f->psize &&
+             !memcmp(key, KILN_CACHE_TUNING_KEY, ksize))
+        magic = "KLNT";
     else
         return KILN_OK;
     const unsigned end = off + NODESIZE + ksize; /* the value's offset in the page */

@@ -1,6 +1,7 @@
 /* What `kiln cache` runs on a cache: iteration, verify, stat, gc, rm,
  * merge and export. */
 #include "cache/cache_impl.h"
+#include "core/tuning.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -58,7 +59,7 @@ static kiln_status file_foreach(kiln_cache_file *f, int layer, kiln_cache_visit_
     }
     MDB_val k, v;
     while (!st && !(rc = kiln_mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
-        if (kiln_cache_is_manifest(&k))
+        if (kiln_cache_is_named(&k))
             continue;
         kiln_cache_entry e = { .layer = layer };
         entry_check(f, &k, &v, &e);
@@ -240,7 +241,7 @@ static kiln_status gc_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int *rc_
         return kiln_cache_body_fail(rc_out, rc, f, "gc");
     kiln_status st = KILN_OK;
     while (!(rc = kiln_mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
-        if (kiln_cache_is_manifest(&k))
+        if (kiln_cache_is_named(&k))
             continue;
         kiln_cache_entry e = { .layer = g->layer };
         entry_check(f, &k, &v, &e);
@@ -348,6 +349,7 @@ kiln_status kiln_cache_rm_all(kiln_cache *c, size_t *removed)
 
 typedef struct merge_ctx {
     kiln_cache_file *src;
+    kiln_tuning *tuning; /* the source's tuning table */
     kiln_cache_merge_result res;
 } merge_ctx;
 
@@ -389,6 +391,9 @@ static kiln_status merge_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int *
         st = kiln_cache_mdb_fail(rc, m->src->path, "merge");
     mdb_cursor_close(cur);
     kiln_mdb_txn_abort(stxn);
+    /* the source's tuning entries the writable cache does not hold */
+    if (!st && kiln_tuning_n(m->tuning))
+        st = kiln_cache_tuning_put(f, txn, m->tuning, 0, rc_out);
     return st;
 }
 
@@ -410,8 +415,19 @@ kiln_status kiln_cache_merge(kiln_cache *c, const char *src, kiln_cache_visit_fn
     merge_ctx m = { .src = &s };
     if (!st)
         st = file_foreach(&s, -1, verify_visit, &v);
+    /* A damaged tuning table is left out as a bad record is. */
+    if (!st && !(st = kiln_tuning_create(&m.tuning)) &&
+        (st = kiln_cache_file_tuning(&s, m.tuning)) == KILN_ERR_MALFORMED) {
+        v.bad++;
+        if (on_bad)
+            on_bad(ctx, &(kiln_cache_entry){ .layer = -1, .status = KILN_ERR_CACHE,
+                                             .problem = kiln_last_error() });
+        kiln_clear_error();
+        st = KILN_OK;
+    }
     if (!st)
         st = kiln_cache_file_write(f, "merge", merge_body, &m);
+    kiln_tuning_destroy(m.tuning);
     kiln_cache_file_close(&s);
     free(s.path);
     if (!st && out) {
@@ -426,6 +442,7 @@ typedef struct export_ctx {
     const uint8_t (*keys)[KILN_CACHE_KEY_BYTES];
     size_t n_keys;
     const char *manifest;
+    const kiln_tuning *tuning;
 } export_ctx;
 
 static kiln_status export_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int *rc_out)
@@ -442,6 +459,8 @@ static kiln_status export_body(kiln_cache_file *f, MDB_txn *txn, void *ctx, int 
     }
     if (!st && x->manifest)
         st = kiln_cache_manifest_put(f, txn, x->manifest, rc_out);
+    if (!st)
+        st = kiln_cache_tuning_put(f, txn, x->tuning, 1, rc_out);
     return st;
 }
 
@@ -498,7 +517,7 @@ static kiln_status new_file_write(const char *path, int overwrite, size_t map, c
 
 kiln_status kiln_cache_export_keys(kiln_cache *c, const uint8_t (*keys)[KILN_CACHE_KEY_BYTES],
                                    size_t n_keys, const char *path, int overwrite,
-                                   const char *manifest)
+                                   const char *manifest, const kiln_tuning *tuning)
 {
     /* The new file must not replace a file this process has mapped. Room
      * for everything the layers hold means the map rarely has to grow,
@@ -514,7 +533,8 @@ kiln_status kiln_cache_export_keys(kiln_cache *c, const uint8_t (*keys)[KILN_CAC
                              path, i == c->writable ? "writable" : "shipped", c->files[i].path);
         map += (size_t)fs.st_size;
     }
-    export_ctx x = { .c = c, .keys = keys, .n_keys = n_keys, .manifest = manifest };
+    export_ctx x = { .c = c, .keys = keys, .n_keys = n_keys, .manifest = manifest,
+                     .tuning = tuning };
     return new_file_write(path, overwrite, map, "export", export_body, &x);
 }
 
@@ -528,13 +548,14 @@ typedef struct salvage_ctx {
     kiln_cache_salvage_result res;
 } salvage_ctx;
 
-/* A manifest the scan found: the first intact one is kept. A damaged one,
- * or a second that differs from it (a stale copy on a freed page), is
- * counted bad; an identical copy is a duplicate. */
-static kiln_status salvage_manifest(salvage_ctx *x, const uint8_t *key, size_t key_size,
-                                    const uint8_t *val, size_t size)
+/* A named value the scan found (a manifest, a tuning table): the first
+ * intact one of its key is kept. A damaged one, or a second that differs
+ * from it (a stale copy on a freed page), is counted bad; an identical
+ * copy is a duplicate. */
+static kiln_status salvage_named(salvage_ctx *x, const uint8_t *key, size_t key_size,
+                                 const uint8_t *val, size_t size)
 {
-    if (kiln_cache_manifest_check(x->src, val, size)) {
+    if (kiln_cache_named_check(x->src, key, key_size, val, size)) {
         kiln_clear_error();
         x->res.bad++;
         return KILN_OK;
@@ -548,7 +569,9 @@ static kiln_status salvage_manifest(salvage_ctx *x, const uint8_t *key, size_t k
             x->res.bad++;
         return KILN_OK;
     }
-    if (!rc)
+    if (!rc && key_size == strlen(KILN_CACHE_TUNING_KEY))
+        x->res.tuning = 1;
+    else if (!rc)
         x->res.manifest = 1;
     return rc ? kiln_cache_body_fail(x->rc_out, rc, x->f, "salvage") : KILN_OK;
 }
@@ -561,7 +584,7 @@ static kiln_status salvage_pair(void *ctx, const uint8_t *key, size_t key_size,
 {
     salvage_ctx *x = ctx;
     if (key_size != KILN_CACHE_KEY_BYTES)
-        return salvage_manifest(x, key, key_size, val, size);
+        return salvage_named(x, key, key_size, val, size);
     kiln_cache_record r, old;
     kiln_status st = kiln_cache_record_decode(val, size, key, &r);
     if (st == KILN_ERR_UNSUPPORTED && !r.signature) {

@@ -496,6 +496,7 @@ typedef struct cache_plans {
     kiln_target t[CLI_MAX_TARGETS];
     int n;
     char targets[CLI_MAX_TARGETS * 24]; /* "--target sm_80 --target sm_90a" */
+    cli_plan_args *args;                /* the plans' arguments, their tuning table */
 } cache_plans;
 
 static void plans_close(cache_plans *ps)
@@ -503,15 +504,24 @@ static void plans_close(cache_plans *ps)
     for (int i = 0; i < ps->n; i++)
         kiln_plan_destroy(ps->p[i]);
     cli_source_close(&ps->src);
+    cli_plan_args_free(ps->args);
 }
 
 static kiln_status plans_open(cache_args *a, cache_plans *ps)
 {
-    *ps = (cache_plans){ 0 };
+    *ps = (cache_plans){ .args = &a->plan };
     cli_plan_target(&a->plan, 0, &ps->t[0]);
-    kiln_status st = cli_plan_open(a->model, &a->plan, &ps->t[0], &ps->src, &ps->p[0]);
-    if (st != KILN_OK)
+    /* the tuning of the layers the command reads: the plans the kernels
+     * there were made for */
+    kiln_cache_options o = { .shipped = a->files, .n_shipped = a->n_files, .path = a->cache,
+                             .strict = 1 };
+    kiln_status st = cli_plan_tuning(&a->plan, &o);
+    if (st == KILN_OK)
+        st = cli_plan_open(a->model, &a->plan, &ps->t[0], &ps->src, &ps->p[0]);
+    if (st != KILN_OK) {
+        cli_plan_args_free(&a->plan);
         return st;
+    }
     ps->n = 1;
     for (int i = 1; i < a->plan.n_targets && st == KILN_OK; i++) {
         cli_plan_target(&a->plan, i, &ps->t[i]);

@@ -165,8 +165,14 @@ typedef struct cli_plan_args {
     kiln_target live;    /* no --target: the live GPU's, when there is one */
     kiln_plan_options po;
     kiln_model_options mo;
+    kiln_tuning *tuning; /* po.tuning's table, cli_plan_tuning's */
 } cli_plan_args;
 void cli_plan_args_init(cli_plan_args *a);
+void cli_plan_args_free(cli_plan_args *a);
+/* The tuning table of the caches o names (kiln_cache_tuning) as a's
+ * plans' (po.tuning), so that they plan as the kernels stored there were
+ * planned. */
+kiln_status cli_plan_tuning(cli_plan_args *a, const kiln_cache_options *o);
 /* 1 when c is a planning option (then *rc is CLI_OK or CLI_USAGE, already
  * reported), 0 when it is not. */
 int cli_plan_option(const cli_command *cmd, int c, const char *arg, cli_plan_args *a, int *rc);
@@ -201,5 +207,6 @@ extern const cli_command cli_cmd_plan;
 extern const cli_command cli_cmd_compile;
 extern const cli_command cli_cmd_cache;
 extern const cli_command cli_cmd_run;
+extern const cli_command cli_cmd_tune;
 
 #endif

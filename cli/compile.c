@@ -153,9 +153,13 @@ static int run(int argc, char **argv)
 
     cli_source src;
     kiln_plan *p = NULL;
-    kiln_status st = cli_plan_open(argv[optind], &a, &t, &src, &p);
-    if (st != KILN_OK)
+    kiln_status st = cli_plan_tuning(&a, &co.cache);
+    if (st == KILN_OK)
+        st = cli_plan_open(argv[optind], &a, &t, &src, &p);
+    if (st != KILN_OK) {
+        cli_plan_args_free(&a);
         return cli_fail(st, "compile");
+    }
     char path[4096];
     const char *into = co.cache.path;
     if (!into && (st = kiln_cache_default_path(path, sizeof path)) == KILN_OK)
@@ -202,6 +206,7 @@ static int run(int argc, char **argv)
         st = cli_error(KILN_ERR_STATE, "interrupted: %d of %d targets compiled", i, a.n_targets);
     kiln_plan_destroy(p);
     cli_source_close(&src);
+    cli_plan_args_free(&a);
     if (st != KILN_OK)
         cli_fail(st, "compile");
     return st == KILN_OK ? CLI_OK : stop ? 128 + (int)stop : CLI_FAIL;

@@ -15,6 +15,7 @@ static const cli_command *const commands[] = {
     &cli_cmd_compile,
     &cli_cmd_cache,
     &cli_cmd_run,
+    &cli_cmd_tune,
 };
 
 static void usage(FILE *out)

@@ -1,16 +1,18 @@
 #include "cli.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void help(FILE *out)
 {
     fprintf(out,
             "usage: kiln plan MODEL|demo [--target T] [--backend B] [--strict-backend]\n"
             "                 [--capture LIST] [--max-tokens N] [--graph KIND]\n"
-            "                 [--layers N] [--no-fuse] [--json]\n"
+            "                 [--layers N] [--no-fuse] [--cache PATH] [--json]\n"
             "\n"
             "Lowers a model for a target and prints, per linear node, the backend chosen\n"
             "for each range of token buckets, the activations it reads and their scale\n"
@@ -18,9 +20,13 @@ static void help(FILE *out)
             "applies or ignores it), the fused epilogue and why the backends before it in\n"
             "the format's priority list were refused; then how many kernels the plan needs, the activation arena and the\n"
             "weight memory on the device (storage layout and packed), in binary units\n"
-            "(MiB); --json gives every size in bytes.\n"
+            "(MiB); --json gives every size in bytes. The variant column is the kernel's\n"
+            "tile configuration or M class, marked * where a tuning table (kiln tune)\n"
+            "chose it over the heuristic.\n"
             "\n"
             CLI_PLAN_HELP
+            "  --cache PATH      plan with the tuning table of this kernel cache, as compile\n"
+            "                    and run do with theirs (default: the heuristic's variants)\n"
             "  --json            print the plan as JSON on stdout\n");
 }
 
@@ -28,7 +34,8 @@ static void help(FILE *out)
  * epilogue print as one row, with the refusals of its first bucket. */
 static int same_choice(const kiln_plan_linear *a, const kiln_plan_linear *b)
 {
-    return !strcmp(a->backend, b->backend) && !strcmp(a->act, b->act) &&
+    return !strcmp(a->backend, b->backend) && !strcmp(a->variant, b->variant) &&
+           a->tuned == b->tuned && !strcmp(a->act, b->act) &&
            !strcmp(a->epilogue, b->epilogue) && a->fell_back == b->fell_back &&
            !strcmp(a->input_scale_use, b->input_scale_use);
 }
@@ -55,8 +62,9 @@ static void print_text(const kiln_plan *p, const char *source, const kiln_target
            t->alias_of[0] ? " (" : "", t->alias_of, t->alias_of[0] ? ")" : "", nb);
     for (int b = 0; b < nb; b++)
         printf(" %lld", (long long)kiln_plan_bucket(p, b));
-    printf("\n\n%-28s %-11s %-12s %-9s %-8s %-11s %-35s %-15s %s\n", "linear", "format", "N x K",
-           "tokens", "backend", "activations", "act scale", "epilogue", "refused before it");
+    printf("\n\n%-28s %-11s %-12s %-9s %-8s %-15s %-11s %-35s %-15s %s\n", "linear", "format",
+           "N x K", "tokens", "backend", "variant", "activations", "act scale", "epilogue",
+           "refused before it");
     for (int i = 0; i < nl; i++) {
         for (int b0 = 0; b0 < nb;) {
             kiln_plan_linear first, cur;
@@ -68,10 +76,12 @@ static void print_text(const kiln_plan *p, const char *source, const kiln_target
             snprintf(shape, sizeof shape, "%lldx%lld", (long long)first.n, (long long)first.k);
             snprintf(range, sizeof range, "%lld-%lld", (long long)kiln_plan_bucket(p, b0),
                      (long long)kiln_plan_bucket(p, b1));
-            char scale[128];
-            printf("%-28s %-11s %-12s %-9s %-8s %-11s %-35s %-15s %s%s\n", b0 ? "" : first.node,
-                   b0 ? "" : kiln_format_get(first.format)->name, b0 ? "" : shape, range,
-                   first.backend, first.act, act_scale_text(&first, scale, sizeof scale),
+            char scale[128], variant[72];
+            snprintf(variant, sizeof variant, "%s%s", first.variant, first.tuned ? "*" : "");
+            printf("%-28s %-11s %-12s %-9s %-8s %-15s %-11s %-35s %-15s %s%s\n",
+                   b0 ? "" : first.node, b0 ? "" : kiln_format_get(first.format)->name,
+                   b0 ? "" : shape, range, first.backend, variant, first.act,
+                   act_scale_text(&first, scale, sizeof scale),
                    first.epilogue,
                    first.fell_back ? "(fallback) " : "", first.refused[0] ? first.refused : "-");
             b0 = b1 + 1;
@@ -130,6 +140,8 @@ static int print_json(const kiln_plan *p, const char *source, const kiln_target 
                                     "fallback", l.fell_back);
             if (l.input_scale_use[0])
                 json_object_set_new(row, "input_scale_use", json_string(l.input_scale_use));
+            json_object_set_new(row, "variant", json_string(l.variant));
+            json_object_set_new(row, "tuned", json_boolean(l.tuned));
             json_array_append_new(per, row);
         }
         json_object_set_new(node, "buckets", per);
@@ -162,9 +174,11 @@ static int run(int argc, char **argv)
     static const struct option opts[] = {
         CLI_PLAN_LONG_OPTIONS,
         { "json", no_argument, NULL, 'j' },
+        { "cache", required_argument, NULL, 'c' },
         { 0 },
     };
     cli_plan_args a;
+    const char *cache = NULL;
     int json = 0, c, rc;
     cli_plan_args_init(&a);
     opterr = 0;
@@ -177,6 +191,7 @@ static int run(int argc, char **argv)
         }
         switch (c) {
         case 'j': json = 1; break;
+        case 'c': cache = optarg; break;
         case ':': return cli_usage(&cli_cmd_plan, "%s needs a value", argv[optind - 1]);
         default: return cli_usage(&cli_cmd_plan, "unknown option '%s'", argv[optind - 1]);
         }
@@ -190,9 +205,18 @@ static int run(int argc, char **argv)
         return rc;
     cli_source src;
     kiln_plan *p;
-    kiln_status st = cli_plan_open(argv[optind], &a, &t, &src, &p);
-    if (st != KILN_OK)
+    kiln_status st = KILN_OK;
+    struct stat fs;
+    if (cache && stat(cache, &fs))
+        st = cli_error(KILN_ERR_IO, "--cache %s: %s", cache, strerror(errno));
+    else if (cache)
+        st = cli_plan_tuning(&a, &(kiln_cache_options){ .path = cache, .strict = 1 });
+    if (st == KILN_OK)
+        st = cli_plan_open(argv[optind], &a, &t, &src, &p);
+    if (st != KILN_OK) {
+        cli_plan_args_free(&a);
         return cli_fail(st, "plan");
+    }
     for (const char *const *w = kiln_plan_warnings(p); *w; w++)
         fprintf(stderr, "kiln plan: warning: %s\n", *w);
     rc = CLI_OK;
@@ -202,6 +226,7 @@ static int run(int argc, char **argv)
         print_text(p, argv[optind], &t);
     kiln_plan_destroy(p);
     cli_source_close(&src);
+    cli_plan_args_free(&a);
     return rc;
 }
 

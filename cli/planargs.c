@@ -1,17 +1,51 @@
 #include "cli.h"
 
 #include <assert.h>
+#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 void cli_plan_args_init(cli_plan_args *a)
 {
     memset(a, 0, sizeof *a);
     a->target = NULL; /* the live GPU's, else sm_90a */
     a->graph = "ffn";
+}
+
+void cli_plan_args_free(cli_plan_args *a)
+{
+    kiln_tuning_destroy(a->tuning);
+    a->tuning = NULL;
+    a->po.tuning = NULL;
+}
+
+kiln_status cli_plan_tuning(cli_plan_args *a, const kiln_cache_options *o)
+{
+    cli_plan_args_free(a);
+    /* reading creates no writable cache where there is none */
+    kiln_cache_options ro = *o;
+    char path[4096];
+    struct stat fs;
+    if (!ro.path && kiln_cache_default_path(path, sizeof path) == KILN_OK)
+        ro.path = path;
+    if (ro.path && stat(ro.path, &fs) && errno == ENOENT)
+        ro.no_writable = 1;
+    if (ro.no_writable && !ro.n_shipped)
+        return KILN_OK;
+    kiln_cache *c;
+    kiln_status st = kiln_cache_open(&ro, &c);
+    if (st)
+        return st;
+    if (!(st = kiln_tuning_create(&a->tuning)) && !(st = kiln_cache_tuning(c, a->tuning)))
+        a->po.tuning = a->tuning;
+    kiln_cache_close(c);
+    if (st)
+        cli_plan_args_free(a);
+    return st;
 }
 
 int cli_plan_option(const cli_command *cmd, int c, const char *arg, cli_plan_args *a, int *rc)

@@ -115,7 +115,8 @@ static kiln_status cpu_cache_check(const cli_source *src, const kiln_session_opt
     int missing = 0;
     char first[SIG_TEXT_MAX] = "";
     kiln_status st = kiln_cache_open(&co, &c);
-    if (st == KILN_OK && (st = kiln_plan_create(src->g, so->target, &so->plan, &p)) == KILN_OK &&
+    if (st == KILN_OK &&
+        (st = kiln_plan_create_cached(src->g, so->target, &so->plan, c, &p)) == KILN_OK &&
         (st = kiln_cache_check_plan(c, p, first_missing, first, &missing)) == KILN_OK && missing)
         st = cli_error(KILN_ERR_OFFLINE_MISS,
                        "offline, and %d kernels of the plan for %s are in no shipped cache; the "

@@ -1,4 +1,5 @@
 #include "codegen/compile.h"
+#include "core/tuning.h"
 
 #include "codegen/nvrtc.h"
 
@@ -270,6 +271,26 @@ done:
     return KILN_OK;
 }
 
+/* Build p's kernels in c (open) as o says. */
+static kiln_status compile_in(const kiln_plan *p, const kiln_compile_options *o, kiln_cache *c,
+                              kiln_compile_result *out)
+{
+    kiln_env env;
+    kiln_env_read(&env);
+    kiln_build_options bo = { .jobs = o->jobs, .offline = o->cache.offline || env.offline,
+                              .keep_source = o->keep_source, .quiet = o->quiet, .no_cubins = 1,
+                              .timeout_s = o->compile_timeout_s, .stop = o->stop };
+    kiln_build b;
+    kiln_status st = kiln_build_plan(p, c, &bo, &b);
+    if (st == KILN_OK) {
+        *out = (kiln_compile_result){ .signatures = b.n, .cached = b.cached,
+                                      .compiled = b.compiled, .seconds = b.seconds,
+                                      .writable = kiln_cache_writable_layer(c) >= 0 };
+        kiln_build_free(&b);
+    }
+    return st;
+}
+
 kiln_status kiln_compile_plan(const kiln_plan *p, const kiln_compile_options *opts,
                               kiln_compile_result *out)
 {
@@ -277,21 +298,26 @@ kiln_status kiln_compile_plan(const kiln_plan *p, const kiln_compile_options *op
         return kiln_fail(KILN_ERR_INVALID_ARG, "compile: plan and out are required");
     const kiln_compile_options defaults = { 0 };
     const kiln_compile_options *o = opts ? opts : &defaults;
-    kiln_env env;
-    kiln_env_read(&env);
-    kiln_build_options bo = { .jobs = o->jobs, .offline = o->cache.offline || env.offline,
-                              .keep_source = o->keep_source, .quiet = o->quiet, .no_cubins = 1,
-                              .timeout_s = o->compile_timeout_s, .stop = o->stop };
     kiln_cache *c = NULL;
-    kiln_build b;
     kiln_status st = kiln_cache_open(&o->cache, &c);
-    if (st == KILN_OK && (st = kiln_build_plan(p, c, &bo, &b)) == KILN_OK) {
-        *out = (kiln_compile_result){ .signatures = b.n, .cached = b.cached,
-                                      .compiled = b.compiled, .seconds = b.seconds,
-                                      .writable = kiln_cache_writable_layer(c) >= 0 };
-        kiln_build_free(&b);
-    }
+    if (st == KILN_OK)
+        st = compile_in(p, o, c, out);
     kiln_cache_close(c);
+    return st;
+}
+
+kiln_status kiln_plan_create_cached(kiln_graph *g, const kiln_target *t,
+                                    const kiln_plan_options *opts, kiln_cache *c, kiln_plan **out)
+{
+    kiln_plan_options o = opts ? *opts : (kiln_plan_options){ 0 };
+    kiln_tuning *tuning = NULL;
+    kiln_status st = KILN_OK;
+    if (!o.tuning && c && !(st = kiln_tuning_create(&tuning)) &&
+        !(st = kiln_cache_tuning(c, tuning)))
+        o.tuning = tuning;
+    if (!st)
+        st = kiln_plan_create(g, t, &o, out);
+    kiln_tuning_destroy(tuning);
     return st;
 }
 
@@ -302,12 +328,13 @@ kiln_status kiln_compile(kiln_graph *g, const kiln_target *t, const kiln_compile
         return kiln_fail(KILN_ERR_INVALID_ARG, "compile: graph, target and out are required");
     const kiln_compile_options defaults = { 0 };
     const kiln_compile_options *o = opts ? opts : &defaults;
-    kiln_plan *p;
-    kiln_status st = kiln_plan_create(g, t, &o->plan, &p);
-    if (st != KILN_OK)
-        return st;
-    st = kiln_compile_plan(p, o, out);
+    kiln_cache *c = NULL;
+    kiln_plan *p = NULL;
+    kiln_status st = kiln_cache_open(&o->cache, &c);
+    if (st == KILN_OK && (st = kiln_plan_create_cached(g, t, &o->plan, c, &p)) == KILN_OK)
+        st = compile_in(p, o, c, out);
     kiln_plan_destroy(p);
+    kiln_cache_close(c);
     return st;
 }
 
@@ -388,9 +415,16 @@ kiln_status kiln_cache_export_plans(kiln_cache *c, const kiln_plan *const *plans
     if (st == KILN_OK)
         st = manifest_text(plans, n_plans, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])keys, n_keys,
                            o->manifest, path, &manifest);
+    /* the tuning entries the plans used, so that the deployment plans as
+     * the build box did */
+    kiln_tuning *tuned = NULL;
+    if (st == KILN_OK && !(st = kiln_tuning_create(&tuned)))
+        for (int i = 0; i < n_plans && st == KILN_OK; i++)
+            st = kiln_tuning_merge(tuned, kiln_plan_tuning(plans[i]), 0);
     if (st == KILN_OK)
         st = kiln_cache_export_keys(c, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])keys, n_keys, path,
-                                    o->overwrite, manifest);
+                                    o->overwrite, manifest, tuned);
+    kiln_tuning_destroy(tuned);
     free(manifest);
     free(keys);
     return st;

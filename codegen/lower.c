@@ -5,6 +5,7 @@
  * signature, and a liveness plan places the activations in one arena. */
 #include "codegen/emit.h"
 #include "codegen/plan.h"
+#include "core/tuning.h"
 #include "codegen/select.h"
 #include "codegen/target.h"
 
@@ -108,8 +109,52 @@ static kiln_status plan_signature(kiln_plan *p, kiln_kernel_desc *d, int *out)
 /* A linear kernel: everything that determines the compiled code. M is
  * absent: buckets share a kernel unless the backend's variant depends on
  * them. */
-static kiln_status linear_signature(kiln_plan *p, const kiln_plan_lin *l,
-                                    const kiln_plan_choice *c, int64_t bucket, int *out)
+static kiln_status plan_warn(kiln_plan *p, const char *text);
+
+/* The tuning table's variant for d at bucket into d, where t holds one
+ * that d's backend offers there (c->tuned set, the entry copied into the
+ * plan's); a warning where it holds one the backend does not. */
+static kiln_status apply_tuning(kiln_plan *p, const kiln_tuning *t, kiln_kernel_desc *d,
+                                int64_t bucket, kiln_plan_choice *c)
+{
+    char key[KILN_SIG_MAX];
+    kiln_kernel_desc any = *d;
+    snprintf(any.linear.variant, sizeof any.linear.variant, "*");
+    kiln_status st = kiln_sig_print(&any, key, sizeof key);
+    if (st)
+        return st;
+    int i = kiln_tuning_index(t, key, bucket);
+    if (i < 0)
+        return KILN_OK;
+    kiln_tuning_entry e;
+    if ((st = kiln_tuning_at(t, i, &e)))
+        return st;
+    const char *names[KILN_MAX_CANDIDATES];
+    char heuristic[KILN_TUNING_NAME_MAX];
+    int n = kiln_backend_candidates(d->backend, &p->target, &d->linear.cfg, d->linear.act, bucket,
+                                    names, KILN_MAX_CANDIDATES, heuristic);
+    int offered = 0;
+    for (int j = 0; j < n && !offered; j++)
+        offered = !strcmp(names[j], e.variant);
+    if (!offered) {
+        char text[KILN_SIG_MAX + 256];
+        snprintf(text, sizeof text,
+                 "tuning: variant %s for M bucket %lld of \"%s\" is none that %s offers there; "
+                 "the heuristic's %s is used",
+                 e.variant, (long long)bucket, key, d->backend->name, d->linear.variant);
+        return plan_warn(p, text);
+    }
+    if (!p->tuned && (st = kiln_tuning_create(&p->tuned)))
+        return st;
+    if ((st = kiln_tuning_set(p->tuned, &e)))
+        return st;
+    snprintf(d->linear.variant, sizeof d->linear.variant, "%s", e.variant);
+    c->tuned = 1;
+    return KILN_OK;
+}
+
+static kiln_status linear_signature(kiln_plan *p, const kiln_plan_lin *l, kiln_plan_choice *c,
+                                    int64_t bucket, const kiln_tuning *tuning, int *out)
 {
     kiln_kernel_desc d = { .kind = KILN_STEP_LINEAR, .target = p->kernel_target,
                            .backend = c->backend,
@@ -117,6 +162,9 @@ static kiln_status linear_signature(kiln_plan *p, const kiln_plan_lin *l,
     d.linear.cfg.epilogue = c->epilogue;
     kiln_backend_variant(c->backend, &p->target, &d.linear.cfg, bucket, d.linear.variant,
                          sizeof d.linear.variant);
+    kiln_status st;
+    if (kiln_tuning_n(tuning) && (st = apply_tuning(p, tuning, &d, bucket, c)))
+        return st;
     return plan_signature(p, &d, out);
 }
 
@@ -222,7 +270,7 @@ static kiln_status plan_select(kiln_plan *p, const kiln_plan_options *o, const k
             c->epilogue = l->cfg.epilogue | (l->candidate & c->backend->epilogues);
             if (!(c->refused = kiln_strdup(ch.refused)))
                 return kiln_fail(KILN_ERR_NOMEM, "plan: out of memory for the refusals");
-            if ((st = linear_signature(p, l, c, p->buckets[b], &c->signature)))
+            if ((st = linear_signature(p, l, c, p->buckets[b], o->tuning, &c->signature)))
                 return st;
         }
     }
@@ -479,7 +527,34 @@ void kiln_plan_destroy(kiln_plan *p)
         free(p->warnings[i]);
     free(p->warnings);
     free(p->buckets);
+    kiln_tuning_destroy(p->tuned);
     free(p);
+}
+
+const kiln_tuning *kiln_plan_tuning(const kiln_plan *p) { return p ? p->tuned : NULL; }
+
+int kiln_plan_candidates(const kiln_plan *p, int linear, int bucket, const char **names, int max,
+                         char *key, size_t key_size)
+{
+    if (!p || !names || max < 1 || linear < 0 || linear >= p->n_linears || bucket < 0 ||
+        bucket >= p->n_buckets)
+        return 0;
+    const kiln_kernel_desc *d = &p->signatures[p->linears[linear].choice[bucket].signature].desc;
+    if (key) {
+        kiln_kernel_desc any = *d;
+        snprintf(any.linear.variant, sizeof any.linear.variant, "*");
+        if (kiln_sig_print(&any, key, key_size))
+            return 0;
+    }
+    char heuristic[KILN_TUNING_NAME_MAX];
+    int n = kiln_backend_candidates(d->backend, &p->target, &d->linear.cfg, d->linear.act,
+                                    p->buckets[bucket], names, max, heuristic);
+    /* the heuristic's name lives in a buffer of this call: the plan's own
+     * variant where that is the one (a backend with no candidates hook) */
+    for (int i = 0; i < n; i++)
+        if (names[i] == heuristic)
+            names[i] = d->linear.variant;
+    return n;
 }
 
 kiln_status kiln_plan_create_with(const kiln_registry *r, kiln_graph *g, const kiln_target *t,
@@ -602,6 +677,8 @@ kiln_status kiln_plan_linear_at(const kiln_plan *p, int linear, int bucket, kiln
         .input_scale_use = !(l->node->input_scale > 0.0f) ? ""
                            : c->ignores_scale            ? "ignored"
                                                          : kiln_act_name(c->quant),
+        .variant = p->signatures[c->signature].desc.linear.variant,
+        .tuned = c->tuned,
     };
     return KILN_OK;
 }

@@ -18,6 +18,7 @@ typedef struct kiln_plan_choice {
     int signature;
     char *refused;
     int fell_back;
+    int tuned;         /* the variant is the tuning table's */
 } kiln_plan_choice;
 
 typedef struct kiln_plan_lin {
@@ -53,6 +54,7 @@ struct kiln_plan {
     int n_signatures, cap_signatures;
     char **warnings;            /* NULL-terminated */
     int n_warnings;
+    kiln_tuning *tuned;         /* the tuning entries the plan used, NULL: none */
 };
 
 /* kiln_plan_create with a registry of the caller's (tests register

@@ -20,7 +20,7 @@
 
 #include "kernels/registry/backend.h"
 
-enum { KILN_SIG_MAX = 512 }; /* a signature's text, NUL included */
+enum { KILN_SIG_MAX = KILN_SIGNATURE_MAX }; /* a signature's text, NUL included */
 
 /* A signature as data. Its entry name is "kiln_<backend | op | quant>_"
  * followed by 16 hex digits of the XXH3-64 of the signature text: the same

@@ -102,6 +102,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         if (!damage)
             serve(c, 0);
+        /* the tuning table: read whole or refused naming the file */
+        kiln_tuning *t;
+        if (kiln_tuning_create(&t) == KILN_OK) {
+            kiln_status st = kiln_cache_tuning(c, t);
+            if (st != KILN_OK && st != KILN_ERR_NOMEM && !strstr(kiln_last_error(), path))
+                abort();
+            kiln_tuning_destroy(t);
+        }
         kiln_cache_close(c);
     } else if (!strstr(kiln_last_error(), path)) {
         abort();
@@ -126,6 +134,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                   .cubin = cubin, .cubin_size = sizeof cubin };
         (void)kiln_cache_gc(c, &g, NULL, NULL);
         (void)kiln_cache_store(c, key, &rec, NULL);
+        kiln_tuning *t;
+        kiln_tuning_entry e = { .signature = "linear backend=wgmma variant=* format=bf16",
+                                .bucket = 8, .variant = "bm64bn64", .heuristic = "bm64bn128" };
+        if (kiln_tuning_create(&t) == KILN_OK) {
+            if (kiln_tuning_set(t, &e) == KILN_OK)
+                (void)kiln_cache_store_tuning(c, t);
+            kiln_tuning_destroy(t);
+        }
         kiln_cache_close(c);
         if (sound && kiln_cache_file_check(path, &chk))
             abort();

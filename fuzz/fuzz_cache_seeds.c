@@ -64,12 +64,23 @@ static void seed(const char *dir, const char *name, int small, int large, int re
         int n = snprintf(manifest, sizeof manifest, "{\"kiln\":\"seed\",\"model\":\"");
         memset(manifest + n, 'm', sizeof manifest - (size_t)n - 3);
         memcpy(manifest + sizeof manifest - 3, "\"}", 3);
-        if (kiln_cache_export_keys(c, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])keys,
-                                   (size_t)(small + large < 16 ? small + large : 16), out, 1,
-                                   manifest)) {
+        /* with a tuning table of a few entries */
+        kiln_tuning *t = NULL;
+        kiln_status st = kiln_tuning_create(&t);
+        for (int b = 1; b <= 512 && !st; b *= 8) {
+            kiln_tuning_entry e = { .signature = "linear backend=wgmma_tc variant=* format=nvfp4 "
+                                                 "n=4096 k=4096 target=sm_90a",
+                                    .bucket = b, .variant = "bt128", .us = 10.5 * b,
+                                    .heuristic = "bt256", .heuristic_us = 11.0 * b };
+            st = kiln_tuning_set(t, &e);
+        }
+        if (st || kiln_cache_export_keys(c, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])keys,
+                                         (size_t)(small + large < 16 ? small + large : 16), out, 1,
+                                         manifest, t)) {
             fprintf(stderr, "%s\n", kiln_last_error());
             exit(1);
         }
+        kiln_tuning_destroy(t);
     }
     kiln_cache_close(c);
     unlink(lock);

@@ -366,6 +366,39 @@ KILN_API const char *const *kiln_target_names(void);
  * activation memory plan. */
 typedef struct kiln_plan kiln_plan;
 
+/* Tile configurations chosen by measurement (`kiln tune`): for a linear
+ * kernel's signature with its variant left out ("variant=*" in place of
+ * the variant) and a token bucket, the variant that ran fastest there on a
+ * device of the signature's target, with its time and the heuristic's
+ * variant and time beside it. A plan given a table uses its variant for
+ * every (signature, bucket) it holds, where the backend offers that
+ * variant; the heuristic's elsewhere. A cache keeps a table beside its
+ * kernels (kiln_cache_tuning), so a shipped cache carries it. */
+typedef struct kiln_tuning kiln_tuning;
+
+/* Bytes that hold any kernel signature's text, NUL included. */
+#define KILN_SIGNATURE_MAX 512
+
+typedef struct kiln_tuning_entry {
+    const char *signature; /* "linear backend=... variant=* ..." */
+    int64_t bucket;
+    const char *variant;   /* the fastest */
+    double us;             /* its time, microseconds */
+    const char *heuristic; /* the variant the heuristic gives */
+    double heuristic_us;
+} kiln_tuning_entry;
+
+KILN_API kiln_status kiln_tuning_create(kiln_tuning **out);
+KILN_API void kiln_tuning_destroy(kiln_tuning *t);
+KILN_API int kiln_tuning_n(const kiln_tuning *t);
+/* Entry i; its strings belong to t and live until t changes. */
+KILN_API kiln_status kiln_tuning_at(const kiln_tuning *t, int i, kiln_tuning_entry *out);
+/* Add e, or replace the entry of the same signature and bucket.
+ * KILN_ERR_INVALID_ARG for a signature that is no linear one with
+ * variant=*, a bucket below 1, a variant that is no name (empty, spaces,
+ * 64 bytes or more), a time that is negative or not finite. */
+KILN_API kiln_status kiln_tuning_set(kiln_tuning *t, const kiln_tuning_entry *e);
+
 #define KILN_DEFAULT_CAPTURE_SIZES 1, 2, 4, 8, 16, 32, 64, 128, 256, 512
 
 typedef struct kiln_plan_options {
@@ -375,6 +408,11 @@ typedef struct kiln_plan_options {
     int n_capture;
     int64_t max_tokens;        /* the largest M to serve; 0: the largest capture size */
     int no_fuse;               /* keep epilogues as separate nodes */
+    /* Measured variants (kiln tune) to prefer to the heuristic's; NULL:
+     * none. kiln_compile and kiln_session_create read their cache's
+     * table when this is NULL. The plan keeps a copy of the entries it
+     * used: t may go once the plan is made. */
+    const kiln_tuning *tuning;
 } kiln_plan_options;
 
 /* Plan g for target t. opts may be NULL. The graph must outlive the plan.
@@ -411,6 +449,8 @@ typedef struct kiln_plan_linear {
      * the BF16 the kernel reads), or "ignored" (the kernel reads act,
      * quantized with dynamic scales of its own); "" without one. */
     const char *input_scale_use;
+    const char *variant;    /* the kernel's variant (tile configuration, M class) */
+    int tuned;              /* 1: the variant is the tuning table's, 0: the heuristic's */
 } kiln_plan_linear;
 
 KILN_API int kiln_plan_n_linears(const kiln_plan *p);
@@ -437,6 +477,28 @@ KILN_API size_t kiln_plan_naive_bytes(const kiln_plan *p, int bucket);
  * both: prefill buckets read the storage layout, decode buckets (up to 16
  * tokens) the packed one where gemv_tc runs.
  * Params (norm weights, biases) are not counted. */
+struct kiln_cache;
+/* kiln_plan_create with, where opts names no tuning table, the table of
+ * c's layers (kiln_cache_tuning; c may be NULL: none): the plan a build
+ * from c makes, and the one a deployment from a cache exported from c
+ * makes. KILN_ERR_CACHE for a damaged table. */
+KILN_API kiln_status kiln_plan_create_cached(kiln_graph *g, const kiln_target *t,
+                                             const kiln_plan_options *opts,
+                                             struct kiln_cache *c, kiln_plan **out);
+
+/* The variants `kiln tune` times for linear `linear` at bucket index
+ * `bucket`: those its backend can run there, the plan's own among them
+ * (strings that live as long as p), at most max of them into names; and
+ * into key (key_size bytes, KILN_SIGNATURE_MAX holds it; may be NULL) the
+ * tuning key, the kernel's signature with "variant=*". Returns the count:
+ * 1 where the backend has nothing to choose from, 0 for arguments out of
+ * range. */
+KILN_API int kiln_plan_candidates(const kiln_plan *p, int linear, int bucket, const char **names,
+                                  int max, char *key, size_t key_size);
+
+/* The tuning entries p used (kiln_plan_options.tuning), NULL when it used
+ * none: what an export of p carries. Owned by p. */
+KILN_API const kiln_tuning *kiln_plan_tuning(const kiln_plan *p);
 KILN_API kiln_status kiln_plan_weight_bytes(const kiln_plan *p, size_t *storage, size_t *packed);
 
 /* ---------------------------------------------------------- kernel caches */
@@ -722,6 +784,18 @@ KILN_API kiln_status kiln_cache_check_plan(kiln_cache *c, const kiln_plan *p,
                                            kiln_cache_missing_fn on_missing, void *ctx,
                                            int *n_missing);
 
+/* The tuning tables of c's layers merged into into (a layer's entries
+ * before a later layer's: a shipped cache's win over the writable one's;
+ * into's own before all). KILN_ERR_CACHE, naming the file, for a damaged
+ * table (kiln cache salvage drops it); a layer left out as damaged is
+ * passed over. */
+KILN_API kiln_status kiln_cache_tuning(kiln_cache *c, kiln_tuning *into);
+/* Store t's entries in c's writable layer's tuning table, replacing its
+ * entries of the same signature and bucket. KILN_ERR_STATE without a
+ * writable layer; KILN_ERR_CACHE for a damaged table there (nothing is
+ * written), or as kiln_cache_store when LMDB fails. */
+KILN_API kiln_status kiln_cache_store_tuning(kiln_cache *c, const kiln_tuning *t);
+
 typedef struct kiln_cache_salvage_result {
     size_t records;    /* intact records written */
     size_t bad;        /* pairs that were not intact records, left out */
@@ -729,6 +803,7 @@ typedef struct kiln_cache_salvage_result {
     size_t duplicates; /* intact records of a key already found (the later made is kept),
                         * and copies of the manifest kept */
     int manifest;      /* an exported file's manifest was found intact and copied */
+    int tuning;        /* a tuning table was found intact and copied */
 } kiln_cache_salvage_result;
 
 /* Write a new cache file at dst holding every intact record found in the

@@ -156,6 +156,32 @@ void kiln_backend_variant(const kiln_backend *b, const kiln_target *t, const kil
                  b->variants ? kiln_variant_name_for_bucket(b->variants, bucket) : "default");
 }
 
+int kiln_backend_candidates(const kiln_backend *b, const kiln_target *t, const kiln_linear_cfg *c,
+                            kiln_act act, int64_t bucket, const char **names, int max,
+                            char heuristic[64])
+{
+    kiln_backend_variant(b, t, c, bucket, heuristic, 64);
+    if (!b->candidates) {
+        if (max < 1)
+            return 0;
+        names[0] = heuristic;
+        return 1;
+    }
+    const char *all[KILN_MAX_CANDIDATES];
+    int n = b->candidates(t, c, all, KILN_MAX_CANDIDATES), kept = 0;
+    for (int i = 0; i < n && kept < max; i++) {
+        kiln_linear_kernel k = { .cfg = *c, .act = act };
+        snprintf(k.variant, sizeof k.variant, "%s", all[i]);
+        kiln_launch l;
+        if (b->launch && b->launch(t, &k, bucket, &l) != KILN_OK) {
+            kiln_clear_error();
+            continue;
+        }
+        names[kept++] = all[i];
+    }
+    return kept;
+}
+
 kiln_status kiln_backend_source(char *buf, size_t size, const char *backend, const char *fmt, ...)
 {
     va_list ap;

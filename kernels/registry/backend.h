@@ -94,6 +94,11 @@ typedef struct kiln_backend {
     const kiln_variant_table *variants;
     void (*variant)(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket, char *buf,
                     size_t size);
+    /* Every variant that can serve linear c (any bucket) on t, the
+     * heuristic's among them: what `kiln tune` times and a tuning table
+     * may name. Writes at most max names (static strings) and returns
+     * their count; NULL: the heuristic's variant alone. */
+    int (*candidates)(const kiln_target *t, const kiln_linear_cfg *c, const char **names, int max);
     /* Code hooks, optional: NULL in a backend that only takes part in
      * planning (tests), which then cannot be compiled. */
     /* The source after the generated header comment: the template's
@@ -124,6 +129,18 @@ kiln_act kiln_backend_act(const kiln_backend *b, const kiln_target *t, const kil
                           int64_t bucket);
 void kiln_backend_variant(const kiln_backend *b, const kiln_target *t, const kiln_linear_cfg *c,
                           int64_t bucket, char *buf, size_t size);
+
+enum { KILN_MAX_CANDIDATES = 16 };
+
+/* The variants b may run linear c with at bucket on t: its candidates hook's
+ * that it can launch for a bucket of that many tokens with activations in
+ * act (at most max; KILN_MAX_CANDIDATES holds every backend's), or the
+ * heuristic's variant alone when it has no hook. Names are static, or
+ * written into heuristic (KILN_TUNING_NAME_MAX bytes), which
+ * names[i] may point to. Returns the count; 0 when none can launch. */
+int kiln_backend_candidates(const kiln_backend *b, const kiln_target *t, const kiln_linear_cfg *c,
+                            kiln_act act, int64_t bucket, const char **names, int max,
+                            char heuristic[64]);
 
 /* An emit hook's source, printed into buf as printf would:
  * KILN_ERR_INVALID_ARG, naming backend, when size bytes cannot hold it. */

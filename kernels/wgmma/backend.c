@@ -173,6 +173,22 @@ static void wgmma_variant(const kiln_target *t, const kiln_linear_cfg *c, int64_
     snprintf(buf, size, "%s", name);
 }
 
+static int wgmma_candidates(const kiln_target *t, const kiln_linear_cfg *c, const char **names,
+                            int max)
+{
+    (void)t;
+    int n = 0;
+    if (tma_format(c->format)) {
+        for (size_t i = 0; i < KILN_ARRAY_LEN(tma_tiles) && n < max; i++)
+            if (tma_tile_takes(&tma_tiles[i], c->format))
+                names[n++] = tma_tiles[i].name;
+    } else {
+        for (size_t i = 0; i < KILN_ARRAY_LEN(tiles) && n < max; i++)
+            names[n++] = tiles[i].name;
+    }
+    return n;
+}
+
 /* The TMA kernel counts its tiles in an int and launches at most one block
  * a tile: m x n in the smallest tiles must stay below 2^31. */
 static int tma_too_many_tiles(int64_t m, int64_t n)
@@ -376,6 +392,7 @@ const kiln_backend kiln_backend_wgmma = {
     .can_implement = wgmma_can_implement,
     .act = wgmma_act,
     .variant = wgmma_variant,
+    .candidates = wgmma_candidates,
     .emit = wgmma_emit,
     .launch = wgmma_launch,
 };

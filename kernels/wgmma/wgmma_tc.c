@@ -134,6 +134,17 @@ static void wtc_variant(const kiln_target *t, const kiln_linear_cfg *c, int64_t 
     snprintf(buf, size, "%s", wtc_choose(t, bucket, c->n)->name);
 }
 
+static int wtc_candidates(const kiln_target *t, const kiln_linear_cfg *c, const char **names,
+                          int max)
+{
+    (void)t;
+    (void)c;
+    int n = 0;
+    for (size_t i = 0; i < KILN_ARRAY_LEN(wtc_tiles) && n < max; i++)
+        names[n++] = wtc_tiles[i].name;
+    return n;
+}
+
 static kiln_act wtc_act(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket)
 {
     (void)t;
@@ -300,6 +311,7 @@ const kiln_backend kiln_backend_wgmma_tc = {
     .can_implement = wtc_can_implement,
     .act = wtc_act,
     .variant = wtc_variant,
+    .candidates = wtc_candidates,
     .emit = wtc_emit,
     .launch = wtc_launch,
     .layout = kiln_gemv_tc_layout,

@@ -39,14 +39,16 @@ class Target(Structure):
 
 class PlanOptions(Structure):
     _fields_ = [("backend", c_char_p), ("strict_backend", c_int), ("capture", POINTER(c_int64)),
-                ("n_capture", c_int), ("max_tokens", c_int64), ("no_fuse", c_int)]
+                ("n_capture", c_int), ("max_tokens", c_int64), ("no_fuse", c_int),
+                ("tuning", c_void_p)]
 
 
 class PlanLinear(Structure):
     _fields_ = [("node", c_char_p), ("format", c_enum), ("n", c_int64), ("k", c_int64),
                 ("backend", c_char_p), ("act", c_char_p), ("epilogue", c_char_p),
                 ("signature", c_int), ("refused", c_char_p), ("fell_back", c_int),
-                ("input_scale", c_float), ("input_scale_use", c_char_p)]
+                ("input_scale", c_float), ("input_scale_use", c_char_p),
+                ("variant", c_char_p), ("tuned", c_int)]
 
 
 ON_CORRUPT = CFUNCTYPE(None, c_void_p, c_char_p)

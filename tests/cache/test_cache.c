@@ -532,7 +532,7 @@ Test(cache, layers_in_order)
             memcpy(keys[i], m[i].key, sizeof keys[i]);
     }
     cr_assert_eq(kiln_cache_export_keys(c, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])keys, 3,
-                                        ship, 0, NULL),
+                                        ship, 0, NULL, NULL),
                  KILN_OK, "%s", kiln_last_error());
     kiln_cache_close(c);
     flip_in_file(ship, &m[1]);
@@ -1164,7 +1164,7 @@ Test(cache, export)
         memcpy(keys[i], m[3 * i].key, KILN_CACHE_KEY_BYTES);
     memcpy(keys[PICK], m[0].key, KILN_CACHE_KEY_BYTES); /* twice is once */
     const uint8_t(*k)[KILN_CACHE_KEY_BYTES] = (const uint8_t(*)[KILN_CACHE_KEY_BYTES])keys;
-    cr_assert_eq(kiln_cache_export_keys(c, k, PICK + 1, ship, 0, NULL), KILN_OK, "%s",
+    cr_assert_eq(kiln_cache_export_keys(c, k, PICK + 1, ship, 0, NULL, NULL), KILN_OK, "%s",
                  kiln_last_error());
 
     kiln_cache *s = open_shipped(ship);
@@ -1185,12 +1185,12 @@ Test(cache, export)
     /* An existing file stays unless overwriting is asked for. */
     size_t size0, size1;
     uint8_t *before = slurp(ship, &size0);
-    cr_assert_eq(kiln_cache_export_keys(c, k, 1, ship, 0, NULL), KILN_ERR_IO);
+    cr_assert_eq(kiln_cache_export_keys(c, k, 1, ship, 0, NULL, NULL), KILN_ERR_IO);
     cr_assert(strstr(kiln_last_error(), "exists"), "%s", kiln_last_error());
     uint8_t *after = slurp(ship, &size1);
     cr_assert_eq(size0, size1);
     cr_assert_arr_eq(before, after, size0);
-    cr_assert_eq(kiln_cache_export_keys(c, k, 1, ship, 1, NULL), KILN_OK, "%s",
+    cr_assert_eq(kiln_cache_export_keys(c, k, 1, ship, 1, NULL, NULL), KILN_OK, "%s",
                  kiln_last_error());
     s = open_shipped(ship);
     cr_assert_eq(entries(s, 0, NULL), 1);
@@ -1199,13 +1199,13 @@ Test(cache, export)
     /* A key no layer holds: an error naming it, and nothing left behind. */
     char *other = path_in(outdir, "other.kiln");
     memcpy(keys[1], m[N].key, KILN_CACHE_KEY_BYTES);
-    cr_assert_eq(kiln_cache_export_keys(c, k, 2, other, 0, NULL), KILN_ERR_NOT_FOUND);
+    cr_assert_eq(kiln_cache_export_keys(c, k, 2, other, 0, NULL, NULL), KILN_ERR_NOT_FOUND);
     cr_assert(strstr(kiln_last_error(), m[N].hex), "%s", kiln_last_error());
     cr_assert_not(exists(other));
     cr_assert_eq(count_dir(outdir), 1);
 
     char *nowhere = path_in(dir, "no/such/dir/x.kiln");
-    cr_assert_eq(kiln_cache_export_keys(c, k, 1, nowhere, 0, NULL), KILN_ERR_IO);
+    cr_assert_eq(kiln_cache_export_keys(c, k, 1, nowhere, 0, NULL, NULL), KILN_ERR_IO);
     cr_assert(strstr(kiln_last_error(), "cannot create a file beside it"), "%s",
               kiln_last_error());
     kiln_cache_close(c);
@@ -1259,7 +1259,7 @@ Test(cache, manifest)
     cr_assert_eq(kiln_cache_manifest(c, 0, &json), KILN_ERR_NOT_FOUND);
     const char *text = "{\"model\":{\"name\":\"MANIFEST-MARKER\"}}";
     cr_assert_eq(kiln_cache_export_keys(c, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])keys, 3, ship,
-                                        0, text),
+                                        0, text, NULL),
                  KILN_OK, "%s", kiln_last_error());
     kiln_cache_close(c);
 
@@ -1313,7 +1313,7 @@ Test(cache, manifest)
     memcpy(big + at0 + big_n, "\"}}", 4);
     c = open_at(user, 0);
     cr_assert_eq(kiln_cache_export_keys(c, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])keys, 3, ship,
-                                        1, big),
+                                        1, big, NULL),
                  KILN_OK, "%s", kiln_last_error());
     kiln_cache_close(c);
     salvage_3(ship, saved, big);

@@ -84,7 +84,7 @@ static kiln_status cache_scenario_steps(cache_ctx *c, kiln_cache *k, kt_digest *
     memcpy(two[0], c->rec[0].key, sizeof two[0]);
     memcpy(two[1], c->rec[3].key, sizeof two[1]);
     if ((st = kiln_cache_export_keys(k, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])two, 2,
-                                     c->exported, 0, NULL)))
+                                     c->exported, 0, NULL, NULL)))
         return st;
     c->did_export = 1;
     kiln_cache_merge_result mr;

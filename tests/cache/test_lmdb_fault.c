@@ -206,14 +206,63 @@ static kiln_status op_merge(lmdb_ctx *c, kiln_cache *k, kt_digest *d)
     return st;
 }
 
+/* A tuning table of one entry, for bucket b. */
+static kiln_tuning *tuning_of(int64_t b)
+{
+    kiln_tuning *t;
+    cr_assert_eq(kiln_tuning_create(&t), KILN_OK);
+    kiln_tuning_entry e = { .signature = "linear backend=wgmma variant=* format=bf16 n=64 k=64",
+                            .bucket = b, .variant = "bm64bn128", .us = 2, .heuristic = "bm64bn64",
+                            .heuristic_us = 3 };
+    cr_assert_eq(kiln_tuning_set(t, &e), KILN_OK, "%s", kiln_last_error());
+    return t;
+}
+
 static kiln_status op_export(lmdb_ctx *c, kiln_cache *k, kt_digest *d)
 {
     (void)d;
     uint8_t keys[2][KILN_CACHE_KEY_BYTES];
     memcpy(keys[0], c->rec[0].key, sizeof keys[0]);
     memcpy(keys[1], c->rec[5].key, sizeof keys[1]);
-    return kiln_cache_export_keys(k, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])keys, 2, c->out, 0,
-                                  NULL);
+    kiln_tuning *t = tuning_of(64);
+    kiln_status st = kiln_cache_export_keys(k, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])keys, 2,
+                                            c->out, 0, "{}", t);
+    kiln_tuning_destroy(t);
+    return st;
+}
+
+/* The tuning tables of both layers, merged. */
+static kiln_status op_tuning(lmdb_ctx *c, kiln_cache *k, kt_digest *d)
+{
+    (void)c;
+    kiln_tuning *t;
+    kiln_status st = kiln_tuning_create(&t);
+    if (!st && !(st = kiln_cache_tuning(k, t)))
+        kt_dig_int(d, kiln_tuning_n(t));
+    kiln_tuning_destroy(t);
+    return st;
+}
+
+/* An entry added to the writable layer's table. */
+static kiln_status op_store_tuning(lmdb_ctx *c, kiln_cache *k, kt_digest *d)
+{
+    (void)c;
+    (void)d;
+    kiln_tuning *t = tuning_of(256);
+    kiln_status st = kiln_cache_store_tuning(k, t);
+    kiln_tuning_destroy(t);
+    return st;
+}
+
+/* The shipped layer's manifest. */
+static kiln_status op_manifest(lmdb_ctx *c, kiln_cache *k, kt_digest *d)
+{
+    (void)c;
+    const char *json;
+    kiln_status st = kiln_cache_manifest(k, 0, &json);
+    if (!st)
+        kt_dig(d, json, strlen(json));
+    return st;
 }
 
 /* The source holds two intact records under one key, the older on pages
@@ -320,6 +369,9 @@ static const lmdb_op ops[] = {
     { "rm_all", op_rm_all, .atomic = 1 },
     { "merge", op_merge, .atomic = 1 },
     { "export", op_export, .atomic = 1, .output = 2 },
+    { "tuning", op_tuning, .atomic = 1 },
+    { "store_tuning", op_store_tuning, .atomic = 1 },
+    { "manifest", op_manifest, .atomic = 1 },
     { "salvage", op_salvage, .opens = 1, .atomic = 1, .output = 1 },
     { "grown", op_grown, .opens = 1 },
     { "full", op_full, .opens = 1 },
@@ -446,15 +498,36 @@ static void setup(lmdb_ctx *c)
     snprintf(c->lock, sizeof c->lock, "%s/w.kiln-lock", c->run_dir);
     snprintf(c->out, sizeof c->out, "%s/out.kiln", c->run_dir);
     fill(c, c->pristine, (const int[]){ 0, 1, 2, 3, 4 }, 5);
-    fill(c, c->shipped, (const int[]){ 5, 6 }, 2);
     fill(c, c->merged, (const int[]){ 2, 7 }, 2);
+    /* Tuning tables in the writable cache, the merge source and the
+     * shipped file, which has a manifest too. */
+    kiln_tuning *t1 = tuning_of(1), *t2 = tuning_of(2);
+    kiln_cache *k;
+    cr_assert_eq(kiln_cache_open(&(kiln_cache_options){ .path = c->pristine }, &k), KILN_OK);
+    cr_assert_eq(kiln_cache_store_tuning(k, t1), KILN_OK, "%s", kiln_last_error());
+    kiln_cache_close(k);
+    cr_assert_eq(kiln_cache_open(&(kiln_cache_options){ .path = c->merged }, &k), KILN_OK);
+    cr_assert_eq(kiln_cache_store_tuning(k, t2), KILN_OK, "%s", kiln_last_error());
+    kiln_cache_close(k);
+    char made[128];
+    kt_in_tmp(made, sizeof made, "made.kiln");
+    fill(c, made, (const int[]){ 5, 6 }, 2);
+    cr_assert_eq(kiln_cache_open(&(kiln_cache_options){ .path = made }, &k), KILN_OK);
+    uint8_t keys[2][KILN_CACHE_KEY_BYTES];
+    memcpy(keys[0], c->rec[5].key, sizeof keys[0]);
+    memcpy(keys[1], c->rec[6].key, sizeof keys[1]);
+    cr_assert_eq(kiln_cache_export_keys(k, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])keys, 2,
+                                        c->shipped, 0, "{\"kiln\":\"shipped\"}", t2),
+                 KILN_OK, "%s", kiln_last_error());
+    kiln_cache_close(k);
+    kiln_tuning_destroy(t1);
+    kiln_tuning_destroy(t2);
     /* Record 3 (on overflow pages) exported with a manifest, then another
      * kernel under its key: the first copy stays on the pages the second
      * freed, and salvage keeps the manifest too. */
     kt_in_tmp(c->stale, sizeof c->stale, "stale.kiln");
     char first[128];
     kt_in_tmp(first, sizeof first, "first.kiln");
-    kiln_cache *k;
     kiln_cache_put put;
     kt_made other = c->rec[3];
     other.rec.signature = "linear backend=simt format=q8_0 n=3 k=8192 target=sm_90a";
@@ -464,7 +537,7 @@ static void setup(lmdb_ctx *c)
     cr_assert_eq(kiln_cache_store(k, c->rec[3].key, &c->rec[3].rec, NULL), KILN_OK, "%s",
                  kiln_last_error());
     cr_assert_eq(kiln_cache_export_keys(k, (const uint8_t(*)[KILN_CACHE_KEY_BYTES])c->rec[3].key,
-                                        1, c->stale, 0, "{\"kiln\":\"stale\"}"),
+                                        1, c->stale, 0, "{\"kiln\":\"stale\"}", NULL),
                  KILN_OK, "%s", kiln_last_error());
     kiln_cache_close(k);
     cr_assert_eq(kiln_cache_open(&(kiln_cache_options){ .path = c->stale }, &k), KILN_OK);
@@ -506,8 +579,8 @@ static void teardown(lmdb_ctx *c)
  * call past the gate but those that cannot fail. */
 static int source_sites(char sites[][48], int cap)
 {
-    static const char *const files[] = { "cache/cache.c", "cache/maint.c", "cache/lmdbfile.c",
-                                         "cache/record.c", "cache/key.c" };
+    static const char *const files[] = { "cache/cache.c",  "cache/maint.c", "cache/lmdbfile.c",
+                                         "cache/record.c", "cache/key.c",   "cache/manifest.c" };
     const char *root = getenv("KILN_SOURCE_DIR");
     cr_assert_not_null(root, "KILN_SOURCE_DIR names the source tree");
     regex_t gate, raw;

@@ -187,11 +187,14 @@ Test(cli_plan_run, plan_shows_static_activation_scales)
     cr_assert(strstr(r.out, "act scale"), "%s", r.out);
     const char *gate = strstr(r.out, "blk.0.ffn_gate");
     cr_assert(gate, "%s", r.out);
-    cr_assert(strstr(gate, "gemv_tc  bf16        static (input_scale=0.5) q/dq "), "%s", r.out);
-    cr_assert(strstr(gate, "wgmma    fp8-token   static (input_scale=0.5) "), "%s", r.out);
+    cr_assert(strstr(gate, "gemv_tc  tc1             bf16        static (input_scale=0.5) q/dq "),
+              "%s", r.out);
+    cr_assert(strstr(gate, "wgmma    tma_bm64bn128   fp8-token   static (input_scale=0.5) "),
+              "%s", r.out);
     cr_assert(strstr(r.out, "static (input_scale=0.25)"), "%s", r.out);
-    cr_assert(strstr(r.out, "wgmma    fp8-1x128   IGNORED: static (input_scale=0.125) "), "%s",
-              r.out);
+    cr_assert(strstr(r.out, "wgmma    tma_bm64bn128   fp8-1x128   IGNORED: static "
+                            "(input_scale=0.125) "),
+              "%s", r.out);
     kt_cli_free(&r);
 
     r = run_ok("plan", model, " --target sm_90a --capture 1,512 --json");
@@ -491,6 +494,72 @@ Test(cli_plan_run, run_usage_errors)
         kt_cli r = kt_cli_run(usage[i]);
         cr_assert_eq(r.status, 2, "%s exited %d", usage[i], r.status);
         cr_assert(strstr(r.err, "usage: kiln run"), "%s: %s", usage[i], r.err);
+        kt_cli_free(&r);
+    }
+}
+
+/* kiln tune on the stand-in driver, whose kernels do nothing and whose
+ * events all read 1 us: every candidate ties, and a tie keeps the
+ * heuristic's variant. The table is stored all the same, and kiln plan
+ * --cache marks the variants it chose. */
+Test(cli_plan_run, tune_stores_a_table_plan_reads, .timeout = 300)
+{
+    setenv("KILN_LIBCUDA", KT_FAKE_LIBCUDA, 1);
+    setenv("KT_FAKE_CUDA", "device", 1);
+    setenv("KILN_NVRTC", KT_FAKE_NVRTC, 1);
+    char cache[128], cmd[256];
+    snprintf(cache, sizeof cache, "%s/tuned.kiln", dir);
+    snprintf(cmd, sizeof cmd, "tune demo --capture 1,16,256 --reps 3 --cache %s", cache);
+    kt_cli r = kt_cli_run(cmd);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(strstr(r.out, "tune: demo on sm_90a: "), "%s", r.out);
+    cr_assert(strstr(r.out, "wgmma bf16 1536x512 bf16 none "), "%s", r.out);
+    cr_assert(strstr(r.out, "\n0 of "), "ties keep the heuristic's:\n%s", r.out);
+    cr_assert(strstr(r.out, " choices differ from the heuristic's; stored in "), "%s", r.out);
+    cr_assert(strstr(r.err, "tune: round 1 of "), "%s", r.err);
+    kt_cli_free(&r);
+    snprintf(cmd, sizeof cmd, "plan demo --capture 1,16,256 --cache %s", cache);
+    r = kt_cli_run(cmd);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    const char *gate = strstr(r.out, "blk.0.ffn_gate");
+    cr_assert(gate && strstr(gate, "wgmma    tma_bm"), "%s", r.out);
+    cr_assert(strstr(r.out, "256-256   wgmma    tma_bm64bn128*  bf16 "), "a tuned variant is "
+              "marked:\n%s", r.out);
+    cr_assert(strstr(r.out, "gemv_tc  tc1             bf16"), "decode is not tuned:\n%s", r.out);
+    kt_cli_free(&r);
+    /* --json: one row per kernel and bucket */
+    snprintf(cmd, sizeof cmd, "tune demo --capture 256 --reps 1 --cache %s --json", cache);
+    r = kt_cli_run(cmd);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    json_error_t e;
+    json_t *root = json_loads(r.out, 0, &e);
+    cr_assert_not_null(root, "%s: %s", e.text, r.out);
+    json_t *rows = json_object_get(root, "kernels");
+    cr_assert_gt(json_array_size(rows), 3);
+    json_t *row = json_array_get(rows, 0);
+    cr_assert_eq(json_integer_value(json_object_get(row, "tokens")), 256);
+    cr_assert_str_eq(json_string_value(json_object_get(row, "variant")),
+                     json_string_value(json_object_get(row, "heuristic")));
+    json_decref(root);
+    kt_cli_free(&r);
+    /* without a device nothing is stored */
+    setenv("KT_FAKE_CUDA", "none", 1);
+    r = kt_cli_run("tune demo --reps 1");
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert(strstr(r.err, "kiln: tune: device 0: "), "%s", r.err);
+    kt_cli_free(&r);
+    unsetenv("KT_FAKE_CUDA");
+    unsetenv("KILN_LIBCUDA");
+}
+
+Test(cli_plan_run, tune_usage_errors)
+{
+    static const char *usage[] = { "tune", "tune demo --target sm_90a", "tune demo --reps 0",
+                                   "tune demo --device 0", "tune demo extra", "tune demo --x" };
+    for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++) {
+        kt_cli r = kt_cli_run(usage[i]);
+        cr_assert_eq(r.status, 2, "%s exited %d", usage[i], r.status);
+        cr_assert(strstr(r.err, "usage: kiln tune"), "%s: %s", usage[i], r.err);
         kt_cli_free(&r);
     }
 }
