@@ -22,6 +22,7 @@ import os
 import shutil
 import struct
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -65,22 +66,17 @@ def bf16_to_f32(raw, shape):
 
 def f32_to_e4m3(x):
     """E4M3 (OCP, finite) codes of x, rounded to nearest even, saturating at
-    448."""
+    448: a float32's mantissa rounded to 3 bits in its bits (round half to
+    even), then its exponent rebased; below 2^-6, steps of 2^-9."""
     x = np.asarray(x, np.float32)
-    sign = (np.signbit(x)).astype(np.uint8) << 7
-    a = np.minimum(np.abs(x).astype(np.float64), 448.0)
-    e = np.floor(np.log2(np.where(a > 0, a, 1.0)))
-    e = np.maximum(e, -6)  # below 2^-6: subnormal steps of 2^-9
-    step = np.exp2(e - 3)
-    q = np.round(a / step)  # numpy rounds half to even
-    m = q.astype(np.int64)  # 8..15 normal (or 0..7 subnormal at e = -6), 16 carries
-    carry = m >= 16
-    e = np.where(carry, e + 1, e)
-    m = np.where(carry, m // 2, m)
-    normal = m >= 8
-    code = np.where(normal, ((e + 7).astype(np.int64) << 3) | (m - 8), m)
-    code = np.minimum(code, 0x7E)  # 448
-    return (code.astype(np.uint8) | sign).astype(np.uint8)
+    a = np.minimum(np.abs(x), np.float32(448))
+    u = a.view(np.uint32)
+    r = (u + np.uint32(0x7FFFF) + ((u >> np.uint32(20)) & np.uint32(1))) & np.uint32(0xFFF00000)
+    e = (r >> np.uint32(23)).astype(np.int32) - 127
+    normal = ((e + 7) << 3) | ((r >> np.uint32(20)) & np.uint32(7)).astype(np.int32)
+    code = np.where(a < np.float32(2.0 ** -6), np.rint(a * np.float32(512)).astype(np.int32),
+                    normal)
+    return (code.astype(np.uint8) | (np.signbit(x).astype(np.uint8) << 7)).astype(np.uint8)
 
 
 def e4m3_to_f32(code):
@@ -89,6 +85,9 @@ def e4m3_to_f32(code):
     m = (code & 7).astype(np.float32)
     v = np.where(e == 0, m * 2.0 ** -9, (1 + m / 8) * np.exp2(e.astype(np.float32) - 7))
     return np.where(code & 0x80, -v, v).astype(np.float32)
+
+
+E4M3 = e4m3_to_f32(np.arange(0x7F, dtype=np.uint8))  # codes 0..126: 0 to 448
 
 
 def quantize_fp8(w):
@@ -109,7 +108,8 @@ def quantize_nvfp4(w):
     sc = f32_to_e4m3(bmax / 6 / g)
     s = e4m3_to_f32(sc) * g
     y = np.where(s[..., None] > 0, blocks / np.where(s > 0, s, 1)[..., None], 0)
-    idx = np.abs(np.abs(y)[..., None] - E2M1).argmin(axis=-1).astype(np.uint8)
+    # the nearest E2M1 value, the lower one on a tie
+    idx = np.searchsorted((E2M1[:-1] + E2M1[1:]) / 2, np.abs(y), side="left").astype(np.uint8)
     nib = (idx | (np.signbit(y).astype(np.uint8) << 3) * (idx > 0)).reshape(n, k)
     packed = (nib[:, 0::2] | (nib[:, 1::2] << 4)).astype(np.uint8)
     return {"": ("U8", [n, k // 2], packed.tobytes()),
@@ -137,13 +137,19 @@ def main(argv):
     weight_map = {}
     for shard in shards:
         tensors, meta = read_safetensors(os.path.join(a.src, shard))
+        for name, (dtype, shape, _) in tensors.items():
+            if quantized(name) and len(shape) == 2 and dtype != "BF16":
+                raise SystemExit(f"quantize_checkpoint: {name} is {dtype}, not BF16")
+        # numpy leaves the GIL in its loops: the tensors of a shard in threads
+        with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
+            done = {name: pool.submit(lambda r, s: quant(bf16_to_f32(r, s)), raw, shape)
+                    for name, (dtype, shape, raw) in tensors.items()
+                    if quantized(name) and len(shape) == 2}
         out = {}
         for name, (dtype, shape, raw) in tensors.items():
-            if quantized(name) and len(shape) == 2:
-                if dtype != "BF16":
-                    raise SystemExit(f"quantize_checkpoint: {name} is {dtype}, not BF16")
+            if name in done:
                 base = name[:-len(".weight")]
-                for suffix, t in quant(bf16_to_f32(raw, shape)).items():
+                for suffix, t in done[name].result().items():
                     out[f"{base}.weight{suffix}"] = t
             else:
                 out[name] = (dtype, shape, raw)
