@@ -177,6 +177,20 @@ kiln_status kiln_cache_file_tuning(kiln_cache_file *f, kiln_tuning *into)
     return st;
 }
 
+kiln_status kiln_cache_layer_tuning(kiln_cache *c, int layer, kiln_tuning *into)
+{
+    if (!c || !into || layer < 0 || layer >= c->n_files)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "cache tuning: layer %d of %d", layer,
+                         c ? c->n_files : 0);
+    kiln_cache_file *f = &c->files[layer];
+    if (f->damage)
+        return kiln_fail(KILN_ERR_CACHE, "%s", f->damage);
+    if (!f->env)
+        return kiln_fail(KILN_ERR_CACHE, "%s: closed after a failure", f->path);
+    kiln_status st = kiln_cache_file_tuning(f, into);
+    return st == KILN_ERR_MALFORMED ? KILN_ERR_CACHE : st;
+}
+
 kiln_status kiln_cache_tuning(kiln_cache *c, kiln_tuning *into)
 {
     if (!c || !into)

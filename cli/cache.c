@@ -30,9 +30,11 @@ static void help(FILE *out)
             "                         oldest and newest record, records by target and by\n"
             "                         kind; an exported file's manifest: kiln version, cache\n"
             "                         schema, model (name, files, graph digest), targets,\n"
-            "                         token buckets, planning options\n"
+            "                         token buckets, planning options; the tuning table's\n"
+            "                         entries (kiln tune)\n"
             "  verify [FILE]          check each file's structure, every record and an\n"
-            "                         exported file's manifest; print each damaged file and\n"
+            "                         exported file's manifest and tuning table; print each\n"
+            "                         damaged file and\n"
             "                         each bad record (key, problem), then\n"
             "                         \"N records, B bad\"; exit 1 when any is\n"
             "  check --model MODEL|demo [--json] [planning options]\n"
@@ -70,8 +72,8 @@ static void help(FILE *out)
             "                         refused unless --force\n"
             "  salvage SRC -o DST [--force]\n"
             "                         copy every intact record found in the cache file SRC,\n"
-            "                         damaged or not, and an exported file's manifest when\n"
-            "                         it is intact, into a new file DST\n"
+            "                         damaged or not, and an exported file's manifest and a\n"
+            "                         tuning table when intact, into a new file DST\n"
             "  rm KEYPREFIX | --all   remove the writable cache's records whose key starts with\n"
             "                         KEYPREFIX (1 to 32 hex digits; none matching is an\n"
             "                         error), or all of them\n"
@@ -362,6 +364,25 @@ static json_t *tallies_json(const kiln_cache_tally *t, int n)
     return a;
 }
 
+/* Layer i's tuning entries as JSON: null where its table cannot be read. */
+static json_t *tuning_json(kiln_cache *c, int i)
+{
+    kiln_tuning *t;
+    if (kiln_tuning_create(&t))
+        return json_null();
+    json_t *rows = kiln_cache_layer_tuning(c, i, t) == KILN_OK ? json_array() : json_null();
+    for (int k = 0; json_is_array(rows) && k < kiln_tuning_n(t); k++) {
+        kiln_tuning_entry e;
+        kiln_tuning_at(t, k, &e);
+        json_array_append_new(rows, json_pack("{s:s, s:I, s:s, s:f, s:s, s:f}", "signature",
+                                              e.signature, "tokens", (json_int_t)e.bucket,
+                                              "variant", e.variant, "us", e.us, "heuristic",
+                                              e.heuristic, "heuristic_us", e.heuristic_us));
+    }
+    kiln_tuning_destroy(t);
+    return rows;
+}
+
 static json_t *stat_json(kiln_cache *c, int i, const kiln_cache_stats *s)
 {
     const char *manifest;
@@ -369,7 +390,7 @@ static json_t *stat_json(kiln_cache *c, int i, const kiln_cache_stats *s)
                     ? json_loads(manifest, JSON_REJECT_DUPLICATES, NULL)
                     : NULL;
     return json_pack("{s:s, s:s, s:I, s:I, s:I, s:{s:I, s:I, s:I, s:I}, s:I, s:I, s:o, s:o, "
-                     "s:o}",
+                     "s:o, s:o}",
                      "path", kiln_cache_layer_path(c, i), "role", layer_role(c, i), "records",
                      (json_int_t)s->entries, "bad", (json_int_t)s->bad, "other_versions",
                      (json_int_t)s->other_versions, "bytes", "values", (json_int_t)s->bytes,
@@ -377,7 +398,7 @@ static json_t *stat_json(kiln_cache *c, int i, const kiln_cache_stats *s)
                      "map", (json_int_t)s->map_bytes, "oldest", (json_int_t)s->oldest, "newest",
                      (json_int_t)s->newest, "by_target", tallies_json(s->by_target, s->n_targets),
                      "by_kind", tallies_json(s->by_kind, s->n_kinds), "manifest",
-                     m ? m : json_null());
+                     m ? m : json_null(), "tuning", tuning_json(c, i));
 }
 
 static int run_stat(cache_args *a)
@@ -420,6 +441,24 @@ static int run_stat(cache_args *a)
             char safe[2048];
             printf("\nmanifest: %s\n", cli_printable(kiln_last_error(), safe, sizeof safe));
         }
+        kiln_tuning *t;
+        if ((st = kiln_tuning_create(&t)) != KILN_OK)
+            break;
+        if (kiln_cache_layer_tuning(c, i, t) != KILN_OK) {
+            char safe[2048];
+            printf("tuning:   %s\n", cli_printable(kiln_last_error(), safe, sizeof safe));
+        } else if (kiln_tuning_n(t)) {
+            int changed = 0;
+            for (int k = 0; k < kiln_tuning_n(t); k++) {
+                kiln_tuning_entry e;
+                kiln_tuning_at(t, k, &e);
+                changed += strcmp(e.variant, e.heuristic) != 0;
+            }
+            printf("tuning:   %d kernel and bucket choices measured by kiln tune, %d differ from "
+                   "the heuristic's (--json lists them)\n",
+                   kiln_tuning_n(t), changed);
+        }
+        kiln_tuning_destroy(t);
     }
     kiln_cache_close(c);
     if (st != KILN_OK) {
@@ -465,6 +504,19 @@ static int run_verify(cache_args *a)
                 total_bad++;
             } else if (ms != KILN_OK && ms != KILN_ERR_NOT_FOUND) {
                 st = ms;
+            }
+            /* and the tuning table */
+            kiln_tuning *t;
+            if (st == KILN_OK && (st = kiln_tuning_create(&t)) == KILN_OK) {
+                kiln_status ts = kiln_cache_layer_tuning(c, i, t);
+                if (ts == KILN_ERR_CACHE) {
+                    char safe[2048];
+                    printf("tuning    %s\n", cli_printable(kiln_last_error(), safe, sizeof safe));
+                    total_bad++;
+                } else if (ts != KILN_OK) {
+                    st = ts;
+                }
+                kiln_tuning_destroy(t);
             }
         }
     }
@@ -798,9 +850,10 @@ static int run_salvage(cache_args *a)
     if (st != KILN_OK)
         return fail(a, st);
     printf("salvaged %zu records of %s into %s (%zu bad and %zu of unknown record versions left "
-           "out, %zu found twice); %s\n",
+           "out, %zu found twice); %s; %s\n",
            r.records, a->args[0], a->output, r.bad, r.other, r.duplicates,
-           r.manifest ? "its manifest kept" : "no intact manifest");
+           r.manifest ? "its manifest kept" : "no intact manifest",
+           r.tuning ? "its tuning table kept" : "no intact tuning table");
     return CLI_OK;
 }
 

@@ -790,6 +790,11 @@ KILN_API kiln_status kiln_cache_check_plan(kiln_cache *c, const kiln_plan *p,
  * table (kiln cache salvage drops it); a layer left out as damaged is
  * passed over. */
 KILN_API kiln_status kiln_cache_tuning(kiln_cache *c, kiln_tuning *into);
+/* The tuning table of c's layer alone merged into into (its own entries
+ * kept). KILN_OK with nothing added where the layer holds none;
+ * KILN_ERR_CACHE, naming the file, for a damaged table or a layer left
+ * out as damaged; KILN_ERR_INVALID_ARG for a layer out of range. */
+KILN_API kiln_status kiln_cache_layer_tuning(kiln_cache *c, int layer, kiln_tuning *into);
 /* Store t's entries in c's writable layer's tuning table, replacing its
  * entries of the same signature and bucket. KILN_ERR_STATE without a
  * writable layer; KILN_ERR_CACHE for a damaged table there (nothing is
