@@ -342,7 +342,7 @@ static void peer_rows(ffn_run *r)
 typedef struct kiln_stack {
     kiln_bench_stack s;
     kiln_graph *graph, *check;
-    kiln_plan *plan;
+    const kiln_plan *plan; /* the session's */
     kiln_session *session, *check_session;
     kiln_cpu *cpu;
 } kiln_stack;
@@ -351,7 +351,6 @@ static void kiln_stack_free(kiln_stack *k)
 {
     kiln_session_destroy(k->session);
     kiln_session_destroy(k->check_session);
-    kiln_plan_destroy(k->plan);
     kiln_cpu_destroy(k->cpu);
     kiln_graph_destroy(k->graph);
     kiln_graph_destroy(k->check);
@@ -375,12 +374,12 @@ static kiln_status kiln_stack_create(ffn_run *r, kiln_format f, kiln_stack *k)
         .device = o->device, .cache.path = o->cache, .eager = o->eager, .quiet = 1,
         .plan = { .backend = o->backend, .capture = o->ms, .n_capture = o->n_ms },
     };
-    /* The session's own plan is internal; this one, made the same way for
-     * the same device, names the backends of each bucket. */
-    if ((st = kiln_plan_create(k->graph, &r->g->target, &so.plan, &k->plan)) != KILN_OK ||
-        (st = kiln_session_create(k->check, &so, &k->check_session)) != KILN_OK)
+    /* the session's plan names the backends of each bucket */
+    if ((st = kiln_session_create(k->check, &so, &k->check_session)) != KILN_OK ||
+        (st = kiln_session_create(k->graph, &so, &k->session)) != KILN_OK)
         return st;
-    return kiln_session_create(k->graph, &so, &k->session);
+    k->plan = kiln_session_plan(k->session);
+    return KILN_OK;
 }
 
 /* The check's tolerance at bucket b: FP8's where any linear quantizes its

@@ -16,7 +16,7 @@ typedef struct kiln_side {
     kiln_bench_weight w;
     int rotation, chain;
     kiln_graph *graph;
-    kiln_plan *plan;
+    const kiln_plan *plan; /* the session's */
     kiln_session *session;
     const float **inputs;
     float **outputs;
@@ -74,7 +74,6 @@ static void peers_all(shape_run *r)
 static void side_free(kiln_side *k)
 {
     kiln_session_destroy(k->session);
-    kiln_plan_destroy(k->plan);
     kiln_graph_destroy(k->graph);
     kiln_bench_weight_free(&k->w);
     free(k->inputs);
@@ -129,11 +128,10 @@ static kiln_status side_create(kiln_side *k, shape_run *r, kiln_format f)
         .device = o->device, .cache.path = o->cache, .eager = o->eager, .quiet = 1,
         .plan = { .backend = o->backend, .capture = o->ms, .n_capture = o->n_ms },
     };
-    /* The session's own plan is internal; this one, made the same way for
-     * the same device, names the backend of each bucket for the table. */
-    if ((st = kiln_plan_create(k->graph, &r->g->target, &so.plan, &k->plan)) != KILN_OK)
-        return st;
-    return kiln_session_create(k->graph, &so, &k->session);
+    /* its plan names the backend of each bucket for the table */
+    if ((st = kiln_session_create(k->graph, &so, &k->session)) == KILN_OK)
+        k->plan = kiln_session_plan(k->session);
+    return st;
 }
 
 /* A kernel fed BF16 activations rounds only its output (2^-9 of |y|) and

@@ -1035,6 +1035,11 @@ KILN_API kiln_status kiln_session_reload(kiln_session *s, const kiln_model *m);
 
 KILN_API void kiln_session_get_stats(const kiln_session *s, kiln_session_stats *out);
 
+/* The plan s runs, tuning table and all (owned by s, valid until
+ * kiln_session_destroy): which backend and variant each linear takes in
+ * each bucket, and the signatures. */
+KILN_API const kiln_plan *kiln_session_plan(const kiln_session *s);
+
 /* One step of a bucket's program, timed by kiln_session_profile. The
  * strings live as long as the session. */
 typedef struct kiln_step_time {

@@ -1423,6 +1423,8 @@ kiln_status kiln_session_run_entry(kiln_session *s, int entry, int64_t m,
                      e->output->name);
 }
 
+const kiln_plan *kiln_session_plan(const kiln_session *s) { return s ? s->plan : NULL; }
+
 void kiln_session_get_stats(const kiln_session *s, kiln_session_stats *out) { *out = s->stats; }
 
 /* ------------------------------------------------------------ bench */

@@ -435,3 +435,41 @@ Test(tuning, a_cache_keeps_its_table_and_an_export_carries_the_plans, .init = kt
     kiln_plan_destroy(h);
     free_case(&lc);
 }
+
+/* A session (here on the stand-in driver) plans with its cache's table,
+ * and kiln_session_plan says which variant each kernel took. */
+Test(tuning, a_session_plans_with_its_caches_table, .init = kt_tmp_setup,
+     .fini = kt_tmp_teardown, .timeout = 120)
+{
+    kt_fake_device(NULL);
+    linear_case lc;
+    make_case(&lc, KILN_FMT_BF16);
+    cr_assert_eq(kiln_target_live(0, &lc.t), KILN_OK, "%s", kiln_last_error());
+    kiln_plan *h = plan_with(&lc, NULL);
+    char key[KILN_SIG_MAX];
+    kiln_plan_linear l;
+    key_of(h, kiln_plan_bucket_for(h, 512), key, sizeof key, &l);
+    const char *want = another(&l);
+    char path[256];
+    kt_in_tmp(path, sizeof path, "tuned.kiln");
+    kiln_cache *c = open_cache(path, NULL);
+    kiln_tuning *t = table();
+    set(t, key, 512, want, 1);
+    cr_assert_eq(kiln_cache_store_tuning(c, t), KILN_OK, "%s", kiln_last_error());
+    kiln_tuning_destroy(t);
+    kiln_cache_close(c);
+    kiln_session_options o = { .cache.path = path, .eager = 1, .quiet = 1,
+                                .plan = { .capture = buckets, .n_capture = 1 } };
+    kiln_session *s;
+    cr_assert_eq(kiln_session_create(lc.g, &o, &s), KILN_OK, "%s", kiln_last_error());
+    const kiln_plan *p = kiln_session_plan(s);
+    cr_assert_not_null(p);
+    kiln_plan_linear tl;
+    cr_assert_eq(kiln_plan_linear_at(p, 0, kiln_plan_bucket_for(p, 512), &tl), KILN_OK);
+    cr_assert_str_eq(tl.variant, want);
+    cr_assert_eq(tl.tuned, 1);
+    kiln_session_destroy(s);
+    cr_assert_null(kiln_session_plan(NULL));
+    kiln_plan_destroy(h);
+    free_case(&lc);
+}

@@ -86,46 +86,20 @@ kiln_graph *kt_ffn_graph(kt_weight *gate, kt_weight *up, kt_weight *down, float 
     return g;
 }
 
-/* The sessions made by kt_session_create and the plans they run. */
-static struct {
-    kiln_session *s;
-    kiln_plan *p;
-} sessions[32];
-
 kiln_session *kt_session_create(kiln_graph *g, const kiln_session_options *o)
 {
     kiln_session *s = NULL;
     cr_assert_eq(kiln_session_create(g, o, &s), KILN_OK, "%s", kiln_last_error());
-    kiln_target live;
-    cr_assert_eq(kiln_target_live(o ? o->device : 0, &live), KILN_OK, "%s", kiln_last_error());
-    size_t i = 0;
-    while (i < sizeof sessions / sizeof sessions[0] && sessions[i].s)
-        i++;
-    cr_assert_lt(i, sizeof sessions / sizeof sessions[0], "too many live test sessions");
-    sessions[i].s = s;
-    cr_assert_eq(kiln_plan_create(g, o && o->target ? o->target : &live, o ? &o->plan : NULL,
-                                  &sessions[i].p),
-                 KILN_OK, "%s", kiln_last_error());
     return s;
 }
 
-void kt_session_destroy(kiln_session *s)
-{
-    for (size_t i = 0; i < sizeof sessions / sizeof sessions[0]; i++)
-        if (s && sessions[i].s == s) {
-            kiln_plan_destroy(sessions[i].p);
-            sessions[i].s = NULL, sessions[i].p = NULL;
-        }
-    kiln_session_destroy(s);
-}
+void kt_session_destroy(kiln_session *s) { kiln_session_destroy(s); }
 
 const kiln_plan *kt_session_plan(const kiln_session *s)
 {
-    for (size_t i = 0; i < sizeof sessions / sizeof sessions[0]; i++)
-        if (s && sessions[i].s == s)
-            return sessions[i].p;
-    cr_assert_fail("the session was not made by kt_session_create");
-    return NULL;
+    const kiln_plan *p = kiln_session_plan(s);
+    cr_assert_not_null(p, "no session");
+    return p;
 }
 
 double kt_check_session(kiln_session *s, kiln_graph *g, int64_t m, kt_rng *r, const char *what,

@@ -35,8 +35,8 @@ kiln_graph *kt_linear_graph(kt_weight *w);
 kiln_graph *kt_ffn_graph(kt_weight *gate, kt_weight *up, kt_weight *down, float *norm);
 
 /* kiln_session_create (asserting it succeeds), and the plan the session
- * runs — the same graph, options and target, planned again — kept for
- * kt_check_session and the tests' assertions on which backend runs. */
+ * runs (kiln_session_plan), for kt_check_session and the tests' assertions
+ * on which backend runs. */
 kiln_session *kt_session_create(kiln_graph *g, const kiln_session_options *o);
 void kt_session_destroy(kiln_session *s);
 const kiln_plan *kt_session_plan(const kiln_session *s);
