@@ -212,14 +212,12 @@ static kiln_status round_run(tuner *t, int r, const kiln_plan *p)
         int cap = 4096, n = 0;
         kiln_step_time *steps = malloc((size_t)cap * sizeof *steps);
         double *times = NULL;
-        int *which = NULL;
         if (!steps)
             st = cli_error(KILN_ERR_NOMEM, "the profile");
         for (int rep = 0; rep < t->reps && !st; rep++) {
             if ((st = kiln_session_profile(sess, m, 1, steps, cap, &n)))
                 break;
-            if (!times && (!(times = calloc((size_t)n * (size_t)t->reps, sizeof *times)) ||
-                           !(which = calloc((size_t)n, sizeof *which)))) {
+            if (!times && !(times = calloc((size_t)n * (size_t)t->reps + 1, sizeof *times))) {
                 st = cli_error(KILN_ERR_NOMEM, "the profile");
                 break;
             }
@@ -239,7 +237,6 @@ static kiln_status round_run(tuner *t, int r, const kiln_plan *p)
             s->count[c]++;
         }
         free(times);
-        free(which);
         free(steps);
     }
     kiln_session_destroy(sess);
