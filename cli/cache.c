@@ -370,15 +370,7 @@ static json_t *tuning_json(kiln_cache *c, int i)
     kiln_tuning *t;
     if (kiln_tuning_create(&t))
         return json_null();
-    json_t *rows = kiln_cache_layer_tuning(c, i, t) == KILN_OK ? json_array() : json_null();
-    for (int k = 0; json_is_array(rows) && k < kiln_tuning_n(t); k++) {
-        kiln_tuning_entry e;
-        kiln_tuning_at(t, k, &e);
-        json_array_append_new(rows, json_pack("{s:s, s:I, s:s, s:f, s:s, s:f}", "signature",
-                                              e.signature, "tokens", (json_int_t)e.bucket,
-                                              "variant", e.variant, "us", e.us, "heuristic",
-                                              e.heuristic, "heuristic_us", e.heuristic_us));
-    }
+    json_t *rows = kiln_cache_layer_tuning(c, i, t) == KILN_OK ? cli_tuning_json(t) : json_null();
     kiln_tuning_destroy(t);
     return rows;
 }

@@ -265,6 +265,20 @@ static const char *short_name(const char *key, char *buf, size_t size)
     return buf;
 }
 
+json_t *cli_tuning_json(const kiln_tuning *t)
+{
+    json_t *rows = json_array();
+    for (int i = 0; i < kiln_tuning_n(t); i++) {
+        kiln_tuning_entry e;
+        kiln_tuning_at(t, i, &e);
+        json_array_append_new(rows, json_pack("{s:s, s:I, s:s, s:f, s:s, s:f}", "signature",
+                                              e.signature, "tokens", (json_int_t)e.bucket,
+                                              "variant", e.variant, "us", e.us, "heuristic",
+                                              e.heuristic, "heuristic_us", e.heuristic_us));
+    }
+    return rows;
+}
+
 static int run(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -385,16 +399,8 @@ static int run(int argc, char **argv)
                              : "";
     if (!st && json) {
         json_t *root = json_pack("{s:s, s:s, s:s}", "model", src.name, "target", target.name,
-                                 "cache", stored), *rows = json_array();
-        for (int i = 0; i < kiln_tuning_n(found); i++) {
-            kiln_tuning_entry e;
-            kiln_tuning_at(found, i, &e);
-            json_array_append_new(rows, json_pack("{s:s, s:I, s:s, s:f, s:s, s:f}", "signature",
-                                                  e.signature, "tokens", (json_int_t)e.bucket,
-                                                  "variant", e.variant, "us", e.us, "heuristic",
-                                                  e.heuristic, "heuristic_us", e.heuristic_us));
-        }
-        json_object_set_new(root, "kernels", rows);
+                                 "cache", stored);
+        json_object_set_new(root, "kernels", cli_tuning_json(found));
         json_dumpf(root, stdout, JSON_INDENT(1));
         putchar('\n');
         json_decref(root);
