@@ -77,14 +77,13 @@ static uint32_t mini_float_encode(const mini_float *t, float f)
 
 float kiln_e4m3_to_f32(uint8_t v)
 {
-    float sign = (v & 0x80) ? -1.0f : 1.0f;
-    int e = (v >> 3) & 0xF;
-    int m = v & 0x7;
+    uint32_t sign = (uint32_t)(v & 0x80) << 24;
+    uint32_t e = (v >> 3) & 0xF, m = v & 0x7;
     if (e == 0xF && m == 0x7)
-        return copysignf(NAN, sign);
-    if (e == 0)
-        return sign * ldexpf((float)m, -9);
-    return sign * ldexpf((float)(8 + m), e - 10);
+        return f32_from_bits(sign | 0x7FC00000u);
+    if (e == 0) /* subnormal: m * 2^-9, exact */
+        return f32_from_bits(sign | f32_bits((float)m * 0x1p-9f));
+    return f32_from_bits(sign | (e + 120) << 23 | m << 20);
 }
 
 uint8_t kiln_f32_to_e4m3(float f)

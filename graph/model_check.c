@@ -57,6 +57,48 @@ static kiln_status check_fail(const kiln_model *m, const kiln_model_tensor *t, c
                      t->name, what, (long long)index, isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf");
 }
 
+/* The first of n bytes with (b & mask) == mask, or n: the non-finite codes
+ * of E4M3 (NaN: x1111111, mask 0x7F) and E8M0 (NaN: 0xFF, mask 0xFF). A
+ * 4-bit model carries hundreds of MB of scales, so eight bytes are tested
+ * at once: in ~(w | ~mask) such a byte is zero, and (v - 0x01..) & ~v &
+ * 0x80.. is nonzero exactly when some byte of v is. */
+static size_t first_byte(const uint8_t *s, size_t n, uint8_t mask)
+{
+    const uint64_t ones = 0x0101010101010101u, highs = 0x8080808080808080u;
+    const uint64_t fill = ones * (uint8_t)~mask;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, sizeof w);
+        uint64_t v = ~(w | fill);
+        if ((v - ones) & ~v & highs)
+            break;
+    }
+    for (; i < n; i++)
+        if ((s[i] & mask) == mask)
+            return i;
+    return n;
+}
+
+/* The first of n f32 values whose exponent is all ones (inf or NaN), or n. */
+static size_t first_nonfinite_f32(const uint8_t *s, size_t n)
+{
+    for (size_t at = 0; at < n; at += 1024) {
+        size_t end = n - at < 1024 ? n : at + 1024;
+        unsigned bad = 0;
+        for (size_t i = at; i < end; i++) {
+            uint32_t u;
+            memcpy(&u, s + 4 * i, sizeof u);
+            bad |= (u & 0x7F800000u) == 0x7F800000u;
+        }
+        if (bad)
+            for (size_t i = at; i < end; i++)
+                if (!isfinite(elem_f32(KILN_FMT_F32, s, (int64_t)i)))
+                    return i;
+    }
+    return n;
+}
+
 static kiln_status check_scales(const kiln_model *m, const kiln_model_tensor *t)
 {
     const kiln_qtensor *q = &t->qt;
@@ -69,13 +111,14 @@ static kiln_status check_scales(const kiln_model *m, const kiln_model_tensor *t)
         const uint8_t *s = q->scale;
         /* Zero points (one byte per scale) follow the scales: not scales. */
         size_t n = bytes / ((fi->scale_type == KILN_SCALE_F32 ? 4 : 1) + (fi->zero_point ? 1 : 0));
-        for (size_t i = 0; i < n; i++) {
-            float v = fi->scale_type == KILN_SCALE_F32    ? elem_f32(KILN_FMT_F32, s, (int64_t)i)
-                      : fi->scale_type == KILN_SCALE_E8M0 ? kiln_e8m0_to_f32(s[i])
-                                                          : kiln_e4m3_to_f32(s[i]);
-            if (!isfinite(v))
-                return check_fail(m, t, "scale", (int64_t)i, v);
-        }
+        size_t i = fi->scale_type == KILN_SCALE_F32    ? first_nonfinite_f32(s, n)
+                   : fi->scale_type == KILN_SCALE_E8M0 ? first_byte(s, n, 0xFF)
+                                                       : first_byte(s, n, 0x7F);
+        if (i < n)
+            return check_fail(m, t, "scale", (int64_t)i,
+                              fi->scale_type == KILN_SCALE_F32    ? elem_f32(KILN_FMT_F32, s, (int64_t)i)
+                              : fi->scale_type == KILN_SCALE_E8M0 ? kiln_e8m0_to_f32(s[i])
+                                                                  : kiln_e4m3_to_f32(s[i]));
     }
     for (size_t g = 0; g < KILN_ARRAY_LEN(ggml_scales); g++) {
         if (ggml_scales[g].fmt != q->format)

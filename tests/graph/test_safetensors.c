@@ -1070,6 +1070,67 @@ Test(safetensors, fp8_block_of_another_size_is_unsupported)
     free(q);
 }
 
+/* A NaN scale is refused by index wherever it lies: in a word of eight the
+ * scan tests at once, or in the tail after the last whole word; NVFP4's
+ * UE4M3 scales (0x7F, 0xFF), MXFP4's E8M0 (0xFF), FP8 block's F32. */
+Test(safetensors, nonfinite_scales_are_found_at_every_index)
+{
+    kt_rng r = kt_rng_new(31);
+    uint8_t nq[8 * 40], nsc[8 * 5], blocks[2 * 21 * 16], esc[2 * 21];
+    random_bytes(&r, nq, sizeof nq);
+    random_bytes(&r, blocks, sizeof blocks);
+    for (size_t bad = 0; bad < sizeof nsc + sizeof esc; bad++) {
+        for (size_t i = 0; i < sizeof nsc; i++)
+            nsc[i] = (uint8_t)(kt_next(&r) % 0x7F);
+        for (size_t i = 0; i < sizeof esc; i++)
+            esc[i] = (uint8_t)(100 + kt_next(&r) % 50);
+        int nv = bad < sizeof nsc;
+        size_t at = nv ? bad : bad - sizeof nsc;
+        if (nv)
+            nsc[at] = at % 2 ? 0xFF : 0x7F;
+        else
+            esc[at] = 0xFF;
+        float g = 0.25f;
+        stb *b = stb_new();
+        stb_tensor(b, "p.weight", "U8", "[8, 40]", nq, sizeof nq);
+        stb_tensor(b, "p.weight_scale", "F8_E4M3", "[8, 5]", nsc, sizeof nsc);
+        stb_tensor(b, "p.weight_scale_2", "F32", "[]", &g, 4);
+        stb_tensor(b, "m.down_proj_blocks", "U8", "[2, 21, 16]", blocks, sizeof blocks);
+        stb_tensor(b, "m.down_proj_scales", "F8_E8M0", "[2, 21]", esc, sizeof esc);
+        stb_write(b, in_dir("model.safetensors"), 0);
+        free(b);
+        char want[64];
+        snprintf(want, sizeof want, "tensor %s: scale %zu is NaN", nv ? "p.weight" : "m.down_proj", at);
+        kiln_model *m = NULL;
+        cr_assert_eq(kiln_model_open(g_dir, &m), KILN_ERR_MALFORMED, "%s", want);
+        cr_assert(strstr(kiln_last_error(), want), "\"%s\" lacks \"%s\"", kiln_last_error(), want);
+        const kiln_model_options allow = { .allow_nonfinite = 1 };
+        cr_assert_eq(kiln_model_open_with(g_dir, &allow, &m), KILN_OK, "%s", kiln_last_error());
+        kiln_model_close(m);
+    }
+
+    uint8_t *q = malloc(130 * 260);
+    float s[6];
+    const float nonfinite[] = { NAN, INFINITY, -INFINITY };
+    for (int bad = 0; bad < 6; bad++) {
+        random_e4m3(&r, q, 130 * 260);
+        random_f32(&r, s, 6, 0.001f, 0.01f);
+        s[bad] = nonfinite[bad % 3];
+        stb *b = stb_new();
+        stb_tensor(b, "mlp.down_proj.weight", "F8_E4M3", "[130, 260]", q, 130 * 260);
+        stb_tensor(b, "mlp.down_proj.weight_scale_inv", "F32", "[2, 3]", s, sizeof s);
+        stb_write(b, in_dir("model.safetensors"), 0);
+        free(b);
+        char want[80];
+        snprintf(want, sizeof want, "tensor mlp.down_proj.weight: scale %d is %s", bad,
+                 bad % 3 == 0 ? "NaN" : bad % 3 == 1 ? "+inf" : "-inf");
+        kiln_model *m = NULL;
+        cr_assert_eq(kiln_model_open(g_dir, &m), KILN_ERR_MALFORMED, "%s", want);
+        cr_assert(strstr(kiln_last_error(), want), "\"%s\" lacks \"%s\"", kiln_last_error(), want);
+    }
+    free(q);
+}
+
 /* ModelOpt NVFP4: N = 4, K = 64. */
 static void write_nvfp4(kt_rng *r, uint8_t *q, uint8_t *sc, float *g, const char *scale_shape)
 {
