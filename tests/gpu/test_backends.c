@@ -205,9 +205,9 @@ static int selected(const kiln_backend *b)
     return listed("KT_BACKENDS", b->name);
 }
 
-/* The whole matrix on target t; returns the cases the backends took, and
- * counts each backend's buckets in *ran. */
-static int matrix(const kiln_target *t, int run, kt_rng *r, ran_buckets *ran)
+/* The matrix on target t, of format only (-1: every format); returns the
+ * cases the backends took, and counts each backend's buckets in *ran. */
+static int matrix(const kiln_target *t, int only, int run, kt_rng *r, ran_buckets *ran)
 {
     const kiln_registry *reg = kiln_registry_default();
     int cases = 0;
@@ -223,7 +223,7 @@ static int matrix(const kiln_target *t, int run, kt_rng *r, ran_buckets *ran)
             continue;
         }
         for (int f = 0; f < KILN_FMT_COUNT; f++) {
-            if (!(b->formats & (1u << f)))
+            if (!(b->formats & (1u << f)) || (only >= 0 && f != only))
                 continue;
             if (run && !listed("KT_FORMATS", kiln_format_get((kiln_format)f)->name)) {
                 fprintf(stderr, "%s %s: not in KT_FORMATS=%s, not run\n", b->name,
@@ -253,7 +253,7 @@ Test(gpu_backends, strict_plans_run_the_forced_backend_on_named_targets)
         kiln_target t;
         cr_assert_eq(kiln_target_from_name(names[i], &t), KILN_OK, "%s", kiln_last_error());
         ran_buckets ran = { { 0 } };
-        cr_assert_gt(matrix(&t, 0, &r, &ran), 0);
+        cr_assert_gt(matrix(&t, -1, 0, &r, &ran), 0);
         cr_assert_gt(ran_of(&ran, "gemv"), 0, "%s: gemv in no bucket", names[i]);
         cr_assert_gt(ran_of(&ran, "simt"), 0, "%s: simt in no bucket", names[i]);
         cr_assert(t.mma_bf16 ? ran_of(&ran, "gemv_tc") > 0 : ran_of(&ran, "gemv_tc") == 0,
@@ -311,31 +311,63 @@ Test(gpu_backends, integer_groups_along_k_on_every_backend, .timeout = 600)
     cr_assert_geq(ran, 8, "simt at least runs every format and group");
 }
 
-Test(gpu_backends, every_backend_and_format_on_every_bucket_class, .timeout = 1200)
+/* The matrix on the GPU, a format a test process (the GPU suites run
+ * several at once); KT_BACKENDS and KT_FORMATS narrow it. */
+ParameterizedTestParameters(gpu_backends, every_backend_and_format_on_every_bucket_class)
+{
+    return KT_EVERY_FORMAT;
+}
+
+ParameterizedTest(int *fp, gpu_backends, every_backend_and_format_on_every_bucket_class,
+                  .timeout = 1200)
 {
     kt_need_gpu();
+    const int f = *fp;
+    const char *fname = kiln_format_get((kiln_format)f)->name;
+    if (!listed("KT_FORMATS", fname)) {
+        fprintf(stderr, "%s: not in KT_FORMATS=%s, not run\n", fname, getenv("KT_FORMATS"));
+        return;
+    }
     kt_fresh_cache(cache_path, sizeof cache_path);
     kiln_target live;
     cr_assert_eq(kiln_target_live(0, &live), KILN_OK, "%s", kiln_last_error());
-    kt_rng r = kt_rng_new(41);
+    kt_rng r = kt_rng_new(4100 + (uint64_t)f);
     ran_buckets ran = { { 0 } };
-    int cases = matrix(&live, 1, &r, &ran);
+    int cases = matrix(&live, f, 1, &r, &ran);
     const kiln_registry *reg = kiln_registry_default();
-    fprintf(stderr, "%d (backend, format, K) cases; buckets:", cases);
+    fprintf(stderr, "%s: %d (backend, K) cases; buckets:", fname, cases);
     for (int i = 0; i < reg->n; i++)
         fprintf(stderr, " %s %d", reg->backends[i]->name, ran.n[i]);
     fprintf(stderr, "\n");
-    cr_assert_gt(cases, 0, "KT_BACKENDS=%s KT_FORMATS=%s select no case the GPU runs",
-                 getenv("KT_BACKENDS") ? getenv("KT_BACKENDS") : "",
-                 getenv("KT_FORMATS") ? getenv("KT_FORMATS") : "");
     for (int i = 0; i < reg->n; i++) {
         const kiln_backend *b = reg->backends[i];
         char why[256];
-        int formats = 0;
-        for (int f = 0; f < KILN_FMT_COUNT; f++)
-            formats += (b->formats >> f & 1) &&
-                       listed("KT_FORMATS", kiln_format_get((kiln_format)f)->name);
-        if (selected(b) && formats && b->is_supported(&live, why, sizeof why))
-            cr_assert_gt(ran.n[i], 0, "%s ran in no bucket", b->name);
+        if (selected(b) && (b->formats >> f & 1) && b->is_supported(&live, why, sizeof why))
+            cr_assert_gt(ran.n[i], 0, "%s %s ran in no bucket", b->name, fname);
     }
+}
+
+/* KT_BACKENDS and KT_FORMATS, which a sanitizer run sets, select some case
+ * the GPU runs: a misspelt name does not make the matrix pass empty. */
+Test(gpu_backends, every_selection_holds_a_case)
+{
+    kt_need_gpu();
+    kiln_target live;
+    cr_assert_eq(kiln_target_live(0, &live), KILN_OK, "%s", kiln_last_error());
+    const kiln_registry *reg = kiln_registry_default();
+    int cases = 0;
+    for (int i = 0; i < reg->n; i++) {
+        const kiln_backend *b = reg->backends[i];
+        char why[256];
+        if (!selected(b) || !b->is_supported(&live, why, sizeof why))
+            continue;
+        for (int f = 0; f < KILN_FMT_COUNT; f++) {
+            int64_t ks[3], refused;
+            if ((b->formats >> f & 1) && listed("KT_FORMATS", kiln_format_get((kiln_format)f)->name))
+                cases += k_values(b, &live, (kiln_format)f, ks, &refused);
+        }
+    }
+    cr_assert_gt(cases, 0, "KT_BACKENDS=%s KT_FORMATS=%s select no case the GPU runs",
+                 getenv("KT_BACKENDS") ? getenv("KT_BACKENDS") : "",
+                 getenv("KT_FORMATS") ? getenv("KT_FORMATS") : "");
 }

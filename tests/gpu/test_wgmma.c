@@ -41,32 +41,34 @@ static kiln_session *wgmma_session(kiln_graph *g)
     return kt_session_create(g, &o);
 }
 
-Test(gpu_wgmma, every_format_matches_the_cpu, .timeout = 1200)
+ParameterizedTestParameters(gpu_wgmma, every_format_matches_the_cpu) { return KT_EVERY_FORMAT; }
+
+ParameterizedTest(int *fp, gpu_wgmma, every_format_matches_the_cpu, .timeout = 1200)
 {
     need_hopper();
     fresh_cache();
-    kt_rng r = kt_rng_new(21);
+    const int f = *fp;
+    kt_rng r = kt_rng_new(2100 + (uint64_t)f);
     /* N = 200 and 136 leave partial column tiles in both variants. */
     static const int64_t shapes[][2] = { { 256, 512 }, { 200, 768 }, { 136, 256 } };
     const kiln_backend *b = kiln_registry_find(kiln_registry_default(), "wgmma");
     cr_assert(b && b->formats, "no wgmma backend, or one that claims no format");
-    for (int f = 0; f < KILN_FMT_COUNT; f++)
-        for (size_t sh = 0; sh < KILN_ARRAY_LEN(shapes) && (b->formats & (1u << f)); sh++) {
-            kt_weight w;
-            kt_weight_make(&w, &r, (kiln_format)f, shapes[sh][0], shapes[sh][1]);
-            kiln_graph *g = kt_linear_graph(&w);
-            kiln_session *s = wgmma_session(g);
-            char what[64];
-            snprintf(what, sizeof what, "%s %lldx%lld", kiln_format_get((kiln_format)f)->name,
-                     (long long)shapes[sh][0], (long long)shapes[sh][1]);
-            double worst = 0;
-            for (size_t i = 0; i < KILN_ARRAY_LEN(token_counts); i++)
-                worst = fmax(worst, kt_check_session(s, g, token_counts[i], &r, what, NULL));
-            fprintf(stderr, "wgmma %-22s |gpu-ref| <= %.2f of the bound\n", what, worst);
-            kt_session_destroy(s);
-            kiln_graph_destroy(g);
-            kt_weight_free(&w);
-        }
+    for (size_t sh = 0; sh < KILN_ARRAY_LEN(shapes) && (b->formats & (1u << f)); sh++) {
+        kt_weight w;
+        kt_weight_make(&w, &r, (kiln_format)f, shapes[sh][0], shapes[sh][1]);
+        kiln_graph *g = kt_linear_graph(&w);
+        kiln_session *s = wgmma_session(g);
+        char what[64];
+        snprintf(what, sizeof what, "%s %lldx%lld", kiln_format_get((kiln_format)f)->name,
+                 (long long)shapes[sh][0], (long long)shapes[sh][1]);
+        double worst = 0;
+        for (size_t i = 0; i < KILN_ARRAY_LEN(token_counts); i++)
+            worst = fmax(worst, kt_check_session(s, g, token_counts[i], &r, what, NULL));
+        fprintf(stderr, "wgmma %-22s |gpu-ref| <= %.2f of the bound\n", what, worst);
+        kt_session_destroy(s);
+        kiln_graph_destroy(g);
+        kt_weight_free(&w);
+    }
 }
 
 /* How many of the plan's signatures name variant. */
@@ -250,65 +252,114 @@ static kiln_session *wgmma_tc_session(kiln_graph *g, const int64_t *sizes, int n
  * of the packed layout (N = 200, 1001, 4232), partial column and token
  * tiles, K of one atom to twelve (Q4_K and Q6_K: whole super-blocks of
  * four atoms, one to three); and one weight copy on the device. */
-Test(gpu_wgmma, wgmma_tc_matches_the_cpu, .timeout = 1200)
+static const kiln_format tc_formats[] = {
+    KILN_FMT_BF16,  KILN_FMT_F16,  KILN_FMT_NVFP4, KILN_FMT_MXFP4,      KILN_FMT_GGML_MXFP4,  KILN_FMT_Q8_0,
+    KILN_FMT_Q4_0,  KILN_FMT_Q4_K, KILN_FMT_Q6_K,  KILN_FMT_FP8_TENSOR, KILN_FMT_FP8_CHANNEL, KILN_FMT_MXFP8,
+};
+static const struct {
+    int64_t n, k;
+    int64_t capture[2];
+    const char *variant; /* of the largest bucket, on 132 SMs */
+    int64_t tokens[5];
+} tc_cases[] = {
+    { 256, 768, { 64, 256 }, "bt64s2", { 1, 17, 64, 65, 256 } },
+    { 1001, 192, { 64, 300 }, "bt64s2", { 2, 63, 64, 200, 300 } },
+    { 2048, 64, { 16, 1024 }, "bt256s2", { 16, 17, 129, 1000, 1024 } },
+    { 4232, 128, { 64, 4096 }, "bt256", { 1, 65, 257, 3000, 4096 } },
+    { 16384, 64, { 64, 128 }, "bt128", { 1, 33, 64, 65, 128 } }, /* 64: bt64 */
+    { 4096, 128, { 16, 200 }, "bt128s2", { 16, 17, 100, 199, 200 } },
+    /* 376 split tiles for 132 SMs: blocks loop over tiles, the sums'
+     * buffer handed back and forth; five atoms, both consumers' MMAs */
+    { 3000, 320, { 16, 2048 }, "bt256s2", { 16, 17, 1000, 2047, 2048 } },
+};
+
+/* K of case c for format f: whole blocks. */
+static int64_t tc_case_k(kiln_format f, size_t c)
+{
+    const int64_t block = kiln_format_get(f)->block;
+    return (tc_cases[c].k + block - 1) / block * block;
+}
+
+static kiln_plan *tc_case_plan(kiln_graph *g, const kiln_target *t, size_t c)
+{
+    kiln_plan_options po = { .backend = "wgmma_tc", .strict_backend = 1,
+                             .capture = tc_cases[c].capture, .n_capture = 2 };
+    kiln_plan *p = NULL;
+    cr_assert_eq(kiln_plan_create(g, t, &po, &p), KILN_OK, "%s", kiln_last_error());
+    return p;
+}
+
+/* The cases reach each of the six tiles on 132 SMs, over the formats:
+ * the plans alone, so that the runs below can go one format a process. */
+Test(gpu_wgmma, wgmma_tc_cases_reach_every_tile)
 {
     need_hopper();
-    fresh_cache();
     kiln_target live;
     cr_assert_eq(kiln_target_live(0, &live), KILN_OK, "%s", kiln_last_error());
-    kt_rng r = kt_rng_new(24);
-    static const kiln_format fs[] = { KILN_FMT_BF16,        KILN_FMT_F16,        KILN_FMT_NVFP4,
-                                      KILN_FMT_MXFP4,       KILN_FMT_GGML_MXFP4, KILN_FMT_Q8_0,
-                                      KILN_FMT_Q4_0,        KILN_FMT_Q4_K,       KILN_FMT_Q6_K,
-                                      KILN_FMT_FP8_TENSOR,  KILN_FMT_FP8_CHANNEL, KILN_FMT_MXFP8 };
-    static const struct {
-        int64_t n, k;
-        int64_t capture[2];
-        const char *variant; /* of the largest bucket, on 132 SMs */
-        int64_t tokens[5];
-    } cases[] = {
-        { 256, 768, { 64, 256 }, "bt64s2", { 1, 17, 64, 65, 256 } },
-        { 1001, 192, { 64, 300 }, "bt64s2", { 2, 63, 64, 200, 300 } },
-        { 2048, 64, { 16, 1024 }, "bt256s2", { 16, 17, 129, 1000, 1024 } },
-        { 4232, 128, { 64, 4096 }, "bt256", { 1, 65, 257, 3000, 4096 } },
-        { 16384, 64, { 64, 128 }, "bt128", { 1, 33, 64, 65, 128 } }, /* 64: bt64 */
-        { 4096, 128, { 16, 200 }, "bt128s2", { 16, 17, 100, 199, 200 } },
-        /* 376 split tiles for 132 SMs: blocks loop over tiles, the sums'
-         * buffer handed back and forth; five atoms, both consumers' MMAs */
-        { 3000, 320, { 16, 2048 }, "bt256s2", { 16, 17, 1000, 2047, 2048 } },
-    };
+    if (live.sm_count != 132) {
+        fprintf(stderr, "wgmma_tc tiles: the cases pick them on 132 SMs, this %s has %d: "
+                "not asserted\n", live.name, live.sm_count);
+        return;
+    }
+    kt_rng r = kt_rng_new(23);
     static const char *const all[] = { "bt256", "bt128", "bt64", "bt256s2", "bt128s2", "bt64s2" };
     int seen[KILN_ARRAY_LEN(all)] = { 0 };
-    for (size_t f = 0; f < KILN_ARRAY_LEN(fs); f++)
-        for (size_t c = 0; c < KILN_ARRAY_LEN(cases); c++) {
-            const int64_t block = kiln_format_get(fs[f])->block;
-            const int64_t k = (cases[c].k + block - 1) / block * block;
+    for (size_t f = 0; f < KILN_ARRAY_LEN(tc_formats); f++)
+        for (size_t c = 0; c < KILN_ARRAY_LEN(tc_cases); c++) {
             kt_weight w;
-            kt_weight_make(&w, &r, fs[f], cases[c].n, k);
+            kt_weight_make(&w, &r, tc_formats[f], tc_cases[c].n, tc_case_k(tc_formats[f], c));
             kiln_graph *g = kt_linear_graph(&w);
-            kiln_session *s = wgmma_tc_session(g, cases[c].capture, 2);
-            const kiln_plan *p = kt_session_plan(s);
-            if (live.sm_count == 132)
-                cr_assert_eq(signatures_with(p, cases[c].variant), 1, "%lldx%lld: %s",
-                             (long long)cases[c].n, (long long)cases[c].k, cases[c].variant);
+            kiln_plan *p = tc_case_plan(g, &live, c);
             for (size_t v = 0; v < KILN_ARRAY_LEN(all); v++)
                 seen[v] += signatures_with(p, all[v]);
-            size_t storage, packed;
-            cr_assert_eq(kiln_plan_weight_bytes(p, &storage, &packed), KILN_OK);
-            cr_assert(storage == 0 && packed > 0, "one packed copy: %zu + %zu", storage, packed);
-            char what[64];
-            snprintf(what, sizeof what, "%s %lldx%lld", kiln_format_get(fs[f])->name,
-                     (long long)cases[c].n, (long long)k);
-            double worst = 0;
-            for (size_t i = 0; i < KILN_ARRAY_LEN(cases[c].tokens); i++)
-                worst = fmax(worst, kt_check_session(s, g, cases[c].tokens[i], &r, what, NULL));
-            fprintf(stderr, "wgmma_tc %-24s |gpu-ref| <= %.2f of the bound\n", what, worst);
-            kt_session_destroy(s);
+            kiln_plan_destroy(p);
             kiln_graph_destroy(g);
             kt_weight_free(&w);
         }
-    for (size_t v = 0; v < KILN_ARRAY_LEN(all) && live.sm_count == 132; v++)
-        cr_assert_gt(seen[v], 0, "no case ran the %s tile", all[v]);
+    for (size_t v = 0; v < KILN_ARRAY_LEN(all); v++)
+        cr_assert_gt(seen[v], 0, "no case takes the %s tile", all[v]);
+}
+
+ParameterizedTestParameters(gpu_wgmma, wgmma_tc_matches_the_cpu)
+{
+    static int fs[KILN_ARRAY_LEN(tc_formats)];
+    for (size_t i = 0; i < KILN_ARRAY_LEN(fs); i++)
+        fs[i] = (int)tc_formats[i];
+    return cr_make_param_array(int, fs, KILN_ARRAY_LEN(fs));
+}
+
+ParameterizedTest(int *fp, gpu_wgmma, wgmma_tc_matches_the_cpu, .timeout = 1200)
+{
+    need_hopper();
+    fresh_cache();
+    const kiln_format f = (kiln_format)*fp;
+    kiln_target live;
+    cr_assert_eq(kiln_target_live(0, &live), KILN_OK, "%s", kiln_last_error());
+    kt_rng r = kt_rng_new(2400 + (uint64_t)f);
+    for (size_t c = 0; c < KILN_ARRAY_LEN(tc_cases); c++) {
+        const int64_t k = tc_case_k(f, c);
+        kt_weight w;
+        kt_weight_make(&w, &r, f, tc_cases[c].n, k);
+        kiln_graph *g = kt_linear_graph(&w);
+        kiln_session *s = wgmma_tc_session(g, tc_cases[c].capture, 2);
+        const kiln_plan *p = kt_session_plan(s);
+        if (live.sm_count == 132)
+            cr_assert_eq(signatures_with(p, tc_cases[c].variant), 1, "%lldx%lld: %s",
+                         (long long)tc_cases[c].n, (long long)tc_cases[c].k, tc_cases[c].variant);
+        size_t storage, packed;
+        cr_assert_eq(kiln_plan_weight_bytes(p, &storage, &packed), KILN_OK);
+        cr_assert(storage == 0 && packed > 0, "one packed copy: %zu + %zu", storage, packed);
+        char what[64];
+        snprintf(what, sizeof what, "%s %lldx%lld", kiln_format_get(f)->name,
+                 (long long)tc_cases[c].n, (long long)k);
+        double worst = 0;
+        for (size_t i = 0; i < KILN_ARRAY_LEN(tc_cases[c].tokens); i++)
+            worst = fmax(worst, kt_check_session(s, g, tc_cases[c].tokens[i], &r, what, NULL));
+        fprintf(stderr, "wgmma_tc %-24s |gpu-ref| <= %.2f of the bound\n", what, worst);
+        kt_session_destroy(s);
+        kiln_graph_destroy(g);
+        kt_weight_free(&w);
+    }
 }
 
 /* The FFN on wgmma_tc: gate and up share one bf16-tc step, up fuses
