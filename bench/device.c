@@ -1,7 +1,6 @@
 /* The device the bench runs on: context, stream, events, library handles,
  * timed units and the copy bandwidth that is the ceiling. */
 #include "bench/gpu.h"
-#include "runtime/session.h"
 
 /* cuBLAS asks for 32 MiB of workspace on Hopper to reach its best kernels. */
 #define WORKSPACE_BYTES (32u << 20)

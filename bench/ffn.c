@@ -3,7 +3,6 @@
  * against kiln's CPU executor before the whole stack is timed. */
 #include "bench/gpu.h"
 #include "codegen/nvrtc.h"
-#include "runtime/session.h"
 
 #include <stdlib.h>
 #include <string.h>

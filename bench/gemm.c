@@ -1,7 +1,6 @@
 /* `kiln-bench gemm`: per shape, the peers at every M, then kiln in every
  * format at every M, each kiln kernel checked before it is timed. */
 #include "bench/gpu.h"
-#include "runtime/session.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -370,7 +370,7 @@ static json_t *tuning_json(kiln_cache *c, int i)
     kiln_tuning *t;
     if (kiln_tuning_create(&t))
         return json_null();
-    json_t *rows = kiln_cache_layer_tuning(c, i, t) == KILN_OK ? cli_tuning_json(t) : json_null();
+    json_t *rows = kiln_cache_layer_tuning(c, i, t) == KILN_OK ? cli_tuning_json(t, NULL) : json_null();
     kiln_tuning_destroy(t);
     return rows;
 }
@@ -440,15 +440,21 @@ static int run_stat(cache_args *a)
             char safe[2048];
             printf("tuning:   %s\n", cli_printable(kiln_last_error(), safe, sizeof safe));
         } else if (kiln_tuning_n(t)) {
-            int changed = 0;
+            int changed = 0, steps = 0, serial = 0;
             for (int k = 0; k < kiln_tuning_n(t); k++) {
                 kiln_tuning_entry e;
                 kiln_tuning_at(t, k, &e);
-                changed += strcmp(e.variant, e.heuristic) != 0;
+                if (!strncmp(e.signature, "step ", 5)) {
+                    steps++;
+                    serial += !strcmp(e.variant, "serial");
+                } else {
+                    changed += strcmp(e.variant, e.heuristic) != 0;
+                }
             }
             printf("tuning:   %d kernel and bucket choices measured by kiln tune, %d differ from "
-                   "the heuristic's (--json lists them)\n",
-                   kiln_tuning_n(t), changed);
+                   "the heuristic's; %d steps' launch policies, %d serial (--json lists "
+                   "them)\n",
+                   kiln_tuning_n(t) - steps, changed, steps, serial);
         }
         kiln_tuning_destroy(t);
     }

@@ -209,9 +209,10 @@ extern const cli_command cli_cmd_cache;
 extern const cli_command cli_cmd_run;
 extern const cli_command cli_cmd_tune;
 
-/* t's entries as a JSON array (signature, tokens, variant, us, heuristic,
- * heuristic_us), as kiln tune --json and kiln cache stat --json give them. */
+/* t's entries whose signature starts with prefix (NULL: all) as a JSON
+ * array (signature, tokens, variant, us, heuristic, heuristic_us), as kiln
+ * tune --json and kiln cache stat --json give them. */
 struct json_t;
-struct json_t *cli_tuning_json(const kiln_tuning *t);
+struct json_t *cli_tuning_json(const kiln_tuning *t, const char *prefix);
 
 #endif

@@ -18,11 +18,13 @@ static void help(FILE *out)
             "for each range of token buckets, the activations it reads and their scale\n"
             "(dynamic, or a checkpoint's static input_scale, and whether the backend\n"
             "applies or ignores it), the fused epilogue and why the backends before it in\n"
-            "the format's priority list were refused; then how many kernels the plan needs, the activation arena and the\n"
-            "weight memory on the device (storage layout and packed), in binary units\n"
-            "(MiB); --json gives every size in bytes. The variant column is the kernel's\n"
-            "tile configuration or M class, marked * where a tuning table (kiln tune)\n"
-            "chose it over the heuristic.\n"
+            "the format's priority list were refused; then how many kernels the plan\n"
+            "needs, the activation arena and the weight memory on the device (storage\n"
+            "layout and packed), in binary units (MiB); --json gives every size in bytes.\n"
+            "The variant column is the kernel's tile configuration or M class, marked *\n"
+            "where a tuning table (kiln tune) chose it over the heuristic; a \"launches\n"
+            "(tuned)\" line names the buckets whose launch policy the table sets (serial:\n"
+            "each kernel starts after the one before it ends).\n"
             "\n"
             CLI_PLAN_HELP
             "  --cache PATH      plan with the tuning table of this kernel cache, as compile\n"
@@ -98,6 +100,17 @@ static void print_text(const kiln_plan *p, const char *source, const kiln_target
            cli_bytes(kiln_plan_arena_bytes(p, nb - 1), a, sizeof a),
            (long long)kiln_plan_bucket(p, nb - 1),
            cli_bytes(kiln_plan_naive_bytes(p, nb - 1), b, sizeof b));
+    int tuned = 0;
+    for (int s = 0; s < nb; s++)
+        tuned += kiln_plan_step_policy(p, s) >= 0;
+    if (tuned) {
+        printf("launches (tuned):");
+        for (int s = 0; s < nb; s++)
+            if (kiln_plan_step_policy(p, s) >= 0)
+                printf(" %lld %s", (long long)kiln_plan_bucket(p, s),
+                       kiln_plan_step_policy(p, s) ? "serial" : "overlap");
+        printf("; the other buckets overlap where their kernels allow\n");
+    }
     size_t storage, packed;
     if (kiln_plan_weight_bytes(p, &storage, &packed) == KILN_OK)
         printf("weights on the device: %s (%s in kiln's storage layout, %s packed for the "
@@ -117,6 +130,10 @@ static int print_json(const kiln_plan *p, const char *source, const kiln_target 
                                                (json_int_t)kiln_plan_bucket(p, b), "bytes",
                                                (json_int_t)kiln_plan_arena_bytes(p, b), "naive",
                                                (json_int_t)kiln_plan_naive_bytes(p, b)));
+        int pol = kiln_plan_step_policy(p, b);
+        if (pol >= 0)
+            json_object_set_new(json_array_get(arena, (size_t)b), "launches",
+                                json_string(pol ? "serial" : "overlap"));
     }
     for (int i = 0; i < nl; i++) {
         json_t *per = json_array(), *node = NULL;

@@ -22,7 +22,7 @@ static void help(FILE *out)
             "kiln compile, kiln run, kiln plan --cache and kiln cache export then plan\n"
             "with it, and a cache exported from it carries the entries its plan uses, so\n"
             "a deployment plans the same kernels. Kernels whose backend offers one\n"
-            "variant (the decode kernels' M classes) are not timed.\n"
+            "variant (the decode kernels' M classes) are not timed alone.\n"
             "\n"
             "Each round builds a session in which every tuned kernel runs its next\n"
             "variant (compiling what the cache lacks), runs each bucket on the same\n"
@@ -30,13 +30,22 @@ static void help(FILE *out)
             "kernel alone (kiln run --profile's timing, the median of --reps\n"
             "repetitions). A variant whose outputs differ by more than 2 %% of the\n"
             "largest output in some bucket is left out there, with a warning. A kernel\n"
-            "shared by several layers is timed as their mean. Prints, per kernel and\n"
-            "bucket, the heuristic's variant and time, the fastest and its time;\n"
-            "--json the same as JSON.\n"
+            "shared by several layers is timed as their mean.\n"
+            "\n"
+            "Then the whole step of each bucket, with the variants chosen: its graph\n"
+            "replayed with the kernels overlapping where they allow (each may start while\n"
+            "the one before it drains), then with every kernel starting after the one\n"
+            "before it ends; the median of --reps runs of 10 replays each. Serial is\n"
+            "stored for a bucket where it is faster by more than 0.5 %%, or where the\n"
+            "outputs differ between the two (a warning). Not with KILN_SERIAL=1.\n"
+            "\n"
+            "Prints, per kernel and bucket, the heuristic's variant and time, the\n"
+            "fastest and its time; per bucket both step times and the launch policy;\n"
+            "--json the same as JSON (\"kernels\", \"steps\").\n"
             "\n"
             "  --cache PATH      the writable kernel cache the table is stored in\n"
             "                    [$KILN_CACHE or the default]\n"
-            "  --reps N          timed repetitions of each kernel [20]\n"
+            "  --reps N          timed repetitions of each kernel and step [20]\n"
             "  --device cuda:N   the GPU [cuda:0]\n"
             "  --json            print the results as JSON on stdout\n"
             CLI_PLAN_HELP
@@ -243,6 +252,147 @@ static kiln_status round_run(tuner *t, int r, const kiln_plan *p)
     return st;
 }
 
+/* The launch policy of each bucket's whole step. */
+typedef struct step_site {
+    int64_t m;
+    char key[KILN_SIGNATURE_MAX];
+    double us[2]; /* overlap, serial: the median replay */
+    int differ;   /* serial outputs differ from the overlapped ones */
+    int serial;   /* the policy chosen */
+} step_site;
+
+enum { STEP_REPLAYS = 10 };
+
+/* Arm 0 (overlap) or 1 (serial) of the step rounds: a session with the
+ * chosen variants (found) and, in arm 1, every bucket's step serial; each
+ * bucket run on the same inputs (arm 1's outputs compared with arm 0's,
+ * bit for bit: only launch timing differs), then its graph replayed
+ * STEP_REPLAYS times back to back, --reps times, the median kept. */
+static kiln_status step_arm(tuner *t, int arm, const kiln_tuning *found, step_site *sites, int nb,
+                            float ***outs)
+{
+    kiln_tuning *table;
+    kiln_status st = kiln_tuning_create(&table);
+    for (int i = 0; i < kiln_tuning_n(found) && !st; i++) {
+        kiln_tuning_entry e;
+        if (!(st = kiln_tuning_at(found, i, &e)))
+            st = kiln_tuning_set(table, &e);
+    }
+    for (int b = 0; b < nb && arm && !st; b++) {
+        kiln_tuning_entry e = { .signature = sites[b].key, .bucket = sites[b].m,
+                                .variant = "serial", .heuristic = "overlap" };
+        st = kiln_tuning_set(table, &e);
+    }
+    kiln_session *sess = NULL;
+    kiln_session_options so = t->so;
+    so.plan.tuning = table;
+    if (!st)
+        st = kiln_session_create(t->g, &so, &sess);
+    kiln_tuning_destroy(table);
+    const kiln_plan *p = sess ? kiln_session_plan(sess) : NULL;
+    const int n_in = kiln_graph_n_inputs(t->g), n_out = kiln_graph_n_outputs(t->g);
+    if (!st && (n_in > 64 || n_out > 64))
+        st = cli_error(KILN_ERR_UNSUPPORTED, "more than 64 inputs or outputs");
+    double *x = st ? NULL : malloc((size_t)t->reps * sizeof *x);
+    if (!st && !x)
+        st = cli_error(KILN_ERR_NOMEM, "the step timings");
+    for (int b = 0; b < nb && !st; b++) {
+        step_site *s = &sites[b];
+        const int64_t m = s->m;
+        if (arm == 0) {
+            if ((st = kiln_plan_step_key(p, b, s->key, sizeof s->key)))
+                break;
+        } else if (kiln_plan_step_policy(p, b) != 1) {
+            st = cli_error(KILN_ERR_STATE, "the serial round's plan did not take the launch "
+                           "policy of bucket %lld (%s)", (long long)m, s->key);
+            break;
+        }
+        float *in[64] = { 0 }, *out[64] = { 0 };
+        for (int i = 0; i < n_in && !st; i++) {
+            int64_t w = kiln_tensor_ne(kiln_graph_input_at(t->g, i), 0);
+            if (!(in[i] = malloc((size_t)(m * w) * sizeof(float))))
+                st = cli_error(KILN_ERR_NOMEM, "inputs of %lld tokens", (long long)m);
+            else
+                cli_fill_input(i, m, w, in[i]);
+        }
+        for (int o = 0; o < n_out && !st; o++)
+            if (!(out[o] = malloc((size_t)(m * kiln_tensor_ne(kiln_graph_output_at(t->g, o), 0)) *
+                                  sizeof(float))))
+                st = cli_error(KILN_ERR_NOMEM, "outputs of %lld tokens", (long long)m);
+        if (!st)
+            st = kiln_session_run(sess, m, (const float *const *)in, out);
+        for (int o = 0; o < n_out && !st; o++) {
+            float **ref = &outs[b][o];
+            size_t n = (size_t)(m * kiln_tensor_ne(kiln_graph_output_at(t->g, o), 0));
+            if (arm == 0) {
+                *ref = out[o];
+                out[o] = NULL;
+            } else if (memcmp(*ref, out[o], n * sizeof(float))) {
+                s->differ = 1;
+            }
+        }
+        for (int i = 0; i < 64; i++) {
+            free(in[i]);
+            free(out[i]);
+        }
+        for (int r = 0; r < t->reps && !st; r++) {
+            float us = 0;
+            st = kiln_session_bench(sess, m, STEP_REPLAYS, &us);
+            x[r] = us;
+        }
+        if (!st) {
+            qsort(x, (size_t)t->reps, sizeof *x, cmp_double);
+            s->us[arm] = x[t->reps / 2];
+        }
+    }
+    free(x);
+    kiln_session_destroy(sess);
+    return st;
+}
+
+/* The step rounds: each bucket's launch policy into found, serial where
+ * its replay is faster by more than 0.5 % or where the overlapped outputs
+ * differ from the serial ones (warned: a kernel's overlap is then unsafe). */
+static kiln_status step_rounds(tuner *t, const kiln_plan *p, kiln_tuning *found, step_site *sites,
+                               int *serial)
+{
+    const int nb = kiln_plan_n_buckets(p), n_out = kiln_graph_n_outputs(t->g);
+    float ***outs = calloc((size_t)nb, sizeof *outs);
+    kiln_status st = outs ? KILN_OK : cli_error(KILN_ERR_NOMEM, "the step outputs");
+    for (int b = 0; b < nb && !st; b++) {
+        sites[b] = (step_site){ .m = kiln_plan_bucket(p, b) };
+        if (!(outs[b] = calloc((size_t)n_out + 1, sizeof **outs)))
+            st = cli_error(KILN_ERR_NOMEM, "the step outputs");
+    }
+    for (int arm = 0; arm < 2 && !st; arm++) {
+        fprintf(stderr, "tune: the whole step of each bucket, %s\n",
+                arm ? "every kernel after the one before it ends" : "kernels overlapping");
+        st = step_arm(t, arm, found, sites, nb, outs);
+    }
+    *serial = 0;
+    for (int b = 0; b < nb && !st; b++) {
+        step_site *s = &sites[b];
+        const int pick = s->differ || s->us[1] < 0.995 * s->us[0];
+        if (s->differ)
+            fprintf(stderr, "kiln tune: warning: at %lld tokens the outputs of overlapped "
+                    "launches differ from serial ones; serial chosen (%s)\n", (long long)s->m,
+                    s->key);
+        kiln_tuning_entry e = { .signature = s->key, .bucket = s->m,
+                                .variant = pick ? "serial" : "overlap", .us = s->us[pick],
+                                .heuristic = "overlap", .heuristic_us = s->us[0] };
+        s->serial = pick;
+        *serial += pick;
+        st = kiln_tuning_set(found, &e);
+    }
+    for (int b = 0; outs && b < nb; b++) {
+        for (int o = 0; outs[b] && o < n_out; o++)
+            free(outs[b][o]);
+        free(outs[b]);
+    }
+    free(outs);
+    return st;
+}
+
 /* The short name of a key: backend, format, N x K, epilogue, act. */
 static const char *short_name(const char *key, char *buf, size_t size)
 {
@@ -265,12 +415,14 @@ static const char *short_name(const char *key, char *buf, size_t size)
     return buf;
 }
 
-json_t *cli_tuning_json(const kiln_tuning *t)
+json_t *cli_tuning_json(const kiln_tuning *t, const char *prefix)
 {
     json_t *rows = json_array();
     for (int i = 0; i < kiln_tuning_n(t); i++) {
         kiln_tuning_entry e;
         kiln_tuning_at(t, i, &e);
+        if (prefix && strncmp(e.signature, prefix, strlen(prefix)))
+            continue;
         json_array_append_new(rows, json_pack("{s:s, s:I, s:s, s:f, s:s, s:f}", "signature",
                                               e.signature, "tokens", (json_int_t)e.bucket,
                                               "variant", e.variant, "us", e.us, "heuristic",
@@ -356,9 +508,6 @@ static int run(int argc, char **argv)
     const size_t n_ref = (size_t)kiln_plan_n_buckets(p) * (size_t)kiln_graph_n_outputs(t.g);
     if (!st && !(t.ref = calloc(n_ref + 1, sizeof *t.ref)))
         st = cli_error(KILN_ERR_NOMEM, "the reference outputs");
-    if (!st && !t.n && !json)
-        printf("tune: %s on %s: every kernel of the plan has one variant; nothing to time\n",
-               src.name, target.name);
     double t0 = cli_now();
     for (int r = -1; r < t.rounds && t.n && !st; r++) {
         if (!json)
@@ -391,8 +540,20 @@ static int run(int argc, char **argv)
         changed += best != s->heuristic;
         st = kiln_tuning_set(found, &e);
     }
+    /* then each bucket's whole step, with the variants chosen */
+    const int nb = kiln_plan_n_buckets(p);
+    step_site *steps = calloc((size_t)nb, sizeof *steps);
+    const char *no_overlap = getenv("KILN_SERIAL");
+    int serial = 0, stepped = !st && !(no_overlap && !strcmp(no_overlap, "1"));
+    if (!st && !steps)
+        st = cli_error(KILN_ERR_NOMEM, "the step rounds");
+    if (!st && !stepped)
+        fprintf(stderr, "tune: KILN_SERIAL is set, so no launch overlaps: the launch policy "
+                "of the steps is not timed\n");
+    if (!st && stepped)
+        st = step_rounds(&t, p, found, steps, &serial);
     kiln_cache *cache = NULL;
-    if (!st && t.n && !(st = kiln_cache_open(&t.so.cache, &cache)))
+    if (!st && kiln_tuning_n(found) && !(st = kiln_cache_open(&t.so.cache, &cache)))
         st = kiln_cache_store_tuning(cache, found);
     const char *stored = cache && kiln_cache_writable_layer(cache) >= 0
                              ? kiln_cache_layer_path(cache, kiln_cache_writable_layer(cache))
@@ -400,25 +561,56 @@ static int run(int argc, char **argv)
     if (!st && json) {
         json_t *root = json_pack("{s:s, s:s, s:s}", "model", src.name, "target", target.name,
                                  "cache", stored);
-        json_object_set_new(root, "kernels", cli_tuning_json(found));
+        json_object_set_new(root, "kernels", cli_tuning_json(found, "linear "));
+        json_t *rows = json_array();
+        for (int b = 0; b < nb && stepped; b++)
+            json_array_append_new(rows, json_pack("{s:s, s:I, s:f, s:f, s:s, s:b}", "key",
+                                                  steps[b].key, "tokens", (json_int_t)steps[b].m,
+                                                  "overlap_us", steps[b].us[0], "serial_us",
+                                                  steps[b].us[1], "launches",
+                                                  steps[b].serial ? "serial" : "overlap",
+                                                  "outputs_differ", steps[b].differ));
+        json_object_set_new(root, "steps", rows);
         json_dumpf(root, stdout, JSON_INDENT(1));
         putchar('\n');
         json_decref(root);
-    } else if (!st && t.n) {
-        printf("tune: %s on %s: %d kernels x buckets in %d rounds, %.1f s\n\n", src.name,
-               target.name, t.n, t.rounds + 1, cli_now() - t0);
-        printf("%-52s %7s  %-15s %9s  %-15s %9s  %s\n", "kernel", "tokens", "heuristic", "us",
-               "fastest", "us", "speedup");
-        for (int i = 0; i < kiln_tuning_n(found); i++) {
-            kiln_tuning_entry e;
-            char name[160];
-            kiln_tuning_at(found, i, &e);
-            printf("%-52s %7lld  %-15s %9.2f  %-15s %9.2f  %.2fx\n",
-                   short_name(e.signature, name, sizeof name), (long long)e.bucket, e.heuristic,
-                   e.heuristic_us, e.variant, e.us, e.us > 0 ? e.heuristic_us / e.us : 1.0);
+    } else if (!st) {
+        printf("tune: %s on %s: %d kernels x buckets in %d rounds%s, %.1f s\n", src.name,
+               target.name, t.n, t.n ? t.rounds + 1 : 0,
+               stepped ? ", then each bucket's step overlapped and serial" : "",
+               cli_now() - t0);
+        if (t.n) {
+            printf("\n%-52s %7s  %-15s %9s  %-15s %9s  %s\n", "kernel", "tokens", "heuristic",
+                   "us", "fastest", "us", "speedup");
+            for (int i = 0; i < kiln_tuning_n(found); i++) {
+                kiln_tuning_entry e;
+                char name[160];
+                kiln_tuning_at(found, i, &e);
+                if (strncmp(e.signature, "linear ", 7))
+                    continue;
+                printf("%-52s %7lld  %-15s %9.2f  %-15s %9.2f  %.2fx\n",
+                       short_name(e.signature, name, sizeof name), (long long)e.bucket,
+                       e.heuristic, e.heuristic_us, e.variant, e.us,
+                       e.us > 0 ? e.heuristic_us / e.us : 1.0);
+            }
+            printf("\n%d of %d choices differ from the heuristic's\n", changed, t.n);
+        } else {
+            printf("every kernel of the plan has one variant\n");
         }
-        printf("\n%d of %d choices differ from the heuristic's; stored in %s\n", changed, t.n,
-               stored);
+        if (stepped) {
+            printf("\n%-7s %-8s %12s %12s  %s\n", "tokens", "kernels", "overlap us", "serial us",
+                   "launches");
+            for (int b = 0; b < nb; b++) {
+                const char *k = strstr(steps[b].key, " steps=");
+                printf("%-7lld %-8d %12.2f %12.2f  %s%s\n", (long long)steps[b].m,
+                       k ? atoi(k + 7) : 0, steps[b].us[0], steps[b].us[1],
+                       steps[b].serial ? "serial" : "overlap",
+                       steps[b].differ ? " (outputs differ when overlapped)" : "");
+            }
+            printf("\n%d of %d buckets run serial\n", serial, nb);
+        }
+        if (kiln_tuning_n(found))
+            printf("stored in %s\n", stored);
     }
     kiln_cache_close(cache);
     kiln_tuning_destroy(found);
@@ -426,6 +618,7 @@ static int run(int argc, char **argv)
         free(t.ref[i]);
     free(t.ref);
     free(t.sites);
+    free(steps);
     kiln_plan_destroy(p);
     cli_source_close(&src);
     kiln_tuning_destroy(none);

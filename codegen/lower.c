@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 static const int64_t default_capture[] = { KILN_DEFAULT_CAPTURE_SIZES };
 
@@ -462,6 +463,55 @@ static kiln_status plan_launches(kiln_plan *p, kiln_program *bk)
     return KILN_OK;
 }
 
+/* The tuning key of program bk, its whole step: "step target=T steps=N
+ * hash=H", H chaining XXH3 over its steps' signatures in stream order, so
+ * that another shape mix, kernel or layer count has another key. */
+static void step_key(const kiln_plan *p, const kiln_program *bk, char *out, size_t size)
+{
+    uint64_t h = 0;
+    for (int i = 0; i < bk->n_steps; i++) {
+        const char *sig = p->signatures[bk->steps[i].signature].text;
+        h = XXH3_64bits_withSeed(sig, strlen(sig), h);
+    }
+    snprintf(out, size, "step target=%s steps=%d hash=%016llx", p->kernel_target.name,
+             bk->n_steps, (unsigned long long)h);
+}
+
+/* The tuning table's launch policy for program bk: "serial" clears every
+ * launch's overlap, so each kernel starts after the one before it ends;
+ * "overlap" keeps the backends' permissions, as no entry does. The entry
+ * is copied into the plan's (an export carries it); any other variant
+ * leaves a warning. */
+static kiln_status apply_step_tuning(kiln_plan *p, const kiln_tuning *t, kiln_program *bk)
+{
+    char key[KILN_SIGNATURE_MAX];
+    step_key(p, bk, key, sizeof key);
+    int i = kiln_tuning_index(t, key, bk->m);
+    if (i < 0)
+        return KILN_OK;
+    kiln_tuning_entry e;
+    kiln_status st = kiln_tuning_at(t, i, &e);
+    if (st)
+        return st;
+    const int serial = !strcmp(e.variant, "serial");
+    if (!serial && strcmp(e.variant, "overlap")) {
+        char text[KILN_SIGNATURE_MAX + 256];
+        snprintf(text, sizeof text,
+                 "tuning: launch policy %s for M bucket %lld of \"%s\" is neither overlap nor "
+                 "serial; the kernels keep their overlap",
+                 e.variant, (long long)bk->m, key);
+        return plan_warn(p, text);
+    }
+    bk->tuned = 1;
+    bk->serial = serial;
+    for (int s = 0; s < bk->n_steps && serial; s++)
+        for (int f = 0; f < bk->steps[s].n_launch; f++)
+            bk->steps[s].launch[f].overlap = 0;
+    if (!p->tuned && (st = kiln_tuning_create(&p->tuned)))
+        return st;
+    return kiln_tuning_set(p->tuned, &e);
+}
+
 /* First-fit placement in the order values are produced: a value takes the
  * lowest offset where it overlaps no earlier-placed value whose live range
  * [first, last] meets its own. Ranges are inclusive, so a step's output never
@@ -634,6 +684,8 @@ kiln_status kiln_plan_create_with(const kiln_registry *r, kiln_graph *g, const k
             plan_memory(b.bk);
             st = plan_launches(p, b.bk);
         }
+        if (st == KILN_OK && kiln_tuning_n(o->tuning))
+            st = apply_step_tuning(p, o->tuning, b.bk);
     }
     free(b.value_of);
     if (st != KILN_OK)
@@ -699,6 +751,22 @@ const char *const *kiln_plan_warnings(const kiln_plan *p)
 size_t kiln_plan_arena_bytes(const kiln_plan *p, int bucket)
 {
     return bucket >= 0 && bucket < p->n_buckets ? p->programs[bucket].arena_bytes : 0;
+}
+
+kiln_status kiln_plan_step_key(const kiln_plan *p, int bucket, char *key, size_t size)
+{
+    if (!p || bucket < 0 || bucket >= p->n_buckets || !key || size < KILN_SIGNATURE_MAX)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "plan: step key of bucket %d of %d (%zu bytes)",
+                         bucket, p ? p->n_buckets : 0, size);
+    step_key(p, &p->programs[bucket], key, size);
+    return KILN_OK;
+}
+
+int kiln_plan_step_policy(const kiln_plan *p, int bucket)
+{
+    if (!p || bucket < 0 || bucket >= p->n_buckets || !p->programs[bucket].tuned)
+        return -1;
+    return p->programs[bucket].serial;
 }
 
 size_t kiln_plan_naive_bytes(const kiln_plan *p, int bucket)

@@ -154,6 +154,10 @@ typedef struct kiln_program {
     kiln_value *values;
     int n_values, cap_values;
     size_t arena_bytes, naive_bytes;
+    /* A tuning entry chose the launch policy of the whole step: serial,
+     * every kernel starting after the one before it ends (the launches'
+     * overlap cleared), or the backends' overlap kept. */
+    int tuned, serial;
 } kiln_program;
 
 /* One kernel of the build: a cubin and the functions a step launches. */

@@ -1,14 +1,16 @@
 /* Tile configurations chosen by measurement: a table from (kernel signature
  * with its variant left out, token bucket) to the variant that ran fastest
- * there, with the times that chose it. `kiln tune` fills it on a device,
+ * there, with the times that chose it; and from (a bucket's whole step,
+ * token bucket) to its launch policy, serial or overlap. `kiln tune` fills it on a device,
  * the cache keeps it beside the kernels, and planning prefers its variants
  * to the heuristic's.
  *
  * As text (the cache's form), one entry a line, fields one space apart:
  *     BUCKET VARIANT US HEURISTIC HEURISTIC_US SIGNATURE
  * US and HEURISTIC_US in microseconds, SIGNATURE to the end of the line
- * (a linear signature with "variant=*"). The text comes from a cache file:
- * untrusted, parsed field by field with every length bounded. */
+ * (a linear signature with "variant=*", or a step key "step ... hash=H").
+ * The text comes from a cache file: untrusted, parsed field by field with
+ * every length bounded. */
 #include "core/tuning.h"
 
 #include <errno.h>
@@ -87,10 +89,14 @@ static int name_ok(const char *s)
     return 1;
 }
 
+/* A linear signature with variant=*, or a step key (kiln_plan_step_key). */
 static int signature_ok(const char *s)
 {
     size_t n = s ? strlen(s) : 0;
-    if (n == 0 || n >= KILN_SIGNATURE_MAX || strncmp(s, "linear ", 7) || !strstr(s, " variant=* "))
+    if (n == 0 || n >= KILN_SIGNATURE_MAX)
+        return 0;
+    if (strncmp(s, "linear ", 7) ? strncmp(s, "step ", 5) || !strstr(s, " hash=")
+                                 : !strstr(s, " variant=* "))
         return 0;
     for (size_t i = 0; i < n; i++)
         if (s[i] < ' ' || s[i] > '~')
@@ -106,7 +112,8 @@ kiln_status kiln_tuning_set(kiln_tuning *t, const kiln_tuning_entry *e)
         return kiln_fail(KILN_ERR_INVALID_ARG, "tuning: table and entry are required");
     if (!signature_ok(e->signature))
         return kiln_fail(KILN_ERR_INVALID_ARG,
-                         "tuning: \"%s\" is no linear signature with variant=*",
+                         "tuning: \"%s\" is neither a linear signature with variant=* nor a "
+                         "step key",
                          e->signature ? e->signature : "(null)");
     if (e->bucket < 1 || !name_ok(e->variant) || !name_ok(e->heuristic) || !time_ok(e->us) ||
         !time_ok(e->heuristic_us))

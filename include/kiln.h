@@ -380,7 +380,8 @@ typedef struct kiln_tuning kiln_tuning;
 #define KILN_SIGNATURE_MAX 512
 
 typedef struct kiln_tuning_entry {
-    const char *signature; /* "linear backend=... variant=* ..." */
+    const char *signature; /* "linear backend=... variant=* ...", or a step's key
+                              (kiln_plan_step_key) with variant serial or overlap */
     int64_t bucket;
     const char *variant;   /* the fastest */
     double us;             /* its time, microseconds */
@@ -394,8 +395,8 @@ KILN_API int kiln_tuning_n(const kiln_tuning *t);
 /* Entry i; its strings belong to t and live until t changes. */
 KILN_API kiln_status kiln_tuning_at(const kiln_tuning *t, int i, kiln_tuning_entry *out);
 /* Add e, or replace the entry of the same signature and bucket.
- * KILN_ERR_INVALID_ARG for a signature that is no linear one with
- * variant=*, a bucket below 1, a variant that is no name (empty, spaces,
+ * KILN_ERR_INVALID_ARG for a signature that is neither a linear one with
+ * variant=* nor a step key, a bucket below 1, a variant that is no name (empty, spaces,
  * 64 bytes or more), a time that is negative or not finite. */
 KILN_API kiln_status kiln_tuning_set(kiln_tuning *t, const kiln_tuning_entry *e);
 
@@ -465,6 +466,19 @@ KILN_API const char *kiln_plan_signature(const kiln_plan *p, int i);
 /* Warnings raised while planning (one per layer type that fell back from
  * --backend), NULL-terminated, owned by the plan. */
 KILN_API const char *const *kiln_plan_warnings(const kiln_plan *p);
+
+/* The tuning key of bucket i's whole step, "step target=T steps=N hash=H"
+ * (H over the signatures of its kernels in stream order), into key of size
+ * bytes (KILN_SIGNATURE_MAX holds it); KILN_ERR_INVALID_ARG for a bucket
+ * out of range or a smaller buffer. A table entry of that key and bucket
+ * with variant "serial" makes every kernel of the step start after the one
+ * before it ends; "overlap" keeps the launch overlap the kernels allow
+ * (programmatic dependent launch), as no entry does. `kiln tune` times
+ * both in the whole step. */
+KILN_API kiln_status kiln_plan_step_key(const kiln_plan *p, int bucket, char *key, size_t size);
+/* 1: a tuning entry made bucket i's step serial; 0: one kept its overlap;
+ * -1: no entry applies (or i is out of range). */
+KILN_API int kiln_plan_step_policy(const kiln_plan *p, int bucket);
 
 /* Activation memory of bucket i: the arena the liveness plan needs and, for
  * comparison, the sum of every activation's size. */
@@ -1060,6 +1074,17 @@ typedef struct kiln_step_time {
  * session's buckets; KILN_ERR_CUDA naming the launch or event that failed. */
 KILN_API kiln_status kiln_session_profile(kiln_session *s, int64_t m, int reps,
                                           kiln_step_time *out, int cap, int *n);
+
+/* Time the bucket that serves m tokens, device work only: `replays`
+ * replays of the bucket's graph (launches of its program when the session is
+ * eager) back to back on the session's stream, between two CUDA events, with
+ * no host copies. Each replay reads whatever the activation arena holds,
+ * which is the input of the last kiln_session_run of that bucket (zeros
+ * before any). *us receives the mean microseconds of one replay.
+ * KILN_ERR_INVALID_ARG for a NULL session or out-parameter or replays < 1;
+ * KILN_ERR_SHAPE when m is outside the session's buckets; KILN_ERR_CUDA when
+ * a launch or an event fails. */
+KILN_API kiln_status kiln_session_bench(kiln_session *s, int64_t m, int replays, float *us);
 
 /* ---------------------------------------------------------- CPU executor */
 

@@ -8,7 +8,6 @@
 #include "kernels/common/kiln_args.h"
 #include "runtime/driver.h"
 #include "runtime/load.h"
-#include "runtime/session.h"
 
 #include <stdio.h>
 #include <stdlib.h>

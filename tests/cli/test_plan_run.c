@@ -500,8 +500,9 @@ Test(cli_plan_run, run_usage_errors)
 
 /* kiln tune on the stand-in driver, whose kernels do nothing and whose
  * events all read 1 us: every candidate ties, and a tie keeps the
- * heuristic's variant. The table is stored all the same, and kiln plan
- * --cache marks the variants it chose. */
+ * heuristic's variant; each bucket's step ties too, and keeps its overlap.
+ * The table is stored all the same, and kiln plan --cache marks the
+ * variants it chose and names the launch policies. */
 Test(cli_plan_run, tune_stores_a_table_plan_reads, .timeout = 300)
 {
     setenv("KILN_LIBCUDA", KT_FAKE_LIBCUDA, 1);
@@ -515,8 +516,13 @@ Test(cli_plan_run, tune_stores_a_table_plan_reads, .timeout = 300)
     cr_assert(strstr(r.out, "tune: demo on sm_90a: "), "%s", r.out);
     cr_assert(strstr(r.out, "wgmma bf16 1536x512 bf16 none "), "%s", r.out);
     cr_assert(strstr(r.out, "\n0 of "), "ties keep the heuristic's:\n%s", r.out);
-    cr_assert(strstr(r.out, " choices differ from the heuristic's; stored in "), "%s", r.out);
+    cr_assert(strstr(r.out, " choices differ from the heuristic's\n"), "%s", r.out);
+    cr_assert(strstr(r.out, "tokens  kernels    overlap us    serial us  launches\n"), "%s", r.out);
+    cr_assert(strstr(r.out, "\n16      "), "a row for each bucket:\n%s", r.out);
+    cr_assert(strstr(r.out, "\n0 of 3 buckets run serial\nstored in "), "%s", r.out);
     cr_assert(strstr(r.err, "tune: round 1 of "), "%s", r.err);
+    cr_assert(strstr(r.err, "tune: the whole step of each bucket, kernels overlapping\n"), "%s",
+              r.err);
     kt_cli_free(&r);
     snprintf(cmd, sizeof cmd, "plan demo --capture 1,16,256 --cache %s", cache);
     r = kt_cli_run(cmd);
@@ -526,6 +532,7 @@ Test(cli_plan_run, tune_stores_a_table_plan_reads, .timeout = 300)
     cr_assert(strstr(r.out, "256-256   wgmma    tma_bm64bn128*  bf16 "), "a tuned variant is "
               "marked:\n%s", r.out);
     cr_assert(strstr(r.out, "gemv_tc  tc1             bf16"), "decode is not tuned:\n%s", r.out);
+    cr_assert(strstr(r.out, "launches (tuned): 1 overlap 16 overlap 256 overlap;"), "%s", r.out);
     kt_cli_free(&r);
     /* --json: one row per kernel and bucket */
     snprintf(cmd, sizeof cmd, "tune demo --capture 256 --reps 1 --cache %s --json", cache);
@@ -540,6 +547,16 @@ Test(cli_plan_run, tune_stores_a_table_plan_reads, .timeout = 300)
     cr_assert_eq(json_integer_value(json_object_get(row, "tokens")), 256);
     cr_assert_str_eq(json_string_value(json_object_get(row, "variant")),
                      json_string_value(json_object_get(row, "heuristic")));
+    for (size_t i = 0; i < json_array_size(rows); i++)
+        cr_assert(!strncmp(json_string_value(json_object_get(json_array_get(rows, i), "signature")),
+                           "linear ", 7), "kernels lists the linear kernels");
+    rows = json_object_get(root, "steps");
+    cr_assert_gt(json_array_size(rows), 0, "%s", r.out);
+    row = json_array_get(rows, json_array_size(rows) - 1);
+    cr_assert_eq(json_integer_value(json_object_get(row, "tokens")), 256);
+    cr_assert_str_eq(json_string_value(json_object_get(row, "launches")), "overlap");
+    cr_assert(json_is_false(json_object_get(row, "outputs_differ")));
+    cr_assert(!strncmp(json_string_value(json_object_get(row, "key")), "step ", 5));
     json_decref(root);
     kt_cli_free(&r);
     /* kiln cache stat shows the table, verify checks it, salvage keeps it */
@@ -547,7 +564,7 @@ Test(cli_plan_run, tune_stores_a_table_plan_reads, .timeout = 300)
     r = kt_cli_run(cmd);
     cr_assert_eq(r.status, 0, "%s", r.err);
     cr_assert(strstr(r.out, "tuning:   18 kernel and bucket choices measured by kiln tune, 0 "
-                            "differ"),
+                            "differ from the heuristic's; 3 steps' launch policies, 0 serial"),
               "%s", r.out);
     kt_cli_free(&r);
     snprintf(cmd, sizeof cmd, "cache stat %s --json", cache);

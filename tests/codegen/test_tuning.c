@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cache/cache.h"
+#include "codegen/plan.h"
 #include "codegen/sig.h"
 #include "core/tuning.h"
 #include "clirun.h"
@@ -63,6 +64,7 @@ Test(tuning, entries_are_set_replaced_and_refused)
     } bad[] = {
         { "linear backend=wgmma variant=bm64bn64 format=bf16", "x", 1, 1 }, /* no variant=* */
         { "op silu variant=* width=8", "x", 1, 1 },
+        { "step target=sm_90a steps=3", "serial", 1, 1 }, /* a step key without its hash */
         { SIG, "two words", 1, 1 },
         { SIG, "", 1, 1 },
         { SIG, "x", 0, 1 },
@@ -81,6 +83,8 @@ Test(tuning, entries_are_set_replaced_and_refused)
     kiln_tuning_entry b = { .signature = SIG, .bucket = 1, .variant = long_name, .heuristic = "h" };
     cr_assert_eq(kiln_tuning_set(t, &b), KILN_ERR_INVALID_ARG);
     cr_assert_eq(kiln_tuning_n(t), 2, "a refused entry changes nothing");
+    set(t, "step target=sm_90a steps=3 hash=00ff00ff00ff00ff", 16, "serial", 2);
+    cr_assert_str_eq(variant_at(t, "step target=sm_90a steps=3 hash=00ff00ff00ff00ff", 16), "serial");
     kiln_tuning_destroy(t);
 }
 
@@ -237,6 +241,76 @@ Test(tuning, a_plan_takes_the_measured_variant)
     kiln_tuning_destroy(t);
     kiln_plan_destroy(h);
     free_case(&c);
+}
+
+/* Launches of bucket b of p that may overlap the kernel before them. */
+static int overlapping(const kiln_plan *p, int b)
+{
+    int n = 0;
+    for (int s = 0; s < p->programs[b].n_steps; s++)
+        for (int f = 0; f < p->programs[b].steps[s].n_launch; f++)
+            n += p->programs[b].steps[s].launch[f].overlap;
+    return n;
+}
+
+/* A bucket's whole step has a key of its own; a table's "serial" for it
+ * clears the overlap of every launch of that bucket alone, "overlap" keeps
+ * them, anything else warns. The plan keeps the entries it used. */
+Test(tuning, a_step_takes_the_measured_launch_policy)
+{
+    linear_case c, other;
+    make_case(&c, KILN_FMT_BF16);
+    make_case(&other, KILN_FMT_FP8_TENSOR);
+    kiln_plan *h = plan_with(&c, NULL), *h2 = plan_with(&c, NULL), *o = plan_with(&other, NULL);
+    cr_assert_eq(kiln_plan_n_buckets(h), 2);
+    char key[KILN_SIGNATURE_MAX], again[KILN_SIGNATURE_MAX], elsewhere[KILN_SIGNATURE_MAX];
+    cr_assert_eq(kiln_plan_step_key(h, 0, key, sizeof key), KILN_OK, "%s", kiln_last_error());
+    cr_assert(!strncmp(key, "step target=sm_90a steps=", 25) && strstr(key, " hash="), "%s", key);
+    cr_assert_eq(kiln_plan_step_key(h2, 0, again, sizeof again), KILN_OK);
+    cr_assert_str_eq(key, again, "the same step, the same key");
+    cr_assert_eq(kiln_plan_step_key(h, 1, again, sizeof again), KILN_OK);
+    cr_assert_str_neq(key, again, "another bucket's kernels, another key");
+    cr_assert_eq(kiln_plan_step_key(o, 0, elsewhere, sizeof elsewhere), KILN_OK);
+    cr_assert_str_neq(key, elsewhere, "another weight format, another key");
+    cr_assert_eq(kiln_plan_step_key(h, 2, again, sizeof again), KILN_ERR_INVALID_ARG);
+    cr_assert_eq(kiln_plan_step_key(h, 0, again, 64), KILN_ERR_INVALID_ARG);
+    cr_assert_eq(kiln_plan_step_policy(h, 0), -1);
+    cr_assert_eq(kiln_plan_step_policy(h, 5), -1);
+    const int overlap0 = overlapping(h, 0), overlap1 = overlapping(h, 1);
+    cr_assert_gt(overlap0, 0, "the decode kernel may overlap the step before it");
+
+    const int64_t m0 = kiln_plan_bucket(h, 0);
+    kiln_tuning *t = table();
+    set(t, key, m0, "serial", 5);
+    kiln_plan *p = plan_with(&c, t);
+    cr_assert_eq(kiln_plan_step_policy(p, 0), 1);
+    cr_assert_eq(overlapping(p, 0), 0, "serial: no launch overlaps");
+    cr_assert_eq(kiln_plan_step_policy(p, 1), -1);
+    cr_assert_eq(overlapping(p, 1), overlap1, "the other bucket keeps its overlap");
+    cr_assert_str_eq(variant_at(kiln_plan_tuning(p), key, m0), "serial");
+    cr_assert_null(kiln_plan_warnings(p)[0]);
+    kiln_plan_destroy(p);
+
+    set(t, key, m0, "overlap", 5);
+    p = plan_with(&c, t);
+    cr_assert_eq(kiln_plan_step_policy(p, 0), 0);
+    cr_assert_eq(overlapping(p, 0), overlap0);
+    cr_assert_str_eq(variant_at(kiln_plan_tuning(p), key, m0), "overlap");
+    kiln_plan_destroy(p);
+
+    set(t, key, m0, "fast", 5);
+    p = plan_with(&c, t);
+    cr_assert_eq(kiln_plan_step_policy(p, 0), -1);
+    cr_assert_eq(overlapping(p, 0), overlap0);
+    cr_assert_not_null(kiln_plan_warnings(p)[0]);
+    cr_assert(strstr(kiln_plan_warnings(p)[0], "launch policy fast"), "%s", kiln_plan_warnings(p)[0]);
+    kiln_plan_destroy(p);
+    kiln_tuning_destroy(t);
+    kiln_plan_destroy(h);
+    kiln_plan_destroy(h2);
+    kiln_plan_destroy(o);
+    free_case(&c);
+    free_case(&other);
 }
 
 /* Block FP8 sums in a second set of accumulators, which a consumer's 256

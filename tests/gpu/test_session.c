@@ -11,7 +11,6 @@
 
 #include "kernels/registry/backend.h"
 #include "runtime/driver.h"
-#include "runtime/session.h"
 #include "gpuutil.h"
 
 /* A private writable cache per test process. */
@@ -172,6 +171,63 @@ Test(gpu_session, graph_replay_equals_eager_launches, .timeout = 600)
     kt_session_destroy(eager);
     kiln_graph_destroy(g);
     kt_weight_free(&w);
+}
+
+/* A tuning table that makes every bucket's step serial (kiln tune's
+ * launch policy): the plan says so, and each bucket's outputs are those of
+ * the overlapped launches bit for bit, the same kernels in the same order. */
+Test(gpu_session, serial_steps_equal_overlapped_ones, .timeout = 600)
+{
+    kt_need_gpu();
+    fresh_cache();
+    kt_rng r = kt_rng_new(30);
+    float norm[512];
+    kt_fill_normal(&r, norm, 512, 0.2f);
+    for (int i = 0; i < 512; i++)
+        norm[i] += 1.0f;
+    kt_weight gate, up, down;
+    kt_weight_make(&gate, &r, KILN_FMT_Q4_K, 768, 512);
+    kt_weight_make(&up, &r, KILN_FMT_Q4_K, 768, 512);
+    kt_weight_make(&down, &r, KILN_FMT_Q4_K, 512, 768);
+    kiln_graph *g = kt_ffn_graph(&gate, &up, &down, norm);
+    kiln_session *overlapped = session(g, 0);
+    const kiln_plan *p = kt_session_plan(overlapped);
+    kiln_tuning *t;
+    cr_assert_eq(kiln_tuning_create(&t), KILN_OK);
+    for (int b = 0; b < kiln_plan_n_buckets(p); b++) {
+        char key[KILN_SIGNATURE_MAX];
+        cr_assert_eq(kiln_plan_step_key(p, b, key, sizeof key), KILN_OK, "%s", kiln_last_error());
+        kiln_tuning_entry e = { .signature = key, .bucket = kiln_plan_bucket(p, b),
+                                .variant = "serial", .heuristic = "overlap" };
+        cr_assert_eq(kiln_tuning_set(t, &e), KILN_OK, "%s", kiln_last_error());
+    }
+    kiln_session_options o = { .cache.path = cache_path, .quiet = 1,
+                                .plan = { .capture = capture, .n_capture = 6, .tuning = t } };
+    kiln_session *serial = kt_session_create(g, &o);
+    kiln_tuning_destroy(t);
+    const kiln_plan *ps = kt_session_plan(serial);
+    static float x[64 * 512], a[64 * 512], b[64 * 512];
+    kt_fill_normal(&r, x, 64 * 512, 1.0f);
+    const float *in[] = { x };
+    float *oa[] = { a }, *ob[] = { b };
+    for (int i = 0; i < kiln_plan_n_buckets(ps); i++) {
+        const int64_t m = kiln_plan_bucket(ps, i);
+        cr_assert_eq(kiln_plan_step_policy(ps, i), 1, "bucket %lld is serial", (long long)m);
+        cr_assert_eq(kiln_plan_step_policy(p, i), -1);
+        cr_assert_eq(kiln_session_run(overlapped, m, in, oa), KILN_OK, "%s", kiln_last_error());
+        cr_assert_eq(kiln_session_run(serial, m, in, ob), KILN_OK, "%s", kiln_last_error());
+        cr_assert_eq(memcmp(a, b, (size_t)m * 512 * sizeof(float)), 0,
+                     "%lld tokens: serial and overlapped launches differ", (long long)m);
+        float us = 0;
+        cr_assert_eq(kiln_session_bench(serial, m, 3, &us), KILN_OK, "%s", kiln_last_error());
+        cr_assert_gt(us, 0);
+    }
+    kt_session_destroy(overlapped);
+    kt_session_destroy(serial);
+    kiln_graph_destroy(g);
+    kt_weight_free(&gate);
+    kt_weight_free(&up);
+    kt_weight_free(&down);
 }
 
 Test(gpu_session, reloaded_weights_reach_captured_graphs, .timeout = 600)

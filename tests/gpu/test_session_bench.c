@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "gpuutil.h"
-#include "runtime/session.h"
 
 Test(gpu_session_bench, needs_a_session)
 {
