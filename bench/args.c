@@ -562,7 +562,9 @@ void kiln_bench_ffn_usage(FILE *f)
         "6*M*d*f per layer over the time; %copy is TB/s over the measured device-to-\n"
         "device copy bandwidth (read + write), the share of the weight-streaming\n"
         "roofline; xbf16 is the cuBLAS BF16 chain's time over kiln's (above 1: kiln is\n"
-        "faster). The backend column names the backend of the gate linear.\n"
+        "faster), xkbf16 kiln's BF16 stack's time over the row's (BF16 runs first\n"
+        "when --formats names it). The backend column names the backend of the gate\n"
+        "linear.\n"
         "\n"
         "Exit status: 0 when every row ran and passed its check, 1 when a check failed or\n"
         "something went wrong, 2 for bad arguments.\n",

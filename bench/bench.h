@@ -308,6 +308,7 @@ typedef struct kiln_bench_row {
     double check_err;        /* worst error / budget unit; < 0 when not checked */
     double speedup_bf16;     /* peer µs / kiln µs; 0 when there is no peer time */
     double speedup_fp8;
+    double speedup_kiln_bf16; /* kiln-bench ffn: kiln's BF16 stack µs / this row's; 0: none */
 } kiln_bench_row;
 
 typedef struct kiln_bench_report {
@@ -317,6 +318,7 @@ typedef struct kiln_bench_report {
     double l2_bytes, rotate_bytes;
     int iters, reps;
     double peak_bf16, peak_fp8;
+    int ffn;                 /* kiln-bench ffn: the last ratio is xkbf16, not xfp8 */
     kiln_bench_row *rows;
     int n_rows, cap_rows;
 } kiln_bench_report;
@@ -325,7 +327,7 @@ kiln_status kiln_bench_report_add(kiln_bench_report *r, const kiln_bench_row *ro
 void kiln_bench_report_free(kiln_bench_report *r);
 
 /* The table on stdout: a header, then one line per row. */
-void kiln_bench_table_header(FILE *f);
+void kiln_bench_table_header(FILE *f, const kiln_bench_report *r);
 void kiln_bench_table_row(FILE *f, const kiln_bench_report *r, const kiln_bench_row *row);
 
 /* The whole report as JSON: the run's facts and every row with its derived

@@ -28,6 +28,7 @@ typedef struct ffn_run {
     int64_t rows[4096];
     float *x_rows, *y_rows, *ref_rows; /* [check_rows, d] */
     kiln_bench_row peer[KILN_BENCH_MAX_MS];
+    double kiln_bf16_us[KILN_BENCH_MAX_MS]; /* kiln's BF16 stack at each M, 0: not timed */
     int failed;
 } ffn_run;
 
@@ -430,6 +431,10 @@ static void kiln_row(ffn_run *r, kiln_stack *k, int mi, kiln_bench_row *row)
     const kiln_bench_row *peer = &r->peer[mi];
     if (peer->status == KILN_BENCH_OK && peer->us > 0)
         row->speedup_bf16 = peer->us / row->us;
+    if (!strcmp(row->format, "bf16"))
+        r->kiln_bf16_us[mi] = row->us;
+    if (r->kiln_bf16_us[mi] > 0)
+        row->speedup_kiln_bf16 = r->kiln_bf16_us[mi] / row->us;
 }
 
 static void kiln_rows(ffn_run *r, kiln_format f)
@@ -517,12 +522,18 @@ int kiln_bench_ffn(const kiln_bench_options *o)
            "%d\n",
            report.device, report.target, report.copy_tbps, o->stack.name, (long long)r->d,
            (long long)r->f, o->stack.layers, o->check_layers);
-    kiln_bench_table_header(stdout);
+    report.ffn = 1;
+    kiln_bench_table_header(stdout, &report);
     if ((st = run_data(r)) == KILN_OK) {
         if (!o->no_peers)
             peer_rows(r);
+        /* BF16 first: the other formats' rows give their ratio to it */
         for (int i = 0; i < o->n_formats; i++)
-            kiln_rows(r, o->formats[i]);
+            if (o->formats[i] == KILN_FMT_BF16)
+                kiln_rows(r, o->formats[i]);
+        for (int i = 0; i < o->n_formats; i++)
+            if (o->formats[i] != KILN_FMT_BF16)
+                kiln_rows(r, o->formats[i]);
     } else {
         fprintf(stderr, "kiln-bench: %s\n", kiln_last_error());
         r->failed = 1;

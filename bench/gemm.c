@@ -293,7 +293,7 @@ int kiln_bench_gemm(const kiln_bench_options *o)
     printf("device %s (%s), L2 %.0f MB, weights rotated through %.0f MB, copy %.3f TB/s\n",
            report.device, report.target, report.l2_bytes / 1e6, report.rotate_bytes / 1e6,
            report.copy_tbps);
-    kiln_bench_table_header(stdout);
+    kiln_bench_table_header(stdout, &report);
     shape_run *r = calloc(1, sizeof *r);
     if (!r) {
         fprintf(stderr, "kiln-bench: out of memory\n");

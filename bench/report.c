@@ -41,10 +41,11 @@ void kiln_bench_report_free(kiln_bench_report *r)
 
 /* ------------------------------------------------------------- table */
 
-void kiln_bench_table_header(FILE *f)
+void kiln_bench_table_header(FILE *f, const kiln_bench_report *r)
 {
     fprintf(f, "%-16s %7s %6s %5s  %-16s %-16s %9s %6s %8s %6s %6s %6s\n", "shape", "N", "K", "M",
-            "format", "backend", "us", "TB/s", "TFLOP/s", "%copy", "xbf16", "xfp8");
+            "format", "backend", "us", "TB/s", "TFLOP/s", "%copy", "xbf16",
+            r->ffn ? "xkbf16" : "xfp8");
 }
 
 static void ratio(FILE *f, double v)
@@ -74,7 +75,7 @@ void kiln_bench_table_row(FILE *f, const kiln_bench_report *r, const kiln_bench_
         else
             fprintf(f, " %6s", "-");
         ratio(f, row->speedup_bf16);
-        ratio(f, row->speedup_fp8);
+        ratio(f, r->ffn ? row->speedup_kiln_bf16 : row->speedup_fp8);
     }
     if (row->status != KILN_BENCH_OK)
         fprintf(f, "  %s%s%s", kiln_bench_status_name(row->status), row->error[0] ? ": " : "",
@@ -168,6 +169,8 @@ static void json_row(FILE *f, const kiln_bench_report *r, const kiln_bench_row *
         json_num(f, row->speedup_bf16 > 0 ? row->speedup_bf16 : NAN);
         key(f, "speedup_fp8");
         json_num(f, row->speedup_fp8 > 0 ? row->speedup_fp8 : NAN);
+        key(f, "speedup_kiln_bf16");
+        json_num(f, row->speedup_kiln_bf16 > 0 ? row->speedup_kiln_bf16 : NAN);
     }
     fputs("\n  }", f);
 }

@@ -992,7 +992,7 @@ static char *capture(void (*fn)(FILE *, const kiln_bench_report *), const kiln_b
 
 static void table(FILE *f, const kiln_bench_report *r)
 {
-    kiln_bench_table_header(f);
+    kiln_bench_table_header(f, r);
     for (int i = 0; i < r->n_rows; i++)
         kiln_bench_table_row(f, r, &r->rows[i]);
 }
@@ -1021,6 +1021,13 @@ Test(bench_report, table)
     cr_assert_null(strstr(line[3], "10.00"), "a failed kernel shows no time");
     cr_assert(strstr(line[4], "cuBLASLt fp8 blk"), "%s", line[4]);
     cr_assert(strstr(line[4], "not supported: no algorithm"), "%s", line[4]);
+    free(text);
+    /* kiln-bench ffn's table: the last ratio is to kiln's own BF16 stack */
+    r.ffn = 1;
+    r.rows[1].speedup_kiln_bf16 = 1.6;
+    text = capture(table, &r);
+    cr_assert(strstr(text, "xbf16 xkbf16\n") && !strstr(text, "xfp8"), "%s", text);
+    cr_assert(strstr(text, "10.00  1.500     5.00   37.5   2.00   1.60\n"), "%s", text);
     free(text);
     kiln_bench_report_free(&r);
     cr_assert_null(r.rows);
@@ -1075,6 +1082,7 @@ Test(bench_report, json)
     cr_assert_str_eq(json_string_value(json_object_get(k, "act")), "bf16");
     cr_assert_float_eq(json_number_value(json_object_get(k, "speedup_bf16")), 2.0, 1e-9);
     cr_assert(json_is_null(json_object_get(k, "speedup_fp8")));
+    cr_assert(json_is_null(json_object_get(k, "speedup_kiln_bf16")));
     cr_assert_float_eq(json_number_value(json_object_get(k, "check_err")), 2e-4, 1e-12);
 
     json_t *f = json_array_get(rows, 2);
