@@ -453,8 +453,9 @@ Test(cli_plan_run, run_profile_on_either_executor, .timeout = 300)
 }
 
 /* On a GPU (here the stand-in driver, whose kernels do nothing) the cold
- * start gives the weights' rate and the load's bytes, readers and staging,
- * in text and in --json. */
+ * start gives the model's open, the weights' rate and the load's bytes,
+ * readers and staging, in text and in --json; the open counts in the
+ * total. */
 Test(cli_plan_run, run_reports_the_weight_load, .timeout = 300)
 {
     setenv("KILN_LIBCUDA", KT_FAKE_LIBCUDA, 1);
@@ -465,6 +466,11 @@ Test(cli_plan_run, run_reports_the_weight_load, .timeout = 300)
     cr_assert_eq(r.status, 0, "%s", r.err);
     cr_assert(strstr(r.out, "on fake sm_90 device (sm_90a)"), "%s", r.out);
     cr_assert(strstr(r.out, " GB/s), graph instantiate "), "%s", r.out);
+    double total = -1, open = -1;
+    const char *c = strstr(r.out, "cold start ");
+    cr_assert(c && sscanf(c, "cold start %lf ms: model open %lf, plan ", &total, &open) == 2,
+              "%s", r.out);
+    cr_assert(open >= 0 && open <= total, "%s", r.out);
     const char *w = strstr(r.out, "weights load ");
     cr_assert(w && strstr(w, " GB/s to the device): "), "%s", r.out);
     cr_assert(strstr(w, " packed on the host, 2 readers, pinned staging; "), "%s", r.out);
@@ -473,7 +479,7 @@ Test(cli_plan_run, run_reports_the_weight_load, .timeout = 300)
     kt_cli_free(&r);
     r = kt_cli_run("run demo --eager --capture 1 --max-tokens 4 --tokens 1 --steps 1 --json");
     cr_assert_eq(r.status, 0, "%s", r.err);
-    static const char *keys[] = { "\"weights_gb_s\": ", "\"load_gb_s\": ",
+    static const char *keys[] = { "\"open_s\": ", "\"weights_gb_s\": ", "\"load_gb_s\": ",
                                   "\"load_read_bytes\": ", "\"load_copied_bytes\": ",
                                   "\"load_packed_bytes\": ", "\"load_threads\": 2",
                                   "\"load_pinned\": true", "\"load_device_packed_bytes\": ",
