@@ -311,29 +311,18 @@ Test(gpu_backends, integer_groups_along_k_on_every_backend, .timeout = 600)
     cr_assert_geq(ran, 8, "simt at least runs every format and group");
 }
 
-/* The matrix on the GPU, a format a test process (the GPU suites run
- * several at once); KT_BACKENDS and KT_FORMATS narrow it. */
-ParameterizedTestParameters(gpu_backends, every_backend_and_format_on_every_bucket_class)
+/* The matrix on the GPU for format f; KT_BACKENDS and KT_FORMATS narrow
+ * it. */
+static void matrix_one(const kiln_target *live, int f)
 {
-    return KT_EVERY_FORMAT;
-}
-
-ParameterizedTest(int *fp, gpu_backends, every_backend_and_format_on_every_bucket_class,
-                  .timeout = 1200)
-{
-    kt_need_gpu();
-    const int f = *fp;
     const char *fname = kiln_format_get((kiln_format)f)->name;
     if (!listed("KT_FORMATS", fname)) {
         fprintf(stderr, "%s: not in KT_FORMATS=%s, not run\n", fname, getenv("KT_FORMATS"));
         return;
     }
-    kt_fresh_cache(cache_path, sizeof cache_path);
-    kiln_target live;
-    cr_assert_eq(kiln_target_live(0, &live), KILN_OK, "%s", kiln_last_error());
     kt_rng r = kt_rng_new(4100 + (uint64_t)f);
     ran_buckets ran = { { 0 } };
-    int cases = matrix(&live, f, 1, &r, &ran);
+    int cases = matrix(live, f, 1, &r, &ran);
     const kiln_registry *reg = kiln_registry_default();
     fprintf(stderr, "%s: %d (backend, K) cases; buckets:", fname, cases);
     for (int i = 0; i < reg->n; i++)
@@ -342,9 +331,40 @@ ParameterizedTest(int *fp, gpu_backends, every_backend_and_format_on_every_bucke
     for (int i = 0; i < reg->n; i++) {
         const kiln_backend *b = reg->backends[i];
         char why[256];
-        if (selected(b) && (b->formats >> f & 1) && b->is_supported(&live, why, sizeof why))
+        if (selected(b) && (b->formats >> f & 1) && b->is_supported(live, why, sizeof why))
             cr_assert_gt(ran.n[i], 0, "%s %s ran in no bucket", b->name, fname);
     }
+}
+
+static void matrix_part(int part)
+{
+    kt_need_gpu();
+    kt_fresh_cache(cache_path, sizeof cache_path);
+    kiln_target live;
+    cr_assert_eq(kiln_target_live(0, &live), KILN_OK, "%s", kiln_last_error());
+    for (int f = part; f < KILN_FMT_COUNT; f += KT_PARTS)
+        matrix_one(&live, f);
+}
+
+/* The matrix on the GPU in KT_PARTS tests, a share of the formats each. */
+Test(gpu_backends, every_backend_and_format_on_every_bucket_class_1, .timeout = 1200)
+{
+    matrix_part(0);
+}
+
+Test(gpu_backends, every_backend_and_format_on_every_bucket_class_2, .timeout = 1200)
+{
+    matrix_part(1);
+}
+
+Test(gpu_backends, every_backend_and_format_on_every_bucket_class_3, .timeout = 1200)
+{
+    matrix_part(2);
+}
+
+Test(gpu_backends, every_backend_and_format_on_every_bucket_class_4, .timeout = 1200)
+{
+    matrix_part(3);
 }
 
 /* KT_BACKENDS and KT_FORMATS, which a sanitizer run sets, select some case

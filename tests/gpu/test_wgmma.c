@@ -41,13 +41,8 @@ static kiln_session *wgmma_session(kiln_graph *g)
     return kt_session_create(g, &o);
 }
 
-ParameterizedTestParameters(gpu_wgmma, every_format_matches_the_cpu) { return KT_EVERY_FORMAT; }
-
-ParameterizedTest(int *fp, gpu_wgmma, every_format_matches_the_cpu, .timeout = 1200)
+static void every_format_one(int f)
 {
-    need_hopper();
-    fresh_cache();
-    const int f = *fp;
     kt_rng r = kt_rng_new(2100 + (uint64_t)f);
     /* N = 200 and 136 leave partial column tiles in both variants. */
     static const int64_t shapes[][2] = { { 256, 512 }, { 200, 768 }, { 136, 256 } };
@@ -69,6 +64,35 @@ ParameterizedTest(int *fp, gpu_wgmma, every_format_matches_the_cpu, .timeout = 1
         kiln_graph_destroy(g);
         kt_weight_free(&w);
     }
+}
+
+static void every_format_part(int part)
+{
+    need_hopper();
+    fresh_cache();
+    for (int f = part; f < KILN_FMT_COUNT; f += KT_PARTS)
+        every_format_one(f);
+}
+
+/* Every format wgmma takes, in KT_PARTS tests. */
+Test(gpu_wgmma, every_format_matches_the_cpu_1, .timeout = 1200)
+{
+    every_format_part(0);
+}
+
+Test(gpu_wgmma, every_format_matches_the_cpu_2, .timeout = 1200)
+{
+    every_format_part(1);
+}
+
+Test(gpu_wgmma, every_format_matches_the_cpu_3, .timeout = 1200)
+{
+    every_format_part(2);
+}
+
+Test(gpu_wgmma, every_format_matches_the_cpu_4, .timeout = 1200)
+{
+    every_format_part(3);
 }
 
 /* How many of the plan's signatures name variant. */
@@ -320,19 +344,8 @@ Test(gpu_wgmma, wgmma_tc_cases_reach_every_tile)
         cr_assert_gt(seen[v], 0, "no case takes the %s tile", all[v]);
 }
 
-ParameterizedTestParameters(gpu_wgmma, wgmma_tc_matches_the_cpu)
+static void wgmma_tc_one(kiln_format f)
 {
-    static int fs[KILN_ARRAY_LEN(tc_formats)];
-    for (size_t i = 0; i < KILN_ARRAY_LEN(fs); i++)
-        fs[i] = (int)tc_formats[i];
-    return cr_make_param_array(int, fs, KILN_ARRAY_LEN(fs));
-}
-
-ParameterizedTest(int *fp, gpu_wgmma, wgmma_tc_matches_the_cpu, .timeout = 1200)
-{
-    need_hopper();
-    fresh_cache();
-    const kiln_format f = (kiln_format)*fp;
     kiln_target live;
     cr_assert_eq(kiln_target_live(0, &live), KILN_OK, "%s", kiln_last_error());
     kt_rng r = kt_rng_new(2400 + (uint64_t)f);
@@ -360,6 +373,35 @@ ParameterizedTest(int *fp, gpu_wgmma, wgmma_tc_matches_the_cpu, .timeout = 1200)
         kiln_graph_destroy(g);
         kt_weight_free(&w);
     }
+}
+
+static void wgmma_tc_part(int part)
+{
+    need_hopper();
+    fresh_cache();
+    for (size_t f = (size_t)part; f < KILN_ARRAY_LEN(tc_formats); f += KT_PARTS)
+        wgmma_tc_one(tc_formats[f]);
+}
+
+/* Every format wgmma_tc takes, in KT_PARTS tests. */
+Test(gpu_wgmma, wgmma_tc_matches_the_cpu_1, .timeout = 1200)
+{
+    wgmma_tc_part(0);
+}
+
+Test(gpu_wgmma, wgmma_tc_matches_the_cpu_2, .timeout = 1200)
+{
+    wgmma_tc_part(1);
+}
+
+Test(gpu_wgmma, wgmma_tc_matches_the_cpu_3, .timeout = 1200)
+{
+    wgmma_tc_part(2);
+}
+
+Test(gpu_wgmma, wgmma_tc_matches_the_cpu_4, .timeout = 1200)
+{
+    wgmma_tc_part(3);
 }
 
 /* The FFN on wgmma_tc: gate and up share one bf16-tc step, up fuses

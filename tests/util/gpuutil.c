@@ -16,14 +16,6 @@ void kt_need_gpu(void)
     cr_assert_eq(st, KILN_OK, "a GPU is there but cannot be used: %s", kiln_last_error());
 }
 
-const int *kt_every_format(void)
-{
-    static int all[KILN_FMT_COUNT];
-    for (int f = 0; f < KILN_FMT_COUNT; f++)
-        all[f] = f;
-    return all;
-}
-
 void kt_fresh_cache(char *path, size_t size)
 {
     char dir[] = "/tmp/kiln-gpu-XXXXXX";

@@ -3,9 +3,6 @@
 #ifndef KILN_GPUUTIL_H
 #define KILN_GPUUTIL_H
 
-#include <criterion/criterion.h>
-#include <criterion/parameterized.h>
-
 #include "kiln.h"
 #include "gpuref.h"
 #include "testutil.h"
@@ -17,13 +14,10 @@
  * GPU that is there but unusable is broken, not absent. */
 void kt_need_gpu(void);
 
-/* Every kiln_format's value, for a test parameterized by format: one test
- * process each, which the GPU suites run several at a time. Formats a test
- * does not cover pass at once. Use as
- *   ParameterizedTestParameters(suite, name) { return KT_EVERY_FORMAT; }
- *   ParameterizedTest(int *f, suite, name) { ... (kiln_format)*f ... } */
-const int *kt_every_format(void);
-#define KT_EVERY_FORMAT cr_make_param_array(int, (int *)kt_every_format(), KILN_FMT_COUNT)
+/* The tests that loop over formats run as KT_PARTS tests, part p taking
+ * the formats f with f % KT_PARTS == p: test processes the GPU suites run
+ * at once. */
+#define KT_PARTS 4
 
 /* A fresh writable cache path in a new temporary folder. */
 void kt_fresh_cache(char *path, size_t size);
