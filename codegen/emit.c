@@ -78,7 +78,11 @@ static kiln_status check_width(const kiln_kernel_desc *d)
 }
 
 /* A row kernel's wrapper; the template takes its row length (named dim
- * in the source) between the arguments before and after it. */
+ * in the source) between the arguments before and after it. It lets the
+ * next kernel start at once: one launched with overlap (a decode GEMM
+ * after an rms_norm) copies its first weights while this one runs, and
+ * waits for it to finish before it reads what it writes; since every block
+ * of this one has then started, none waits for room the next one holds. */
 static void print_wrapper(source_body *b, const char *entry, const char *suffix,
                           const char *args_type, const char *fn, const char *before,
                           const char *dim, int64_t width, const char *after)
@@ -88,6 +92,7 @@ static void print_wrapper(source_body *b, const char *entry, const char *suffix,
                 "extern \"C\" __global__ void __launch_bounds__(KILN_ROW_THREADS)\n"
                 "%s%s(const %s args)\n"
                 "{\n"
+                "    kiln::grid_launch_dependents();\n"
                 "    kiln::%s<%s/*%s*/ %lld%s>(args);\n"
                 "}\n",
                 entry, suffix, args_type, fn, before, dim, (long long)width, after);

@@ -150,4 +150,28 @@ __device__ __forceinline__ u8 mx_scale_code(float amax, int emax_elem)
     return (u8)(code < 0 ? 0 : code > 254 ? 254 : code);
 }
 
+// On sm_90+ a kernel the runtime launches with programmatic stream
+// serialization (kiln_launch.overlap) may start while the kernel before it
+// drains: it copies what no kernel writes (weights) first, then waits for
+// the one before to finish and its writes to be visible before it touches
+// activations or outputs. The kernel before lets it start once every one
+// of its blocks has called grid_launch_dependents (or exited). A kernel
+// launched without the attribute, or before sm_90, passes both at once.
+
+// Let the next kernel's blocks start as this kernel's retire.
+__device__ __forceinline__ void grid_launch_dependents()
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Wait until the kernel before has finished and its writes are visible.
+__device__ __forceinline__ void grid_wait_dependency()
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 } // namespace kiln

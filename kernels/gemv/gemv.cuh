@@ -131,31 +131,6 @@ __device__ __forceinline__ void cp_async_wait()
 #endif
 }
 
-// ------------------------------------------- programmatic dependent launch
-
-// On sm_90+ a kernel the runtime launches with programmatic stream
-// serialization (kiln_launch.overlap) may start while the kernel before it
-// drains: it copies what no kernel writes (weights) first, then waits for
-// the one before to finish and its writes to be visible before it touches
-// activations or outputs. A kernel launched without the attribute, or
-// before sm_90, passes both at once.
-
-// Let the next kernel's blocks start as this kernel's retire.
-__device__ __forceinline__ void grid_launch_dependents()
-{
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
-// Wait until the kernel before has finished and its writes are visible.
-__device__ __forceinline__ void grid_wait_dependency()
-{
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
 // ---------------------------------------------------------- layout
 
 constexpr int gemv_round16(int v) { return (v + 15) / 16 * 16; }

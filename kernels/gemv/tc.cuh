@@ -34,7 +34,7 @@
 // without records runs one token: tc_smem). Stages − 1 stages are in
 // flight while one is decoded, without holding registers. The first
 // Stages − 1 stages' weights are copied before the kernel waits for the
-// one launched before it (grid_wait_dependency, kiln/gemv.cuh), so that
+// one launched before it (grid_wait_dependency, kiln/kiln_types.cuh), so that
 // on sm_90 they fly while that kernel drains; their x, which it may
 // write, after.
 //

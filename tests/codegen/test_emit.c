@@ -79,6 +79,7 @@ Test(emit, aux_sources_are_stable)
         "extern \"C\" __global__ void __launch_bounds__(KILN_ROW_THREADS)\n"
         "kiln_rms_norm_24a180e41c08795b(const kiln_op_args args)\n"
         "{\n"
+        "    kiln::grid_launch_dependents();\n"
         "    kiln::rms_norm</*width*/ 4096>(args);\n"
         "}\n";
     static const char golden_tensor[] =
@@ -91,12 +92,14 @@ Test(emit, aux_sources_are_stable)
         "extern \"C\" __global__ void __launch_bounds__(KILN_ROW_THREADS)\n"
         "kiln_quant_14883eb009f465c9_amax(const kiln_quant_args args)\n"
         "{\n"
+        "    kiln::grid_launch_dependents();\n"
         "    kiln::quant_fp8_tensor_amax</*k*/ 4096>(args);\n"
         "}\n"
         "\n"
         "extern \"C\" __global__ void __launch_bounds__(KILN_ROW_THREADS)\n"
         "kiln_quant_14883eb009f465c9(const kiln_quant_args args)\n"
         "{\n"
+        "    kiln::grid_launch_dependents();\n"
         "    kiln::quant_fp8_tensor</*k*/ 4096>(args);\n"
         "}\n";
     kiln_kernel_source s = emit_ok("op rms_norm width=4096 target=sm_90a");
