@@ -139,6 +139,26 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Bucket m of sess run on cli_fill_input's inputs (in[], allocated here)
+ * into out[] (allocated here); the caller frees both, whatever it returns. */
+static kiln_status run_bucket(kiln_graph *g, kiln_session *sess, int64_t m, float **in,
+                              float **out)
+{
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < kiln_graph_n_inputs(g) && !st; i++) {
+        int64_t w = kiln_tensor_ne(kiln_graph_input_at(g, i), 0);
+        if (!(in[i] = malloc((size_t)(m * w) * sizeof(float))))
+            st = cli_error(KILN_ERR_NOMEM, "inputs of %lld tokens", (long long)m);
+        else
+            cli_fill_input(i, m, w, in[i]);
+    }
+    for (int o = 0; o < kiln_graph_n_outputs(g) && !st; o++)
+        if (!(out[o] = malloc((size_t)(m * kiln_tensor_ne(kiln_graph_output_at(g, o), 0)) *
+                              sizeof(float))))
+            st = cli_error(KILN_ERR_NOMEM, "outputs of %lld tokens", (long long)m);
+    return st ? st : kiln_session_run(sess, m, (const float *const *)in, out);
+}
+
 /* Round r: candidate r of every site (-1: the heuristic everywhere), each
  * bucket run, checked and timed. */
 static kiln_status round_run(tuner *t, int r, const kiln_plan *p)
@@ -173,19 +193,7 @@ static kiln_status round_run(tuner *t, int r, const kiln_plan *p)
             st = cli_error(KILN_ERR_UNSUPPORTED, "more than 64 inputs or outputs");
             break;
         }
-        for (int i = 0; i < n_in && !st; i++) {
-            int64_t w = kiln_tensor_ne(kiln_graph_input_at(t->g, i), 0);
-            if (!(in[i] = malloc((size_t)(m * w) * sizeof(float))))
-                st = cli_error(KILN_ERR_NOMEM, "inputs of %lld tokens", (long long)m);
-            else
-                cli_fill_input(i, m, w, in[i]);
-        }
-        for (int o = 0; o < n_out && !st; o++)
-            if (!(out[o] = malloc((size_t)(m * kiln_tensor_ne(kiln_graph_output_at(t->g, o), 0)) *
-                                  sizeof(float))))
-                st = cli_error(KILN_ERR_NOMEM, "outputs of %lld tokens", (long long)m);
-        if (!st)
-            st = kiln_session_run(sess, m, (const float *const *)in, out);
+        st = run_bucket(t->g, sess, m, in, out);
         double err = 0;
         for (int o = 0; o < n_out && !st; o++) {
             size_t n = (size_t)(m * kiln_tensor_ne(kiln_graph_output_at(t->g, o), 0));
@@ -308,19 +316,7 @@ static kiln_status step_arm(tuner *t, int arm, const kiln_tuning *found, step_si
             break;
         }
         float *in[64] = { 0 }, *out[64] = { 0 };
-        for (int i = 0; i < n_in && !st; i++) {
-            int64_t w = kiln_tensor_ne(kiln_graph_input_at(t->g, i), 0);
-            if (!(in[i] = malloc((size_t)(m * w) * sizeof(float))))
-                st = cli_error(KILN_ERR_NOMEM, "inputs of %lld tokens", (long long)m);
-            else
-                cli_fill_input(i, m, w, in[i]);
-        }
-        for (int o = 0; o < n_out && !st; o++)
-            if (!(out[o] = malloc((size_t)(m * kiln_tensor_ne(kiln_graph_output_at(t->g, o), 0)) *
-                                  sizeof(float))))
-                st = cli_error(KILN_ERR_NOMEM, "outputs of %lld tokens", (long long)m);
-        if (!st)
-            st = kiln_session_run(sess, m, (const float *const *)in, out);
+        st = run_bucket(t->g, sess, m, in, out);
         for (int o = 0; o < n_out && !st; o++) {
             float **ref = &outs[b][o];
             size_t n = (size_t)(m * kiln_tensor_ne(kiln_graph_output_at(t->g, o), 0));

@@ -583,16 +583,22 @@ Test(cli_plan_run, tune_stores_a_table_plan_reads, .timeout = 300)
     r = kt_cli_run(cmd);
     cr_assert_eq(r.status, 0, "%s%s", r.out, r.err);
     kt_cli_free(&r);
+    /* a byte of every copy of the table flipped: the live one, and any
+     * older one on a page the second run freed */
     long n;
     char *bytes = kt_read_file(cache, &n);
     cr_assert_not_null(bytes);
-    char *at = memmem(bytes, (size_t)n, "KLNT", 4);
-    cr_assert(at && at + 40 < bytes + n);
-    at[30] ^= 0x01;
     FILE *f = fopen(cache, "r+b");
     cr_assert_not_null(f);
-    cr_assert_eq(fseek(f, at + 30 - bytes, SEEK_SET), 0);
-    cr_assert_eq(fwrite(at + 30, 1, 1, f), 1);
+    int copies = 0;
+    for (char *at = bytes; (at = memmem(at, (size_t)(bytes + n - at), "KLNT", 4)); at += 4) {
+        cr_assert(at + 40 < bytes + n);
+        at[30] ^= 0x01;
+        cr_assert_eq(fseek(f, at + 30 - bytes, SEEK_SET), 0);
+        cr_assert_eq(fwrite(at + 30, 1, 1, f), 1);
+        copies++;
+    }
+    cr_assert_gt(copies, 0);
     fclose(f);
     free(bytes);
     r = kt_cli_run(cmd);

@@ -84,6 +84,14 @@ Test(gpu_session, every_format_matches_the_cpu_4, .timeout = 600)
     every_format_part(3);
 }
 
+/* RMS norm weights of width 512, about 1. */
+static void norm_weights(kt_rng *r, float *w)
+{
+    kt_fill_normal(r, w, 512, 0.2f);
+    for (int i = 0; i < 512; i++)
+        w[i] += 1.0f;
+}
+
 Test(gpu_session, fused_ffn_matches_the_cpu, .timeout = 600)
 {
     kt_need_gpu();
@@ -91,9 +99,7 @@ Test(gpu_session, fused_ffn_matches_the_cpu, .timeout = 600)
     kt_rng r = kt_rng_new(2);
     kiln_format fs[] = { KILN_FMT_BF16, KILN_FMT_FP8_BLOCK, KILN_FMT_NVFP4, KILN_FMT_Q4_K };
     float norm[512];
-    kt_fill_normal(&r, norm, 512, 0.2f);
-    for (int i = 0; i < 512; i++)
-        norm[i] += 1.0f;
+    norm_weights(&r, norm);
     for (size_t f = 0; f < sizeof fs / sizeof fs[0]; f++) {
         kt_weight gate, up, down;
         kt_weight_make(&gate, &r, fs[f], 768, 512);
@@ -206,9 +212,7 @@ Test(gpu_session, serial_steps_equal_overlapped_ones, .timeout = 600)
     fresh_cache();
     kt_rng r = kt_rng_new(30);
     float norm[512];
-    kt_fill_normal(&r, norm, 512, 0.2f);
-    for (int i = 0; i < 512; i++)
-        norm[i] += 1.0f;
+    norm_weights(&r, norm);
     kt_weight gate, up, down;
     kt_weight_make(&gate, &r, KILN_FMT_Q4_K, 768, 512);
     kt_weight_make(&up, &r, KILN_FMT_Q4_K, 768, 512);
