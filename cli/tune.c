@@ -32,10 +32,11 @@ static void help(FILE *out)
             "largest output in some bucket is left out there, with a warning. A kernel\n"
             "shared by several layers is timed as their mean.\n"
             "\n"
-            "Then the whole step of each bucket, with the variants chosen: its graph\n"
-            "replayed with the kernels overlapping where they allow (each may start while\n"
-            "the one before it drains), then with every kernel starting after the one\n"
-            "before it ends; the median of --reps runs of 10 replays each. Serial is\n"
+            "Then the whole step of each bucket whose kernels may overlap (the decode\n"
+            "buckets on sm_90), with the variants chosen: its graph replayed with the\n"
+            "kernels overlapping where they allow (each may start while the one before\n"
+            "it drains), then with every kernel starting after the one before it ends;\n"
+            "the median of --reps runs of 10 replays each. Serial is\n"
             "stored for a bucket where it is faster by more than 0.5 %%, or where the\n"
             "outputs differ between the two (a warning). Not with KILN_SERIAL=1.\n"
             "\n"
@@ -267,6 +268,7 @@ typedef struct step_site {
     double us[2]; /* overlap, serial: the median replay */
     int differ;   /* serial outputs differ from the overlapped ones */
     int serial;   /* the policy chosen */
+    int timed;    /* 0: no launch of the step may overlap, nothing to choose */
 } step_site;
 
 enum { STEP_REPLAYS = 10 };
@@ -287,6 +289,8 @@ static kiln_status step_arm(tuner *t, int arm, const kiln_tuning *found, step_si
             st = kiln_tuning_set(table, &e);
     }
     for (int b = 0; b < nb && arm && !st; b++) {
+        if (!sites[b].timed)
+            continue;
         kiln_tuning_entry e = { .signature = sites[b].key, .bucket = sites[b].m,
                                 .variant = "serial", .heuristic = "overlap" };
         st = kiln_tuning_set(table, &e);
@@ -310,7 +314,11 @@ static kiln_status step_arm(tuner *t, int arm, const kiln_tuning *found, step_si
         if (arm == 0) {
             if ((st = kiln_plan_step_key(p, b, s->key, sizeof s->key)))
                 break;
-        } else if (kiln_plan_step_policy(p, b) != 1) {
+            s->timed = kiln_plan_step_overlaps(p, b) > 0;
+        }
+        if (!s->timed)
+            continue;
+        if (arm == 1 && kiln_plan_step_policy(p, b) != 1) {
             st = cli_error(KILN_ERR_STATE, "the serial round's plan did not take the launch "
                            "policy of bucket %lld (%s)", (long long)m, s->key);
             break;
@@ -346,11 +354,13 @@ static kiln_status step_arm(tuner *t, int arm, const kiln_tuning *found, step_si
     return st;
 }
 
-/* The step rounds: each bucket's launch policy into found, serial where
- * its replay is faster by more than 0.5 % or where the overlapped outputs
- * differ from the serial ones (warned: a kernel's overlap is then unsafe). */
+/* The step rounds: the launch policy of each bucket whose step has a
+ * launch that may overlap into found, serial where its replay is faster by
+ * more than 0.5 % or where the overlapped outputs differ from the serial
+ * ones (warned: a kernel's overlap is then unsafe). *timed counts those
+ * buckets, *serial the serial ones. */
 static kiln_status step_rounds(tuner *t, const kiln_plan *p, kiln_tuning *found, step_site *sites,
-                               int *serial)
+                               int *timed, int *serial)
 {
     const int nb = kiln_plan_n_buckets(p), n_out = kiln_graph_n_outputs(t->g);
     float ***outs = calloc((size_t)nb, sizeof *outs);
@@ -365,9 +375,11 @@ static kiln_status step_rounds(tuner *t, const kiln_plan *p, kiln_tuning *found,
                 arm ? "every kernel after the one before it ends" : "kernels overlapping");
         st = step_arm(t, arm, found, sites, nb, outs);
     }
-    *serial = 0;
+    *timed = *serial = 0;
     for (int b = 0; b < nb && !st; b++) {
         step_site *s = &sites[b];
+        if (!s->timed)
+            continue;
         const int pick = s->differ || s->us[1] < 0.995 * s->us[0];
         if (s->differ)
             fprintf(stderr, "kiln tune: warning: at %lld tokens the outputs of overlapped "
@@ -378,6 +390,7 @@ static kiln_status step_rounds(tuner *t, const kiln_plan *p, kiln_tuning *found,
                                 .heuristic = "overlap", .heuristic_us = s->us[0] };
         s->serial = pick;
         *serial += pick;
+        ++*timed;
         st = kiln_tuning_set(found, &e);
     }
     for (int b = 0; outs && b < nb; b++) {
@@ -540,14 +553,14 @@ static int run(int argc, char **argv)
     const int nb = kiln_plan_n_buckets(p);
     step_site *steps = calloc((size_t)nb, sizeof *steps);
     const char *no_overlap = getenv("KILN_SERIAL");
-    int serial = 0, stepped = !st && !(no_overlap && !strcmp(no_overlap, "1"));
+    int timed = 0, serial = 0, stepped = !st && !(no_overlap && !strcmp(no_overlap, "1"));
     if (!st && !steps)
         st = cli_error(KILN_ERR_NOMEM, "the step rounds");
     if (!st && !stepped)
         fprintf(stderr, "tune: KILN_SERIAL is set, so no launch overlaps: the launch policy "
                 "of the steps is not timed\n");
     if (!st && stepped)
-        st = step_rounds(&t, p, found, steps, &serial);
+        st = step_rounds(&t, p, found, steps, &timed, &serial);
     kiln_cache *cache = NULL;
     if (!st && kiln_tuning_n(found) && !(st = kiln_cache_open(&t.so.cache, &cache)))
         st = kiln_cache_store_tuning(cache, found);
@@ -560,7 +573,8 @@ static int run(int argc, char **argv)
         json_object_set_new(root, "kernels", cli_tuning_json(found, "linear "));
         json_t *rows = json_array();
         for (int b = 0; b < nb && stepped; b++)
-            json_array_append_new(rows, json_pack("{s:s, s:I, s:f, s:f, s:s, s:b}", "key",
+            if (steps[b].timed)
+                json_array_append_new(rows, json_pack("{s:s, s:I, s:f, s:f, s:s, s:b}", "key",
                                                   steps[b].key, "tokens", (json_int_t)steps[b].m,
                                                   "overlap_us", steps[b].us[0], "serial_us",
                                                   steps[b].us[1], "launches",
@@ -597,13 +611,16 @@ static int run(int argc, char **argv)
             printf("\n%-7s %-8s %12s %12s  %s\n", "tokens", "kernels", "overlap us", "serial us",
                    "launches");
             for (int b = 0; b < nb; b++) {
+                if (!steps[b].timed)
+                    continue;
                 const char *k = strstr(steps[b].key, " steps=");
                 printf("%-7lld %-8d %12.2f %12.2f  %s%s\n", (long long)steps[b].m,
                        k ? atoi(k + 7) : 0, steps[b].us[0], steps[b].us[1],
                        steps[b].serial ? "serial" : "overlap",
                        steps[b].differ ? " (outputs differ when overlapped)" : "");
             }
-            printf("\n%d of %d buckets run serial\n", serial, nb);
+            printf("\n%d of %d buckets run serial (%d with no launch that may overlap left "
+                   "out)\n", serial, timed, nb - timed);
         }
         if (kiln_tuning_n(found))
             printf("stored in %s\n", stored);

@@ -769,6 +769,16 @@ int kiln_plan_step_policy(const kiln_plan *p, int bucket)
     return p->programs[bucket].serial;
 }
 
+int kiln_plan_step_overlaps(const kiln_plan *p, int bucket)
+{
+    int n = 0;
+    for (int s = 0; p && bucket >= 0 && bucket < p->n_buckets && s < p->programs[bucket].n_steps;
+         s++)
+        for (int f = 0; f < p->programs[bucket].steps[s].n_launch; f++)
+            n += p->programs[bucket].steps[s].launch[f].overlap;
+    return n;
+}
+
 size_t kiln_plan_naive_bytes(const kiln_plan *p, int bucket)
 {
     return bucket >= 0 && bucket < p->n_buckets ? p->programs[bucket].naive_bytes : 0;

@@ -396,8 +396,9 @@ KILN_API int kiln_tuning_n(const kiln_tuning *t);
 KILN_API kiln_status kiln_tuning_at(const kiln_tuning *t, int i, kiln_tuning_entry *out);
 /* Add e, or replace the entry of the same signature and bucket.
  * KILN_ERR_INVALID_ARG for a signature that is neither a linear one with
- * variant=* nor a step key, a bucket below 1, a variant that is no name (empty, spaces,
- * 64 bytes or more), a time that is negative or not finite. */
+ * variant=* nor a step key, a bucket below 1, a variant that is no name
+ * (empty, spaces, 64 bytes or more), a time that is negative or not
+ * finite. */
 KILN_API kiln_status kiln_tuning_set(kiln_tuning *t, const kiln_tuning_entry *e);
 
 #define KILN_DEFAULT_CAPTURE_SIZES 1, 2, 4, 8, 16, 32, 64, 128, 256, 512
@@ -479,6 +480,10 @@ KILN_API kiln_status kiln_plan_step_key(const kiln_plan *p, int bucket, char *ke
 /* 1: a tuning entry made bucket i's step serial; 0: one kept its overlap;
  * -1: no entry applies (or i is out of range). */
 KILN_API int kiln_plan_step_policy(const kiln_plan *p, int bucket);
+/* The launches of bucket i's step that may start while the kernel before
+ * them drains (0 for i out of range): where there are none, serial and
+ * overlap are the same step, and `kiln tune` leaves it out. */
+KILN_API int kiln_plan_step_overlaps(const kiln_plan *p, int bucket);
 
 /* Activation memory of bucket i: the arena the liveness plan needs and, for
  * comparison, the sum of every activation's size. */

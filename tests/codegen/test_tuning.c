@@ -84,7 +84,8 @@ Test(tuning, entries_are_set_replaced_and_refused)
     cr_assert_eq(kiln_tuning_set(t, &b), KILN_ERR_INVALID_ARG);
     cr_assert_eq(kiln_tuning_n(t), 2, "a refused entry changes nothing");
     set(t, "step target=sm_90a steps=3 hash=00ff00ff00ff00ff", 16, "serial", 2);
-    cr_assert_str_eq(variant_at(t, "step target=sm_90a steps=3 hash=00ff00ff00ff00ff", 16), "serial");
+    cr_assert_str_eq(variant_at(t, "step target=sm_90a steps=3 hash=00ff00ff00ff00ff", 16),
+                     "serial");
     kiln_tuning_destroy(t);
 }
 
@@ -243,16 +244,6 @@ Test(tuning, a_plan_takes_the_measured_variant)
     free_case(&c);
 }
 
-/* Launches of bucket b of p that may overlap the kernel before them. */
-static int overlapping(const kiln_plan *p, int b)
-{
-    int n = 0;
-    for (int s = 0; s < p->programs[b].n_steps; s++)
-        for (int f = 0; f < p->programs[b].steps[s].n_launch; f++)
-            n += p->programs[b].steps[s].launch[f].overlap;
-    return n;
-}
-
 /* A bucket's whole step has a key of its own; a table's "serial" for it
  * clears the overlap of every launch of that bucket alone, "overlap" keeps
  * them, anything else warns. The plan keeps the entries it used. */
@@ -276,17 +267,19 @@ Test(tuning, a_step_takes_the_measured_launch_policy)
     cr_assert_eq(kiln_plan_step_key(h, 0, again, 64), KILN_ERR_INVALID_ARG);
     cr_assert_eq(kiln_plan_step_policy(h, 0), -1);
     cr_assert_eq(kiln_plan_step_policy(h, 5), -1);
-    const int overlap0 = overlapping(h, 0), overlap1 = overlapping(h, 1);
+    const int overlap0 = kiln_plan_step_overlaps(h, 0), overlap1 = kiln_plan_step_overlaps(h, 1);
     cr_assert_gt(overlap0, 0, "the decode kernel may overlap the step before it");
+    cr_assert_eq(overlap1, 0, "the prefill kernel may not");
+    cr_assert_eq(kiln_plan_step_overlaps(h, 2), 0);
 
     const int64_t m0 = kiln_plan_bucket(h, 0);
     kiln_tuning *t = table();
     set(t, key, m0, "serial", 5);
     kiln_plan *p = plan_with(&c, t);
     cr_assert_eq(kiln_plan_step_policy(p, 0), 1);
-    cr_assert_eq(overlapping(p, 0), 0, "serial: no launch overlaps");
+    cr_assert_eq(kiln_plan_step_overlaps(p, 0), 0, "serial: no launch overlaps");
     cr_assert_eq(kiln_plan_step_policy(p, 1), -1);
-    cr_assert_eq(overlapping(p, 1), overlap1, "the other bucket keeps its overlap");
+    cr_assert_eq(kiln_plan_step_overlaps(p, 1), overlap1, "the other bucket keeps its overlap");
     cr_assert_str_eq(variant_at(kiln_plan_tuning(p), key, m0), "serial");
     cr_assert_null(kiln_plan_warnings(p)[0]);
     kiln_plan_destroy(p);
@@ -294,16 +287,17 @@ Test(tuning, a_step_takes_the_measured_launch_policy)
     set(t, key, m0, "overlap", 5);
     p = plan_with(&c, t);
     cr_assert_eq(kiln_plan_step_policy(p, 0), 0);
-    cr_assert_eq(overlapping(p, 0), overlap0);
+    cr_assert_eq(kiln_plan_step_overlaps(p, 0), overlap0);
     cr_assert_str_eq(variant_at(kiln_plan_tuning(p), key, m0), "overlap");
     kiln_plan_destroy(p);
 
     set(t, key, m0, "fast", 5);
     p = plan_with(&c, t);
     cr_assert_eq(kiln_plan_step_policy(p, 0), -1);
-    cr_assert_eq(overlapping(p, 0), overlap0);
+    cr_assert_eq(kiln_plan_step_overlaps(p, 0), overlap0);
     cr_assert_not_null(kiln_plan_warnings(p)[0]);
-    cr_assert(strstr(kiln_plan_warnings(p)[0], "launch policy fast"), "%s", kiln_plan_warnings(p)[0]);
+    cr_assert(strstr(kiln_plan_warnings(p)[0], "launch policy fast"), "%s",
+              kiln_plan_warnings(p)[0]);
     kiln_plan_destroy(p);
     kiln_tuning_destroy(t);
     kiln_plan_destroy(h);
