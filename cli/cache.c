@@ -370,7 +370,8 @@ static json_t *tuning_json(kiln_cache *c, int i)
     kiln_tuning *t;
     if (kiln_tuning_create(&t))
         return json_null();
-    json_t *rows = kiln_cache_layer_tuning(c, i, t) == KILN_OK ? cli_tuning_json(t, NULL) : json_null();
+    json_t *rows =
+        kiln_cache_layer_tuning(c, i, t) == KILN_OK ? cli_tuning_json(t, NULL) : json_null();
     kiln_tuning_destroy(t);
     return rows;
 }

@@ -166,10 +166,11 @@ static int print_json(const char *model, const kiln_session_stats *ss, kiln_cpu 
                             "compiled", ss->compiled));
         json_t *cold =
             json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I}", "total_s",
-                      cold_s, "open_s", open_s, "plan_s", ss->plan_s, "cache_s", ss->cache_s, "compile_s", ss->compile_s,
-                      "module_s", ss->module_s, "weights_s", ss->weights_s, "graphs_s",
-                      ss->graphs_s, "first_run_s", first_s, "weight_bytes",
-                      (json_int_t)ss->weight_bytes, "arena_bytes", (json_int_t)ss->arena_bytes);
+                      cold_s, "open_s", open_s, "plan_s", ss->plan_s, "cache_s", ss->cache_s,
+                      "compile_s", ss->compile_s, "module_s", ss->module_s, "weights_s",
+                      ss->weights_s, "graphs_s", ss->graphs_s, "first_run_s", first_s,
+                      "weight_bytes", (json_int_t)ss->weight_bytes, "arena_bytes",
+                      (json_int_t)ss->arena_bytes);
         json_object_update_new(
             cold, json_pack("{s:f, s:f, s:I, s:I, s:I, s:i, s:b, s:f, s:I, s:f}", "weights_gb_s",
                             gb_per_s(ss->weight_bytes, ss->weights_s), "load_s", ss->load_s,
@@ -343,9 +344,10 @@ static int run(int argc, char **argv)
         printf("cold start %.1f ms: model open %.1f, plan %.1f, cache open + lookup %.1f, "
                "compile %.1f (%d kernels), module load %.1f, weights upload %.1f (%s, %.2f "
                "GB/s), graph instantiate %.1f, first run %.1f\n",
-               (open_s + create_s + first) * 1e3, open_s * 1e3, ss.plan_s * 1e3, ss.cache_s * 1e3, ss.compile_s * 1e3,
-               ss.compiled, ss.module_s * 1e3, ss.weights_s * 1e3, weights,
-               gb_per_s(ss.weight_bytes, ss.weights_s), ss.graphs_s * 1e3, first * 1e3);
+               (open_s + create_s + first) * 1e3, open_s * 1e3, ss.plan_s * 1e3,
+               ss.cache_s * 1e3, ss.compile_s * 1e3, ss.compiled, ss.module_s * 1e3,
+               ss.weights_s * 1e3, weights, gb_per_s(ss.weight_bytes, ss.weights_s),
+               ss.graphs_s * 1e3, first * 1e3);
         char read[32], packed[32], device[32], peak[32];
         cli_bytes(ss.load_read_bytes, read, sizeof read);
         cli_bytes(ss.load_packed_bytes, packed, sizeof packed);

@@ -1,9 +1,9 @@
 /* Tile configurations chosen by measurement: a table from (kernel signature
  * with its variant left out, token bucket) to the variant that ran fastest
  * there, with the times that chose it; and from (a bucket's whole step,
- * token bucket) to its launch policy, serial or overlap. `kiln tune` fills it on a device,
- * the cache keeps it beside the kernels, and planning prefers its variants
- * to the heuristic's.
+ * token bucket) to its launch policy, serial or overlap. `kiln tune` fills
+ * it on a device, the cache keeps it beside the kernels, and planning
+ * prefers its choices to the heuristic's.
  *
  * As text (the cache's form), one entry a line, fields one space apart:
  *     BUCKET VARIANT US HEURISTIC HEURISTIC_US SIGNATURE

@@ -114,11 +114,12 @@ static kiln_status check_scales(const kiln_model *m, const kiln_model_tensor *t)
         size_t i = fi->scale_type == KILN_SCALE_F32    ? first_nonfinite_f32(s, n)
                    : fi->scale_type == KILN_SCALE_E8M0 ? first_byte(s, n, 0xFF)
                                                        : first_byte(s, n, 0x7F);
-        if (i < n)
-            return check_fail(m, t, "scale", (int64_t)i,
-                              fi->scale_type == KILN_SCALE_F32    ? elem_f32(KILN_FMT_F32, s, (int64_t)i)
-                              : fi->scale_type == KILN_SCALE_E8M0 ? kiln_e8m0_to_f32(s[i])
-                                                                  : kiln_e4m3_to_f32(s[i]));
+        if (i < n) {
+            float v = fi->scale_type == KILN_SCALE_F32    ? elem_f32(KILN_FMT_F32, s, (int64_t)i)
+                      : fi->scale_type == KILN_SCALE_E8M0 ? kiln_e8m0_to_f32(s[i])
+                                                          : kiln_e4m3_to_f32(s[i]);
+            return check_fail(m, t, "scale", (int64_t)i, v);
+        }
     }
     for (size_t g = 0; g < KILN_ARRAY_LEN(ggml_scales); g++) {
         if (ggml_scales[g].fmt != q->format)
