@@ -184,10 +184,40 @@ static int consumers(kiln_tensor *const *topo, int n, const kiln_tensor *t, kiln
     return count;
 }
 
+/* The plan's linear of node t, or -1. */
+static int linear_of(const kiln_plan *p, const kiln_tensor *t)
+{
+    for (int i = 0; i < p->n_linears; i++)
+        if (p->linears[i].node == t)
+            return i;
+    return -1;
+}
+
+/* Whether the silu's input g can be computed by linear l's kernel (the
+ * gate epilogue): a linear of the same input, format, shape and static
+ * input scale, read by the silu alone, neither with a bias. */
+static int gate_fits(const kiln_plan *p, const kiln_plan_lin *l, const kiln_tensor *g,
+                     kiln_tensor *const *topo, int n)
+{
+    kiln_tensor *last;
+    int gi = linear_of(p, g);
+    if (gi < 0 || g->is_output || consumers(topo, n, g, &last) != 1)
+        return -1;
+    const kiln_plan_lin *gl = &p->linears[gi];
+    const kiln_linear_cfg *a = &gl->cfg, *b = &l->cfg;
+    if (g->src[0] != l->node->src[0] || g->src[2] || l->node->src[2] || a->format != b->format ||
+        a->n != b->n || a->k != b->k || a->group != b->group ||
+        g->input_scale != l->node->input_scale)
+        return -1;
+    return gi;
+}
+
 /* Find what each linear could absorb: the add that takes it as one operand
- * (residual), or the mul with a silu of another tensor (gated FFN). Only a
- * consumer that reads nothing else of the linear and is its sole reader can
- * be absorbed, and never a graph output's producer. */
+ * (residual), or the mul with a silu of another tensor (gated FFN), and
+ * with that mul, the linear the silu reads (the gate projection, computed
+ * in the same kernel where the backend can). Only a consumer that reads
+ * nothing else of the linear and is its sole reader can be absorbed, and
+ * never a graph output's producer. */
 static void plan_fusion_candidates(kiln_plan *p, kiln_tensor *const *topo, int n)
 {
     for (int i = 0; i < p->n_linears; i++) {
@@ -207,6 +237,8 @@ static void plan_fusion_candidates(kiln_plan *p, kiln_tensor *const *topo, int n
                 l->absorbed2 = other;
                 l->aux = other->src[0];
                 l->candidate |= KILN_EPI_SILU_MUL;
+                if ((l->gate = gate_fits(p, l, other->src[0], topo, n)) >= 0)
+                    l->candidate |= KILN_EPI_GATE;
             }
         }
     }
@@ -269,12 +301,42 @@ static kiln_status plan_select(kiln_plan *p, const kiln_plan_options *o, const k
                 c->quant = c->ignores_scale ? c->act : sf;
             }
             c->epilogue = l->cfg.epilogue | (l->candidate & c->backend->epilogues);
+            if (!(c->epilogue & KILN_EPI_SILU_MUL))
+                c->epilogue &= ~KILN_EPI_GATE;
+            c->gate_of = -1;
             if (!(c->refused = kiln_strdup(ch.refused)))
                 return kiln_fail(KILN_ERR_NOMEM, "plan: out of memory for the refusals");
-            if ((st = linear_signature(p, l, c, p->buckets[b], o->tuning, &c->signature)))
-                return st;
         }
     }
+    /* A gate projection computed by its up projection's kernel runs where
+     * both chose the same kernel form; it then has no step of its own. */
+    for (int i = 0; i < p->n_linears; i++)
+        for (int b = 0; b < p->n_buckets; b++) {
+            kiln_plan_choice *c = &p->linears[i].choice[b];
+            if (!(c->epilogue & KILN_EPI_GATE))
+                continue;
+            kiln_plan_choice *g = &p->linears[p->linears[i].gate].choice[b];
+            if (g->backend != c->backend || g->act != c->act || g->quant != c->quant ||
+                g->gate_of >= 0 || (g->epilogue & KILN_EPI_GATE))
+                c->epilogue &= ~KILN_EPI_GATE;
+            else
+                g->gate_of = i;
+        }
+    for (int i = 0; i < p->n_linears; i++)
+        for (int b = 0; b < p->n_buckets; b++) {
+            kiln_plan_choice *c = &p->linears[i].choice[b];
+            kiln_status st;
+            if (c->gate_of < 0 &&
+                (st = linear_signature(p, &p->linears[i], c, p->buckets[b], o->tuning,
+                                       &c->signature)))
+                return st;
+        }
+    for (int i = 0; i < p->n_linears; i++)
+        for (int b = 0; b < p->n_buckets; b++) {
+            kiln_plan_choice *c = &p->linears[i].choice[b];
+            if (c->gate_of >= 0)
+                c->signature = p->linears[c->gate_of].choice[b].signature;
+        }
     return KILN_OK;
 }
 
@@ -387,6 +449,8 @@ static kiln_status build_program(builder *b, kiln_tensor *const *topo, int n)
             unsigned fused = l->choice[b->bucket].epilogue & ~KILN_EPI_BIAS;
             if (l->node == t && fused)
                 absorbed = 1; /* emitted at its consumer */
+            if (l->node == t && l->choice[b->bucket].gate_of >= 0)
+                absorbed = 1; /* computed by its up projection's kernel */
             if (fused && (l->absorbed2 == t))
                 absorbed = 1;
             if (fused && l->absorbed == t)
@@ -416,7 +480,8 @@ static kiln_status build_program(builder *b, kiln_tensor *const *topo, int n)
         if (c->quant != KILN_ACT_BF16 &&
             (st = quantized(b, s.src[0], c->quant, scale, &s.src[0])))
             break;
-        if (c->epilogue & (KILN_EPI_RESIDUAL | KILN_EPI_SILU_MUL))
+        if ((c->epilogue & (KILN_EPI_RESIDUAL | KILN_EPI_SILU_MUL)) &&
+            !(c->epilogue & KILN_EPI_GATE))
             s.src[1] = value_of(b, l->aux);
         if ((st = add_value(b, t, l->cfg.n, KILN_ACT_BF16, &s.dst)))
             break;
@@ -440,6 +505,8 @@ static kiln_status plan_launches(kiln_plan *p, kiln_program *bk)
             const kiln_tensor *lin = p->linears[s->linear].node;
             s->weight = lin->src[1];
             s->bias = lin->src[2];
+            if (d->linear.cfg.epilogue & KILN_EPI_GATE)
+                s->weight2 = p->linears[p->linears[s->linear].gate].node->src[1];
             kiln_status st;
             if (d->backend->layout && (st = d->backend->layout(&p->target, &d->linear, &s->layout)))
                 return kiln_fail_prefix(st, "weight %s", s->weight->name);
@@ -655,6 +722,7 @@ kiln_status kiln_plan_create_with(const kiln_registry *r, kiln_graph *g, const k
             continue;
         kiln_plan_lin *l = &p->linears[j++];
         l->node = lin;
+        l->gate = -1;
         const kiln_qtensor *wt = &lin->src[1]->weight;
         l->cfg = (kiln_linear_cfg){ .format = wt->format, .n = wt->n, .k = wt->k,
                                     .epilogue = lin->src[2] ? KILN_EPI_BIAS : 0,
@@ -721,7 +789,7 @@ kiln_status kiln_plan_linear_at(const kiln_plan *p, int linear, int bucket, kiln
         .k = l->cfg.k,
         .backend = c->backend->name,
         .act = kiln_act_name(c->act),
-        .epilogue = kiln_epilogue_str(c->epilogue),
+        .epilogue = c->gate_of >= 0 ? "(in silu_mul+gate)" : kiln_epilogue_str(c->epilogue),
         .signature = c->signature,
         .refused = c->refused,
         .fell_back = c->fell_back,

@@ -19,6 +19,10 @@ typedef struct kiln_plan_choice {
     char *refused;
     int fell_back;
     int tuned;         /* the variant is the tuning table's */
+    /* -1, or the linear whose kernel computes this one in this bucket (its
+     * gate epilogue): this linear has no step there, and its signature is
+     * that kernel's. */
+    int gate_of;
 } kiln_plan_choice;
 
 typedef struct kiln_plan_lin {
@@ -27,6 +31,7 @@ typedef struct kiln_plan_lin {
     kiln_tensor *absorbed2; /* silu_mul: the silu node absorbed with the mul */
     kiln_tensor *aux;       /* residual r or gate g, the epilogue's extra input */
     unsigned candidate;     /* epilogues it could fuse */
+    int gate;               /* KILN_EPI_GATE candidate: the gate projection's linear, else -1 */
     kiln_linear_cfg cfg;    /* epilogue = bias only; the rest depends on the bucket */
     kiln_plan_choice *choice; /* [n_buckets] */
 } kiln_plan_lin;

@@ -185,7 +185,7 @@ static kiln_status parse_epilogue(const kiln_registry *r, const char *sig, const
     for (const char *p = value;; p++) {
         size_t len = strcspn(p, "+");
         unsigned bit = 0;
-        for (unsigned b = 1; b <= KILN_EPI_SILU_MUL; b <<= 1) {
+        for (unsigned b = 1; b <= KILN_EPI_GATE; b <<= 1) {
             char name[32];
             kiln_epilogue_name(b, name, sizeof name);
             if (strlen(name) == len && !strncmp(name, p, len))
@@ -395,6 +395,9 @@ kiln_status kiln_sig_parse(const kiln_registry *r, const char *signature, kiln_k
     for (size_t i = 0; i < f->n && st == KILN_OK; i++)
         if (f->fields[i].parse)
             st = f->fields[i].parse(r, signature, value[i], f->fields[i].at, &d);
+    if (st == KILN_OK && d.kind == KILN_STEP_LINEAR &&
+        (d.linear.cfg.epilogue & ~d.backend->epilogues))
+        return malformed(signature, "the backend does not fuse that epilogue");
     if (st == KILN_OK && (st = kiln_sig_name(&d, signature)) == KILN_OK)
         *out = d;
     return st;

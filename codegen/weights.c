@@ -19,7 +19,7 @@ static kiln_status layouts_of(const kiln_plan *p, const kiln_tensor *w, weight_l
         const kiln_program *bk = &p->programs[b];
         for (int i = 0; i < bk->n_steps; i++) {
             const kiln_step *s = &bk->steps[i];
-            if (s->kind != KILN_STEP_LINEAR || s->weight != w)
+            if (s->kind != KILN_STEP_LINEAR || (s->weight != w && s->weight2 != w))
                 continue;
             if (!s->layout.pack) {
                 out->storage = 1;

@@ -127,6 +127,7 @@ typedef struct kiln_step {
     /* KILN_STEP_LINEAR: the weight, its bias (NULL: none) and the layout
      * the kernel reads the weight in. */
     kiln_tensor *weight, *bias;
+    kiln_tensor *weight2; /* the gate epilogue's gate weight, in the same layout; else NULL */
     kiln_weight_layout layout;
     /* The kernel's launches for the program's m, in stream order, one per
      * entry of the kernel; none for a kernel whose backend cannot be built

@@ -440,7 +440,9 @@ typedef struct kiln_plan_linear {
     int64_t n, k;
     const char *backend;    /* chosen backend */
     const char *act;        /* activation scheme it consumes: "bf16", "fp8-1x128", ... */
-    const char *epilogue;   /* fused epilogue: "none", "bias", "bias+residual", ... */
+    const char *epilogue;   /* fused epilogue: "none", "bias", "bias+residual", ...;
+                               "(in silu_mul+gate)" for a gate projection its up
+                               projection's kernel computes in this bucket */
     int signature;          /* index into the plan's signatures */
     const char *refused;    /* "wgmma: needs sm_90a; simt: ..." for backends tried first, or "" */
     int fell_back;          /* --backend was asked for and could not take this node */

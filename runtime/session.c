@@ -102,11 +102,12 @@ static kiln_status storage_bytes(const kiln_tensor *t, size_t *data, size_t *sca
     return e != KILN_OK ? kiln_fail_prefix(e, "weight %s", t->name) : KILN_OK;
 }
 
-/* The device copy of the weight of linear step st in the layout its
- * kernel reads, its buffers allocated on first use; the load fills them. */
-static kiln_status weight_for(kiln_session *s, const kiln_step *st, dev_weight **out)
+/* The device copy of weight t of linear step st (its own, or the gate
+ * epilogue's weight2) in the layout its kernel reads, its buffers
+ * allocated on first use; the load fills them. */
+static kiln_status weight_for(kiln_session *s, const kiln_step *st, kiln_tensor *t,
+                              dev_weight **out)
 {
-    kiln_tensor *t = st->weight;
     if ((*out = weight_of(s, t, st->layout.pack)))
         return KILN_OK;
     dev_weight *w = *out = &s->weights[s->n_weights++];
@@ -442,7 +443,9 @@ static kiln_status weights_create(kiln_session *s)
     size_t linears = 0;
     for (int p = 0; p < b->n_programs; p++)
         for (int i = 0; i < b->programs[p].n_steps; i++)
-            linears += b->programs[p].steps[i].kind == KILN_STEP_LINEAR;
+            linears += b->programs[p].steps[i].kind == KILN_STEP_LINEAR
+                           ? 1 + (b->programs[p].steps[i].weight2 != NULL)
+                           : 0;
     s->weights = kiln_calloc(linears + 1, sizeof *s->weights);
     s->params = kiln_calloc((size_t)s->graph->tensors.n + 1, sizeof *s->params);
     if (!s->weights || !s->params)
@@ -451,7 +454,10 @@ static kiln_status weights_create(kiln_session *s)
         for (int i = 0; i < b->programs[p].n_steps; i++) {
             const kiln_step *st = &b->programs[p].steps[i];
             dev_weight *w;
-            kiln_status e = st->kind == KILN_STEP_LINEAR ? weight_for(s, st, &w) : KILN_OK;
+            kiln_status e = st->kind == KILN_STEP_LINEAR ? weight_for(s, st, st->weight, &w)
+                                                         : KILN_OK;
+            if (e == KILN_OK && st->kind == KILN_STEP_LINEAR && st->weight2)
+                e = weight_for(s, st, st->weight2, &w);
             if (e != KILN_OK)
                 return e;
         }
@@ -793,9 +799,10 @@ static kiln_status launch_step(kiln_session *s, int b, int si, CUstream stream)
     switch (st->kind) {
     case KILN_STEP_LINEAR: {
         const dev_weight *w = weight_of(s, st->weight, st->layout.pack);
-        if (!w)
+        const dev_weight *w2 = st->weight2 ? weight_of(s, st->weight2, st->layout.pack) : NULL;
+        if (!w || (st->weight2 && !w2))
             return kiln_fail(KILN_ERR_STATE, "weight %s: no device copy in the layout of %s",
-                             st->weight->name, k->signature);
+                             (w ? st->weight2 : st->weight)->name, k->signature);
         a.linear = (kiln_linear_args){
             .y = (void *)value_ptr(s, bk, st->dst),
             .x = (const void *)value_ptr(s, bk, st->src[0]),
@@ -804,6 +811,9 @@ static kiln_status launch_step(kiln_session *s, int b, int si, CUstream stream)
             .w_global = (const float *)w->global,
             .bias = st->bias ? (const float *)s->params[st->bias->id] : NULL,
             .aux = (const void *)value_ptr(s, bk, st->src[1]),
+            .w2 = w2 ? (const void *)w2->data : NULL,
+            .w2_scale = w2 ? (const void *)w2->scale : NULL,
+            .w2_global = w2 ? (const float *)w2->global : NULL,
             .m = m,
         };
         /* fp8-tensor activations carry their scale beside the quant step */

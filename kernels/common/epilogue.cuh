@@ -3,6 +3,9 @@
 // then takes v · silu(g[m, n]); a residual adds r[m, n]. g and r come
 // through the one aux input (kiln_linear_args), so the two exclude each
 // other. The kernel rounds the result to BF16 once when it stores it.
+// With Gate (only with SiluMul, kernels that opt in), the kernel computes
+// g itself from the gate projection's weight and applies the product
+// before the store; aux is not read.
 #pragma once
 
 #include "kiln/elementwise.cuh"
@@ -11,10 +14,11 @@
 
 namespace kiln {
 
-template <bool Bias, bool Residual, bool SiluMul>
+template <bool Bias, bool Residual, bool SiluMul, bool Gate = false>
 struct epilogue {
     static_assert(!(Residual && SiluMul), "residual and silu_mul share the aux input");
-    static constexpr bool bias = Bias, residual = Residual, silu_mul = SiluMul;
+    static_assert(!Gate || (SiluMul && !Bias), "the gate comes with silu_mul, without a bias");
+    static constexpr bool bias = Bias, residual = Residual, silu_mul = SiluMul, gate = Gate;
 };
 
 // The epilogue of output (m, n) of y[m, N], at = m·N + n, on its value v.

@@ -36,6 +36,11 @@ typedef struct kiln_linear_args {
     const float *w_global; /* NVFP4: the f32 global scale; otherwise NULL */
     const float *bias;     /* f32 [n], with the bias epilogue */
     const void *aux;       /* bf16 [m, n]: the residual, or the gate of silu_mul */
+    /* With the gate epilogue, the gate projection's weight (the aux gate
+     * is computed, not read): w, w_scale and w_global of its own. */
+    const void *w2;
+    const void *w2_scale;
+    const float *w2_global;
     int m;
 } kiln_linear_args;
 

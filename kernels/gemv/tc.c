@@ -154,12 +154,20 @@ static int64_t tc_per_sm(const kiln_target *t, int64_t smem, int64_t red)
 
 /* Split K across a block's warps while the launch is short of warps and
  * every slice keeps TC_SLICE_ATOMS atoms; halve the block while its
- * shared memory is more than t gives one. */
-static int tc_configure(const kiln_target *t, const kiln_linear_cfg *c, const tc_variant *v,
+ * shared memory is more than t gives one. With the gate epilogue the rows
+ * are twice as many, the gate's tiles beside the up's: an even count of
+ * row tiles a warp, at least two. */
+static int tc_configure(const kiln_target *t, const kiln_linear_cfg *lin, const tc_variant *v,
                         tc_config *out, char *why, size_t size)
 {
     const int64_t limit = kiln_block_smem_limit(t);
+    kiln_linear_cfg both = *lin;
+    if (lin->epilogue & KILN_EPI_GATE)
+        both.n = 2 * kiln_ceil_div(lin->n, 16) * 16;
+    const kiln_linear_cfg *c = &both;
     tc_config k = tc_class(v, c);
+    if ((lin->epilogue & KILN_EPI_GATE) && k.row_tiles % 2)
+        k.row_tiles *= 2;
     const int64_t groups = kiln_ceil_div(kiln_ceil_div(c->n, 16), k.row_tiles);
     const int64_t atoms = c->k / 64;
     const int64_t min_warps = v->max_m == 1 || tc_format_batch(c->format) <= 2
@@ -344,7 +352,7 @@ kiln_status kiln_gemv_tc_layout(const kiln_target *t, const kiln_linear_kernel *
 const kiln_backend kiln_backend_gemv_tc = {
     .name = "gemv_tc",
     .formats = 0 KILN_TC_FORMATS(TC_FORMAT_BIT),
-    .epilogues = KILN_EPI_ALL,
+    .epilogues = KILN_EPI_ALL | KILN_EPI_GATE,
     .is_supported = tc_is_supported,
     .can_implement = tc_can_implement,
     .variants = &variant_table,

@@ -915,7 +915,12 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
     using L = tc_smem<F, S>;
     static_assert(Smem == L::bytes, "the host's shared memory is the template's");
     static_assert(K % 64 == 0, "whole atoms");
-    constexpr int atoms = K / 64, tiles = (N + 15) / 16, TT = S::token_tiles;
+    // The gate epilogue: the warp's row tiles alternate, even ones of the
+    // gate projection (w2), odd ones of this linear's (w), the same rows:
+    // every x fragment staged feeds both, and the product leaves at once.
+    constexpr bool Gate = Epilogue::gate;
+    static_assert(!Gate || S::row_tiles % 2 == 0, "a gate tile beside each up tile");
+    constexpr int atoms = K / 64, tiles = (N + 15) / 16 * (Gate ? 2 : 1), TT = S::token_tiles;
     constexpr int RT = S::row_tiles, B = S::batch, ST = S::stages;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -931,7 +936,9 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
                       (rest && slice == S::k_split - 1 ? rest : 0);
     const int tile0 = (blockIdx.x * S::row_warps + row_warp) * RT;
     const u16 *x = static_cast<const u16 *>(args.x);
-    const u8 *w = static_cast<const u8 *>(args.w);
+    kiln_linear_args gate = args;
+    if constexpr (Gate)
+        gate.w = args.w2, gate.w_scale = args.w2_scale, gate.w_global = args.w2_global;
 
     // The warp's ring. Each lane copies its pieces and units; the records
     // and x, shared by lanes, are copied by the warp together in 16-byte
@@ -950,9 +957,10 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
     tc_scale_ptr sp[RT];
 #pragma unroll
     for (int r = 0; r < RT; r++) {
-        const int tile = tile0 + r < tiles ? tile0 + r : tiles - 1;
-        wtile[r] = w + (i64)tile * atoms * F::atom_bytes + lane * 16;
-        sp[r] = F::template scale_ptr<N, K>(args, tile, g);
+        const int at = tile0 + r < tiles ? tile0 + r : tiles - 1, tile = Gate ? at >> 1 : at;
+        const kiln_linear_args &wa = Gate && r % 2 == 0 ? gate : args;
+        wtile[r] = static_cast<const u8 *>(wa.w) + (i64)tile * atoms * F::atom_bytes + lane * 16;
+        sp[r] = F::template scale_ptr<N, K>(wa, tile, g);
     }
     const bool holds_x = S::groups == 8 || g < S::groups;
     // The lane groups past the tokens read a copied row too, group g %
@@ -1132,8 +1140,9 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
     for (int r = 0; r < RT; r++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const int row = (tile0 + r) * 16 + g + 8 * h;
-            row_scales[r][h] = F::row_scale(args, row < N ? row : N - 1);
+            const int row = (Gate ? (tile0 + r) >> 1 : tile0 + r) * 16 + g + 8 * h;
+            row_scales[r][h] =
+                F::row_scale(Gate && r % 2 == 0 ? gate : args, row < N ? row : N - 1);
         }
 
     // The first ST − 1 stages' weights fly before the kernel launched
@@ -1194,6 +1203,24 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
                 v[i] += red[warp + s][i][lane];
     }
 
+    if constexpr (Gate) {
+        // The gate rounded to BF16, as the graph's gate tensor is.
+#pragma unroll
+        for (int r = 0; r < RT; r += 2)
+#pragma unroll
+            for (int n = 0; n < TT; n++)
+#pragma unroll
+                for (int c = 0; c < 4; c += CS) {
+                    const int row = (tile0 + r) / 2 * 16 + g + 8 * (c >> 1);
+                    const int token = 8 * n + 2 * t + (c & 1);
+                    const float gv = bf16_to_f32(f32_to_bf16(acc[r][n][c] * row_scales[r][c >> 1]));
+                    if (row < N && token < args.m)
+                        gemv_store<epilogue<false, false, false>>(
+                            args, N, row, token,
+                            silu_mul(acc[r + 1][n][c] * row_scales[r + 1][c >> 1], gv));
+                }
+        return;
+    }
 #pragma unroll
     for (int r = 0; r < RT; r++)
 #pragma unroll

@@ -45,10 +45,16 @@ kiln_act kiln_act_static_form(kiln_act a)
 
 /* Every combination of the KILN_EPI_* bits, by value. */
 static const char *const epilogue_names[] = {
-    "none",     "bias",          "residual",          "bias+residual",
-    "silu_mul", "bias+silu_mul", "residual+silu_mul", "bias+residual+silu_mul",
+    "none",          "bias",
+    "residual",      "bias+residual",
+    "silu_mul",      "bias+silu_mul",
+    "residual+silu_mul", "bias+residual+silu_mul",
+    "gate",          "bias+gate",
+    "residual+gate", "bias+residual+gate",
+    "silu_mul+gate", "bias+silu_mul+gate",
+    "residual+silu_mul+gate", "bias+residual+silu_mul+gate",
 };
-_Static_assert(KILN_ARRAY_LEN(epilogue_names) == 2 * KILN_EPI_SILU_MUL, "every combination");
+_Static_assert(KILN_ARRAY_LEN(epilogue_names) == 2 * KILN_EPI_GATE, "every combination");
 
 const char *kiln_epilogue_str(unsigned epi)
 {
@@ -63,9 +69,10 @@ const char *kiln_epilogue_name(unsigned epi, char *buf, size_t size)
 
 const char *kiln_epilogue_template_args(unsigned epi, char *buf, size_t size)
 {
-    snprintf(buf, size, "/*bias*/ %s, /*residual*/ %s, /*silu_mul*/ %s",
+    snprintf(buf, size, "/*bias*/ %s, /*residual*/ %s, /*silu_mul*/ %s%s",
              epi & KILN_EPI_BIAS ? "true" : "false", epi & KILN_EPI_RESIDUAL ? "true" : "false",
-             epi & KILN_EPI_SILU_MUL ? "true" : "false");
+             epi & KILN_EPI_SILU_MUL ? "true" : "false",
+             epi & KILN_EPI_GATE ? ", /*gate*/ true" : "");
     return buf;
 }
 
@@ -123,6 +130,11 @@ kiln_status kiln_linear_kernel_check(const char *backend, const kiln_linear_kern
     if ((k->cfg.epilogue & KILN_EPI_RESIDUAL) && (k->cfg.epilogue & KILN_EPI_SILU_MUL))
         return kiln_fail(KILN_ERR_UNSUPPORTED,
                          "%s: residual and silu_mul cannot both be fused (one aux input)", backend);
+    if ((k->cfg.epilogue & KILN_EPI_GATE) &&
+        (k->cfg.epilogue & (KILN_EPI_SILU_MUL | KILN_EPI_BIAS)) != KILN_EPI_SILU_MUL)
+        return kiln_fail(KILN_ERR_UNSUPPORTED,
+                         "%s: the gate projection is fused only with silu_mul, without a bias",
+                         backend);
     if (!kiln_format_get(k->cfg.format))
         return kiln_fail(KILN_ERR_UNSUPPORTED, "%s: format %d is not a kiln_format", backend,
                          (int)k->cfg.format);

@@ -22,6 +22,10 @@ enum {
     KILN_EPI_BIAS = 1 << 0,     /* + bias[N] */
     KILN_EPI_RESIDUAL = 1 << 1, /* + r[M,N] */
     KILN_EPI_SILU_MUL = 1 << 2, /* · silu(g[M,N]): the up projection of a gated FFN */
+    /* with silu_mul alone: g is not read but computed in the same kernel,
+     * g = x · w2ᵀ with the gate projection's weight, of the same format and
+     * shape (kiln_linear_args w2). Not in KILN_EPI_ALL: a backend opts in. */
+    KILN_EPI_GATE = 1 << 3,
 };
 #define KILN_EPI_ALL (KILN_EPI_BIAS | KILN_EPI_RESIDUAL | KILN_EPI_SILU_MUL)
 #define KILN_FMT_ALL ((1u << KILN_FMT_COUNT) - 1)
@@ -37,7 +41,7 @@ const char *kiln_epilogue_name(unsigned epi, char *buf, size_t size);
 const char *kiln_epilogue_str(unsigned epi);
 /* The arguments of kernels/common/epilogue.cuh's kiln::epilogue for epi,
  * as a generated source spells them, each value after a comment naming
- * it: bias, residual, silu_mul. */
+ * it: bias, residual, silu_mul, and gate where it is set. */
 const char *kiln_epilogue_template_args(unsigned epi, char *buf, size_t size);
 
 /* What a backend is asked to implement: one linear, independent of M. */

@@ -86,11 +86,13 @@ Test(gemv_tc, runs_on_sm_80_and_newer)
 }
 
 /* Every format but F32, whose values are not exact in BF16, every
- * epilogue, BF16 activations, in every bucket up to 16 tokens. */
+ * epilogue (the gate one included), BF16 activations, in every bucket up
+ * to 16 tokens. */
 Test(gemv_tc, covers_every_format_exact_in_bf16)
 {
     cr_assert_eq(tc->formats, ((1u << TC_FORMATS_END) - 1) & ~(1u << KILN_FMT_F32));
-    cr_assert_eq(tc->epilogues, KILN_EPI_BIAS | KILN_EPI_RESIDUAL | KILN_EPI_SILU_MUL);
+    cr_assert_eq(tc->epilogues,
+                 KILN_EPI_BIAS | KILN_EPI_RESIDUAL | KILN_EPI_SILU_MUL | KILN_EPI_GATE);
     kiln_target t = target("h200");
     char why[256] = "";
     for (int f = 0; f < TC_FORMATS_END; f++) {
@@ -1014,6 +1016,62 @@ Test(gemv_tc, launches_cover_every_row)
     cr_assert_eq(checked, 4 * 7 * (11 * 15 + 2 * 12));
 }
 
+/* The gate epilogue: a warp's row tiles pair a gate tile with an up tile
+ * (an even count, two at least), and the grid covers both projections'
+ * rows, twice N's tiles; the gate comes only with silu_mul, no bias. */
+Test(gemv_tc, gate_kernels_pair_their_row_tiles)
+{
+    static const int64_t shapes[][2] = { { 14336, 4096 }, { 1000, 512 }, { 200, 768 }, { 17, 64 } };
+    static const char *const classes[] = { "tc1", "tc2", "tc4", "tc8", "tc16" };
+    static const char *const arches[] = { "sm_80", "sm_90a" };
+    int checked = 0;
+    for (size_t a = 0; a < KILN_ARRAY_LEN(arches); a++)
+        for (size_t s = 0; s < KILN_ARRAY_LEN(shapes); s++)
+            for (int f = 0; f < TC_FORMATS_END; f++)
+                for (size_t v = 0; v < KILN_ARRAY_LEN(classes); v++) {
+                    kiln_target t = target(arches[a]);
+                    const int64_t n = shapes[s][0], k = shapes[s][1];
+                    if (!kiln_gemv_tc_serves(&t, (kiln_format)f, n, k) ||
+                        k % kiln_format_get((kiln_format)f)->k_multiple)
+                        continue;
+                    char sig[512];
+                    tc_sig(sig, sizeof sig, classes[v], (kiln_format)f,
+                           KILN_EPI_SILU_MUL | KILN_EPI_GATE, n, k, arches[a]);
+                    kiln_kernel_source src;
+                    cr_assert_eq(kiln_emit_text(kiln_registry_default(), sig, &src), KILN_OK,
+                                 "%s: %s", sig, kiln_last_error());
+                    cr_assert(strstr(src.text, "/*silu_mul*/ true, /*gate*/ true"), "%s",
+                              src.text);
+                    const long long row_tiles = kt_source_param(src.text, "row_tiles"),
+                                    warps = kt_source_param(src.text, "warps"),
+                                    split = kt_source_param(src.text, "k_split"),
+                                    max_m = kt_source_param(src.text, "max_m");
+                    cr_assert_eq(row_tiles % 2, 0, "%s", sig);
+                    const long long block_rows = 16 * row_tiles * (warps / split);
+                    const long long rows = 2 * 16 * ((n + 15) / 16);
+                    for (int64_t m = 1; m <= max_m; m++) {
+                        kiln_launch l;
+                        cr_assert_eq(tc->launch(&t, &src.desc.linear, m, &l), KILN_OK, "%s: %s",
+                                     sig, kiln_last_error());
+                        cr_assert_geq((long long)l.grid[0] * block_rows, rows, "%s", sig);
+                        cr_assert_lt((long long)(l.grid[0] - 1) * block_rows, rows, "%s", sig);
+                    }
+                    kiln_kernel_source_free(&src);
+                    checked++;
+                }
+    cr_assert_gt(checked, 2 * 4 * 5 * 8);
+    static const unsigned refused[] = { KILN_EPI_GATE, KILN_EPI_BIAS | KILN_EPI_SILU_MUL |
+                                                           KILN_EPI_GATE };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(refused); i++) {
+        char sig[512];
+        tc_sig(sig, sizeof sig, "tc1", KILN_FMT_BF16, refused[i], 4096, 4096, "sm_90a");
+        kiln_kernel_source src;
+        cr_assert_eq(kiln_emit_text(kiln_registry_default(), sig, &src), KILN_ERR_UNSUPPORTED,
+                     "%s", sig);
+        cr_assert(strstr(kiln_last_error(), "only with silu_mul"), "%s", kiln_last_error());
+    }
+}
+
 /* On the H200: asserts that the default registry runs bucket m of format
  * f at n x k on gemv_tc's variant, emits it into src (the caller frees
  * it), and gives its launch at m; sig names it for messages. */
@@ -1285,7 +1343,7 @@ static void compile_every_class(const char *arch)
 {
     static const unsigned epilogues[] = {
         0, KILN_EPI_BIAS, KILN_EPI_BIAS | KILN_EPI_RESIDUAL, KILN_EPI_SILU_MUL,
-        KILN_EPI_BIAS | KILN_EPI_SILU_MUL,
+        KILN_EPI_BIAS | KILN_EPI_SILU_MUL, KILN_EPI_SILU_MUL | KILN_EPI_GATE,
     };
     static const struct {
         const char *name;
@@ -1308,7 +1366,7 @@ static void compile_every_class(const char *arch)
             kiln_backend_variant(tc, &t, &c, classes[v].m, sig, sizeof sig);
             cr_assert_str_eq(sig, classes[v].name);
             kt_batch_add(&b, tc_sig(sig, sizeof sig, classes[v].name, (kiln_format)f,
-                                 epilogues[(f + v) % 5], shape[0], shape[1], arch));
+                                 epilogues[(f + v) % 6], shape[0], shape[1], arch));
             halved += kt_source_param(b.src[b.n - 1].text, "warps") < (classes[v].m == 16 ? 8 : 4);
         }
     /* Thirteen formats in five classes. */

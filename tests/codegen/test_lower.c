@@ -688,6 +688,99 @@ Test(lower, epilogues_fuse_where_the_backend_can)
     kiln_graph_destroy(g);
 }
 
+/* With kiln's own backends on sm_90a, gemv_tc computes each layer's gate
+ * projection in its up projection's kernel (the gate epilogue) in the
+ * decode buckets: two linear steps a layer, the gate's weight the step's
+ * weight2 and no aux input; wgmma keeps three. The gate's plan row names
+ * the kernel that computes it; the weights stay one copy each. */
+Test(lower, decode_kernels_compute_the_gate_with_up)
+{
+    enum { LAYERS = 2 };
+    kiln_graph *g = ffn(KILN_FMT_BF16, LAYERS, 512, 1024);
+    kiln_target t = target("sm_90a");
+    const int64_t capture[] = { 1, 16, 512 };
+    kiln_plan *p, *unfused;
+    cr_assert_eq(kiln_plan_create(g, &t, &(kiln_plan_options){ .capture = capture,
+                                                                .n_capture = 3 }, &p),
+                 KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(kiln_plan_create(g, &t, &(kiln_plan_options){ .capture = capture, .n_capture = 3,
+                                                                .no_fuse = 1 }, &unfused),
+                 KILN_OK, "%s", kiln_last_error());
+    for (int i = 0; i < 3; i++) {
+        const int64_t m = capture[i];
+        const int decode = m <= 16;
+        const kiln_program *bk = program(p, m);
+        cr_assert_eq(count_steps(bk, KILN_STEP_LINEAR), (decode ? 2 : 3) * LAYERS);
+        cr_assert_eq(count_steps(bk, KILN_STEP_OP), LAYERS, "rms_norm alone");
+        for (int l = 0; l < LAYERS; l++) {
+            kiln_plan_linear gate = linear_at(p, 3 * l, m), up = linear_at(p, 3 * l + 1, m);
+            cr_assert(strncmp(gate.node, "gate.", 5) == 0 && strncmp(up.node, "up.", 3) == 0);
+            cr_assert_str_eq(up.backend, decode ? "gemv_tc" : "wgmma");
+            cr_assert_str_eq(up.epilogue, decode ? "silu_mul+gate" : "silu_mul");
+            cr_assert_str_eq(gate.epilogue, decode ? "(in silu_mul+gate)" : "none");
+            cr_assert_eq(gate.signature == up.signature, decode, "%s at %lld", gate.node,
+                         (long long)m);
+        }
+        for (int j = 0; j < bk->n_steps; j++) {
+            const kiln_step *s = &bk->steps[j];
+            if (s->kind != KILN_STEP_LINEAR)
+                continue;
+            const char *name = p->linears[s->linear].node->name;
+            cr_assert(!decode || strncmp(name, "gate.", 5), "no gate step of its own at %lld",
+                      (long long)m);
+            const int fused = decode && !strncmp(name, "up.", 3);
+            cr_assert_eq(s->weight2 != NULL, fused, "%s", name);
+            if (fused) {
+                cr_assert_eq(s->weight2, p->linears[s->linear - 1].node->src[1]);
+                cr_assert_eq(s->src[1], -1, "the gate is computed, not read");
+                cr_assert(strstr(kiln_plan_signature(p, s->signature), "epilogue=silu_mul+gate"));
+            }
+        }
+        cr_assert_eq(count_steps(program(unfused, m), KILN_STEP_LINEAR), 3 * LAYERS);
+    }
+    size_t storage[2], packed[2];
+    cr_assert_eq(kiln_plan_weight_bytes(p, &storage[0], &packed[0]), KILN_OK);
+    cr_assert_eq(kiln_plan_weight_bytes(unfused, &storage[1], &packed[1]), KILN_OK);
+    cr_assert_eq(packed[0], packed[1], "the gate weights are packed once, as unfused");
+    cr_assert_eq(storage[0], storage[1]);
+    kiln_plan_destroy(p);
+    kiln_plan_destroy(unfused);
+    kiln_graph_destroy(g);
+}
+
+/* The gate projection stays a kernel of its own where another node reads
+ * it, or where it differs from up in format. */
+Test(lower, a_gate_read_elsewhere_or_of_another_format_keeps_its_kernel)
+{
+    for (int variant = 0; variant < 2; variant++) {
+        kiln_graph *g;
+        kiln_tensor *x, *gate, *up, *act, *prod;
+        cr_assert_eq(kiln_graph_create(&g), KILN_OK);
+        cr_assert_eq(kiln_graph_input(g, "x", 512, &x), KILN_OK);
+        kiln_tensor *wg = weight(g, "gate.w", variant ? KILN_FMT_FP8_CHANNEL : KILN_FMT_BF16,
+                                 1024, 512);
+        kiln_tensor *wu = weight(g, "up.w", KILN_FMT_BF16, 1024, 512);
+        cr_assert_eq(kiln_graph_linear(g, "gate", x, wg, NULL, &gate), KILN_OK);
+        cr_assert_eq(kiln_graph_linear(g, "up", x, wu, NULL, &up), KILN_OK);
+        cr_assert_eq(kiln_graph_silu(g, NULL, gate, &act), KILN_OK);
+        cr_assert_eq(kiln_graph_mul(g, NULL, act, up, &prod), KILN_OK);
+        cr_assert_eq(kiln_graph_output(g, prod), KILN_OK);
+        if (!variant)
+            cr_assert_eq(kiln_graph_output(g, gate), KILN_OK);
+        kiln_target t = target("sm_90a");
+        const int64_t capture[] = { 1 };
+        kiln_plan *p;
+        cr_assert_eq(kiln_plan_create(g, &t, &(kiln_plan_options){ .capture = capture,
+                                                                    .n_capture = 1 }, &p),
+                     KILN_OK, "%s", kiln_last_error());
+        cr_assert_str_eq(linear_at(p, 1, 1).epilogue, "silu_mul", "variant %d", variant);
+        cr_assert_str_eq(linear_at(p, 0, 1).epilogue, "none");
+        cr_assert_eq(count_steps(program(p, 1), KILN_STEP_LINEAR), 2);
+        kiln_plan_destroy(p);
+        kiln_graph_destroy(g);
+    }
+}
+
 /* ---------------------------------------------------------- memory plan */
 
 static void assert_no_live_overlap(const kiln_program *bk)

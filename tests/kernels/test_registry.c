@@ -117,10 +117,10 @@ Test(registry, find_takes_exact_names_only)
  * and name nothing else. */
 Test(registry, epilogue_names_cover_every_combination)
 {
-    static const char *const bits[] = { "bias", "residual", "silu_mul" };
-    for (unsigned epi = 0; epi < 8; epi++) {
+    static const char *const bits[] = { "bias", "residual", "silu_mul", "gate" };
+    for (unsigned epi = 0; epi < 16; epi++) {
         char want[64] = "", buf[64];
-        for (unsigned b = 0; b < 3; b++)
+        for (unsigned b = 0; b < 4; b++)
             if (epi & (1u << b))
                 snprintf(want + strlen(want), sizeof want - strlen(want), "%s%s",
                          want[0] ? "+" : "", bits[b]);
@@ -129,5 +129,5 @@ Test(registry, epilogue_names_cover_every_combination)
         cr_assert_str_eq(kiln_epilogue_str(epi), want);
         cr_assert_str_eq(kiln_epilogue_name(epi, buf, sizeof buf), want);
     }
-    cr_assert_str_eq(kiln_epilogue_str(8), "?");
+    cr_assert_str_eq(kiln_epilogue_str(16), "?");
 }

@@ -160,9 +160,10 @@ Test(entry, each_output_is_an_entry_with_the_inputs_it_reads)
 }
 
 /* Each entry launches its own steps in both buckets (y1, y2: one linear;
- * y3: gate, up with silu_mul, down), where the whole graph launches all
- * five; its output's first m rows are written, within the row's width, and
- * nothing else of the caller's buffer. */
+ * y3: gate, up with silu_mul, down, where up's decode kernel computes the
+ * gate too), where the whole graph launches them all; its output's first m
+ * rows are written, within the row's width, and nothing else of the
+ * caller's buffer. */
 Test(entry, an_entry_launches_its_steps_alone_and_writes_its_rows)
 {
     kt_fake_device(NULL);
@@ -171,7 +172,7 @@ Test(entry, an_entry_launches_its_steps_alone_and_writes_its_rows)
     kiln_session *s = session(g);
     rows a = rows_new(D, D + 8, 0x3f80), b = rows_new(D, D, 0x4000);
     static const int64_t ms[] = { 1, 37, MAX_M };
-    static const long steps[] = { 1, 1, 3 };
+    static const long steps[] = { 1, 1, 3 }; /* prefill; decode: y3's gate in up's kernel */
     for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++)
         for (int e = 0; e < 3; e++) {
             kiln_entry_info info;
@@ -181,8 +182,8 @@ Test(entry, an_entry_launches_its_steps_alone_and_writes_its_rows)
             long before = launches();
             cr_assert_eq(kiln_session_run_entry(s, e, ms[k], &in, &out, NULL), KILN_OK, "%s",
                          kiln_last_error());
-            cr_assert_eq(launches() - before, steps[e], "%s at m %lld", info.name,
-                         (long long)ms[k]);
+            cr_assert_eq(launches() - before, steps[e] - (e == 2 && ms[k] <= 16), "%s at m %lld",
+                         info.name, (long long)ms[k]);
             for (int64_t r = 0; r < MAX_M; r++)
                 for (int64_t c = 0; c < y.stride; c++)
                     cr_assert_eq(y.p[r * y.stride + c] == 0xabab, r >= ms[k] || c >= y.width,
@@ -195,7 +196,7 @@ Test(entry, an_entry_launches_its_steps_alone_and_writes_its_rows)
                        outs[] = { as_matrix(&y1), as_matrix(&y2), as_matrix(&y3) };
     long before = launches();
     cr_assert_eq(kiln_session_run_device(s, 5, ins, outs, NULL), KILN_OK, "%s", kiln_last_error());
-    cr_assert_eq(launches() - before, 5, "the whole graph");
+    cr_assert_eq(launches() - before, 5, "the whole graph (bucket 64)");
     free(y1.p);
     free(y2.p);
     free(y3.p);
