@@ -10,6 +10,9 @@
 //   SWEEP_FORMAT  a tc.cuh trait (tc_q4_0, tc_nvfp4, ...)
 //   SWEEP_N, SWEEP_K, SWEEP_M   the linear and the tokens
 //   SWEEP_CONFIGS X(row_tiles, warps, k_split, batch, stages, min_blocks) ...
+//   SWEEP_GATE    1: the gate epilogue (a gated FFN's gate and up projections
+//                 in one kernel, row tiles alternating; an even row_tiles),
+//                 reading two weights, timed over both
 // Prints one line a configuration: registers, blocks an SM, µs (the best
 // of 7 repetitions of 40 launches, the weights cycled through 4 copies so
 // that no launch finds its weights in L2) and % of the copy bandwidth
@@ -28,12 +31,18 @@
 #error "SWEEP_CONFIGS: X(row_tiles, warps, k_split, batch, stages, min_blocks) ..."
 #endif
 
+#ifndef SWEEP_GATE
+#define SWEEP_GATE 0
+#endif
+
 #define SWEEP_STR2(x) #x
 #define SWEEP_STR(x) SWEEP_STR2(x)
 
 namespace {
 
 constexpr int copies = 4; // weight copies cycled through: 4 x the largest weight > L2
+constexpr bool gate = SWEEP_GATE != 0;
+constexpr int weights = gate ? 2 : 1; // weights a launch reads
 
 #define CHECK(call)                                                                           \
     do {                                                                                      \
@@ -57,7 +66,7 @@ template <class F, int M, int RT, int W, int KS, int B, int ST, int MINB, int N,
 __global__ void __launch_bounds__(W * 32, MINB) sweep_kernel(const kiln_linear_args args)
 {
     using S = kiln::tc_shape<M, RT, W, KS, B, ST>;
-    kiln::gemv_tc<F, S, kiln::epilogue<false, false, false>, N, K,
+    kiln::gemv_tc<F, S, kiln::epilogue<false, false, gate, gate>, N, K,
                   kiln::tc_smem<F, S>::bytes>(args);
 }
 
@@ -71,7 +80,7 @@ template <class F, int M, int RT, int W, int KS, int B, int ST, int MINB, int N,
 void run(const buffers &b, double copy_bps)
 {
     using S = kiln::tc_shape<M, RT, W, KS, B, ST>;
-    constexpr int smem = kiln::tc_smem<F, S>::bytes, tiles = (N + 15) / 16;
+    constexpr int smem = kiln::tc_smem<F, S>::bytes, tiles = (N + 15) / 16 * weights;
     constexpr int groups = (tiles + RT - 1) / RT, blocks = (groups + W / KS - 1) / (W / KS);
     auto fn = sweep_kernel<F, M, RT, W, KS, B, ST, MINB, N, K>;
     printf("RT=%d W=%-2d KS=%-2d B=%d ST=%d MINB=%d ", RT, W, KS, B, ST, MINB);
@@ -111,6 +120,9 @@ void run(const buffers &b, double copy_bps)
         a.w = b.w + (size_t)(i % copies) * b.w_stride;
         a.w_scale = b.s + (size_t)(i % copies) * b.s_stride;
         a.w_global = b.one;
+        if (gate) /* the next copy: another weight, not in L2 either */
+            a.w2 = b.w + (size_t)((i + 1) % copies) * b.w_stride,
+            a.w2_scale = b.s + (size_t)((i + 1) % copies) * b.s_stride, a.w2_global = b.one;
         cudaLaunchAttribute attr{};
         attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attr.val.programmaticStreamSerializationAllowed = 1;
@@ -201,7 +213,8 @@ int main()
     CHECK(cudaMemset(b.s, 0x3c, b.s_stride * copies));
     CHECK(cudaMemset(b.x, 0x3c, (size_t)16 * K * 2));
     const double bw = copy_bandwidth();
-    printf("# %s %dx%d m=%d, copy %.3f TB/s\n", SWEEP_STR(SWEEP_FORMAT), N, K, M, bw / 1e12);
+    printf("# %s %dx%d m=%d%s, copy %.3f TB/s\n", SWEEP_STR(SWEEP_FORMAT), N, K, M,
+           gate ? " gate+up" : "", bw / 1e12);
 #define X(RT, W, KS, B, ST, MINB) run<F, M, RT, W, KS, B, ST, MINB, N, K>(b, bw);
     SWEEP_CONFIGS
 #undef X

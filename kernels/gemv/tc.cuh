@@ -1219,20 +1219,20 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
                             args, N, row, token,
                             silu_mul(acc[r + 1][n][c] * row_scales[r + 1][c >> 1], gv));
                 }
-        return;
+    } else {
+#pragma unroll
+        for (int r = 0; r < RT; r++)
+#pragma unroll
+            for (int n = 0; n < TT; n++)
+#pragma unroll
+                for (int c = 0; c < 4; c += CS) {
+                    const int row = (tile0 + r) * 16 + g + 8 * (c >> 1);
+                    const int token = 8 * n + 2 * t + (c & 1);
+                    if (row < N && token < args.m)
+                        gemv_store<Epilogue>(args, N, row, token,
+                                             acc[r][n][c] * row_scales[r][c >> 1]);
+                }
     }
-#pragma unroll
-    for (int r = 0; r < RT; r++)
-#pragma unroll
-        for (int n = 0; n < TT; n++)
-#pragma unroll
-            for (int c = 0; c < 4; c += CS) {
-                const int row = (tile0 + r) * 16 + g + 8 * (c >> 1);
-                const int token = 8 * n + 2 * t + (c & 1);
-                if (row < N && token < args.m)
-                    gemv_store<Epilogue>(args, N, row, token,
-                                         acc[r][n][c] * row_scales[r][c >> 1]);
-            }
 }
 
 } // namespace kiln

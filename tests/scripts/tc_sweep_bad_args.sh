@@ -20,4 +20,5 @@ expect "config '1,4,4' is not RT,W,KS,B,ST" tc_q4_0 1 4096x4096 1,4,4
 expect "usage" tc_q4_0 1 4096x4096
 expect "--against needs a git revision" --against
 expect "'no-such-revision' is not a git revision" --against no-such-revision tc_q4_0 1 4096x4096 1,4,4,4,3
+expect "--gate takes an even RT, not config" --gate tc_q4_0 1 4096x4096 1,4,4,4,3
 exit $fail
