@@ -113,6 +113,10 @@ Test(sig, prints_the_format_caches_hold)
                  "h200"),
           "linear backend=gemv_tc variant=tc16 format=mxfp8 scales=e8m0:1x32 act=bf16 n=1536 "
           "k=512 epilogue=bias out=bf16 target=sm_90a" },
+        { linear("gemv_tc", "tc1", KILN_FMT_Q4_K, KILN_ACT_BF16, 14336, 4096,
+                 KILN_EPI_SILU_MUL | KILN_EPI_GATE, "sm_90a"),
+          "linear backend=gemv_tc variant=tc1 format=q4_k scales=inline act=bf16 n=14336 "
+          "k=4096 epilogue=silu_mul+gate out=bf16 target=sm_90a" },
         { linear("gemv", "m1", KILN_FMT_NVFP4, KILN_ACT_BF16, 1536, 512, KILN_EPI_SILU_MUL,
                  "sm_75"),
           "linear backend=gemv variant=m1 format=nvfp4 scales=ue4m3:1x16+f32 act=bf16 n=1536 "
@@ -501,6 +505,8 @@ Test(sig, malformed_signatures_are_refused)
         { SIMT("t16x64", "q4_0", "bf16", "8", "32", "bias+bias"), KILN_ERR_MALFORMED },
         { SIMT("t16x64", "q4_0", "bf16", "8", "32", "bias+"), KILN_ERR_MALFORMED },
         { SIMT("t16x64", "q4_0", "bf16", "8", "32", "+bias"), KILN_ERR_MALFORMED },
+        /* simt does not fuse the gate projection (gemv_tc does) */
+        { SIMT("t16x64", "q4_0", "bf16", "8", "32", "silu_mul+gate"), KILN_ERR_MALFORMED },
         { SIMT("x123456789x123456789x123456789x123456789x123456789x123456789x123", "q4_0",
                "bf16", "8", "32", "none"),
           KILN_ERR_MALFORMED },
