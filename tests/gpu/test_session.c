@@ -55,6 +55,14 @@ static void every_format_one(int f)
     }
 }
 
+/* RMS norm weights of width 512, about 1. */
+static void norm_weights(kt_rng *r, float *w)
+{
+    kt_fill_normal(r, w, 512, 0.2f);
+    for (int i = 0; i < 512; i++)
+        w[i] += 1.0f;
+}
+
 /* A gated FFN whose gate and up projections are format f, 208 x 512 (13
  * row tiles: the last gate and up tiles pair across a partial tile), the
  * down projection BF16: in the decode buckets up's kernel computes the gate
@@ -67,9 +75,7 @@ static void every_format_ffn(int f)
     kt_rng r = kt_rng_new(2000 + (uint64_t)f);
     static const int64_t ms[] = { 1, 2, 3, 7, 16, 50 };
     float norm[512];
-    kt_fill_normal(&r, norm, 512, 0.2f);
-    for (int i = 0; i < 512; i++)
-        norm[i] += 1.0f;
+    norm_weights(&r, norm);
     kt_weight gate, up, down;
     kt_weight_make(&gate, &r, (kiln_format)f, 208, 512);
     kt_weight_make(&up, &r, (kiln_format)f, 208, 512);
@@ -119,14 +125,6 @@ Test(gpu_session, every_format_matches_the_cpu_3, .timeout = 600)
 Test(gpu_session, every_format_matches_the_cpu_4, .timeout = 600)
 {
     every_format_part(3);
-}
-
-/* RMS norm weights of width 512, about 1. */
-static void norm_weights(kt_rng *r, float *w)
-{
-    kt_fill_normal(r, w, 512, 0.2f);
-    for (int i = 0; i < 512; i++)
-        w[i] += 1.0f;
 }
 
 Test(gpu_session, fused_ffn_matches_the_cpu, .timeout = 600)
