@@ -369,7 +369,9 @@ static kiln_status weights_fill(kiln_session *s, const kiln_tensor *const *src)
         st = kiln_cu_check(s->cu, s->cu->MemAlloc(&f.bad, (size_t)s->n_weights * 8),
                            "the device packers' findings");
         if (st == KILN_OK)
-            st = kiln_cu_check(s->cu, s->cu->MemsetD8(f.bad, 0xFF, (size_t)s->n_weights * 8),
+            st = kiln_cu_check(s->cu,
+                               s->cu->MemsetD8Async(f.bad, 0xFF, (size_t)s->n_weights * 8,
+                                                    s->stream),
                                "the device packers' findings");
         double t0 = kiln_now();
         for (int i = 0; st == KILN_OK && i < s->n_weights; i++) {

@@ -619,6 +619,16 @@ typedef struct dev_matrix {
     int64_t rows, width, stride;
 } dev_matrix;
 
+/* Fill d's bytes with c. cuMemsetD8 and a cuMemcpyHtoD from pageable
+ * memory may return before the device has finished them, and the caller's
+ * stream does not wait for the legacy stream they run on (it is
+ * non-blocking): wait for them here. */
+static void dev_fill(const kiln_cu *cu, CUdeviceptr d, unsigned char c, size_t bytes)
+{
+    cr_assert_eq(cu->MemsetD8(d, c, bytes), CUDA_SUCCESS);
+    cr_assert_eq(cu->CtxSynchronize(), CUDA_SUCCESS);
+}
+
 static const kiln_cu *driver(void)
 {
     const kiln_cu *cu;
@@ -631,7 +641,7 @@ static dev_matrix dev_matrix_new(const kiln_cu *cu, int64_t rows, int64_t width,
     dev_matrix d = { 0, rows, width, stride };
     size_t bytes = (size_t)(rows * stride) * 2;
     cr_assert_eq(cu->MemAlloc(&d.ptr, bytes), CUDA_SUCCESS);
-    cr_assert_eq(cu->MemsetD8(d.ptr, 0xab, bytes), CUDA_SUCCESS);
+    dev_fill(cu, d.ptr, 0xab, bytes);
     return d;
 }
 
@@ -662,6 +672,7 @@ static void dev_matrix_put(const kiln_cu *cu, const dev_matrix *d, float *x)
             x[r * d->width + c] = kiln_bf16_to_f32(h[r * d->stride + c]);
         }
     cr_assert_eq(cu->MemcpyHtoD(d->ptr, h, n * 2), CUDA_SUCCESS);
+    cr_assert_eq(cu->CtxSynchronize(), CUDA_SUCCESS); /* see dev_fill */
     free(h);
 }
 
@@ -726,8 +737,7 @@ Test(gpu_session, device_buffers_on_the_callers_stream, .timeout = 600)
             cr_assert_eq(memcmp(got, want, (size_t)(m * D) * sizeof *got), 0,
                          "eager %d, m %lld: device buffers and host arrays differ", eager,
                          (long long)m);
-            cr_assert_eq(cu->MemsetD8(dy.ptr, 0xab, (size_t)(dy.rows * dy.stride) * 2),
-                         CUDA_SUCCESS);
+            dev_fill(cu, dy.ptr, 0xab, (size_t)(dy.rows * dy.stride) * 2);
         }
         /* Captured by the caller, replayed twice with new inputs. */
         int64_t m = 23;
@@ -777,8 +787,7 @@ Test(gpu_session, device_buffers_on_the_callers_stream, .timeout = 600)
 static void repaint(const kiln_cu *cu, const dev_matrix *const *d, int n)
 {
     for (int i = 0; i < n; i++)
-        cr_assert_eq(cu->MemsetD8(d[i]->ptr, 0xab, (size_t)(d[i]->rows * d[i]->stride) * 2),
-                     CUDA_SUCCESS);
+        dev_fill(cu, d[i]->ptr, 0xab, (size_t)(d[i]->rows * d[i]->stride) * 2);
 }
 
 /* Entry points on the GPU: the FFN with its gate linear as a second
