@@ -456,8 +456,13 @@ static void rt_q2_k(const rt_case *c)
             rt_nearest_on_grid(x, y, 16, (double)(d * (blk[j] & 15)), (double)(dmin * (blk[j] >> 4)), 0, 3, "q2_k");
         }
     }
+    /* Four levels a sub-block of 16: about 0.296 of the RMS over many
+     * blocks, but one block of 256 values spans 0.24 to 0.38 over 4000
+     * seeds (six blocks 0.27 to 0.32), so the ceiling leaves room for a
+     * few blocks' spread: 0.42 for one block, 0.355 for six, 0.315 for
+     * 520. */
     if (c->sigma >= 1)
-        rt_rms(c, 0.35, "q2_k");
+        rt_rms(c, 0.31 + 0.11 / sqrt((double)(c->q->t.n * c->q->t.k) / 256.0), "q2_k");
 }
 
 /* Q3_K: sub-blocks of 16, signed 6-bit scales (stored + 32) under f16 d,
