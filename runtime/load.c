@@ -31,6 +31,13 @@ typedef struct load_slot {
     int busy;          /* a reader holds it */
 } load_slot;
 
+/* The staging buffers: a run's own, or a caller's kept across runs. */
+struct kiln_load_ring {
+    load_slot *slots;
+    int n_slots, pinned;
+    size_t slot_bytes;
+};
+
 typedef struct load_file {
     const char *path;
     int fd;
@@ -40,7 +47,8 @@ typedef struct load_run {
     const kiln_load_options *o;
     load_unit *units;
     size_t n_units, next;
-    load_slot *slots;
+    kiln_load_ring own, *ring; /* ring: &own, or the options' */
+    load_slot *slots;          /* the ring's, for short */
     int n_slots, cursor, pinned;
     size_t slot_bytes;
     load_file *files;
@@ -90,7 +98,7 @@ static const uint8_t *memory_of(const kiln_tensor *t, int part)
 /* Cuts the items into units; the slot size the largest needs. */
 static kiln_status units_make(load_run *r, const kiln_load_item *items, int n)
 {
-    size_t slot = r->o->slot_bytes, need = 1, count = 0;
+    size_t slot = r->o->ring ? r->o->ring->slot_bytes : r->o->slot_bytes, need = 1, count = 0;
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; i < n; i++) {
             const kiln_load_item *it = &items[i];
@@ -191,22 +199,19 @@ static void files_close(load_run *r)
     free(r->files);
 }
 
-/* Staging slots, pinned where the driver gives them. */
-static kiln_status slots_create(load_run *r)
+/* n staging buffers of bytes each, pinned where the driver gives them. */
+static kiln_status ring_fill(const kiln_cu *cu, int n, size_t bytes, kiln_load_ring *g)
 {
-    const kiln_cu *cu = r->o->cu;
-    int n = r->o->slots;
-    if ((size_t)n > r->n_units)
-        n = (int)r->n_units;
-    r->slots = kiln_calloc((size_t)n + 1, sizeof *r->slots);
-    if (!r->slots)
+    *g = (kiln_load_ring){ .slot_bytes = bytes };
+    g->slots = kiln_calloc((size_t)n + 1, sizeof *g->slots);
+    if (!g->slots)
         return kiln_fail(KILN_ERR_NOMEM, "weights: out of memory for the staging ring");
-    r->pinned = 1;
+    g->pinned = 1;
     CUresult res = CUDA_SUCCESS;
     for (int i = 0; i < n && res == CUDA_SUCCESS; i++) {
-        res = cu->MemHostAlloc(&r->slots[i].host, r->slot_bytes, 0);
+        res = cu->MemHostAlloc(&g->slots[i].host, bytes, 0);
         if (res != CUDA_SUCCESS)
-            r->slots[i].host = NULL;
+            g->slots[i].host = NULL;
     }
     if (res != CUDA_SUCCESS) {
         const char *name = "?";
@@ -214,22 +219,22 @@ static kiln_status slots_create(load_run *r)
         fprintf(stderr,
                 "kiln: warning: %d pinned staging buffers of %zu bytes: cuMemHostAlloc: %s; "
                 "weights are staged in pageable memory, which copies slower\n",
-                n, r->slot_bytes, name);
+                n, bytes, name);
         for (int i = 0; i < n; i++)
-            if (r->slots[i].host)
-                cu->MemFreeHost(r->slots[i].host);
-        memset(r->slots, 0, (size_t)n * sizeof *r->slots);
-        r->pinned = 0;
+            if (g->slots[i].host)
+                cu->MemFreeHost(g->slots[i].host);
+        memset(g->slots, 0, (size_t)n * sizeof *g->slots);
+        g->pinned = 0;
         for (int i = 0; i < n; i++)
-            if (!(r->slots[i].host = kiln_malloc(r->slot_bytes))) {
-                r->n_slots = i;
+            if (!(g->slots[i].host = kiln_malloc(bytes))) {
+                g->n_slots = i;
                 return kiln_fail(KILN_ERR_NOMEM, "weights: out of memory for %d staging buffers "
-                                 "of %zu bytes", n, r->slot_bytes);
+                                 "of %zu bytes", n, bytes);
             }
     }
-    r->n_slots = n;
+    g->n_slots = n;
     for (int i = 0; i < n; i++) {
-        kiln_status st = kiln_cu_check(cu, cu->EventCreate(&r->slots[i].done,
+        kiln_status st = kiln_cu_check(cu, cu->EventCreate(&g->slots[i].done,
                                                            CU_EVENT_DISABLE_TIMING),
                                        "weights: cuEventCreate");
         if (st)
@@ -238,18 +243,67 @@ static kiln_status slots_create(load_run *r)
     return KILN_OK;
 }
 
+static void ring_free(const kiln_cu *cu, kiln_load_ring *g)
+{
+    for (int i = 0; g->slots && i < g->n_slots; i++) {
+        if (g->slots[i].done)
+            cu->EventDestroy(g->slots[i].done);
+        if (g->pinned)
+            cu->MemFreeHost(g->slots[i].host);
+        else
+            free(g->slots[i].host);
+    }
+    free(g->slots);
+    *g = (kiln_load_ring){ 0 };
+}
+
+kiln_status kiln_load_ring_create(const kiln_load_options *o, kiln_load_ring **out)
+{
+    *out = NULL;
+    kiln_load_ring *g = kiln_calloc(1, sizeof *g);
+    if (!g)
+        return kiln_fail(KILN_ERR_NOMEM, "weights: out of memory for the staging ring");
+    kiln_status st = ring_fill(o->cu, o->slots, o->slot_bytes, g);
+    if (st) {
+        ring_free(o->cu, g);
+        free(g);
+        return st;
+    }
+    *out = g;
+    return KILN_OK;
+}
+
+void kiln_load_ring_destroy(const kiln_cu *cu, kiln_load_ring *ring)
+{
+    if (!ring)
+        return;
+    ring_free(cu, ring);
+    free(ring);
+}
+
+/* The run's slots: the options' ring, or its own of as many buffers as it
+ * has units (at most o->slots), of the size the largest unit needs. */
+static kiln_status slots_create(load_run *r)
+{
+    if (r->o->ring) {
+        r->ring = r->o->ring;
+    } else {
+        int n = r->o->slots;
+        if ((size_t)n > r->n_units)
+            n = (int)r->n_units;
+        r->ring = &r->own;
+        kiln_status st = ring_fill(r->o->cu, n, r->slot_bytes, &r->own);
+        if (st)
+            return st;
+    }
+    r->slots = r->ring->slots, r->n_slots = r->ring->n_slots, r->pinned = r->ring->pinned;
+    r->slot_bytes = r->ring->slot_bytes;
+    return KILN_OK;
+}
+
 static void slots_free(load_run *r)
 {
-    const kiln_cu *cu = r->o->cu;
-    for (int i = 0; r->slots && i < r->n_slots; i++) {
-        if (r->slots[i].done)
-            cu->EventDestroy(r->slots[i].done);
-        if (r->pinned)
-            cu->MemFreeHost(r->slots[i].host);
-        else
-            free(r->slots[i].host);
-    }
-    free(r->slots);
+    ring_free(r->o->cu, &r->own);
 }
 
 /* The first failure stops every reader; later ones are consequences. */

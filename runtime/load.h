@@ -20,6 +20,9 @@ typedef struct kiln_load_item {
     size_t data_bytes, scale_bytes; /* as stored, or as packed */
 } kiln_load_item;
 
+/* Staging buffers kept across runs (kiln_load_ring_create). */
+typedef struct kiln_load_ring kiln_load_ring;
+
 typedef struct kiln_load_options {
     const kiln_cu *cu;
     CUcontext ctx;               /* made current on every reader thread */
@@ -29,6 +32,7 @@ typedef struct kiln_load_options {
     int slots;                   /* staging buffers */
     size_t slot_bytes;           /* each; fewer where the largest unit needs less */
     int quiet;                   /* no progress line */
+    kiln_load_ring *ring;        /* NULL: each run makes and frees its own */
 } kiln_load_options;
 
 typedef struct kiln_load_stats {
@@ -55,5 +59,13 @@ typedef struct kiln_load_stats {
  * may then hold part of their bytes. */
 kiln_status kiln_load_run(const kiln_load_options *o, const kiln_load_item *items, int n,
                           kiln_load_stats *stats);
+
+/* o->slots staging buffers of o->slot_bytes, pinned where the driver gives
+ * them (else pageable, with the run's warning), for runs that follow one
+ * another: their options carry it in ring, and each run uses all of it,
+ * cutting stored arrays into units of o->slot_bytes. A run returns with
+ * the ring's copies landed. Destroy frees it (NULL: nothing). */
+kiln_status kiln_load_ring_create(const kiln_load_options *o, kiln_load_ring **out);
+void kiln_load_ring_destroy(const kiln_cu *cu, kiln_load_ring *ring);
 
 #endif

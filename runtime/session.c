@@ -218,13 +218,16 @@ static void load_count(kiln_session *s, const kiln_load_stats *ls)
     s->stats.load_pinned = ls->pinned;
 }
 
-/* One run of the load over items, counted. */
-static kiln_status load_items(kiln_session *s, const kiln_load_item *items, int n)
+/* One run of the load over items, counted, staged through ring (NULL:
+ * the run's own). */
+static kiln_status load_items(kiln_session *s, kiln_load_ring *ring, const kiln_load_item *items,
+                              int n)
 {
     kiln_load_options o;
     kiln_status st = load_options(s, &o);
     if (st || !n)
         return st;
+    o.ring = ring;
     kiln_load_stats ls;
     st = kiln_load_run(&o, items, n, &ls);
     load_count(s, &ls);
@@ -257,56 +260,98 @@ static const dev_weight *pack_source(const fill *f, int i)
     return NULL;
 }
 
-enum { PACK_SCRATCH = 1 << 30 }; /* storage-layout bytes staged for the device packers */
+/* Storage-layout bytes staged for the device packers: at least
+ * PACK_SCRATCH_MIN (or the largest weight), at most a quarter of the free
+ * device memory, as few rounds as that allows. */
+enum { PACK_SCRATCH_MIN = 1 << 30 };
 
 static size_t align256(size_t n)
 {
     return (n + 255) / 256 * 256;
 }
 
+/* The scratch buffer's bytes for `total` bytes of rounds whose largest
+ * weight needs `largest`. */
+static size_t scratch_size(const kiln_session *s, size_t total, size_t largest)
+{
+    size_t free_b = 0, all = 0, want = PACK_SCRATCH_MIN;
+    if (s->cu->MemGetInfo(&free_b, &all) == CUDA_SUCCESS && free_b / 4 > want)
+        want = free_b / 4;
+    want = want < total ? want : total;
+    return want > largest ? want : largest;
+}
+
 /* The device-packed copies with no storage copy to pack from, in rounds:
- * as many as fit PACK_SCRATCH (at least one) go up into a scratch buffer,
- * are packed, and the buffer is used again. */
+ * as many as fit the scratch buffer go up into it through one staging
+ * ring kept for every round, and are packed. The next round's copies
+ * queue on the stream behind the packers, so the host reads on while they
+ * run; the buffer is freed once the stream is done. */
 static kiln_status pack_through_scratch(fill *f)
 {
     kiln_session *s = f->s;
+    size_t total = 0, largest = 0, part = 1;
+    for (int j = 0; j < s->n_weights; j++) {
+        size_t data, scale;
+        if (!f->src[j] || !device_packs(s, &s->weights[j]) || pack_source(f, j))
+            continue;
+        kiln_status st = storage_bytes(f->src[j], &data, &scale);
+        if (st)
+            return st;
+        size_t need = align256(data) + align256(scale);
+        total += need, largest = need > largest ? need : largest;
+        part = data > part ? data : scale > part ? scale : part;
+    }
+    if (!total)
+        return KILN_OK;
+    CUdeviceptr scratch = 0;
+    size_t size = scratch_size(s, total, largest);
+    CUresult r;
+    while ((r = s->cu->MemAlloc(&scratch, size)) == CUDA_ERROR_OUT_OF_MEMORY && size > largest)
+        size = size / 2 > largest ? size / 2 : largest;
+    CU(r, "the device packers' scratch");
+    kiln_load_options o;
+    kiln_load_ring *ring = NULL;
+    kiln_status st = load_options(s, &o);
+    /* Slots no larger than the largest array: pinning costs by the byte. */
+    o.slot_bytes = part < o.slot_bytes ? part : o.slot_bytes;
+    if (st == KILN_OK)
+        st = kiln_load_ring_create(&o, &ring);
     int i = 0;
-    while (i < s->n_weights) {
-        size_t total = 0, at[64], data_at[64];
-        int pick[64], n = 0;
-        for (int j = i; j < s->n_weights && n < 64; j++) {
+    while (st == KILN_OK && i < s->n_weights) {
+        size_t used = 0, at[64], data_at[64];
+        int pick[64], n = 0, next = s->n_weights;
+        for (int j = i; j < s->n_weights; j++) {
             const dev_weight *w = &s->weights[j];
             if (!f->src[j] || !device_packs(s, w) || pack_source(f, j))
                 continue;
             size_t data, scale;
-            kiln_status st = storage_bytes(f->src[j], &data, &scale);
+            st = storage_bytes(f->src[j], &data, &scale);
             if (st)
-                return st;
-            size_t need = align256(data) + align256(scale);
-            if (n && total + need > PACK_SCRATCH)
                 break;
+            size_t need = align256(data) + align256(scale);
+            if (n == 64 || (n && used + need > size)) {
+                next = j;
+                break;
+            }
             f->items[n] = (kiln_load_item){ .tensor = f->src[j], .data_bytes = data,
-                                            .scale_bytes = scale };
-            at[n] = total, data_at[n] = align256(data), pick[n++] = j, total += need;
+                                            .scale_bytes = scale,
+                                            .data = scratch + used,
+                                            .scale = scratch + used + align256(data) };
+            at[n] = used, data_at[n] = align256(data), pick[n++] = j, used += need;
         }
-        if (!n)
+        if (st || !n)
             break;
-        CUdeviceptr scratch;
-        CU(s->cu->MemAlloc(&scratch, total), "the device packers' scratch");
-        for (int k = 0; k < n; k++)
-            f->items[k].data = scratch + at[k], f->items[k].scale = scratch + at[k] + data_at[k];
-        kiln_status st = load_items(s, f->items, n);
+        st = load_items(s, ring, f->items, n);
         for (int k = 0; k < n && st == KILN_OK; k++)
-            st = device_pack(s, &s->weights[pick[k]], f->src[pick[k]], f->items[k].data,
-                             f->items[k].scale, f->bad + (size_t)pick[k] * 8);
-        kiln_status sync = kiln_cu_check(s->cu, s->cu->StreamSynchronize(s->stream),
-                                         "the device packers");
-        s->cu->MemFree(scratch);
-        if (st || sync)
-            return st ? st : sync;
-        i = pick[n - 1] + 1;
+            st = device_pack(s, &s->weights[pick[k]], f->src[pick[k]], scratch + at[k],
+                             scratch + at[k] + data_at[k], f->bad + (size_t)pick[k] * 8);
+        i = next;
     }
-    return KILN_OK;
+    kiln_status sync = kiln_cu_check(s->cu, s->cu->StreamSynchronize(s->stream),
+                                     "the device packers");
+    kiln_load_ring_destroy(s->cu, ring);
+    s->cu->MemFree(scratch);
+    return st ? st : sync;
 }
 
 /* What the device packers found: the first copy with a value its layout
@@ -364,7 +409,7 @@ static kiln_status weights_fill(kiln_session *s, const kiln_tensor *const *src)
                                              .data_bytes = w->data_bytes,
                                              .scale_bytes = w->scale_bytes };
     }
-    kiln_status st = load_items(s, f.items, n);
+    kiln_status st = load_items(s, NULL, f.items, n);
     if (st == KILN_OK && device) {
         st = kiln_cu_check(s->cu, s->cu->MemAlloc(&f.bad, (size_t)s->n_weights * 8),
                            "the device packers' findings");
