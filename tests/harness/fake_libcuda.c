@@ -11,7 +11,9 @@
  * With the device, KT_FAKE_CUDA_FAIL injects a failure:
  *   host-alloc  every cuMemHostAlloc fails (CUDA_ERROR_OUT_OF_MEMORY);
  *   copy:N      the Nth cuMemcpyHtoDAsync (from 1) and every one after it
- *               fail (CUDA_ERROR_ILLEGAL_ADDRESS, as a lost context does).
+ *               fail (CUDA_ERROR_ILLEGAL_ADDRESS, as a lost context does);
+ *   alloc-over:N  every cuMemAlloc of more than N bytes fails
+ *               (CUDA_ERROR_OUT_OF_MEMORY; kt_fake_cuda_refused counts them).
  * runtime/driver.c resolves every entry point through cuGetProcAddress_v2;
  * those not in entries[] share a body that fails. */
 #include <cuda.h>
@@ -45,7 +47,7 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static fake_block *device_blocks;
 static int n_device, cap_device;
 static int host_live;
-static long copies;
+static long copies, refused;
 
 static int block_add(void *p, size_t bytes)
 {
@@ -95,6 +97,15 @@ FAKE_API const void *kt_fake_cuda_block(int i, size_t *bytes)
     *bytes = p ? device_blocks[i].bytes : 0;
     pthread_mutex_unlock(&mu);
     return p;
+}
+
+/* The cuMemAlloc calls alloc-over:N refused so far. */
+FAKE_API long kt_fake_cuda_refused(void)
+{
+    pthread_mutex_lock(&mu);
+    long n = refused;
+    pthread_mutex_unlock(&mu);
+    return n;
 }
 
 FAKE_API int kt_fake_cuda_host_live(void)
@@ -279,6 +290,13 @@ static CUresult fake_tensor_map_encode(CUtensorMap *map, CUtensorMapDataType typ
 
 static CUresult fake_mem_alloc(CUdeviceptr *p, size_t bytes)
 {
+    const char *f = getenv("KT_FAKE_CUDA_FAIL");
+    if (f && !strncmp(f, "alloc-over:", 11) && bytes > (size_t)atol(f + 11)) {
+        pthread_mutex_lock(&mu);
+        refused++;
+        pthread_mutex_unlock(&mu);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     void *b = malloc(bytes ? bytes : 1);
     if (!b || !block_add(b, bytes)) {
         free(b);

@@ -697,6 +697,40 @@ Test(load, device_packers_read_each_weight_once)
     nothing_left();
 }
 
+/* A device that cannot hold the device packers' whole scratch buffer: it
+ * is halved until it can (but never below the largest weight), the
+ * weights go up in more rounds through the one staging ring, each read
+ * once, and nothing is left behind. */
+Test(load, device_packers_scratch_halves_until_it_fits)
+{
+    static const int64_t decode[] = { 1 };
+    write_model();
+    /* the weights' storage arrays take 304 KB, the largest (gate, up,
+     * down) 64 KB: 304 and 152 KB are refused, 76 KB taken */
+    fake_device("alloc-over:100000", "2", "2", "4K");
+    setenv("KILN_PACK", "device", 1);
+    void *lib = dlopen(KT_FAKE_LIBCUDA, RTLD_NOW | RTLD_NOLOAD);
+    long (*refused)(void) = NULL;
+    loaded l = load_buckets(decode, 1);
+    cr_assert_eq(l.st, KILN_OK, "%s", kiln_last_error());
+    if (!lib)
+        lib = dlopen(KT_FAKE_LIBCUDA, RTLD_NOW | RTLD_NOLOAD);
+    cr_assert_not_null(lib, "the stand-in driver is not loaded");
+    *(void **)&refused = dlsym(lib, "kt_fake_cuda_refused");
+    cr_assert_not_null(refused);
+    cr_assert_eq(refused(), 2, "%ld allocations refused", refused());
+    dlclose(lib);
+    kiln_session_stats ss;
+    kiln_session_get_stats(l.session, &ss);
+    const size_t stored = storage_total(&l);
+    cr_assert_eq(ss.load_read_bytes, stored, "read %zu of %zu stored bytes", ss.load_read_bytes,
+                 stored);
+    cr_assert_eq(ss.load_copied_bytes, stored);
+    cr_assert_eq(ss.load_device_packed_bytes, ss.weight_bytes, "every weight packed on the device");
+    unload(&l);
+    nothing_left();
+}
+
 /* kiln_session_reload from another checkpoint of the same shape: after it
  * every device array holds the new model's bytes, stored and packed, in
  * the same buffers, and the session's stats are still its load's. A
