@@ -289,68 +289,62 @@ static size_t scratch_size(const kiln_session *s, size_t total, size_t largest)
 static kiln_status pack_through_scratch(fill *f)
 {
     kiln_session *s = f->s;
+    int *pick = kiln_calloc((size_t)s->n_weights + 1, sizeof *pick), n = 0;
+    if (!pick)
+        return kiln_fail(KILN_ERR_NOMEM, "session: out of memory for the weight load");
+    /* f->items[k]: copy pick[k]'s storage arrays, placed in the scratch
+     * buffer round by round */
     size_t total = 0, largest = 0, part = 1;
-    for (int j = 0; j < s->n_weights; j++) {
+    kiln_status st = KILN_OK;
+    for (int j = 0; st == KILN_OK && j < s->n_weights; j++) {
         size_t data, scale;
-        if (!f->src[j] || !device_packs(s, &s->weights[j]) || pack_source(f, j))
+        if (!f->src[j] || !device_packs(s, &s->weights[j]) || pack_source(f, j) ||
+            (st = storage_bytes(f->src[j], &data, &scale)) != KILN_OK)
             continue;
-        kiln_status st = storage_bytes(f->src[j], &data, &scale);
-        if (st)
-            return st;
-        size_t need = align256(data) + align256(scale);
+        f->items[n] = (kiln_load_item){ .tensor = f->src[j], .data_bytes = data,
+                                        .scale_bytes = scale };
+        pick[n++] = j;
+        const size_t need = align256(data) + align256(scale);
         total += need, largest = need > largest ? need : largest;
         part = data > part ? data : scale > part ? scale : part;
     }
-    if (!total)
-        return KILN_OK;
     CUdeviceptr scratch = 0;
-    size_t size = scratch_size(s, total, largest);
-    CUresult r;
-    while ((r = s->cu->MemAlloc(&scratch, size)) == CUDA_ERROR_OUT_OF_MEMORY && size > largest)
-        size = size / 2 > largest ? size / 2 : largest;
-    CU(r, "the device packers' scratch");
-    kiln_load_options o;
     kiln_load_ring *ring = NULL;
-    kiln_status st = load_options(s, &o);
-    /* Slots no larger than the largest array: pinning costs by the byte. */
-    o.slot_bytes = part < o.slot_bytes ? part : o.slot_bytes;
-    if (st == KILN_OK)
-        st = kiln_load_ring_create(&o, &ring);
-    int i = 0;
-    while (st == KILN_OK && i < s->n_weights) {
-        size_t used = 0, at[64], data_at[64];
-        int pick[64], n = 0, next = s->n_weights;
-        for (int j = i; j < s->n_weights; j++) {
-            const dev_weight *w = &s->weights[j];
-            if (!f->src[j] || !device_packs(s, w) || pack_source(f, j))
-                continue;
-            size_t data, scale;
-            st = storage_bytes(f->src[j], &data, &scale);
-            if (st)
-                break;
-            size_t need = align256(data) + align256(scale);
-            if (n == 64 || (n && used + need > size)) {
-                next = j;
-                break;
-            }
-            f->items[n] = (kiln_load_item){ .tensor = f->src[j], .data_bytes = data,
-                                            .scale_bytes = scale,
-                                            .data = scratch + used,
-                                            .scale = scratch + used + align256(data) };
-            at[n] = used, data_at[n] = align256(data), pick[n++] = j, used += need;
+    if (st == KILN_OK && n) {
+        size_t size = scratch_size(s, total, largest);
+        CUresult r;
+        while ((r = s->cu->MemAlloc(&scratch, size)) == CUDA_ERROR_OUT_OF_MEMORY &&
+               size > largest)
+            size = size / 2 > largest ? size / 2 : largest;
+        st = kiln_cu_check(s->cu, r, "the device packers' scratch");
+        kiln_load_options o;
+        if (st == KILN_OK && (st = load_options(s, &o)) == KILN_OK) {
+            /* Slots no larger than the largest array: pinning costs by the byte. */
+            o.slot_bytes = part < o.slot_bytes ? part : o.slot_bytes;
+            st = kiln_load_ring_create(&o, &ring);
         }
-        if (st || !n)
-            break;
-        st = load_items(s, ring, f->items, n);
-        for (int k = 0; k < n && st == KILN_OK; k++)
-            st = device_pack(s, &s->weights[pick[k]], f->src[pick[k]], scratch + at[k],
-                             scratch + at[k] + data_at[k], f->bad + (size_t)pick[k] * 8);
-        i = next;
+        for (int first = 0, end; st == KILN_OK && first < n; first = end) {
+            size_t used = 0;
+            for (end = first; end < n; end++) {
+                kiln_load_item *it = &f->items[end];
+                const size_t need = align256(it->data_bytes) + align256(it->scale_bytes);
+                if (end > first && used + need > size)
+                    break;
+                it->data = scratch + used, it->scale = scratch + used + align256(it->data_bytes);
+                used += need;
+            }
+            st = load_items(s, ring, f->items + first, end - first);
+            for (int k = first; k < end && st == KILN_OK; k++)
+                st = device_pack(s, &s->weights[pick[k]], f->items[k].tensor, f->items[k].data,
+                                 f->items[k].scale, f->bad + (size_t)pick[k] * 8);
+        }
     }
     kiln_status sync = kiln_cu_check(s->cu, s->cu->StreamSynchronize(s->stream),
                                      "the device packers");
     kiln_load_ring_destroy(s->cu, ring);
-    s->cu->MemFree(scratch);
+    if (scratch)
+        s->cu->MemFree(scratch);
+    free(pick);
     return st ? st : sync;
 }
 
