@@ -626,6 +626,33 @@ Test(load, every_allocation_failing)
     kiln_model_close(l.model);
 }
 
+/* The same sweep through the device packers' scratch path (a decode-only
+ * plan, KILN_PACK=device: every weight goes up into one scratch buffer
+ * through one staging ring and is packed there): its list of copies, the
+ * scratch, the ring and the packers' kernels failing in turn each leave
+ * an error and nothing behind. */
+Test(load, every_allocation_failing_with_the_device_packers)
+{
+    write_model();
+    fake_device(NULL, "1", "2", "1K");
+    setenv("KILN_PACK", "device", 1);
+    static const int64_t capture[] = { 1 };
+    loaded l = load_buckets(capture, 1);
+    cr_assert_eq(l.st, KILN_OK, "%s", kiln_last_error());
+    kiln_session_stats ss;
+    kiln_session_get_stats(l.session, &ss);
+    cr_assert_gt(ss.load_device_packed_bytes, 0, "the scratch path ran");
+    kiln_session_destroy(l.session);
+    static sweep_ctx c;
+    c.g = l.graph;
+    c.o = (kiln_session_options){ .eager = 1, .quiet = 1, .cache.offline = 1,
+                                  .plan = { .capture = capture, .n_capture = 1 } };
+    kt_sweep(&(kt_scenario){ .name = "load-device-packers", .run = scenario_load,
+                             .check = check_load, .ctx = &c });
+    kiln_graph_destroy(l.graph);
+    kiln_model_close(l.model);
+}
+
 /* A shard replaced by another file at its path after the model was opened
  * (the same bytes, another inode) is refused: the mapping the graph's
  * weights point into and the file read would no longer be one. */
