@@ -50,21 +50,22 @@ typedef enum kiln_tma_source {
 
 enum { KILN_MAX_TMA = 4 };
 
-/* A tiled tensor map (sm_90+) of 2 or 3 dimensions a kernel takes after
+/* A tiled tensor map (sm_90+) of 2 to 4 dimensions a kernel takes after
  * its args, in order: the session encodes it once for its device
  * addresses. The array starts `offset` bytes into its buffer: dims[0]
- * elements a row, dims[1] rows row_bytes apart, and for rank 3 dims[2]
- * planes of them plane_bytes apart; a copy moves a box of box[0] × box[1]
- * (× box[2]) elements into shared memory, swizzled. Boxes past the array
+ * elements a row, dims[1] rows row_bytes apart, for rank 3 and 4 dims[2]
+ * planes of them plane_bytes apart, and for rank 4 dims[3] blocks of
+ * those block_bytes apart; a copy moves a box of box[0] × box[1] (× box[2]
+ * × box[3]) elements into shared memory, swizzled. Boxes past the array
  * read zeros, and count as whole boxes on the barrier. */
 typedef struct kiln_tma {
     kiln_tma_source source;
     unsigned elem_bytes;  /* 1, 2, 4 or 8: the copies are typeless */
-    int rank;             /* 2 or 3; 0 reads as 2 */
-    uint64_t dims[3];
-    uint64_t row_bytes, plane_bytes;
+    int rank;             /* 2, 3 or 4; 0 reads as 2 */
+    uint64_t dims[4];
+    uint64_t row_bytes, plane_bytes, block_bytes;
     uint64_t offset;      /* bytes, a multiple of 16 */
-    unsigned box[3];
+    unsigned box[4];
     unsigned swizzle;     /* 0, 32, 64 or 128 bytes */
 } kiln_tma;
 

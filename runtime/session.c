@@ -728,8 +728,9 @@ static kiln_status map_encode(kiln_session *s, int b, const kiln_step *st, const
         at = !w ? 0 : t->source == KILN_TMA_W ? w->data : w->scale;
         /* TMA bounds a copy by the map alone: the map must lie in the array. */
         const size_t have = !w ? 0 : t->source == KILN_TMA_W ? w->data_bytes : w->scale_bytes;
-        const uint64_t end = t->offset + (rank == 3 ? t->dims[2] * t->plane_bytes
-                                                    : t->dims[1] * t->row_bytes);
+        const uint64_t end = t->offset + (rank == 4   ? t->dims[3] * t->block_bytes
+                                          : rank == 3 ? t->dims[2] * t->plane_bytes
+                                                      : t->dims[1] * t->row_bytes);
         if (w && end > have)
             return kiln_fail(KILN_ERR_STATE,
                              "tensor map %d of %s: %llu bytes past an array of %zu",
@@ -745,16 +746,16 @@ static kiln_status map_encode(kiln_session *s, int b, const kiln_step *st, const
                                  : t->swizzle == 32 ? CU_TENSOR_MAP_SWIZZLE_32B
                                                     : CU_TENSOR_MAP_SWIZZLE_NONE;
     const unsigned e = t->elem_bytes;
-    if (!at || (e != 1 && e != 2 && e != 4 && e != 8) || (rank != 2 && rank != 3) ||
-        t->offset % 16)
+    if (!at || (e != 1 && e != 2 && e != 4 && e != 8) || rank < 2 || rank > 4 || t->offset % 16)
         return kiln_fail(KILN_ERR_STATE,
                          "tensor map %d of %s: no buffer, element size %u, rank %d or offset %llu",
                          (int)t->source, st->node ? st->node->name : "?", t->elem_bytes, rank,
                          (unsigned long long)t->offset);
     at += t->offset;
-    const cuuint64_t dims[3] = { t->dims[0], t->dims[1], t->dims[2] },
-                     strides[2] = { t->row_bytes, t->plane_bytes };
-    const cuuint32_t box[3] = { t->box[0], t->box[1], t->box[2] }, unit[3] = { 1, 1, 1 };
+    const cuuint64_t dims[4] = { t->dims[0], t->dims[1], t->dims[2], t->dims[3] },
+                     strides[3] = { t->row_bytes, t->plane_bytes, t->block_bytes };
+    const cuuint32_t box[4] = { t->box[0], t->box[1], t->box[2], t->box[3] },
+                     unit[4] = { 1, 1, 1, 1 };
     CU(s->cu->TensorMapEncodeTiled(out, types[t->elem_bytes], (cuuint32_t)rank, (void *)at, dims,
                                    strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B,

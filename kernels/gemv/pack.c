@@ -21,7 +21,7 @@ static const struct pack_way {
     int cls, rec, codes, check;
 } ways[KILN_FMT_COUNT] = {
     [KILN_FMT_F16] = { KP_W16, KP_REC_NATIVE, KP_CODES_W16, KP_CHECK_F16 },
-    [KILN_FMT_BF16] = { KP_W16, KP_REC_NATIVE, KP_CODES_W16, KP_CHECK_NONE },
+    [KILN_FMT_BF16] = { KP_W16R, KP_REC_NATIVE, KP_CODES_W16, KP_CHECK_NONE },
     [KILN_FMT_FP8_TENSOR] = { KP_W8, KP_REC_NATIVE, KP_CODES_BYTE, KP_CHECK_E4M3 },
     [KILN_FMT_FP8_CHANNEL] = { KP_W8, KP_REC_NATIVE, KP_CODES_BYTE, KP_CHECK_E4M3 },
     [KILN_FMT_FP8_BLOCK] = { KP_W8, KP_REC_NATIVE, KP_CODES_BYTE, KP_CHECK_E4M3 },
@@ -37,8 +37,8 @@ static const struct pack_way {
 
 /* Each atom's sizes, as the kernel reads them (tc_format.h); bytes 0: no
  * packed layout. */
-#define LAYOUT_ROW(fmt, name, bytes, pieces, units, record, super)                              \
-    [KILN_FMT_##fmt] = { bytes, pieces, units, record, super },
+#define LAYOUT_ROW(fmt, name, bytes, pieces, units, record, super, rows)                        \
+    [KILN_FMT_##fmt] = { bytes, pieces, units, record, super, rows },
 static const kiln_gemv_tc_format layouts[KILN_FMT_COUNT] = { KILN_TC_FORMATS(LAYOUT_ROW) };
 #undef LAYOUT_ROW
 #define LAYOUT_COUNT(...) +1

@@ -36,7 +36,7 @@ int kiln_gemv_tc_serves(const kiln_target *t, kiln_format f, int64_t n, int64_t 
  * says what each field is), and the row of format f: NULL for a format
  * the layout does not carry (F32). */
 typedef struct kiln_gemv_tc_format {
-    int bytes, pieces, units, record, super;
+    int bytes, pieces, units, record, super, rows;
 } kiln_gemv_tc_format;
 
 const kiln_gemv_tc_format *kiln_gemv_tc_format_get(kiln_format f);

@@ -78,6 +78,10 @@ enum {
     TC_DEEP16_STAGES = 4,
     /* the part the fourth stage and the overlapped launches were measured on */
     TC_TUNED_SM = 90,
+    /* row-major atoms at 4 tokens: 8 warps of 4 stages, split while fewer than 8192 warps */
+    TC_ROWS4_WARPS = 8,
+    TC_ROWS4_STAGES = 4,
+    TC_ROWS4_SPLIT_WARPS = 8192,
 };
 
 typedef struct tc_config {
@@ -101,6 +105,8 @@ static tc_config tc_class(const tc_variant *v, const kiln_linear_cfg *c)
                                          : TC_WIDE_BLOCK_WARPS,
                             .stages = v->stages };
     }
+    if (v->max_m == 4 && kiln_gemv_tc_format_get(c->format)->rows)
+        return (tc_config){ .row_tiles = 1, .warps = TC_ROWS4_WARPS, .stages = TC_ROWS4_STAGES };
     if (v->max_m <= 2 && v->row_tiles == 1 && tiles * v->warps < TC_DEEP_WARPS &&
         c->k / 64 >= TC_DEEP_ATOMS)
         return (tc_config){ .row_tiles = 1, .warps = 2 * v->warps, .stages = v->stages };
@@ -124,16 +130,18 @@ static int tc_batch(const kiln_linear_cfg *c, int row_tiles)
 /* Bytes of the warps' rings (tc_smem in tc.cuh): per stage, each atom's
  * pieces, units and 8 lane groups' records at every row tile, and x: a
  * row per token of the lane groups holding x (the stage's 64-value atoms
- * and 32 bytes of padding), or for a format without records at one token
- * 8 bytes a lane of that group for each atom and k-tile. */
+ * and 32 bytes of padding, 16 for row-major atoms), or for a format
+ * without records at one token (row-major atoms: up to two) 8 bytes a
+ * lane of those groups for each atom and k-tile. */
 static int64_t tc_smem(const kiln_linear_cfg *c, const tc_variant *v, const tc_config *k,
                        int warps)
 {
     const kiln_gemv_tc_format *f = kiln_gemv_tc_format_get(c->format);
     const int64_t tiles = v->max_m > 8 ? 2 : 1, groups = v->max_m < 8 ? v->max_m : 8;
     const int64_t b = tc_batch(c, k->row_tiles);
-    const int64_t x = f->record || v->max_m > 1 ? tiles * groups * (b * 128 + 32)
-                                                : b * tiles * 4 * groups * 32;
+    const int by_lane = !f->record && (v->max_m == 1 || (f->rows && v->max_m == 2));
+    const int64_t x = by_lane ? b * tiles * 4 * groups * 32
+                              : tiles * groups * (b * 128 + (f->rows ? 16 : 32));
     const int64_t stage = b * k->row_tiles * (f->pieces * 512 + f->units * 256 + 8 * f->record) + x;
     return (int64_t)warps * k->stages * stage;
 }
@@ -170,9 +178,10 @@ static int tc_configure(const kiln_target *t, const kiln_linear_cfg *lin, const 
         k.row_tiles *= 2;
     const int64_t groups = kiln_ceil_div(kiln_ceil_div(c->n, 16), k.row_tiles);
     const int64_t atoms = c->k / 64;
-    const int64_t min_warps = v->max_m == 1 || tc_format_batch(c->format) <= 2
-                                  ? TC_SPLIT_WARPS
-                                  : TC_SPLIT_WARPS_4BIT;
+    const int64_t min_warps =
+        v->max_m == 4 && kiln_gemv_tc_format_get(c->format)->rows ? TC_ROWS4_SPLIT_WARPS
+        : v->max_m == 1 || tc_format_batch(c->format) <= 2        ? TC_SPLIT_WARPS
+                                                                  : TC_SPLIT_WARPS_4BIT;
     const int wide4 = v->max_m == 16 && k.row_tiles == TC_WIDE_ROW_TILES;
     int warps = k.warps, split;
     for (;;) {
@@ -329,7 +338,8 @@ static kiln_status tc_pack(const kiln_target *t, const kiln_qtensor *src, void *
     return kiln_gemv_pack(src, data, scale);
 }
 
-/* Every kernel of gemv_tc reads the packed layout, and so does wgmma_tc. */
+/* Every kernel of gemv_tc reads the packed layout, and so do wgmma_tc's
+ * and, for BF16, whose atoms are row-major, wgmma's TMA kernels. */
 kiln_status kiln_gemv_tc_layout(const kiln_target *t, const kiln_linear_kernel *k,
                                 kiln_weight_layout *out)
 {

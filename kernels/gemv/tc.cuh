@@ -19,7 +19,8 @@
 // 16j + 4t + s (j: the k-tile, s: 0..3) in those slots, so the lane's x
 // values of a k-tile are 4 consecutive BF16 (one 8-byte load), and a
 // k-tile covers 16 consecutive k: a 16- or 32-value block scale of a
-// format is the scale of whole k-tiles.
+// format is the scale of whole k-tiles. BF16's atoms are row-major
+// instead, read by ldmatrix in mma's own k order (tc_rows).
 //
 // Atoms. 16 rows × 64 k, the unit of the packed stream: every lane reads
 // its bytes of an atom as 16-byte pieces, the 32 lanes' pieces
@@ -99,6 +100,18 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const u32 (&a)[4], const
         : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]),
           "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
+
+// Four 8×8 BF16 matrices shared → registers: lanes 8i .. 8i + 7 give the
+// addresses of matrix i's rows (16 bytes each), and lane (g, t) receives
+// row g's values 2t and 2t + 1 of each, matrix i in word i.
+__device__ __forceinline__ uint4 ldsm_x4(const u8 *row)
+{
+    uint4 v;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"((u32)__cvta_generic_to_shared(row)));
+    return v;
 }
 
 // w >> k (0 < k < 32) as the high word of a multiply: on the FMA pipe,
@@ -236,6 +249,8 @@ __device__ __forceinline__ void decode_q8_word(u32 w, u32 &lo_reg, u32 &hi_reg)
 //                 columns (tc_col_sums)
 //   two_terms     decode() gives a k-tile as two A fragments whose sum is
 //                 the weights (F16), each mma'd with x
+//   rows          an atom is its 16 rows in order, 128 bytes each (BF16),
+//                 the bytes wgmma's TMA kernel reads too (tc_rows)
 // Where a lane finds its scale records.
 struct tc_scale_ptr {
     const u8 *rec; // the row tile's records of atom 0 (FP8 block: its scale row)
@@ -270,15 +285,16 @@ __device__ __forceinline__ void cp_cached16(u8 *dst, const void *src, bool live)
 }
 
 // A format's packed atom: a row of kiln/tc_format.h.
-template <int Bytes, int Pieces, int Units, int Record, int Super>
+template <int Bytes, int Pieces, int Units, int Record, int Super, int Rows>
 struct tc_packed_atom {
     static constexpr int atom_bytes = Bytes, pieces = Pieces, units = Units, record = Record;
     static constexpr int super_record = Super;
+    static constexpr bool rows = Rows != 0;
 };
 
 // tc_layout_<name>: the atom of the format whose short name is name.
-#define KILN_TC_LAYOUT(fmt, name, bytes, pieces, units, record, super)                         \
-    using tc_layout_##name = tc_packed_atom<bytes, pieces, units, record, super>;
+#define KILN_TC_LAYOUT(fmt, name, bytes, pieces, units, record, super, rows)                   \
+    using tc_layout_##name = tc_packed_atom<bytes, pieces, units, record, super, rows>;
 KILN_TC_FORMATS(KILN_TC_LAYOUT)
 #undef KILN_TC_LAYOUT
 
@@ -376,6 +392,7 @@ __device__ __forceinline__ void scales_f16(const u32 (&s)[2], int b, float (&out
     out[1] = f16_to_f32((u16)(s[1] >> (16 * b)));
 }
 
+// Row-major atoms (rows): the A fragment of k-tile j in q[j] (tc_rows).
 struct tc_bf16 : tc_base<tc_layout_bf16> {
     static __device__ void decode(const raw &r, int j, u32 (&a)[4])
     {
@@ -697,6 +714,34 @@ struct tc_min_blocks {
     static constexpr int value = S::token_tiles == 1 ? F::min_blocks : 1;
 };
 
+// Row-major atoms (F::rows): an atom is its 16 rows in order, 128 bytes
+// each, so lane l's piece i is chunk l % 8 of row 4i + l / 8. The stage
+// holds chunk c of row R at c ^ (R % 8): the 8 rows a phase of a copy or
+// of an ldmatrix touches fall on 8 different bank groups. ldmatrix.x4
+// reads k-tile j's A fragment in one instruction, lane l addressing row
+// l % 16's chunk 2j + l / 16. The k order is the weight's own, so x's B
+// fragment of k-tile j is a token's values 16j + 2t, + 1 and those 8 higher:
+// copied by lane as two 4-byte pieces at one token (tc_smem's x_by_lane),
+// read by ldmatrix.x4 from the x rows, two k-tiles an instruction,
+// otherwise; those rows then take 16 bytes of padding, not 32 (a row
+// stride of 16 mod 128: 8 rows on 8 bank groups). wgmma's TMA kernel
+// reads the same atoms as rows of its 128-byte swizzled tiles, so BF16
+// keeps one device copy; read straight from the storage layout, 128 or
+// 256 bytes of each row a stage, decoding lost up to 9 %.
+struct tc_rows {
+    // Where lane l's piece i lands in the atom's 2048 bytes, less i · 512
+    // (odd: i & 1).
+    static __device__ __forceinline__ int stage_at(int lane, int odd)
+    {
+        return (lane >> 3) * 128 + ((lane & 7) ^ (4 * odd + (lane >> 3))) * 16;
+    }
+    // Lane l's row address of k-tile j for ldmatrix.x4, in the atom.
+    static __device__ __forceinline__ int frag_at(int lane, int j)
+    {
+        return (lane & 15) * 128 + (((2 * j + (lane >> 4)) ^ (lane & 7)) * 16);
+    }
+};
+
 // Dynamic shared memory: each warp's ring of stages, a stage holding its
 // atoms' pieces [atom][row tile][piece][lane] × 16 bytes, their units
 // [atom][row tile][unit][lane] × 8, the row tiles' scale records [row
@@ -704,18 +749,20 @@ struct tc_min_blocks {
 // copies x by warp, like the records: a row per token of the lane groups
 // holding x, [token tile][group] × (the atoms' 64 values, 32 bytes of
 // padding so that a warp's reads of 8 bytes a lane are free of bank
-// conflicts). One without (BF16, FP8) at one token has each lane copy the
-// fragments it reads, [atom][token tile][k-tile][lane of the groups] × 8,
+// conflicts; 16 in rows: tc_rows). One without (BF16, FP8) at one token
+// has each lane copy the fragments it reads, [atom][token tile][k-tile][lane of the groups] × 8,
 // so that its stages need no __syncwarp between lanes, which costs such a
 // short stage more than the copies by lane; from two tokens on the warp
-// copies are as fast or faster.
+// copies are as fast or faster, but for row-major atoms, which copy by
+// lane up to two tokens.
 template <class F, class S>
 struct tc_smem {
-    static constexpr bool x_by_lane = F::record == 0 && S::groups == 1;
+    static constexpr bool x_by_lane =
+        F::record == 0 && (S::groups == 1 || (F::rows && S::groups == 2));
     static constexpr int pieces = S::batch * S::row_tiles * F::pieces * 512;
     static constexpr int units = S::batch * S::row_tiles * F::units * 256;
     static constexpr int records = S::row_tiles * S::batch * 8 * F::record;
-    static constexpr int x_row = S::batch * 128 + 32;
+    static constexpr int x_row = S::batch * 128 + (F::rows ? 16 : 32);
     static constexpr int x = x_by_lane ? S::batch * S::token_tiles * 4 * S::groups * 32
                                        : S::token_tiles * S::groups * x_row;
     static constexpr int stage = pieces + units + records + x;
@@ -915,6 +962,9 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
     using L = tc_smem<F, S>;
     static_assert(Smem == L::bytes, "the host's shared memory is the template's");
     static_assert(K % 64 == 0, "whole atoms");
+    static_assert(!F::rows || (F::record == 0 && F::units == 0 && !F::has_offset &&
+                               !F::has_min && !F::two_terms && F::pieces == 4),
+                  "a format in rows is 16-bit values alone");
     // The gate epilogue: the warp's row tiles alternate, even ones of the
     // gate projection (w2), odd ones of this linear's (w), the same rows:
     // every x fragment staged feeds both, and the product leaves at once.
@@ -962,6 +1012,7 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
         wtile[r] = static_cast<const u8 *>(wa.w) + (i64)tile * atoms * F::atom_bytes + lane * 16;
         sp[r] = F::template scale_ptr<N, K>(wa, tile, g);
     }
+    const int piece_at[2] = { tc_rows::stage_at(lane, 0), tc_rows::stage_at(lane, 1) };
     const bool holds_x = S::groups == 8 || g < S::groups;
     // The lane groups past the tokens read a copied row too, group g %
     // groups's: their mma columns are tokens never stored, and an
@@ -974,7 +1025,7 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
 #pragma unroll
     for (int n = 0; n < TT; n++) {
         xlive[n] = holds_x && g + 8 * n < args.m;
-        xlane[n] = x + (xlive[n] ? (i64)(g + 8 * n) * K : 0) + 4 * t;
+        xlane[n] = x + (xlive[n] ? (i64)(g + 8 * n) * K : 0) + (F::rows ? 2 : 4) * t;
     }
 
     // Stage `stage` ← atoms a0 .. a0 + B − 1: the weights' pieces, units
@@ -997,9 +1048,10 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
                     // A whole batch's atoms at constant offsets from the first.
                     const u8 *p = Full ? wtile[r] + at0 + u * F::atom_bytes
                                        : wtile[r] + (i64)a * F::atom_bytes;
+                    u8 *const atom = st + (u * RT + r) * F::pieces * 512;
 #pragma unroll
                     for (int i = 0; i < F::pieces; i++)
-                        cp_async<16>(st + ((u * RT + r) * F::pieces + i) * 512 + lane * 16,
+                        cp_async<16>(atom + i * 512 + (F::rows ? piece_at[i & 1] : lane * 16),
                                      p + i * 512, live ? 16 : 0);
                     // Units the stage's atoms share: the first one's.
                     F::stage(sp[r], p - lane * 16, a, lane,
@@ -1033,12 +1085,20 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
 #pragma unroll
                     for (int n = 0; n < TT; n++)
 #pragma unroll
-                        for (int j = 0; j < 4; j++)
-                            cp_unit<8>(reinterpret_cast<uint2 *>(
-                                           st + L::pieces + L::units +
-                                           ((u * TT + n) * 4 + j) * S::groups * 32) +
-                                           lane,
-                                       xlane[n] + a * 64 + 16 * j, live && xlive[n]);
+                        for (int j = 0; j < 4; j++) {
+                            u8 *const dst = st + L::pieces + L::units +
+                                            ((u * TT + n) * 4 + j) * S::groups * 32 + 8 * lane;
+                            const u16 *const src = xlane[n] + a * 64 + 16 * j;
+                            const bool on = live && xlive[n];
+                            if constexpr (F::rows) {
+                                // values 2t, 2t + 1 and the two 8 higher (tc_rows)
+                                cp_async<4>(dst, reinterpret_cast<const u8 *>(src), on ? 4 : 0);
+                                cp_async<4>(dst + 4, reinterpret_cast<const u8 *>(src + 8),
+                                            on ? 4 : 0);
+                            } else {
+                                cp_unit<8>(reinterpret_cast<uint2 *>(dst), src, on);
+                            }
+                        }
             }
             return;
         }
@@ -1082,10 +1142,19 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
         }
     }
 
+    int frag_at[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        frag_at[j] = tc_rows::frag_at(lane, j);
+
     float acc[RT][TT][4] = {};
     auto consume = [&](int stage) {
         const u8 *st = ring + stage * L::stage;
         const u8 *xs_row = st + L::pieces + L::units + L::records + x_group * L::x_row + 8 * t;
+        // ldmatrix's rows of x (tc_rows): lane l gives token l % 8's
+        // (the group's copy past the groups) chunk l / 8 of a k-tile pair.
+        const u8 *x_ld = st + L::pieces + L::units + L::records +
+                         (lane & 7) % S::groups * L::x_row + 16 * (lane >> 3);
         float col[C::blocks][2];
         if constexpr (C::value) {
             static_assert(!L::x_by_lane, "the stage's x row, copied by the warp");
@@ -1097,29 +1166,42 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
 #pragma unroll
         for (int u = 0; u < B; u++) {
             u32 xb[TT][4][2];
+            if constexpr (F::rows && !L::x_by_lane) {
 #pragma unroll
-            for (int n = 0; n < TT; n++)
+                for (int n = 0; n < TT; n++)
 #pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    const uint2 v =
-                        L::x_by_lane
-                            ? reinterpret_cast<const uint2 *>(
-                                  st + L::pieces + L::units +
-                                  ((u * TT + n) * 4 + j) * S::groups * 32)[x_lane]
-                            : *reinterpret_cast<const uint2 *>(
-                                  xs_row + n * S::groups * L::x_row + u * 128 + 32 * j);
-                    xb[n][j][0] = v.x, xb[n][j][1] = v.y;
-                }
+                    for (int jp = 0; jp < 2; jp++) {
+                        const uint4 v =
+                            ldsm_x4(x_ld + n * S::groups * L::x_row + u * 128 + 64 * jp);
+                        xb[n][2 * jp][0] = v.x, xb[n][2 * jp][1] = v.y;
+                        xb[n][2 * jp + 1][0] = v.z, xb[n][2 * jp + 1][1] = v.w;
+                    }
+            } else {
+#pragma unroll
+                for (int n = 0; n < TT; n++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        const uint2 v =
+                            L::x_by_lane
+                                ? reinterpret_cast<const uint2 *>(
+                                      st + L::pieces + L::units +
+                                      ((u * TT + n) * 4 + j) * S::groups * 32)[x_lane]
+                                : *reinterpret_cast<const uint2 *>(
+                                      xs_row + n * S::groups * L::x_row + u * 128 + 32 * j);
+                        xb[n][j][0] = v.x, xb[n][j][1] = v.y;
+                    }
+            }
             tc_xblocks<F, TT> xs;
             if constexpr (!C::value)
                 tc_xsums<F, TT>(xb, neg, ones, xs);
 #pragma unroll
             for (int r = 0; r < RT; r++) {
                 typename F::raw raw;
+                const u8 *const atom = st + (u * RT + r) * F::pieces * 512;
 #pragma unroll
                 for (int i = 0; i < F::pieces; i++)
-                    raw.q[i] = reinterpret_cast<const uint4 *>(
-                        st + ((u * RT + r) * F::pieces + i) * 512)[lane];
+                    raw.q[i] = F::rows ? ldsm_x4(atom + frag_at[i])
+                                       : reinterpret_cast<const uint4 *>(atom + i * 512)[lane];
                 const uint2 *units = reinterpret_cast<const uint2 *>(st + L::pieces) + lane;
                 const int first = tc_super_stage<F, S>::value ? 0 : u;
                 F::fetch(units + (u * RT + r) * F::units * 32,

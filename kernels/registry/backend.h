@@ -180,13 +180,14 @@ extern const kiln_backend kiln_backend_wgmma;
 
 /* Hopper warpgroup MMA (sm_90a) with the weight as the register operand,
  * read from the gemv_tc packed layout: the formats whose decoding is
- * exact in one BF16 term (BF16, NVFP4, MXFP4, GGML MXFP4), K in whole
- * atoms of 64, activations in the bf16-tc order. */
+ * one BF16 term (NVFP4, MXFP4, GGML MXFP4, ...; BF16's atoms are wgmma's),
+ * K in whole atoms of 64, activations in the bf16-tc order. */
 extern const kiln_backend kiln_backend_wgmma_tc;
 
 /* The gemv_tc packed layout of k's weight on t (KILN_ERR_UNSUPPORTED where
- * there is none): gemv_tc's layout hook, which wgmma_tc shares so that
- * both read one device copy. */
+ * there is none): gemv_tc's layout hook, which wgmma_tc shares, and
+ * wgmma's for BF16 (row-major atoms), so that decode and prefill read one
+ * device copy. */
 kiln_status kiln_gemv_tc_layout(const kiln_target *t, const kiln_linear_kernel *k,
                                 kiln_weight_layout *out);
 

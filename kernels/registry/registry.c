@@ -14,11 +14,12 @@
  *            Q6_K), MXFP8, and F16 rounded to BF16 (as wgmma rounds it),
  *            where it is several times the dequantizing wgmma kernel (F16:
  *            ten times at 128 tokens) and keeps one weight copy for decode
- *            and prefill. BF16 and FP8 per-tensor and per-channel list it
- *            after wgmma, whose TMA kernel is faster (BF16 below M = 4096;
- *            FP8 on FP8 tensor cores);
+ *            and prefill. FP8 per-tensor and per-channel list it after
+ *            wgmma, whose TMA kernel on FP8 tensor cores is faster;
  *   wgmma    Hopper tensor cores (sm_90a), K in steps of 64: prefill, and
- *            decode that neither gemv kernel takes;
+ *            decode that neither gemv kernel takes; BF16's TMA kernel
+ *            reads gemv_tc's packed atoms, which are row-major, so BF16
+ *            keeps one copy too;
  *   simt     the f32 fallback for any sm_75+ target and any shape.
  *
  * gemv_tc has no kernel for F32 (its values are not exact in BF16), so
@@ -42,7 +43,7 @@ static const kiln_registry default_registry = {
     .priority = {
         [KILN_FMT_F32] = { "gemv", "wgmma", "simt", NULL },
         [KILN_FMT_F16] = KILN_ONE_COPY,
-        [KILN_FMT_BF16] = { "gemv_tc", "gemv", "wgmma", "wgmma_tc", "simt", NULL },
+        [KILN_FMT_BF16] = KILN_DECODE_TC,
         [KILN_FMT_FP8_TENSOR] = KILN_FP8_TMA,
         [KILN_FMT_FP8_CHANNEL] = KILN_FP8_TMA,
         [KILN_FMT_FP8_BLOCK] = KILN_DECODE_TC,

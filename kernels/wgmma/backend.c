@@ -1,7 +1,8 @@
 /* The wgmma backend's host side: Hopper's warpgroup MMA (sm_90a only),
  * capability checks, the tile per signature and bucket, the instantiation
  * of its templates and their launch shapes. Weights stay in kiln's storage
- * layout: nothing to pack.
+ * layout but BF16's, which the TMA kernel reads from gemv_tc's row-major
+ * atoms: the decode kernels' copy, one for both.
  *
  * Two kernels. BF16 and FP8 E4M3 weights (with a tensor, row or 128 x 128
  * block scale) run kernels/wgmma/tma.cuh: TMA copies of both operands
@@ -10,6 +11,7 @@
  * to E4M3 before. Every other format runs
  * kernels/wgmma/wgmma.cuh, which dequantizes the weight to BF16 in the
  * main loop with one warpgroup a tile. */
+#include "kernels/gemv/pack.h"
 #include "kernels/registry/backend.h"
 
 #include <limits.h>
@@ -111,6 +113,15 @@ static int tma_fp8(kiln_format f)
 static int tma_format(kiln_format f)
 {
     return f == KILN_FMT_BF16 || tma_fp8(f);
+}
+
+/* Whether the TMA kernel reads k's weight from gemv_tc's row-major atoms
+ * (BF16, wherever gemv_tc packs it): the decode kernels' copy, the only
+ * one a session then holds. */
+static int tma_atoms(const kiln_target *t, const kiln_linear_kernel *k)
+{
+    return k->cfg.format == KILN_FMT_BF16 &&
+           kiln_gemv_tc_serves(t, KILN_FMT_BF16, k->cfg.n, k->cfg.k);
 }
 
 static kiln_act wgmma_act(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket)
@@ -275,8 +286,8 @@ static kiln_status wgmma_check(const kiln_target *t, const kiln_linear_kernel *k
     return KILN_OK;
 }
 
-static kiln_status emit_tma(const kiln_linear_kernel *k, const tma_tile *tile, const char *entry,
-                            char *buf, size_t size)
+static kiln_status emit_tma(const kiln_target *t, const kiln_linear_kernel *k,
+                            const tma_tile *tile, const char *entry, char *buf, size_t size)
 {
     const char *scale = k->cfg.format == KILN_FMT_FP8_TENSOR    ? "tma_token_scaled<false>"
                         : k->cfg.format == KILN_FMT_FP8_CHANNEL ? "tma_token_scaled<true>"
@@ -300,7 +311,8 @@ static kiln_status emit_tma(const kiln_linear_kernel *k, const tma_tile *tile, c
         "}\n",
         tile->bm, tile->bn, tma_stages(tile), scale,
         kiln_epilogue_template_args(k->cfg.epilogue, epi_args, sizeof epi_args),
-        tma_smem_bytes(tile), entry, tma_fp8(k->cfg.format) ? "tma_e4m3" : "tma_bf16",
+        tma_smem_bytes(tile), entry,
+        tma_fp8(k->cfg.format) ? "tma_e4m3" : tma_atoms(t, k) ? "tma_bf16_atoms" : "tma_bf16",
         (long long)k->cfg.n, (long long)k->cfg.k);
 }
 
@@ -313,7 +325,7 @@ static kiln_status wgmma_emit(const kiln_target *t, const kiln_linear_kernel *k,
     if (st != KILN_OK)
         return st;
     if (tma)
-        return emit_tma(k, tma, entry, buf, size);
+        return emit_tma(t, k, tma, entry, buf, size);
     char epi_args[96], group[64] = "";
     if (kiln_format_get(k->cfg.format)->grouped)
         snprintf(group, sizeof group, "</*group*/ %lld, /*n*/ %lld>", (long long)k->cfg.group,
@@ -363,6 +375,8 @@ static kiln_status wgmma_launch(const kiln_target *t, const kiln_linear_kernel *
                          k->variant, (long long)m, (long long)k->cfg.n);
     if (tma) {
         const unsigned elem = tma_fp8(k->cfg.format) ? 1 : 2;
+        const uint64_t atoms = (uint64_t)k->cfg.k / 64,
+                       row_tiles = (uint64_t)kiln_ceil_div(k->cfg.n, 16);
         *out = (kiln_launch){
             .grid = { (unsigned)(kiln_ceil_div(m, tma->bm) * kiln_ceil_div(k->cfg.n, tma->bn)),
                       1, 1 },
@@ -370,7 +384,14 @@ static kiln_status wgmma_launch(const kiln_target *t, const kiln_linear_kernel *
             .smem = tma_smem_bytes(tma),
             .persistent = 1,
             .tma = { tma_map(KILN_TMA_X, elem, m, k->cfg.k, tma->bm),
-                     tma_map(KILN_TMA_W, elem, k->cfg.n, k->cfg.k, tma->bn) },
+                     tma_atoms(t, k)
+                         ? (kiln_tma){ .source = KILN_TMA_W, .elem_bytes = 2, .rank = 4,
+                                       .dims = { 64, 16, atoms, row_tiles },
+                                       .row_bytes = 128, .plane_bytes = 2048,
+                                       .block_bytes = atoms * 2048,
+                                       .box = { 64, 16, 1, (unsigned)tma->bn / 16 },
+                                       .swizzle = 128 }
+                         : tma_map(KILN_TMA_W, elem, k->cfg.n, k->cfg.k, tma->bn) },
             .n_tma = 2,
         };
         return KILN_OK;
@@ -381,6 +402,17 @@ static kiln_status wgmma_launch(const kiln_target *t, const kiln_linear_kernel *
         .block = { WGMMA_THREADS, 1, 1 },
         .smem = smem_bytes(tile),
     };
+    return KILN_OK;
+}
+
+/* BF16's TMA kernels read gemv_tc's packed copy (tma_atoms); the rest
+ * kiln's storage layout. */
+static kiln_status wgmma_layout(const kiln_target *t, const kiln_linear_kernel *k,
+                                kiln_weight_layout *out)
+{
+    if (tma_atoms(t, k))
+        return kiln_gemv_tc_layout(t, k, out);
+    *out = (kiln_weight_layout){ 0 };
     return KILN_OK;
 }
 
@@ -395,4 +427,5 @@ const kiln_backend kiln_backend_wgmma = {
     .candidates = wgmma_candidates,
     .emit = wgmma_emit,
     .launch = wgmma_launch,
+    .layout = wgmma_layout,
 };

@@ -90,10 +90,19 @@ struct tma_tile {
 struct tma_bf16 {
     static constexpr int elem_bytes = 2;
     static constexpr bool promote = false;
+    static constexpr bool atoms = false; // the weight's map: its rows (2-D)
+};
+// BF16 weights in gemv_tc's row-major atoms (tc_rows in kiln/tc.cuh), one
+// device copy for decode and prefill: a 4-D map (64 values, 16 rows, K /
+// 64 atoms, N / 16 row tiles) whose box of one atom of Tile::bn / 16 row
+// tiles lands in shared memory as the 2-D map's box of bn rows does.
+struct tma_bf16_atoms : tma_bf16 {
+    static constexpr bool atoms = true;
 };
 struct tma_e4m3 {
     static constexpr int elem_bytes = 1;
     static constexpr bool promote = true;
+    static constexpr bool atoms = false;
 };
 
 // Scale policies. A promoted format's stage sum is multiplied by
@@ -237,6 +246,11 @@ KILN_TMA_MMA(tma_bf16, 256, "k16.f32.bf16.bf16", ", 1, 1, 0, 0")
 KILN_TMA_MMA(tma_e4m3, 64, "k32.f32.e4m3.e4m3", ", 1, 1")
 KILN_TMA_MMA(tma_e4m3, 128, "k32.f32.e4m3.e4m3", ", 1, 1")
 
+// BF16 from row-major atoms: the same tiles in shared memory, the same MMA.
+template <int N>
+struct tma_mma<tma_bf16_atoms, N> : tma_mma<tma_bf16, N> {
+};
+
 #undef KILN_TMA_MMA
 #undef KILN_TMA_MMA_N64
 #undef KILN_TMA_MMA_N128
@@ -300,6 +314,17 @@ __device__ __forceinline__ void tma_load_3d(u32 dst, const tma_map &map, u32 bar
                  : "memory");
 }
 
+// The same for a 4-D map: the box at coordinates (c0, c1, c2, c3).
+__device__ __forceinline__ void tma_load_4d(u32 dst, const tma_map &map, u32 bar, int c0, int c1,
+                                            int c2, int c3)
+{
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4, %5, %6}], [%2];" ::"r"(dst),
+                 "l"(reinterpret_cast<unsigned long long>(&map)), "r"(bar), "r"(c0), "r"(c1),
+                 "r"(c2), "r"(c3)
+                 : "memory");
+}
+
 // The SWIZZLE_128B K-major descriptor of a tile at addr: start address,
 // LBO 1 (unused by swizzled K-major layouts), SBO 1024 bytes, base offset
 // 0 (the tile is 1024-aligned), layout 1 (128-byte swizzle).
@@ -353,6 +378,8 @@ template <class Op, class Tile, class Scale, class Epilogue, int N, int K>
 __device__ void tma_gemm(const kiln_linear_args &args, const tma_map &tx, const tma_map &tw)
 {
     constexpr int bk = Tile::row_bytes / Op::elem_bytes; // K a stage
+    static_assert(!Op::atoms || (bk == 64 && Tile::bn % 16 == 0),
+                  "an atom a stage, whole row tiles");
     static_assert(K % 64 == 0, "K is whole steps of 64; a last partial E4M3 stage reads zeros");
     static_assert(!Op::promote || Tile::wn <= 128, "the promoted sum needs a second set");
     constexpr int steps = (K + bk - 1) / bk, ksteps = Tile::row_bytes / 32;
@@ -387,7 +414,10 @@ __device__ void tma_gemm(const kiln_linear_args &args, const tma_map &tx, const 
                 tma_bar_expect(full, Tile::stage_bytes);
                 const u32 xs = tiles_at + stage * Tile::stage_bytes;
                 tma_load(xs, tx, full, s * bk, tr * Tile::bm);
-                tma_load(xs + Tile::x_bytes, tw, full, s * bk, tc * Tile::bn);
+                if constexpr (Op::atoms)
+                    tma_load_4d(xs + Tile::x_bytes, tw, full, 0, 0, s, tc * (Tile::bn / 16));
+                else
+                    tma_load(xs + Tile::x_bytes, tw, full, s * bk, tc * Tile::bn);
                 if (++stage == Tile::stages) {
                     stage = 0;
                     phase ^= 1;

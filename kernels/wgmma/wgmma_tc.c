@@ -2,9 +2,10 @@
  * as the register operand, decoded from the gemv_tc packed layout
  * (kernels/wgmma/wgmma_tc.cuh), so that a weight's one device copy serves
  * the decode kernels and these. Its formats are those whose A fragment
- * is one BF16 term: exact (BF16, NVFP4, MXFP4, GGML MXFP4, FP8 per-tensor
- * and per-channel, MXFP8) or the weight rounded once to BF16 (F16, Q8_0,
- * Q4_0, Q4_K, Q6_K); its activations are
+ * is one BF16 term: exact (NVFP4, MXFP4, GGML MXFP4, FP8 per-tensor and
+ * per-channel, MXFP8) or the weight rounded once to BF16 (F16, Q8_0,
+ * Q4_0, Q4_K, Q6_K), but BF16, whose packed atoms are row-major for
+ * wgmma's TMA kernel; its activations are
  * BF16 in the packed layout's k order (bf16-tc), which a quantization
  * step before the linear writes. */
 #include "kernels/registry/backend.h"
@@ -59,7 +60,7 @@ static const kiln_variant_table wtc_table = KILN_VARIANT_TABLE(wtc_tile, wtc_til
 /* The formats whose A fragment the kernel makes in one BF16 term: exactly
  * (wtc_exact) or rounded once (wtc_rounded, wtc_f16). */
 #define WTC_FORMATS                                                                               \
-    (WTC_BIT(BF16) | WTC_BIT(F16) | WTC_BIT(NVFP4) | WTC_BIT(MXFP4) | WTC_BIT(GGML_MXFP4) |      \
+    (WTC_BIT(F16) | WTC_BIT(NVFP4) | WTC_BIT(MXFP4) | WTC_BIT(GGML_MXFP4) |      \
      WTC_BIT(Q8_0) | WTC_BIT(Q4_0) | WTC_BIT(Q4_K) | WTC_BIT(Q6_K) | WTC_BIT(FP8_TENSOR) |       \
      WTC_BIT(FP8_CHANNEL) | WTC_BIT(MXFP8))
 

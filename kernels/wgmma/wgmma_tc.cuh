@@ -123,13 +123,14 @@ struct wtc_one_of {
     static constexpr bool value = (wtc_same<F, Fs>::value || ...);
 };
 
-// The formats whose A fragments are exact: BF16 as it is, NVFP4 with its
-// E4M3 block scale, the E2M1 formats with their powers of two, E4M3 with
-// MXFP8's powers of two or no block scale (FP8 per-tensor and per-channel:
-// their scales multiply the sums).
+// The formats whose A fragments are exact: NVFP4 with its E4M3 block
+// scale, the E2M1 formats with their powers of two, E4M3 with MXFP8's
+// powers of two or no block scale (FP8 per-tensor and per-channel: their
+// scales multiply the sums). BF16's atoms are row-major (tc_rows), read
+// by wgmma's TMA kernel instead.
 template <class F>
-using wtc_exact = wtc_one_of<F, tc_bf16, tc_nvfp4, tc_mxfp4, tc_ggml_mxfp4, tc_fp8,
-                             tc_fp8_channel, tc_mxfp8>;
+using wtc_exact = wtc_one_of<F, tc_nvfp4, tc_mxfp4, tc_ggml_mxfp4, tc_fp8, tc_fp8_channel,
+                             tc_mxfp8>;
 
 // The integer GGML formats, whose weights need more than BF16's 8
 // significant bits: their A fragments are the weights rounded once to

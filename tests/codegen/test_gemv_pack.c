@@ -276,7 +276,7 @@ static float row_channel(const packed *p, int64_t n) { return f32_at(p->scale, (
 static float row_global(const packed *p, int64_t n) { return (void)n, p->q->global_scale * 256.0f; }
 
 /* Where pack.h puts a value's code in a lane's words (padding check). */
-typedef enum field_class { F_W16, F_W8, F_INT4, F_E2M1, F_Q6 } field_class;
+typedef enum field_class { F_W16, F_W8, F_INT4, F_E2M1, F_Q6, F_W16R } field_class;
 
 typedef struct tc_model {
     int pieces, atom_bytes, block_tiles; /* block_tiles 0: no block scale */
@@ -296,7 +296,7 @@ typedef struct tc_model {
 /* Every format the packer serves; F32 has no row. */
 static const tc_model models[KILN_FMT_COUNT] = {
     [KILN_FMT_F16] = { 4, 2048, 0, NULL, dec_f16_hi, dec_f16_lo, NULL, { 0 }, row_one, F_W16, 1 },
-    [KILN_FMT_BF16] = { 4, 2048, 0, NULL, dec_bf16, NULL, NULL, { 0 }, row_one, F_W16, 1 },
+    [KILN_FMT_BF16] = { 4, 2048, 0, NULL, dec_bf16, NULL, NULL, { 0 }, row_one, F_W16R, 1 },
     [KILN_FMT_FP8_TENSOR] = { 2, 1024, 0, NULL, dec_e4m3, NULL, NULL, { 0 }, row_tensor, F_W8, 1 },
     [KILN_FMT_FP8_CHANNEL] = { 2, 1024, 0, NULL, dec_e4m3, NULL, NULL, { 0 }, row_channel, F_W8, 1 },
     [KILN_FMT_FP8_BLOCK] = { 2, 1024, 4, load_fp8_block, dec_e4m3, NULL, sc_fp8_block, { 0 }, row_one, F_W8, 1 },
@@ -312,6 +312,22 @@ static const tc_model models[KILN_FMT_COUNT] = {
 
 /* What the kernel makes of weight (n, k): lane 4g + t of row tile n / 16
  * holds it in k-tile j, register 2·(s >> 1) + h, half s & 1. */
+/* The register of k-tile j's A fragment that lane (g, t) reads from a
+ * row-major atom (tc_rows in tc.cuh, restated): the lanes' pieces staged
+ * with chunk c of row R at c ^ (R % 8), then ldmatrix.x4, whose matrix r
+ * row g comes from the address lane 8r + g gives, values 2t and 2t + 1 in
+ * the register's halves. */
+static uint32_t rows_fragment(const uint8_t *atom, int g, int t, int j, int r)
+{
+    uint8_t stage[2048];
+    for (int i = 0; i < 4; i++)
+        for (int l = 0; l < 32; l++)
+            memcpy(stage + i * PIECE + (l >> 3) * 128 + ((l & 7) ^ (4 * (i & 1) + (l >> 3))) * 16,
+                   atom + i * PIECE + l * 16, 16);
+    const int l = 8 * r + g;
+    return le32(stage + (l & 15) * 128 + ((2 * j + (l >> 4)) ^ (l & 7)) * 16 + 4 * t);
+}
+
 static float tc_weight(const packed *p, int64_t n, int64_t k)
 {
     const tc_model *m = &models[p->q->format];
@@ -319,6 +335,10 @@ static float tc_weight(const packed *p, int64_t n, int64_t k)
     const int g = (int)(n % 8), h = (int)(n % TILE / 8), kk = (int)(k % ATOM);
     const int j = kk / 16, t = kk % 16 / 4, s = kk % 4, lane = 4 * g + t;
     const uint8_t *at = p->data + (size_t)(tile * atoms + atom) * (size_t)m->atom_bytes;
+    if (m->field == F_W16R) { /* mma's own k order: value c of the k-tile */
+        const int c = kk % 16, r = 2 * (c >= 8) + h;
+        return bf16_half(rows_fragment(at, g, c % 8 / 2, j, r), c & 1) * m->row(p, n);
+    }
     lane_raw r = { 0 };
     for (int i = 0; i < m->pieces; i++)
         for (int w = 0; w < 4; w++)
@@ -570,7 +590,7 @@ Test(gemv_pack, tc_serves)
  * name (tc.cuh's tc_layout_<name>), each atom's bytes its pieces and
  * Q6_K's high bits, and a record where the scales are not copied as
  * they are. */
-#define ROW_CHECK(fmt, short_name, n_bytes, n_pieces, n_units, n_record, n_super)                  \
+#define ROW_CHECK(fmt, short_name, n_bytes, n_pieces, n_units, n_record, n_super, n_rows)          \
     {                                                                                              \
         const kiln_gemv_tc_format *row = kiln_gemv_tc_format_get(KILN_FMT_##fmt);                  \
         const int q6_k = KILN_FMT_##fmt == KILN_FMT_Q6_K;                                          \
@@ -579,8 +599,9 @@ Test(gemv_pack, tc_serves)
         cr_assert_eq(row->bytes, n_bytes, #fmt);                                                   \
         cr_assert_eq(row->bytes, 512 * row->pieces + (q6_k ? 256 : 0), #fmt);                      \
         cr_assert(row->pieces == n_pieces && row->units == n_units &&                              \
-                      row->record == n_record && row->super == n_super,                            \
+                      row->record == n_record && row->super == n_super && row->rows == n_rows,     \
                   #fmt);                                                                           \
+        cr_assert(!row->rows || (row->bytes == 2048 && !row->units && !row->record), #fmt);        \
         rows++;                                                                                    \
     }
 
@@ -612,6 +633,11 @@ static int fields(field_class c, int lane, int j, int h, int s, size_t off[2], u
     static const int mag_at[3] = { 6, 3, 0 };
     const int r = 2 * (s >> 1) + h, half = 16 * (s & 1);
     int word = j; /* of the lane's sixteen: piece word / 4, word % 4 of it */
+    if (c == F_W16R) { /* the atom row-major: row g + 8h, column 16j + 4t + s */
+        const int row = lane / 4 + 8 * h, col = 16 * j + 4 * (lane % 4) + s;
+        off[0] = (size_t)(row * 128 + col / 2 * 4), mask[0] = 0xFFFFu << (16 * (col & 1));
+        return 1;
+    }
     if (c == F_W16)
         word = 4 * j + r, mask[0] = 0xFFFFu << half;
     else if (c == F_W8)

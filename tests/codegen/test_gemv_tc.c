@@ -394,16 +394,18 @@ _Static_assert(KILN_ARRAY_LEN(tc_fmt) == TC_FORMATS_END, "one entry per format g
 /* A tensor-core block's rings (tc_smem in tc.cuh): warps · stages ·
  * (batch atoms · row tiles · (pieces · 512 + units · 256 + 8 records) +
  * x), batch being the format's spread over the row tiles and x token
- * tiles · lane groups holding x · (batch · 128 + 32), or for a format
- * without records at one token (x copied by lane) batch · 4 k-tiles · 4
- * lanes · 8 bytes. */
+ * tiles · lane groups holding x · (batch · 128 + 32; + 16 for BF16, whose
+ * x rows ldmatrix reads), or for a format without records at one token
+ * (BF16: up to two; x copied by lane) batch · 4 k-tiles · 4 lanes of
+ * each group · 8 bytes. */
 static long long tc_ring_bytes(kiln_format f, long long max_m, long long row_tiles,
                                long long warps, long long stages)
 {
     const long long b = tc_fmt[f].batch / row_tiles > 0 ? tc_fmt[f].batch / row_tiles : 1;
     const long long tiles = max_m > 8 ? 2 : 1, groups = max_m < 8 ? max_m : 8;
-    const long long x = tc_fmt[f].record || max_m > 1 ? tiles * groups * (b * 128 + 32)
-                                                      : b * tiles * 4 * groups * 32;
+    const long long pad = f == KILN_FMT_BF16 ? 16 : 32;
+    const int by_lane = !tc_fmt[f].record && (max_m == 1 || (f == KILN_FMT_BF16 && max_m == 2));
+    const long long x = by_lane ? b * tiles * 4 * groups * 32 : tiles * groups * (b * 128 + pad);
     const long long stage =
         b * row_tiles * (tc_fmt[f].pieces * 512 + tc_fmt[f].units * 256 + 8 * tc_fmt[f].record) +
         x;
@@ -457,7 +459,9 @@ Test(gemv_tc, shared_memory_worked_by_hand)
         /* tc1: one lane group holds x, 4 warps of 3 stages of 4 atoms:
          * 4 · (512 + 256 + 64) + (4 · 128 + 32) = 3872 bytes a stage. */
         { "sm_89", "tc1", KILN_FMT_Q4_K, 1, 4, 4, 46464, 256 },
-        { "sm_90a", "tc8", KILN_FMT_BF16, 8, 4, 4, 86016, 128 },
+        /* tc8 of BF16, 2 row tiles of one atom, 4 stages: 2 · 2048 + 8 ·
+         * (128 + 16) = 5248 bytes a stage, 4 warps 83968. */
+        { "sm_90a", "tc8", KILN_FMT_BF16, 8, 4, 4, 83968, 128 },
         { "sm_86", "tc2", KILN_FMT_Q8_0, 2, 4, 4, 33024, 256 },
     };
     for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
@@ -875,8 +879,9 @@ Test(gemv_tc, launches_overlap_their_predecessor_on_sm_90)
  * blocks, worked by hand. 8192 x 28672 is 128 blocks of 8 warps, 4 row
  * tiles each, K split 8 (32768 bytes of sums): Q4_0's stage is 4 · (512 +
  * 64) + 2 · 8 · (128 + 32) = 4864 bytes, 116736 for 3 stages and 155648
- * for 4, one block an SM either way. BF16's 3 stages of 8 warps (258048)
- * pass the limit: 4 warps, split 4, 4 stages of 10752 bytes. 28672 x 4096
+ * for 4, one block an SM either way. BF16's 3 stages of 8 warps (251904:
+ * 4 · 2048 + 2 · 8 · (128 + 16) a stage) pass the limit: 4 warps, split 4,
+ * 4 stages of 10496 bytes. 28672 x 4096
  * takes blocks of 4 warps split 2 (16384 of sums): Q4_K's 70656 and
  * 94208 hold 2 an SM; Q4_0's 58368 hold 3, its 77824 only 2; FP8's 79872
  * hold 2, its 106496 one. NVFP4 at 4096 x 14336 (2 row tiles, 2 atoms a
@@ -892,7 +897,7 @@ Test(gemv_tc, tc16_takes_a_fourth_stage_on_sm_90)
         unsigned smem;
     } cases[] = {
         { "sm_90a", KILN_FMT_Q4_0, 8192, 28672, 8, 4, 155648 },
-        { "sm_90a", KILN_FMT_BF16, 8192, 28672, 4, 4, 172032 },
+        { "sm_90a", KILN_FMT_BF16, 8192, 28672, 4, 4, 167936 },
         { "sm_90a", KILN_FMT_Q4_K, 28672, 4096, 4, 4, 94208 },
         { "sm_90a", KILN_FMT_Q4_0, 28672, 4096, 4, 3, 58368 },
         { "sm_90a", KILN_FMT_FP8_TENSOR, 28672, 4096, 4, 3, 79872 },
@@ -976,9 +981,13 @@ Test(gemv_tc, launches_cover_every_row)
                      * 1024 warps of 4-warp blocks; so do one and two tokens
                      * below 2048 warps of them, K at least 128 atoms. */
                     const int deep = max_m <= 2 && (n + 15) / 16 * 4 < 2048 && k / 64 >= 128;
+                    /* BF16's row-major atoms at 4 tokens: 8 warps */
+                    const int rows4 = max_m == 4 && f == KILN_FMT_BF16;
                     const long long class_warps =
-                        wide ? (!two && (n + 63) / 64 * 4 < 1024 ? 8 : 4)
-                             : deep ? 2 * variants[v].warps : variants[v].warps;
+                        wide    ? (!two && (n + 63) / 64 * 4 < 1024 ? 8 : 4)
+                        : rows4 ? 8
+                        : deep  ? 2 * variants[v].warps
+                                : variants[v].warps;
                     cr_assert_eq(row_tiles, wide && !two ? 4 : variants[v].row_tiles, "%s", sig);
                     cr_assert_eq(warps % split, 0, "%s", sig);
                     cr_assert(split == 1 || k / 64 >= 4 * split, "%s: k_split %lld", sig, split);
@@ -1265,7 +1274,7 @@ Test(gemv_tc, layout_is_packed)
 static kiln_pack_fn tc_pack(void)
 {
     kiln_target t = target("sm_89");
-    kiln_linear_kernel k = { .cfg = cfg(KILN_FMT_BF16, 4096, 4096), .act = KILN_ACT_BF16 };
+    kiln_linear_kernel k = { .cfg = cfg(KILN_FMT_F16, 4096, 4096), .act = KILN_ACT_BF16 };
     snprintf(k.variant, sizeof k.variant, "tc8");
     kiln_weight_layout lay = { 0 };
     cr_assert_eq(tc->layout(&t, &k, &lay), KILN_OK, "%s", kiln_last_error());

@@ -124,10 +124,12 @@ Test(plan_weights, no_packing_where_the_tensor_core_kernel_does_not_run)
 
 /* Three linears reading one weight hold it once per layout: FP8 in both
  * (gemv_tc's packed layout for decode, the storage layout for wgmma's
- * prefill), Q4_K and NVFP4 packed alone (wgmma_tc's prefill reads the
+ * prefill), BF16 packed alone (wgmma's TMA kernel reads its row-major
+ * atoms), Q4_K and NVFP4 packed alone (wgmma_tc's prefill reads the
  * packed layout too). */
 Test(plan_weights, a_shared_weight_counts_once)
 {
+    held_on_sm_90a(KILN_FMT_BF16, 128, 256, 3, 0);
     held_on_sm_90a(KILN_FMT_FP8_TENSOR, 128, 256, 3, 1);
     held_on_sm_90a(KILN_FMT_Q4_K, 128, 256, 3, 0);
     held_on_sm_90a(KILN_FMT_NVFP4, 128, 256, 3, 0);

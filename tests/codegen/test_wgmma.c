@@ -15,6 +15,7 @@
 #include "codegen_util.h"
 #include "codegen/emit.h"
 #include "codegen/nvrtc.h"
+#include "kernels/gemv/pack.h"
 #include "codegen/plan.h"
 #include "testutil.h"
 
@@ -317,16 +318,61 @@ Test(wgmma, tma_launch_is_persistent_with_two_maps)
         cr_assert_eq(w->source, KILN_TMA_W);
         for (int t = 0; t < 2; t++) {
             cr_assert_eq(c->tma[t].elem_bytes, 2);
-            cr_assert_eq(c->tma[t].dims[0], 192);
-            cr_assert_eq(c->tma[t].row_bytes, 384);
             cr_assert_eq(c->tma[t].box[0], 64, "128 bytes of K: the swizzle's span");
             cr_assert_eq(c->tma[t].swizzle, 128);
         }
+        cr_assert(x->rank <= 2 && x->dims[0] == 192 && x->row_bytes == 384);
         cr_assert_eq(x->dims[1], (uint64_t)cases[i].m);
         cr_assert_eq(x->box[1], cases[i].bm);
-        cr_assert_eq(w->dims[1], 4099);
-        cr_assert_eq(w->box[1], cases[i].bn);
+        /* W from gemv_tc's row-major atoms: 64 values, 16 rows, 3 atoms,
+         * 257 row tiles; a box of one atom of bn / 16 row tiles */
+        cr_assert_eq(w->rank, 4);
+        cr_assert(w->dims[0] == 64 && w->dims[1] == 16 && w->dims[2] == 3 && w->dims[3] == 257);
+        cr_assert(w->row_bytes == 128 && w->plane_bytes == 2048 && w->block_bytes == 3 * 2048);
+        cr_assert(w->box[1] == 16 && w->box[2] == 1 && w->box[3] == cases[i].bn / 16);
     }
+}
+
+/* Every byte of a box of BF16's 4-D weight map, read from the packed
+ * atoms as the map addresses them, is the weight's value at the row and
+ * column the kernel's tile holds there: box row r of the (k-step s, row
+ * tile c3) box is weight row 16 · c3 + r, its 64 values K s · 64 on.
+ * Rows past N read zeros. */
+Test(wgmma, tma_boxes_of_packed_bf16_are_rows)
+{
+    enum { N = 40, K = 192 };
+    const kiln_launch launch = launch_of("tma_bm64bn128", KILN_FMT_BF16, N, K, 64);
+    const kiln_tma *w = &launch.tma[1];
+    kt_rng rng = kt_rng_new(5);
+    static uint16_t v[N * K];
+    for (int i = 0; i < N * K; i++)
+        v[i] = kiln_f32_to_bf16(kt_normal(&rng));
+    kiln_qtensor q = { .format = KILN_FMT_BF16, .n = N, .k = K, .data = v };
+    size_t data, scale;
+    cr_assert_eq(kiln_gemv_pack_bytes(KILN_FMT_BF16, N, K, &data, &scale), KILN_OK);
+    uint8_t *p = malloc(data + scale + 1);
+    cr_assert_eq(kiln_gemv_pack(&q, p, p + data), KILN_OK, "%s", kiln_last_error());
+    cr_assert_eq(w->dims[3] * w->block_bytes, data, "the map spans the packed array");
+    int checked = 0;
+    for (uint64_t s = 0; s < w->dims[2]; s++)
+        for (uint64_t c3 = 0; c3 < w->dims[3]; c3 += w->box[3])
+            for (uint64_t tt = 0; tt < w->box[3]; tt++)
+                for (uint64_t r = 0; r < 16; r++)
+                    for (uint64_t x = 0; x < 64; x++) {
+                        const int64_t row = (int64_t)((c3 + tt) * 16 + r);
+                        const int64_t col = (int64_t)(s * 64 + x);
+                        if (c3 + tt >= w->dims[3])
+                            continue; /* past the array: TMA reads zeros */
+                        const uint64_t at = w->offset + x * 2 + r * w->row_bytes +
+                                            s * w->plane_bytes + (c3 + tt) * w->block_bytes;
+                        uint16_t got;
+                        memcpy(&got, p + at, 2);
+                        cr_assert_eq(got, row < N ? v[row * K + col] : 0,
+                                     "row %lld, column %lld", (long long)row, (long long)col);
+                        checked++;
+                    }
+    cr_assert_eq(checked, 48 * K, "every value of the 3 row tiles");
+    free(p);
 }
 
 /* A persistent launch gets the blocks the device holds at once and no
@@ -795,7 +841,9 @@ Test(wgmma, sass_runs_the_main_loop_on_hgmma, .timeout = 300)
         cr_assert_geq(kt_count(sass, "WARPGROUP.ARRIVE"), 1, "%s", sig);
         cr_assert_geq(kt_count(sass, "WARPGROUP.DEPBAR.LE gsb0, 0x0"), 1, "%s", sig);
         if (cases[i].tma) {
-            cr_assert_geq(kt_count(sass, "UTMALDG.2D"), 2, "%s: x and W by TMA", sig);
+            const int atoms = cases[i].f == KILN_FMT_BF16;
+            cr_assert_geq(kt_count(sass, "UTMALDG.2D"), atoms ? 1 : 2, "%s: x and W by TMA", sig);
+            cr_assert_geq(kt_count(sass, "UTMALDG.4D"), atoms, "%s: BF16's W from its atoms", sig);
             cr_assert_geq(kt_count(sass, "SYNCS"), 1, "%s: stages behind mbarriers", sig);
             /* E4M3 waits for each stage's sum to promote it */
             if (!fp8_tma(cases[i].f))

@@ -38,7 +38,8 @@ Test(registry, every_priority_name_is_a_registered_backend_for_the_format)
  * (every format up to GGML MXFP4 but F32), then wgmma_tc for the formats
  * it decodes (the 4-bit ones exactly, the integer GGML ones rounded to
  * BF16, and F16 rounded), then gemv (every format), then wgmma (and
- * wgmma_tc for BF16 and FP8 per-tensor and per-channel) and simt.
+ * wgmma_tc for FP8 per-tensor and per-channel; BF16's atoms are wgmma's
+ * alone) and simt.
  * A backend that claims a format is in its list. */
 Test(registry, each_format_lists_the_decode_backends_first)
 {
@@ -53,8 +54,7 @@ Test(registry, each_format_lists_the_decode_backends_first)
                              f == KILN_FMT_Q4_0 || f == KILN_FMT_Q4_K || f == KILN_FMT_Q6_K ||
                              f == KILN_FMT_MXFP8 || f == KILN_FMT_F16;
         /* after wgmma: its TMA kernel is the faster prefill */
-        const int tc_after = f == KILN_FMT_BF16 || f == KILN_FMT_FP8_TENSOR ||
-                             f == KILN_FMT_FP8_CHANNEL;
+        const int tc_after = f == KILN_FMT_FP8_TENSOR || f == KILN_FMT_FP8_CHANNEL;
         if (packed && f != KILN_FMT_F32)
             want[n++] = "gemv_tc";
         if (one_copy)

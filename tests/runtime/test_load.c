@@ -62,7 +62,25 @@ static char *model_path(char *path, size_t size, const char *name)
     return path;
 }
 
-/* One shard: its header names the weights of that shard, BF16, random. */
+/* The first shard's weights are F32, the second's BF16: F32 is read as
+ * stored and BF16 packed (gemv_tc's row-major atoms, which wgmma's
+ * prefill reads too), so a load writes both kinds of array. */
+static int is_f32(int i) { return weights[i].shard == 1; }
+
+static size_t value_bytes(int i) { return is_f32(i) ? 4 : 2; }
+
+/* Value v of weight i as stored, into b. */
+static void put_value(kt_buf *b, int i, float v)
+{
+    if (is_f32(i)) {
+        kt_put(b, &v, 4);
+    } else {
+        const uint16_t h = kiln_f32_to_bf16(v);
+        kt_put(b, &h, 2);
+    }
+}
+
+/* One shard: its header names the weights of that shard, random. */
 static void write_shard(int shard, kt_rng *r)
 {
     char header[4096] = "{";
@@ -70,11 +88,12 @@ static void write_shard(int shard, kt_rng *r)
     for (int i = 0; i < N_WEIGHTS; i++) {
         if (weights[i].shard != shard)
             continue;
-        size_t bytes = (size_t)(weights[i].n * weights[i].k) * 2;
+        size_t bytes = (size_t)(weights[i].n * weights[i].k) * value_bytes(i);
         len += (size_t)snprintf(header + len, sizeof header - len,
-                                "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[%lld,%lld],"
+                                "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[%lld,%lld],"
                                 "\"data_offsets\":[%zu,%zu]}",
-                                len > 1 ? "," : "", weights[i].name, (long long)weights[i].n,
+                                len > 1 ? "," : "", weights[i].name,
+                                is_f32(i) ? "F32" : "BF16", (long long)weights[i].n,
                                 (long long)weights[i].k, at, at + bytes);
         at += bytes;
     }
@@ -87,10 +106,8 @@ static void write_shard(int shard, kt_rng *r)
     for (int i = 0; i < N_WEIGHTS; i++) {
         if (weights[i].shard != shard)
             continue;
-        for (int64_t e = 0; e < weights[i].n * weights[i].k; e++) {
-            uint16_t v = kiln_f32_to_bf16(kt_normal(r));
-            kt_put(&b, &v, 2);
-        }
+        for (int64_t e = 0; e < weights[i].n * weights[i].k; e++)
+            put_value(&b, i, kt_normal(r));
     }
     char path[512];
     kt_write_file(model_path(path, sizeof path, shard_name(shard)), b.p, b.n);
@@ -115,7 +132,7 @@ static void write_model(void)
     kt_write_file(model_path(path, sizeof path, "config.json"), config, strlen(config));
 }
 
-/* The same weights in one GGUF file (BF16, type 30), its tensor data
+/* The same weights in one GGUF file (F32 type 0, BF16 type 30), its tensor data
  * aligned to 32 bytes. */
 static void write_gguf(void)
 {
@@ -142,17 +159,15 @@ static void write_gguf(void)
         kt_put_le(&b, 2, 4);
         kt_put_le(&b, (uint64_t)weights[i].k, 8);
         kt_put_le(&b, (uint64_t)weights[i].n, 8);
-        kt_put_le(&b, 30, 4);
+        kt_put_le(&b, is_f32(i) ? 0 : 30, 4);
         kt_put_le(&b, at, 8);
-        at += (uint64_t)(weights[i].n * weights[i].k) * 2;
+        at += (uint64_t)(weights[i].n * weights[i].k) * value_bytes(i);
         at = (at + 31) / 32 * 32;
     }
     kt_pad(&b, 32);
     for (int i = 0; i < N_WEIGHTS; i++) {
-        for (int64_t e = 0; e < weights[i].n * weights[i].k; e++) {
-            uint16_t v = kiln_f32_to_bf16(kt_normal(&r));
-            kt_put(&b, &v, 2);
-        }
+        for (int64_t e = 0; e < weights[i].n * weights[i].k; e++)
+            put_value(&b, i, kt_normal(&r));
         kt_pad(&b, 32);
     }
     char path[512];
@@ -270,6 +285,8 @@ static void every_byte_equal(const loaded *l, int *raw_out, int *packed_out)
         size_t data;
         cr_assert_eq(kiln_format_data_bytes(q->format, q->n, q->k, &data), KILN_OK);
         want[n_want++] = (want_bytes){ q->data, data, 0 };
+        if (q->format == KILN_FMT_F32)
+            continue; /* no packed layout */
         size_t pd, ps;
         cr_assert_eq(kiln_gemv_pack_bytes(q->format, q->n, q->k, &pd, &ps), KILN_OK);
         uint8_t *p = owned[i] = malloc(pd + ps + 1);
@@ -670,12 +687,15 @@ Test(load, a_shard_replaced_is_refused_naming_it)
     cr_assert(strstr(msg, shard_name(2)) && strstr(msg, "replaced"), "%s", msg);
 }
 
-/* The bytes of every weight in kiln's storage layout. */
-static size_t storage_total(const loaded *l)
+/* The bytes in kiln's storage layout of every weight, or where f32_only
+ * of the F32 ones, which the session holds as stored and never packs. */
+static size_t storage_bytes_of(const loaded *l, int f32_only)
 {
     size_t total = 0;
     for (int i = 0; i < N_WEIGHTS; i++) {
         const kiln_tensor *t = kiln_graph_find(l->graph, weight_name(i));
+        if (f32_only && t->weight.format != KILN_FMT_F32)
+            continue;
         size_t data, scale;
         cr_assert_eq(kiln_format_data_bytes(t->weight.format, t->weight.n, t->weight.k, &data),
                      KILN_OK);
@@ -685,10 +705,16 @@ static size_t storage_total(const loaded *l)
     return total;
 }
 
+static size_t storage_total(const loaded *l)
+{
+    return storage_bytes_of(l, 0);
+}
+
 /* With the device packers, each weight is read once, in its storage
- * layout, and the host packs nothing: at 1 and 64 tokens the packers read
- * the copy the prefill kernels keep; at 1 token alone, a scratch buffer
- * that is freed with the load. What the packers write is checked against
+ * layout, and the host packs nothing: the BF16 weights go up into a
+ * scratch buffer that is freed with the load and are packed from it
+ * (their prefill kernels read the packed atoms too), the F32 ones stay
+ * as stored. What the packers write is checked against
  * the host packer on a GPU (tests/gpu/test_pack.c). */
 Test(load, device_packers_read_each_weight_once)
 {
@@ -711,7 +737,7 @@ Test(load, device_packers_read_each_weight_once)
         cr_assert_eq(ss.load_read_bytes, stored, "read %zu of %zu stored bytes",
                      ss.load_read_bytes, stored);
         cr_assert_eq(ss.load_copied_bytes, stored);
-        cr_assert_eq(ss.load_device_packed_bytes + (c == 0 ? stored : 0), ss.weight_bytes,
+        cr_assert_eq(ss.load_device_packed_bytes + storage_bytes_of(&l, 1), ss.weight_bytes,
                      "every packed byte is the device packers'");
         unload(&l);
         nothing_left();
@@ -732,8 +758,8 @@ Test(load, device_packers_scratch_halves_until_it_fits)
 {
     static const int64_t decode[] = { 1 };
     write_model();
-    /* the weights' storage arrays take 304 KB, the largest (gate, up,
-     * down) 64 KB: 304 and 152 KB are refused, 76 KB taken */
+    /* the BF16 weights' storage arrays take 208 KiB, the largest (gate,
+     * up, down) 64 KiB: 208 and 104 KiB are refused, 64 KiB taken */
     fake_device("alloc-over:100000", "2", "2", "4K");
     setenv("KILN_PACK", "device", 1);
     void *lib = dlopen(KT_FAKE_LIBCUDA, RTLD_NOW | RTLD_NOLOAD);
@@ -753,7 +779,8 @@ Test(load, device_packers_scratch_halves_until_it_fits)
     cr_assert_eq(ss.load_read_bytes, stored, "read %zu of %zu stored bytes", ss.load_read_bytes,
                  stored);
     cr_assert_eq(ss.load_copied_bytes, stored);
-    cr_assert_eq(ss.load_device_packed_bytes, ss.weight_bytes, "every weight packed on the device");
+    cr_assert_eq(ss.load_device_packed_bytes + storage_bytes_of(&l, 1), ss.weight_bytes,
+                 "every BF16 weight packed on the device, every F32 one as stored");
     unload(&l);
     nothing_left();
 }
