@@ -750,11 +750,11 @@ struct tc_rows {
 // holding x, [token tile][group] × (the atoms' 64 values, 32 bytes of
 // padding so that a warp's reads of 8 bytes a lane are free of bank
 // conflicts; 16 in rows: tc_rows). One without (BF16, FP8) at one token
-// has each lane copy the fragments it reads, [atom][token tile][k-tile][lane of the groups] × 8,
-// so that its stages need no __syncwarp between lanes, which costs such a
-// short stage more than the copies by lane; from two tokens on the warp
-// copies are as fast or faster, but for row-major atoms, which copy by
-// lane up to two tokens.
+// has each lane copy the x fragments it reads, [atom][token tile][k-tile]
+// [lane of the groups] × 8, which costs such a short stage less than the
+// warp's copies and their reads; from two tokens on the warp copies are
+// as fast or faster, but for row-major atoms, which copy by lane up to two
+// tokens.
 template <class F, class S>
 struct tc_smem {
     static constexpr bool x_by_lane =
