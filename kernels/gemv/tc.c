@@ -84,6 +84,13 @@ enum {
     TC_ROWS4_SPLIT_WARPS = 8192,
 };
 
+/* Whether class v runs format f's row-major atoms at 4 tokens, which take
+ * their own block shape and split (TC_ROWS4_*). */
+static int tc_rows4(const tc_variant *v, kiln_format f)
+{
+    return v->max_m == 4 && kiln_gemv_tc_format_get(f)->rows;
+}
+
 typedef struct tc_config {
     int row_tiles, warps, stages, k_split, batch;
     unsigned smem; /* dynamic: the warps' rings */
@@ -105,7 +112,7 @@ static tc_config tc_class(const tc_variant *v, const kiln_linear_cfg *c)
                                          : TC_WIDE_BLOCK_WARPS,
                             .stages = v->stages };
     }
-    if (v->max_m == 4 && kiln_gemv_tc_format_get(c->format)->rows)
+    if (tc_rows4(v, c->format))
         return (tc_config){ .row_tiles = 1, .warps = TC_ROWS4_WARPS, .stages = TC_ROWS4_STAGES };
     if (v->max_m <= 2 && v->row_tiles == 1 && tiles * v->warps < TC_DEEP_WARPS &&
         c->k / 64 >= TC_DEEP_ATOMS)
@@ -178,10 +185,10 @@ static int tc_configure(const kiln_target *t, const kiln_linear_cfg *lin, const 
         k.row_tiles *= 2;
     const int64_t groups = kiln_ceil_div(kiln_ceil_div(c->n, 16), k.row_tiles);
     const int64_t atoms = c->k / 64;
-    const int64_t min_warps =
-        v->max_m == 4 && kiln_gemv_tc_format_get(c->format)->rows ? TC_ROWS4_SPLIT_WARPS
-        : v->max_m == 1 || tc_format_batch(c->format) <= 2        ? TC_SPLIT_WARPS
-                                                                  : TC_SPLIT_WARPS_4BIT;
+    const int64_t min_warps = tc_rows4(v, c->format) ? TC_ROWS4_SPLIT_WARPS
+                              : v->max_m == 1 || tc_format_batch(c->format) <= 2
+                                  ? TC_SPLIT_WARPS
+                                  : TC_SPLIT_WARPS_4BIT;
     const int wide4 = v->max_m == 16 && k.row_tiles == TC_WIDE_ROW_TILES;
     int warps = k.warps, split;
     for (;;) {

@@ -60,8 +60,8 @@ static const kiln_variant_table wtc_table = KILN_VARIANT_TABLE(wtc_tile, wtc_til
 /* The formats whose A fragment the kernel makes in one BF16 term: exactly
  * (wtc_exact) or rounded once (wtc_rounded, wtc_f16). */
 #define WTC_FORMATS                                                                               \
-    (WTC_BIT(F16) | WTC_BIT(NVFP4) | WTC_BIT(MXFP4) | WTC_BIT(GGML_MXFP4) |      \
-     WTC_BIT(Q8_0) | WTC_BIT(Q4_0) | WTC_BIT(Q4_K) | WTC_BIT(Q6_K) | WTC_BIT(FP8_TENSOR) |       \
+    (WTC_BIT(F16) | WTC_BIT(NVFP4) | WTC_BIT(MXFP4) | WTC_BIT(GGML_MXFP4) | WTC_BIT(Q8_0) |     \
+     WTC_BIT(Q4_0) | WTC_BIT(Q4_K) | WTC_BIT(Q6_K) | WTC_BIT(FP8_TENSOR) |                       \
      WTC_BIT(FP8_CHANNEL) | WTC_BIT(MXFP8))
 
 static int wtc_format(kiln_format f)
