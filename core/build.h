@@ -53,17 +53,18 @@ enum { KILN_MAX_TMA = 4 };
 /* A tiled tensor map (sm_90+) of 2 to 4 dimensions a kernel takes after
  * its args, in order: the session encodes it once for its device
  * addresses. The array starts `offset` bytes into its buffer: dims[0]
- * elements a row, dims[1] rows row_bytes apart, for rank 3 and 4 dims[2]
- * planes of them plane_bytes apart, and for rank 4 dims[3] blocks of
- * those block_bytes apart; a copy moves a box of box[0] × box[1] (× box[2]
- * × box[3]) elements into shared memory, swizzled. Boxes past the array
- * read zeros, and count as whole boxes on the barrier. */
+ * contiguous elements, then dims[d] steps of strides[d - 1] bytes for
+ * each further dimension d (in any order of size: a map may walk an
+ * inner dimension with a longer stride than an outer one); a copy moves
+ * a box of box[0] × box[1] × ... elements into shared memory in that
+ * order, swizzled. Boxes past the array read zeros, and count as whole
+ * boxes on the barrier. */
 typedef struct kiln_tma {
     kiln_tma_source source;
     unsigned elem_bytes;  /* 1, 2, 4 or 8: the copies are typeless */
-    int rank;             /* 2, 3 or 4; 0 reads as 2 */
+    int rank;             /* 2 to 4; 0 reads as 2 */
     uint64_t dims[4];
-    uint64_t row_bytes, plane_bytes, block_bytes;
+    uint64_t strides[3];  /* bytes, multiples of 16 */
     uint64_t offset;      /* bytes, a multiple of 16 */
     unsigned box[4];
     unsigned swizzle;     /* 0, 32, 64 or 128 bytes */

@@ -726,11 +726,12 @@ static kiln_status map_encode(kiln_session *s, int b, const kiln_step *st, const
     } else if (t->source == KILN_TMA_W || t->source == KILN_TMA_W_SCALE) {
         const dev_weight *w = weight_of(s, st->weight, st->layout.pack);
         at = !w ? 0 : t->source == KILN_TMA_W ? w->data : w->scale;
-        /* TMA bounds a copy by the map alone: the map must lie in the array. */
+        /* TMA bounds a copy by the map alone: the map must lie in the array,
+         * its last element included. */
         const size_t have = !w ? 0 : t->source == KILN_TMA_W ? w->data_bytes : w->scale_bytes;
-        const uint64_t end = t->offset + (rank == 4   ? t->dims[3] * t->block_bytes
-                                          : rank == 3 ? t->dims[2] * t->plane_bytes
-                                                      : t->dims[1] * t->row_bytes);
+        uint64_t end = t->offset + t->dims[0] * t->elem_bytes;
+        for (int d = 1; d < rank && d < 4; d++)
+            end += (t->dims[d] ? t->dims[d] - 1 : 0) * t->strides[d - 1];
         if (w && end > have)
             return kiln_fail(KILN_ERR_STATE,
                              "tensor map %d of %s: %llu bytes past an array of %zu",
@@ -753,7 +754,7 @@ static kiln_status map_encode(kiln_session *s, int b, const kiln_step *st, const
                          (unsigned long long)t->offset);
     at += t->offset;
     const cuuint64_t dims[4] = { t->dims[0], t->dims[1], t->dims[2], t->dims[3] },
-                     strides[3] = { t->row_bytes, t->plane_bytes, t->block_bytes };
+                     strides[3] = { t->strides[0], t->strides[1], t->strides[2] };
     const cuuint32_t box[4] = { t->box[0], t->box[1], t->box[2], t->box[3] },
                      unit[4] = { 1, 1, 1, 1 };
     CU(s->cu->TensorMapEncodeTiled(out, types[t->elem_bytes], (cuuint32_t)rank, (void *)at, dims,

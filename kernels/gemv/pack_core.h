@@ -34,6 +34,9 @@ enum {
     KP_Q6,   /* low nibble as KP_INT4, high 2 bits in the lane's qh words */
     KP_W16R, /* BF16: the atom row-major, word w: row 4(w >> 2) + l / 8, values
               * 8(l % 8) + 2(w & 3), + 1 (tc_rows) */
+    KP_W8R,  /* FP8: the atom row-major, word w: row R = 8(w >> 2) + l / 4 (rows
+              * 8 .. 15 swapped in pairs: R ^ 1), values 16(l % 4) + 4(w & 3)
+              * .. + 3 (tc_rows) */
 };
 
 /* Scale records a lane group reads per atom. */
@@ -145,8 +148,9 @@ KP_FN kp_u32 kp_code(const kp_src *q, int codes, kp_i64 n, kp_i64 k)
 /* Where one of a lane's 32 values of an atom goes: value (h, s) of k-tile
  * j comes from row g + 8h, column 16j + 4t + s of the atom, and sits in
  * register r = 2(s >> 1) + h, half s & 1 (pack.h); in a row-major atom
- * (KP_W16R) value e = 8j + 4h + s of lane l = 4g + t is half e & 1 of word
- * e >> 1, the lane's bytes being the atom's 16l .. 16l + 15 of each 512. */
+ * value e = 8j + 4h + s of lane l = 4g + t is half e & 1 of word e >> 1
+ * (KP_W16R) or byte e & 3 of word e >> 2 (KP_W8R), the lane's bytes being
+ * the atom's 16l .. 16l + 15 of each 512. */
 typedef struct kp_slot {
     int row, col;
     int word, shift;       /* the code's bits in the lane's data words */
@@ -179,6 +183,12 @@ KP_FN kp_slot kp_slot_of(int cls, int t, int g, int j, int h, int s)
         o.word = w, o.shift = 16 * (e & 1);
         break;
     }
+    case KP_W8R: {
+        const int l = 4 * g + t, e = 8 * j + 4 * h + s, w = e >> 2, at = 8 * (w >> 2) + (l >> 2);
+        o.row = at ^ (at >> 3), o.col = 16 * (l & 3) + 4 * (w & 3) + (e & 3);
+        o.word = w, o.shift = 8 * (e & 3);
+        break;
+    }
     }
     return o;
 }
@@ -208,7 +218,7 @@ KP_FN void kp_pack_lane(const kp_src *q, const kp_format *f, kp_i64 r, kp_i64 a,
 {
     kp_u32 w[16] = { 0 }, qh[2] = { 0 };
     const kp_u32 mask = f->cls == KP_W16 || f->cls == KP_W16R ? 0xFFFFu
-                        : f->cls == KP_W8                     ? 0xFFu
+                        : f->cls == KP_W8 || f->cls == KP_W8R ? 0xFFu
                                                               : 0xFu;
     KP_UNROLL
     for (int e = 0; e < 32; e++) {

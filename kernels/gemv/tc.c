@@ -78,17 +78,25 @@ enum {
     TC_DEEP16_STAGES = 4,
     /* the part the fourth stage and the overlapped launches were measured on */
     TC_TUNED_SM = 90,
-    /* row-major atoms at 4 tokens: 8 warps of 4 stages, split while fewer than 8192 warps */
+    /* BF16's atoms at 4 tokens: 8 warps of 4 stages, split while fewer than 8192 warps */
     TC_ROWS4_WARPS = 8,
     TC_ROWS4_STAGES = 4,
     TC_ROWS4_SPLIT_WARPS = 8192,
 };
 
-/* Whether class v runs format f's row-major atoms at 4 tokens, which take
+/* Whether format f's x is in mma's k order (tc.cuh's x_mma): BF16's
+ * row-major atoms, whose rows are 16-bit values. */
+static int tc_x_mma(kiln_format f)
+{
+    const kiln_gemv_tc_format *l = kiln_gemv_tc_format_get(f);
+    return l->rows && l->pieces == 4;
+}
+
+/* Whether class v runs BF16's row-major atoms at 4 tokens, which take
  * their own block shape and split (TC_ROWS4_*). */
 static int tc_rows4(const tc_variant *v, kiln_format f)
 {
-    return v->max_m == 4 && kiln_gemv_tc_format_get(f)->rows;
+    return v->max_m == 4 && tc_x_mma(f);
 }
 
 typedef struct tc_config {
@@ -137,8 +145,8 @@ static int tc_batch(const kiln_linear_cfg *c, int row_tiles)
 /* Bytes of the warps' rings (tc_smem in tc.cuh): per stage, each atom's
  * pieces, units and 8 lane groups' records at every row tile, and x: a
  * row per token of the lane groups holding x (the stage's 64-value atoms
- * and 32 bytes of padding, 16 for row-major atoms), or for a format
- * without records at one token (row-major atoms: up to two) 8 bytes a
+ * and 32 bytes of padding, 16 for x in mma's order), or for a format
+ * without records at one token (x in mma's order: up to two) 8 bytes a
  * lane of those groups for each atom and k-tile. */
 static int64_t tc_smem(const kiln_linear_cfg *c, const tc_variant *v, const tc_config *k,
                        int warps)
@@ -146,9 +154,10 @@ static int64_t tc_smem(const kiln_linear_cfg *c, const tc_variant *v, const tc_c
     const kiln_gemv_tc_format *f = kiln_gemv_tc_format_get(c->format);
     const int64_t tiles = v->max_m > 8 ? 2 : 1, groups = v->max_m < 8 ? v->max_m : 8;
     const int64_t b = tc_batch(c, k->row_tiles);
-    const int by_lane = !f->record && (v->max_m == 1 || (f->rows && v->max_m == 2));
+    const int x_mma = tc_x_mma(c->format);
+    const int by_lane = !f->record && (v->max_m == 1 || (x_mma && v->max_m == 2));
     const int64_t x = by_lane ? b * tiles * 4 * groups * 32
-                              : tiles * groups * (b * 128 + (f->rows ? 16 : 32));
+                              : tiles * groups * (b * 128 + (x_mma ? 16 : 32));
     const int64_t stage = b * k->row_tiles * (f->pieces * 512 + f->units * 256 + 8 * f->record) + x;
     return (int64_t)warps * k->stages * stage;
 }

@@ -19,8 +19,9 @@
 // 16j + 4t + s (j: the k-tile, s: 0..3) in those slots, so the lane's x
 // values of a k-tile are 4 consecutive BF16 (one 8-byte load), and a
 // k-tile covers 16 consecutive k: a 16- or 32-value block scale of a
-// format is the scale of whole k-tiles. BF16's atoms are row-major
-// instead, read by ldmatrix in mma's own k order (tc_rows).
+// format is the scale of whole k-tiles. BF16's and FP8's atoms are
+// row-major instead, read by ldmatrix (tc_rows): BF16 in mma's own k order,
+// FP8 in the order above.
 //
 // Atoms. 16 rows × 64 k, the unit of the packed stream: every lane reads
 // its bytes of an atom as 16-byte pieces, the 32 lanes' pieces
@@ -249,8 +250,9 @@ __device__ __forceinline__ void decode_q8_word(u32 w, u32 &lo_reg, u32 &hi_reg)
 //                 columns (tc_col_sums)
 //   two_terms     decode() gives a k-tile as two A fragments whose sum is
 //                 the weights (F16), each mma'd with x
-//   rows          an atom is its 16 rows in order, 128 bytes each (BF16),
-//                 the bytes wgmma's TMA kernel reads too (tc_rows)
+//   rows          an atom is its 16 rows in order, row_bytes each (BF16,
+//                 FP8), the bytes wgmma's TMA kernel reads too (tc_rows)
+//   x_mma         x in mma's k order (BF16's rows), not 16j + 4t + s
 // Where a lane finds its scale records.
 struct tc_scale_ptr {
     const u8 *rec; // the row tile's records of atom 0 (FP8 block: its scale row)
@@ -290,6 +292,8 @@ struct tc_packed_atom {
     static constexpr int atom_bytes = Bytes, pieces = Pieces, units = Units, record = Record;
     static constexpr int super_record = Super;
     static constexpr bool rows = Rows != 0;
+    static constexpr int row_bytes = Bytes / 16;
+    static constexpr bool x_mma = rows && Pieces == 4;
 };
 
 // tc_layout_<name>: the atom of the format whose short name is name.
@@ -431,14 +435,22 @@ struct tc_f16 : tc_base<tc_layout_f16> {
     }
 };
 
+// Row-major atoms (rows) hold k-tile j's bytes of rows g and g + 8 in
+// words 2(j & 1) and 2(j & 1) + 1 of q[j / 2] (tc_rows), interleaved here
+// as the packed words are.
 template <class Base>
 struct tc_e4m3_of : Base {
     using raw = typename Base::raw;
     static __device__ void decode(const raw &r, int j, u32 (&a)[4])
     {
         const uint4 &p = r.q[j >> 1];
-        decode_e4m3_word(word_of(p, (j & 1) * 2), a[0], a[1]);
-        decode_e4m3_word(word_of(p, (j & 1) * 2 + 1), a[2], a[3]);
+        u32 w0 = word_of(p, (j & 1) * 2), w1 = word_of(p, (j & 1) * 2 + 1);
+        if constexpr (Base::rows) {
+            const u32 g = w0, g8 = w1;
+            w0 = __byte_perm(g, g8, 0x5140), w1 = __byte_perm(g, g8, 0x7362);
+        }
+        decode_e4m3_word(w0, a[0], a[1]);
+        decode_e4m3_word(w1, a[2], a[3]);
     }
 };
 
@@ -714,31 +726,47 @@ struct tc_min_blocks {
     static constexpr int value = S::token_tiles == 1 ? F::min_blocks : 1;
 };
 
-// Row-major atoms (F::rows): an atom is its 16 rows in order, 128 bytes
-// each, so lane l's piece i is chunk l % 8 of row 4i + l / 8. The stage
-// holds chunk c of row R at c ^ (R % 8): the 8 rows a phase of a copy or
-// of an ldmatrix touches fall on 8 different bank groups. ldmatrix.x4
-// reads k-tile j's A fragment in one instruction, lane l addressing row
-// l % 16's chunk 2j + l / 16. The k order is the weight's own, so x's B
+// Row-major atoms (F::rows): an atom is its 16 rows in order, RB bytes
+// each (BF16: 128, FP8: 64, its rows 8 .. 15 swapped in pairs), so lane
+// l's piece i is 16-byte chunk (16l mod RB) / 16 of row (512i + 16l) / RB
+// in memory. The stage holds chunk c of
+// row R at c ^ (R % 8) (RB 128) or c ^ (R / 2 % 4) (RB 64): the 8 rows a
+// phase of a copy or of an ldmatrix touches fall on 8 different bank
+// groups. ldmatrix.x4 reads k-tiles in one instruction, lane l addressing
+// matrix l / 8: rows 8(l / 8 % 2) + l % 8, chunk 2j + l / 16. For BF16
+// that is k-tile j's A fragment; for FP8, k-tiles 2j and 2j + 1 of rows g
+// and g + 8, values 4t .. 4t + 3 a word, the k order of the other formats
+// (tc_e4m3_of). BF16's k order is the weight's own (F::x_mma), so x's B
 // fragment of k-tile j is a token's values 16j + 2t, + 1 and those 8 higher:
 // copied by lane as two 4-byte pieces at one token (tc_smem's x_by_lane),
 // read by ldmatrix.x4 from the x rows, two k-tiles an instruction,
 // otherwise; those rows then take 16 bytes of padding, not 32 (a row
 // stride of 16 mod 128: 8 rows on 8 bank groups). wgmma's TMA kernel
-// reads the same atoms as rows of its 128-byte swizzled tiles, so BF16
-// keeps one device copy; read straight from the storage layout, 128 or
-// 256 bytes of each row a stage, decoding lost up to 9 %.
+// reads the same atoms as 128-byte rows of its swizzled tiles (FP8: two
+// rows of 64 each, the swap making the 128-byte swizzle of the copy the
+// 64-byte one of the MMA), so BF16 and FP8 keep one device copy; read
+// straight from the storage layout, 128 or 256 bytes of each row a stage,
+// decoding lost up to 9 %.
+template <int RB>
 struct tc_rows {
-    // Where lane l's piece i lands in the atom's 2048 bytes, less i · 512
-    // (odd: i & 1).
+    static __device__ __forceinline__ int swizzle(int row)
+    {
+        return RB == 128 ? row & 7 : (row >> 1) & 3;
+    }
+    // Where lane l's piece i lands in the atom's bytes, less i · 512 (odd:
+    // i & 1).
     static __device__ __forceinline__ int stage_at(int lane, int odd)
     {
-        return (lane >> 3) * 128 + ((lane & 7) ^ (4 * odd + (lane >> 3))) * 16;
+        const int at = odd * 512 + lane * 16, row = at / RB;
+        return row * RB + ((at % RB / 16) ^ swizzle(row)) * 16 - odd * 512;
     }
-    // Lane l's row address of k-tile j for ldmatrix.x4, in the atom.
+    // Lane l's row address in the atom for ldmatrix.x4 j: FP8's rows 8 ..
+    // 15 lie swapped in pairs (R ^ 1), so that wgmma's TMA map reads
+    // 128-byte rows (tma_e4m3_atoms).
     static __device__ __forceinline__ int frag_at(int lane, int j)
     {
-        return (lane & 15) * 128 + (((2 * j + (lane >> 4)) ^ (lane & 7)) * 16);
+        const int row = (lane >> 3 & 1) * 8 + (lane & 7), at = RB == 64 ? row ^ (row >> 3) : row;
+        return at * RB + (((2 * j + (lane >> 4)) ^ swizzle(at)) * 16);
     }
 };
 
@@ -749,20 +777,20 @@ struct tc_rows {
 // copies x by warp, like the records: a row per token of the lane groups
 // holding x, [token tile][group] × (the atoms' 64 values, 32 bytes of
 // padding so that a warp's reads of 8 bytes a lane are free of bank
-// conflicts; 16 in rows: tc_rows). One without (BF16, FP8) at one token
+// conflicts; 16 in mma order: tc_rows). One without (BF16, FP8) at one token
 // has each lane copy the x fragments it reads, [atom][token tile][k-tile]
 // [lane of the groups] × 8, which costs such a short stage less than the
 // warp's copies and their reads; from two tokens on the warp copies are
-// as fast or faster, but for row-major atoms, which copy by lane up to two
+// as fast or faster, but for BF16's atoms, which copy by lane up to two
 // tokens.
 template <class F, class S>
 struct tc_smem {
     static constexpr bool x_by_lane =
-        F::record == 0 && (S::groups == 1 || (F::rows && S::groups == 2));
+        F::record == 0 && (S::groups == 1 || (F::x_mma && S::groups == 2));
     static constexpr int pieces = S::batch * S::row_tiles * F::pieces * 512;
     static constexpr int units = S::batch * S::row_tiles * F::units * 256;
     static constexpr int records = S::row_tiles * S::batch * 8 * F::record;
-    static constexpr int x_row = S::batch * 128 + (F::rows ? 16 : 32);
+    static constexpr int x_row = S::batch * 128 + (F::x_mma ? 16 : 32);
     static constexpr int x = x_by_lane ? S::batch * S::token_tiles * 4 * S::groups * 32
                                        : S::token_tiles * S::groups * x_row;
     static constexpr int stage = pieces + units + records + x;
@@ -963,8 +991,9 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
     static_assert(Smem == L::bytes, "the host's shared memory is the template's");
     static_assert(K % 64 == 0, "whole atoms");
     static_assert(!F::rows || (F::record == 0 && F::units == 0 && !F::has_offset &&
-                               !F::has_min && !F::two_terms && F::pieces == 4),
-                  "a format in rows is 16-bit values alone");
+                               !F::has_min && !F::two_terms && F::pieces * 512 == F::atom_bytes),
+                  "a format in rows is its values alone");
+    using Rows = tc_rows<F::rows ? F::row_bytes : 128>;
     // The gate epilogue: the warp's row tiles alternate, even ones of the
     // gate projection (w2), odd ones of this linear's (w), the same rows:
     // every x fragment staged feeds both, and the product leaves at once.
@@ -1012,7 +1041,7 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
         wtile[r] = static_cast<const u8 *>(wa.w) + (i64)tile * atoms * F::atom_bytes + lane * 16;
         sp[r] = F::template scale_ptr<N, K>(wa, tile, g);
     }
-    const int piece_at[2] = { tc_rows::stage_at(lane, 0), tc_rows::stage_at(lane, 1) };
+    const int piece_at[2] = { Rows::stage_at(lane, 0), Rows::stage_at(lane, 1) };
     const bool holds_x = S::groups == 8 || g < S::groups;
     // The lane groups past the tokens read a copied row too, group g %
     // groups's: their mma columns are tokens never stored, and an
@@ -1025,7 +1054,7 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
 #pragma unroll
     for (int n = 0; n < TT; n++) {
         xlive[n] = holds_x && g + 8 * n < args.m;
-        xlane[n] = x + (xlive[n] ? (i64)(g + 8 * n) * K : 0) + (F::rows ? 2 : 4) * t;
+        xlane[n] = x + (xlive[n] ? (i64)(g + 8 * n) * K : 0) + (F::x_mma ? 2 : 4) * t;
     }
 
     // Stage `stage` ← atoms a0 .. a0 + B − 1: the weights' pieces, units
@@ -1090,7 +1119,7 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
                                             ((u * TT + n) * 4 + j) * S::groups * 32 + 8 * lane;
                             const u16 *const src = xlane[n] + a * 64 + 16 * j;
                             const bool on = live && xlive[n];
-                            if constexpr (F::rows) {
+                            if constexpr (F::x_mma) {
                                 // values 2t, 2t + 1 and the two 8 higher (tc_rows)
                                 cp_async<4>(dst, reinterpret_cast<const u8 *>(src), on ? 4 : 0);
                                 cp_async<4>(dst + 4, reinterpret_cast<const u8 *>(src + 8),
@@ -1142,10 +1171,10 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
         }
     }
 
-    int frag_at[4];
+    int frag_at[F::pieces];
 #pragma unroll
-    for (int j = 0; j < 4; j++)
-        frag_at[j] = tc_rows::frag_at(lane, j);
+    for (int j = 0; j < F::pieces; j++)
+        frag_at[j] = Rows::frag_at(lane, j);
 
     float acc[RT][TT][4] = {};
     auto consume = [&](int stage) {
@@ -1166,7 +1195,7 @@ __device__ __forceinline__ void gemv_tc(const kiln_linear_args &args)
 #pragma unroll
         for (int u = 0; u < B; u++) {
             u32 xb[TT][4][2];
-            if constexpr (F::rows && !L::x_by_lane) {
+            if constexpr (F::x_mma && !L::x_by_lane) {
 #pragma unroll
                 for (int n = 0; n < TT; n++)
 #pragma unroll

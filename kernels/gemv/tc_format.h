@@ -19,9 +19,10 @@
  *            array; 0: the storage layout's scale array, copied as it is
  *   super    bytes of a lane group's record per 256 values (Q4_K: d and
  *            dmin, Q6_K: d), after every atom's records
- *   rows     1: the atom is its 16 rows in order, 128 bytes each (BF16),
- *            read by ldmatrix, and by wgmma's TMA kernel as rows of its
- *            tiles (wgmma_tc, whose fragments are the others', refuses it)
+ *   rows     1: the atom is its 16 rows in order (BF16: 128 bytes each,
+ *            FP8: 64), read by ldmatrix, and by wgmma's TMA kernel as rows
+ *            of its tiles (wgmma_tc, whose fragments are the others',
+ *            refuses them)
  * F32 has no row: its values are not exact in BF16, nor in two terms. */
 #ifndef KILN_TC_FORMAT_H
 #define KILN_TC_FORMAT_H
@@ -30,8 +31,8 @@
 #define KILN_TC_FORMATS(X)                                                                        \
     X(F16,         f16,         2048, 4,     0,    0,     0, 0)                                    \
     X(BF16,        bf16,        2048, 4,     0,    0,     0, 1)                                    \
-    X(FP8_TENSOR,  fp8,         1024, 2,     0,    0,     0, 0)                                    \
-    X(FP8_CHANNEL, fp8_channel, 1024, 2,     0,    0,     0, 0)                                    \
+    X(FP8_TENSOR,  fp8,         1024, 2,     0,    0,     0, 1)                                    \
+    X(FP8_CHANNEL, fp8_channel, 1024, 2,     0,    0,     0, 1)                                    \
     X(FP8_BLOCK,   fp8_block,   1024, 2,     1,    0,     0, 0)                                    \
     X(MXFP8,       mxfp8,       1024, 2,     0,    4,     0, 0)                                    \
     X(NVFP4,       nvfp4,       512,  1,     0,    8,     0, 0)                                    \

@@ -14,12 +14,12 @@
  *            Q6_K), MXFP8, and F16 rounded to BF16 (as wgmma rounds it),
  *            where it is several times the dequantizing wgmma kernel (F16:
  *            ten times at 128 tokens) and keeps one weight copy for decode
- *            and prefill. FP8 per-tensor and per-channel list it after
- *            wgmma, whose TMA kernel on FP8 tensor cores is faster;
+ *            and prefill;
  *   wgmma    Hopper tensor cores (sm_90a), K in steps of 64: prefill, and
- *            decode that neither gemv kernel takes; BF16's TMA kernel
- *            reads gemv_tc's packed atoms, which are row-major, so BF16
- *            keeps one copy too;
+ *            decode that neither gemv kernel takes; the TMA kernel of
+ *            BF16 and FP8 per-tensor and per-channel reads gemv_tc's
+ *            packed atoms, which are row-major for them, so they keep one
+ *            copy too;
  *   simt     the f32 fallback for any sm_75+ target and any shape.
  *
  * gemv_tc has no kernel for F32 (its values are not exact in BF16), so
@@ -32,9 +32,6 @@
 #define KILN_DECODE_TC { "gemv_tc", "gemv", "wgmma", "simt", NULL }
 #define KILN_DEQUANT { "gemv", "wgmma", "simt", NULL }
 #define KILN_ONE_COPY { "gemv_tc", "wgmma_tc", "gemv", "wgmma", "simt", NULL }
-/* FP8 activations on FP8 tensor cores (wgmma's TMA kernel) before BF16 ones
- * on the packed layout (wgmma_tc), as BF16 lists them. */
-#define KILN_FP8_TMA { "gemv_tc", "gemv", "wgmma", "wgmma_tc", "simt", NULL }
 
 static const kiln_registry default_registry = {
     .backends = { &kiln_backend_gemv_tc, &kiln_backend_gemv, &kiln_backend_wgmma,
@@ -44,8 +41,8 @@ static const kiln_registry default_registry = {
         [KILN_FMT_F32] = { "gemv", "wgmma", "simt", NULL },
         [KILN_FMT_F16] = KILN_ONE_COPY,
         [KILN_FMT_BF16] = KILN_DECODE_TC,
-        [KILN_FMT_FP8_TENSOR] = KILN_FP8_TMA,
-        [KILN_FMT_FP8_CHANNEL] = KILN_FP8_TMA,
+        [KILN_FMT_FP8_TENSOR] = KILN_DECODE_TC,
+        [KILN_FMT_FP8_CHANNEL] = KILN_DECODE_TC,
         [KILN_FMT_FP8_BLOCK] = KILN_DECODE_TC,
         [KILN_FMT_MXFP8] = KILN_ONE_COPY,
         [KILN_FMT_NVFP4] = KILN_ONE_COPY,

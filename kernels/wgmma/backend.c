@@ -1,8 +1,9 @@
 /* The wgmma backend's host side: Hopper's warpgroup MMA (sm_90a only),
  * capability checks, the tile per signature and bucket, the instantiation
  * of its templates and their launch shapes. Weights stay in kiln's storage
- * layout but BF16's, which the TMA kernel reads from gemv_tc's row-major
- * atoms: the decode kernels' copy, one for both.
+ * layout but BF16's and FP8 per-tensor and per-channel, which the TMA
+ * kernel reads from gemv_tc's row-major atoms: the decode kernels' copy,
+ * one for both.
  *
  * Two kernels. BF16 and FP8 E4M3 weights (with a tensor, row or 128 x 128
  * block scale) run kernels/wgmma/tma.cuh: TMA copies of both operands
@@ -116,12 +117,37 @@ static int tma_format(kiln_format f)
 }
 
 /* Whether the TMA kernel reads k's weight from gemv_tc's row-major atoms
- * (BF16, wherever gemv_tc packs it): the decode kernels' copy, the only
- * one a session then holds. */
+ * (BF16, FP8 per-tensor and per-channel, wherever gemv_tc packs them):
+ * the decode kernels' copy, the only one a session then holds. */
 static int tma_atoms(const kiln_target *t, const kiln_linear_kernel *k)
 {
-    return k->cfg.format == KILN_FMT_BF16 &&
-           kiln_gemv_tc_serves(t, KILN_FMT_BF16, k->cfg.n, k->cfg.k);
+    const kiln_format f = k->cfg.format;
+    return (f == KILN_FMT_BF16 || f == KILN_FMT_FP8_TENSOR || f == KILN_FMT_FP8_CHANNEL) &&
+           kiln_gemv_tc_serves(t, f, k->cfg.n, k->cfg.k);
+}
+
+/* The map of k's weight in row-major atoms, a box a stage of bn rows and
+ * 128 bytes of K, rows of 128 bytes in the 128-byte swizzle. BF16's atoms,
+ * 16 rows × 128 bytes: (64 values, 16 rows, K / 64 atoms, N / 16 row
+ * tiles), boxes of one atom of bn / 16 row tiles. FP8's, 16 rows × 64
+ * bytes: (128 bytes: two rows, 8 of them, N / 16 row tiles, K / 64 atoms),
+ * boxes of bn / 16 row tiles of two atoms, each atom's half of the tile in
+ * the 64-byte swizzle of the MMA once the atoms' swapped rows 8 .. 15 have
+ * been through the copy's (tma_e4m3_atoms); an odd last atom's partner lies
+ * past the map and reads zeros. */
+static kiln_tma tma_atoms_map(const kiln_linear_kernel *k, int bn)
+{
+    const uint64_t atoms = (uint64_t)k->cfg.k / 64,
+                   row_tiles = (uint64_t)kiln_ceil_div(k->cfg.n, 16);
+    if (k->cfg.format == KILN_FMT_BF16)
+        return (kiln_tma){ .source = KILN_TMA_W, .elem_bytes = 2, .rank = 4,
+                           .dims = { 64, 16, atoms, row_tiles },
+                           .strides = { 128, 2048, atoms * 2048 },
+                           .box = { 64, 16, 1, (unsigned)bn / 16 }, .swizzle = 128 };
+    return (kiln_tma){ .source = KILN_TMA_W, .elem_bytes = 1, .rank = 4,
+                       .dims = { 128, 8, row_tiles, atoms },
+                       .strides = { 128, atoms * 1024, 1024 },
+                       .box = { 128, 8, (unsigned)bn / 16, 2 }, .swizzle = 128 };
 }
 
 static kiln_act wgmma_act(const kiln_target *t, const kiln_linear_cfg *c, int64_t bucket)
@@ -312,7 +338,9 @@ static kiln_status emit_tma(const kiln_target *t, const kiln_linear_kernel *k,
         tile->bm, tile->bn, tma_stages(tile), scale,
         kiln_epilogue_template_args(k->cfg.epilogue, epi_args, sizeof epi_args),
         tma_smem_bytes(tile), entry,
-        tma_fp8(k->cfg.format) ? "tma_e4m3" : tma_atoms(t, k) ? "tma_bf16_atoms" : "tma_bf16",
+        tma_fp8(k->cfg.format) ? (tma_atoms(t, k) ? "tma_e4m3_atoms" : "tma_e4m3")
+        : tma_atoms(t, k)      ? "tma_bf16_atoms"
+                               : "tma_bf16",
         (long long)k->cfg.n, (long long)k->cfg.k);
 }
 
@@ -355,7 +383,7 @@ static kiln_tma tma_map(kiln_tma_source source, unsigned elem, int64_t rows, int
                         int box_rows)
 {
     return (kiln_tma){ .source = source, .elem_bytes = elem,
-                       .dims = { (uint64_t)k, (uint64_t)rows }, .row_bytes = (uint64_t)k * elem,
+                       .dims = { (uint64_t)k, (uint64_t)rows }, .strides = { (uint64_t)k * elem },
                        .box = { TMA_ROW_BYTES / elem, (unsigned)box_rows }, .swizzle = 128 };
 }
 
@@ -375,8 +403,6 @@ static kiln_status wgmma_launch(const kiln_target *t, const kiln_linear_kernel *
                          k->variant, (long long)m, (long long)k->cfg.n);
     if (tma) {
         const unsigned elem = tma_fp8(k->cfg.format) ? 1 : 2;
-        const uint64_t atoms = (uint64_t)k->cfg.k / 64,
-                       row_tiles = (uint64_t)kiln_ceil_div(k->cfg.n, 16);
         *out = (kiln_launch){
             .grid = { (unsigned)(kiln_ceil_div(m, tma->bm) * kiln_ceil_div(k->cfg.n, tma->bn)),
                       1, 1 },
@@ -384,14 +410,8 @@ static kiln_status wgmma_launch(const kiln_target *t, const kiln_linear_kernel *
             .smem = tma_smem_bytes(tma),
             .persistent = 1,
             .tma = { tma_map(KILN_TMA_X, elem, m, k->cfg.k, tma->bm),
-                     tma_atoms(t, k)
-                         ? (kiln_tma){ .source = KILN_TMA_W, .elem_bytes = 2, .rank = 4,
-                                       .dims = { 64, 16, atoms, row_tiles },
-                                       .row_bytes = 128, .plane_bytes = 2048,
-                                       .block_bytes = atoms * 2048,
-                                       .box = { 64, 16, 1, (unsigned)tma->bn / 16 },
-                                       .swizzle = 128 }
-                         : tma_map(KILN_TMA_W, elem, k->cfg.n, k->cfg.k, tma->bn) },
+                     tma_atoms(t, k) ? tma_atoms_map(k, tma->bn)
+                                     : tma_map(KILN_TMA_W, elem, k->cfg.n, k->cfg.k, tma->bn) },
             .n_tma = 2,
         };
         return KILN_OK;
@@ -405,8 +425,8 @@ static kiln_status wgmma_launch(const kiln_target *t, const kiln_linear_kernel *
     return KILN_OK;
 }
 
-/* BF16's TMA kernels read gemv_tc's packed copy (tma_atoms); the rest
- * kiln's storage layout. */
+/* BF16's and FP8 per-tensor and per-channel TMA kernels read gemv_tc's
+ * packed copy (tma_atoms); the rest kiln's storage layout. */
 static kiln_status wgmma_layout(const kiln_target *t, const kiln_linear_kernel *k,
                                 kiln_weight_layout *out)
 {

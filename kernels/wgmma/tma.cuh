@@ -104,6 +104,17 @@ struct tma_e4m3 {
     static constexpr bool promote = true;
     static constexpr bool atoms = false;
 };
+// FP8 weights in gemv_tc's row-major atoms of 16 rows × 64 bytes: a 4-D map
+// (128 bytes: two rows, 8 of them, N / 16 row tiles, K / 64 atoms) whose
+// box of Tile::bn / 16 row tiles of two atoms lands as two halves of K,
+// each bn rows × 64 bytes, read by descriptors of the 64-byte swizzle
+// (tma_w_desc). The copy swizzles 128-byte rows: chunk c of row q (of 8 a
+// 1024-byte atom) to c ^ q, where the MMA reads chunk c of its row 2q + c
+// / 4 at c ^ (q % 4); the atoms' rows 8 .. 15 lie swapped in pairs
+// (kp_slot_of), which is the difference, c ^ 4 for q ≥ 4.
+struct tma_e4m3_atoms : tma_e4m3 {
+    static constexpr bool atoms = true;
+};
 
 // Scale policies. A promoted format's stage sum is multiplied by
 // stage(s, row, col0) as it is added (per_stage: K-block scales), and the
@@ -246,9 +257,12 @@ KILN_TMA_MMA(tma_bf16, 256, "k16.f32.bf16.bf16", ", 1, 1, 0, 0")
 KILN_TMA_MMA(tma_e4m3, 64, "k32.f32.e4m3.e4m3", ", 1, 1")
 KILN_TMA_MMA(tma_e4m3, 128, "k32.f32.e4m3.e4m3", ", 1, 1")
 
-// BF16 from row-major atoms: the same tiles in shared memory, the same MMA.
+// Row-major atoms: the same tiles in shared memory, the same MMA.
 template <int N>
 struct tma_mma<tma_bf16_atoms, N> : tma_mma<tma_bf16, N> {
+};
+template <int N>
+struct tma_mma<tma_e4m3_atoms, N> : tma_mma<tma_e4m3, N> {
 };
 
 #undef KILN_TMA_MMA
@@ -334,6 +348,26 @@ __device__ __forceinline__ unsigned long long tma_desc(u32 addr)
            ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);
 }
 
+// The same in the 64-byte swizzle: SBO 512 bytes (8 rows of 64), the tile
+// 512-aligned, layout 2.
+__device__ __forceinline__ unsigned long long tma_desc64(u32 addr)
+{
+    return (unsigned long long)((addr & 0x3FFFFu) >> 4) | (1ull << 16) |
+           ((unsigned long long)(512 >> 4) << 32) | (2ull << 62);
+}
+
+// The weight's descriptor for k-step j (32 bytes of K) of the stage's tile
+// at w, from column part_col: rows of 128 bytes, or FP8's atoms as two
+// halves of Bn rows of 64 bytes (tma_e4m3_atoms).
+template <class Op, int Bn>
+__device__ __forceinline__ unsigned long long tma_w_desc(u32 w, int part_col, int j)
+{
+    if constexpr (Op::atoms && Op::elem_bytes == 1)
+        return tma_desc64(w + (j / 2) * Bn * 64 + part_col * 64) + 2 * (j % 2);
+    else
+        return tma_desc(w + part_col * 128) + 2 * j;
+}
+
 // A ring's barriers, once per block before any warpgroup takes its role:
 // each stage's `full` completes on the producer's one arrival and the
 // bytes it expects, its `empty` on PerWarp arrivals of each consumer warp:
@@ -378,8 +412,8 @@ template <class Op, class Tile, class Scale, class Epilogue, int N, int K>
 __device__ void tma_gemm(const kiln_linear_args &args, const tma_map &tx, const tma_map &tw)
 {
     constexpr int bk = Tile::row_bytes / Op::elem_bytes; // K a stage
-    static_assert(!Op::atoms || (bk == 64 && Tile::bn % 16 == 0),
-                  "an atom a stage, whole row tiles");
+    static_assert(!Op::atoms || (Tile::row_bytes == 128 && Tile::bn % 16 == 0),
+                  "128 bytes of atoms a row a stage, whole row tiles");
     static_assert(K % 64 == 0, "K is whole steps of 64; a last partial E4M3 stage reads zeros");
     static_assert(!Op::promote || Tile::wn <= 128, "the promoted sum needs a second set");
     constexpr int steps = (K + bk - 1) / bk, ksteps = Tile::row_bytes / 32;
@@ -414,7 +448,9 @@ __device__ void tma_gemm(const kiln_linear_args &args, const tma_map &tx, const 
                 tma_bar_expect(full, Tile::stage_bytes);
                 const u32 xs = tiles_at + stage * Tile::stage_bytes;
                 tma_load(xs, tx, full, s * bk, tr * Tile::bm);
-                if constexpr (Op::atoms)
+                if constexpr (Op::atoms && Op::elem_bytes == 1)
+                    tma_load_4d(xs + Tile::x_bytes, tw, full, 0, 0, tc * (Tile::bn / 16), 2 * s);
+                else if constexpr (Op::atoms)
                     tma_load_4d(xs + Tile::x_bytes, tw, full, 0, 0, s, tc * (Tile::bn / 16));
                 else
                     tma_load(xs + Tile::x_bytes, tw, full, s * bk, tc * Tile::bn);
@@ -458,7 +494,7 @@ __device__ void tma_gemm(const kiln_linear_args &args, const tma_map &tx, const 
             tma_bar_wait(full_at + 8 * stage, phase);
             const u32 xs = tiles_at + stage * Tile::stage_bytes;
             const unsigned long long a = tma_desc(xs + part_row * 128);
-            const unsigned long long b = tma_desc(xs + Tile::x_bytes + part_col * 128);
+            const u32 w = xs + Tile::x_bytes;
             if constexpr (Op::promote) {
                 float f[2] = { 1.0f, 1.0f };
                 if constexpr (Scale::per_stage)
@@ -468,7 +504,8 @@ __device__ void tma_gemm(const kiln_linear_args &args, const tma_map &tx, const 
                 asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
                 for (int j = 0; j < ksteps; j++)
-                    tma_mma<Op, Tile::wn>::run(part, a + 2 * j, b + 2 * j, j > 0);
+                    tma_mma<Op, Tile::wn>::run(part, a + 2 * j,
+                                                tma_w_desc<Op, Tile::bn>(w, part_col, j), j > 0);
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                 asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
                 tma_pin(part);
@@ -482,7 +519,8 @@ __device__ void tma_gemm(const kiln_linear_args &args, const tma_map &tx, const 
                 asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
                 for (int j = 0; j < ksteps; j++)
-                    tma_mma<Op, Tile::wn>::run(acc, a + 2 * j, b + 2 * j, 1);
+                    tma_mma<Op, Tile::wn>::run(acc, a + 2 * j,
+                                                tma_w_desc<Op, Tile::bn>(w, part_col, j), 1);
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                 asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
                 tma_pin(acc);

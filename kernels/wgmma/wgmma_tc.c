@@ -2,9 +2,9 @@
  * as the register operand, decoded from the gemv_tc packed layout
  * (kernels/wgmma/wgmma_tc.cuh), so that a weight's one device copy serves
  * the decode kernels and these. Its formats are those whose A fragment
- * is one BF16 term: exact (NVFP4, MXFP4, GGML MXFP4, FP8 per-tensor and
- * per-channel, MXFP8) or the weight rounded once to BF16 (F16, Q8_0,
- * Q4_0, Q4_K, Q6_K), but BF16, whose packed atoms are row-major for
+ * is one BF16 term: exact (NVFP4, MXFP4, GGML MXFP4, MXFP8) or the
+ * weight rounded once to BF16 (F16, Q8_0, Q4_0, Q4_K, Q6_K), but BF16 and
+ * FP8 per-tensor and per-channel, whose packed atoms are row-major for
  * wgmma's TMA kernel; its activations are
  * BF16 in the packed layout's k order (bf16-tc), which a quantization
  * step before the linear writes. */
@@ -61,8 +61,7 @@ static const kiln_variant_table wtc_table = KILN_VARIANT_TABLE(wtc_tile, wtc_til
  * (wtc_exact) or rounded once (wtc_rounded, wtc_f16). */
 #define WTC_FORMATS                                                                               \
     (WTC_BIT(F16) | WTC_BIT(NVFP4) | WTC_BIT(MXFP4) | WTC_BIT(GGML_MXFP4) | WTC_BIT(Q8_0) |     \
-     WTC_BIT(Q4_0) | WTC_BIT(Q4_K) | WTC_BIT(Q6_K) | WTC_BIT(FP8_TENSOR) |                       \
-     WTC_BIT(FP8_CHANNEL) | WTC_BIT(MXFP8))
+     WTC_BIT(Q4_0) | WTC_BIT(Q4_K) | WTC_BIT(Q6_K) | WTC_BIT(MXFP8))
 
 static int wtc_format(kiln_format f)
 {
@@ -260,8 +259,8 @@ static kiln_tma wtc_map(kiln_tma_source source, unsigned bytes, uint64_t rows, u
                         uint64_t offset, unsigned box_planes)
 {
     return (kiln_tma){ .source = source, .elem_bytes = 8, .rank = 3,
-                       .dims = { bytes / 8, rows, planes }, .row_bytes = bytes,
-                       .plane_bytes = rows * bytes, .offset = offset,
+                       .dims = { bytes / 8, rows, planes }, .strides = { bytes, rows * bytes },
+                       .offset = offset,
                        .box = { bytes / 8, 1, box_planes } };
 }
 
@@ -286,7 +285,7 @@ static kiln_status wtc_launch(const kiln_target *t, const kiln_linear_kernel *k,
         .persistent = 1,
         .tma = { { .source = KILN_TMA_X, .elem_bytes = 2, .rank = 2,
                    .dims = { (uint64_t)k->cfg.k, (uint64_t)m },
-                   .row_bytes = (uint64_t)k->cfg.k * 2, .box = { 64, (unsigned)tile->bt },
+                   .strides = { (uint64_t)k->cfg.k * 2 }, .box = { 64, (unsigned)tile->bt },
                    .swizzle = 128 } },
         .n_tma = 1,
     };

@@ -125,12 +125,10 @@ struct wtc_one_of {
 
 // The formats whose A fragments are exact: NVFP4 with its E4M3 block
 // scale, the E2M1 formats with their powers of two, E4M3 with MXFP8's
-// powers of two or no block scale (FP8 per-tensor and per-channel: their
-// scales multiply the sums). BF16's atoms are row-major (tc_rows), read
-// by wgmma's TMA kernel instead.
+// powers of two. BF16's and FP8 per-tensor and per-channel atoms are
+// row-major (tc_rows), read by wgmma's TMA kernel instead.
 template <class F>
-using wtc_exact = wtc_one_of<F, tc_nvfp4, tc_mxfp4, tc_ggml_mxfp4, tc_fp8, tc_fp8_channel,
-                             tc_mxfp8>;
+using wtc_exact = wtc_one_of<F, tc_nvfp4, tc_mxfp4, tc_ggml_mxfp4, tc_mxfp8>;
 
 // The integer GGML formats, whose weights need more than BF16's 8
 // significant bits: their A fragments are the weights rounded once to
@@ -342,6 +340,7 @@ __device__ void wtc_gemm(const kiln_linear_args &args, const tma_map &tx, const 
                          const tma_map *trec, const tma_map *tsup)
 {
     static_assert(!F::two_terms || wtc_f16<F>::value, "an A fragment of one term");
+    static_assert(!F::rows, "a lane's pieces are its fragments, not rows");
     static_assert(K % 64 == 0, "K is whole atoms");
     static_assert(F::super_record == 0 || K % 256 == 0, "K is whole super-blocks");
     constexpr int steps = K / 64;

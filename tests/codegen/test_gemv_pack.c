@@ -276,7 +276,7 @@ static float row_channel(const packed *p, int64_t n) { return f32_at(p->scale, (
 static float row_global(const packed *p, int64_t n) { return (void)n, p->q->global_scale * 256.0f; }
 
 /* Where pack.h puts a value's code in a lane's words (padding check). */
-typedef enum field_class { F_W16, F_W8, F_INT4, F_E2M1, F_Q6, F_W16R } field_class;
+typedef enum field_class { F_W16, F_W8, F_INT4, F_E2M1, F_Q6, F_W16R, F_W8R } field_class;
 
 typedef struct tc_model {
     int pieces, atom_bytes, block_tiles; /* block_tiles 0: no block scale */
@@ -297,8 +297,8 @@ typedef struct tc_model {
 static const tc_model models[KILN_FMT_COUNT] = {
     [KILN_FMT_F16] = { 4, 2048, 0, NULL, dec_f16_hi, dec_f16_lo, NULL, { 0 }, row_one, F_W16, 1 },
     [KILN_FMT_BF16] = { 4, 2048, 0, NULL, dec_bf16, NULL, NULL, { 0 }, row_one, F_W16R, 1 },
-    [KILN_FMT_FP8_TENSOR] = { 2, 1024, 0, NULL, dec_e4m3, NULL, NULL, { 0 }, row_tensor, F_W8, 1 },
-    [KILN_FMT_FP8_CHANNEL] = { 2, 1024, 0, NULL, dec_e4m3, NULL, NULL, { 0 }, row_channel, F_W8, 1 },
+    [KILN_FMT_FP8_TENSOR] = { 2, 1024, 0, NULL, dec_e4m3, NULL, NULL, { 0 }, row_tensor, F_W8R, 1 },
+    [KILN_FMT_FP8_CHANNEL] = { 2, 1024, 0, NULL, dec_e4m3, NULL, NULL, { 0 }, row_channel, F_W8R, 1 },
     [KILN_FMT_FP8_BLOCK] = { 2, 1024, 4, load_fp8_block, dec_e4m3, NULL, sc_fp8_block, { 0 }, row_one, F_W8, 1 },
     [KILN_FMT_MXFP8] = { 2, 1024, 2, load_rec4, dec_e4m3, NULL, sc_e8m0, { 0 }, row_one, F_W8, 1 },
     [KILN_FMT_NVFP4] = { 1, 512, 0, load_rec8, dec_nvfp4, NULL, NULL, { 0 }, row_global, F_E2M1, 0 },
@@ -312,20 +312,38 @@ static const tc_model models[KILN_FMT_COUNT] = {
 
 /* What the kernel makes of weight (n, k): lane 4g + t of row tile n / 16
  * holds it in k-tile j, register 2·(s >> 1) + h, half s & 1. */
-/* The register of k-tile j's A fragment that lane (g, t) reads from a
- * row-major atom (tc_rows in tc.cuh, restated): the lanes' pieces staged
- * with chunk c of row R at c ^ (R % 8), then ldmatrix.x4, whose matrix r
- * row g comes from the address lane 8r + g gives, values 2t and 2t + 1 in
- * the register's halves. */
-static uint32_t rows_fragment(const uint8_t *atom, int g, int t, int j, int r)
+/* A row-major atom's 16-byte chunk c of row R in the stage: at c ^ (R % 8)
+ * for rows of 128 bytes, c ^ (R / 2 % 4) for rows of 64. */
+static int rows_swizzle(int rb, int row) { return rb == 128 ? row & 7 : (row >> 1) & 3; }
+
+/* Word r of ldmatrix.x4 number q that lane (g, t) reads from a row-major
+ * atom of rb-byte rows (tc_rows in tc.cuh, restated): the lanes' pieces
+ * (lane l's 16 bytes of each 512) staged swizzled, then ldmatrix.x4, whose
+ * matrix r row g comes from the address lane 8r + g gives: row R = 8 (r %
+ * 2) + g (for rows of 64 bytes, rows 8 .. 15 lie swapped in pairs: R ^ 1),
+ * chunk 2q + r / 2; bytes 4t .. 4t + 3 of it in the word. */
+static uint32_t rows_word(const uint8_t *atom, int rb, int g, int t, int q, int r)
 {
     uint8_t stage[2048];
+    for (int i = 0; i < 16 * rb / PIECE; i++)
+        for (int l = 0; l < 32; l++) {
+            const int at = i * PIECE + l * 16, row = at / rb;
+            memcpy(stage + row * rb + ((at % rb / 16) ^ rows_swizzle(rb, row)) * 16, atom + at, 16);
+        }
+    const int l = 8 * r + g, row = (l >> 3 & 1) * 8 + (l & 7);
+    const int at = rb == 64 ? row ^ (row >> 3) : row;
+    return le32(stage + at * rb + ((2 * q + (l >> 4)) ^ rows_swizzle(rb, at)) * 16 + 4 * t);
+}
+
+/* __byte_perm(a, b, sel): byte i of the result is byte sel's nibble i of
+ * b:a. */
+static uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t sel)
+{
+    const uint64_t ab = (uint64_t)b << 32 | a;
+    uint32_t out = 0;
     for (int i = 0; i < 4; i++)
-        for (int l = 0; l < 32; l++)
-            memcpy(stage + i * PIECE + (l >> 3) * 128 + ((l & 7) ^ (4 * (i & 1) + (l >> 3))) * 16,
-                   atom + i * PIECE + l * 16, 16);
-    const int l = 8 * r + g;
-    return le32(stage + (l & 15) * 128 + ((2 * j + (l >> 4)) ^ (l & 7)) * 16 + 4 * t);
+        out |= (uint32_t)(ab >> (8 * ((sel >> (4 * i)) & 7)) & 0xFF) << (8 * i);
+    return out;
 }
 
 static float tc_weight(const packed *p, int64_t n, int64_t k)
@@ -337,12 +355,18 @@ static float tc_weight(const packed *p, int64_t n, int64_t k)
     const uint8_t *at = p->data + (size_t)(tile * atoms + atom) * (size_t)m->atom_bytes;
     if (m->field == F_W16R) { /* mma's own k order: value c of the k-tile */
         const int c = kk % 16, r = 2 * (c >= 8) + h;
-        return bf16_half(rows_fragment(at, g, c % 8 / 2, j, r), c & 1) * m->row(p, n);
+        return bf16_half(rows_word(at, 128, g, c % 8 / 2, j, r), c & 1) * m->row(p, n);
     }
     lane_raw r = { 0 };
     for (int i = 0; i < m->pieces; i++)
         for (int w = 0; w < 4; w++)
-            r.q[i][w] = le32(at + i * PIECE + lane * 16 + 4 * w);
+            r.q[i][w] = m->field == F_W8R ? rows_word(at, 64, g, t, i, w)
+                                          : le32(at + i * PIECE + lane * 16 + 4 * w);
+    if (m->field == F_W8R) { /* rows g, g + 8 of k-tile j interleaved (tc_e4m3_of) */
+        uint32_t *w = &r.q[j >> 1][(j & 1) * 2];
+        const uint32_t g0 = w[0], g8 = w[1];
+        w[0] = byte_perm(g0, g8, 0x5140), w[1] = byte_perm(g0, g8, 0x7362);
+    }
     if (m->field == F_Q6)
         r.qh[0] = le32(at + PIECE + lane * 8), r.qh[1] = le32(at + PIECE + lane * 8 + 4);
     if (m->load)
@@ -604,7 +628,9 @@ Test(gemv_pack, tc_serves)
         cr_assert(row->pieces == n_pieces && row->units == n_units &&                              \
                       row->record == n_record && row->super == n_super && row->rows == n_rows,     \
                   #fmt);                                                                           \
-        cr_assert(!row->rows || (row->bytes == 2048 && !row->units && !row->record), #fmt);        \
+        cr_assert(!row->rows || ((row->bytes == 2048 || row->bytes == 1024) && !row->units &&      \
+                                 !row->record),                                                    \
+                  #fmt);                                                                           \
         rows++;                                                                                    \
     }
 
@@ -636,9 +662,13 @@ static int fields(field_class c, int lane, int j, int h, int s, size_t off[2], u
     static const int mag_at[3] = { 6, 3, 0 };
     const int r = 2 * (s >> 1) + h, half = 16 * (s & 1);
     int word = j; /* of the lane's sixteen: piece word / 4, word % 4 of it */
-    if (c == F_W16R) { /* the atom row-major: row g + 8h, column 16j + 4t + s */
+    if (c == F_W16R || c == F_W8R) { /* the atom row-major: row g + 8h, column 16j + 4t + s */
         const int row = lane / 4 + 8 * h, col = 16 * j + 4 * (lane % 4) + s;
-        off[0] = (size_t)(row * 128 + col / 2 * 4), mask[0] = 0xFFFFu << (16 * (col & 1));
+        if (c == F_W16R)
+            off[0] = (size_t)(row * 128 + col / 2 * 4), mask[0] = 0xFFFFu << (16 * (col & 1));
+        else /* rows 8 .. 15 swapped in pairs */
+            off[0] = (size_t)((row ^ (row >> 3)) * 64 + col / 4 * 4),
+            mask[0] = 0xFFu << (8 * (col & 3));
         return 1;
     }
     if (c == F_W16)

@@ -78,13 +78,16 @@ static void held_on_sm_90a(kiln_format f, int64_t n, int64_t k, int uses, int st
     kiln_graph_destroy(g);
 }
 
-/* Decode buckets read the packed copy, prefill buckets (FP8 on wgmma) the
- * storage one: both are held. Q4_0's prefill (wgmma_tc) reads the packed
- * copy alone. */
+/* Decode buckets read the packed copy, prefill buckets (block FP8 on
+ * wgmma) the storage one: both are held. Q4_0's prefill (wgmma_tc) and
+ * per-channel FP8's (wgmma's TMA kernel, from the row-major atoms, an odd
+ * count of them included) read the packed copy alone. */
 Test(plan_weights, decode_and_prefill_hold_both_layouts)
 {
-    held_on_sm_90a(KILN_FMT_FP8_CHANNEL, 200, 768, 1, 1);
+    held_on_sm_90a(KILN_FMT_FP8_BLOCK, 200, 768, 1, 1);
     held_on_sm_90a(KILN_FMT_Q4_0, 200, 768, 1, 0);
+    held_on_sm_90a(KILN_FMT_FP8_CHANNEL, 200, 768, 1, 0);
+    held_on_sm_90a(KILN_FMT_FP8_CHANNEL, 200, 320, 1, 0);
 }
 
 /* Up to 16 tokens only the decode kernels run: no storage copy, E4M3
@@ -122,15 +125,16 @@ Test(plan_weights, no_packing_where_the_tensor_core_kernel_does_not_run)
     kiln_graph_destroy(g);
 }
 
-/* Three linears reading one weight hold it once per layout: FP8 in both
- * (gemv_tc's packed layout for decode, the storage layout for wgmma's
- * prefill), BF16 packed alone (wgmma's TMA kernel reads its row-major
- * atoms), Q4_K and NVFP4 packed alone (wgmma_tc's prefill reads the
- * packed layout too). */
+/* Three linears reading one weight hold it once per layout: block FP8 in
+ * both (gemv_tc's packed layout for decode, the storage layout for
+ * wgmma's prefill), BF16 and FP8 per-tensor packed alone (wgmma's TMA
+ * kernel reads their row-major atoms), Q4_K and NVFP4 packed alone
+ * (wgmma_tc's prefill reads the packed layout too). */
 Test(plan_weights, a_shared_weight_counts_once)
 {
     held_on_sm_90a(KILN_FMT_BF16, 128, 256, 3, 0);
-    held_on_sm_90a(KILN_FMT_FP8_TENSOR, 128, 256, 3, 1);
+    held_on_sm_90a(KILN_FMT_FP8_TENSOR, 128, 256, 3, 0);
+    held_on_sm_90a(KILN_FMT_FP8_BLOCK, 128, 256, 3, 1);
     held_on_sm_90a(KILN_FMT_Q4_K, 128, 256, 3, 0);
     held_on_sm_90a(KILN_FMT_NVFP4, 128, 256, 3, 0);
 }

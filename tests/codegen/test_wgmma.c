@@ -321,58 +321,125 @@ Test(wgmma, tma_launch_is_persistent_with_two_maps)
             cr_assert_eq(c->tma[t].box[0], 64, "128 bytes of K: the swizzle's span");
             cr_assert_eq(c->tma[t].swizzle, 128);
         }
-        cr_assert(x->rank <= 2 && x->dims[0] == 192 && x->row_bytes == 384);
+        cr_assert(x->rank <= 2 && x->dims[0] == 192 && x->strides[0] == 384);
         cr_assert_eq(x->dims[1], (uint64_t)cases[i].m);
         cr_assert_eq(x->box[1], cases[i].bm);
         /* W from gemv_tc's row-major atoms: 64 values, 16 rows, 3 atoms,
          * 257 row tiles; a box of one atom of bn / 16 row tiles */
         cr_assert_eq(w->rank, 4);
         cr_assert(w->dims[0] == 64 && w->dims[1] == 16 && w->dims[2] == 3 && w->dims[3] == 257);
-        cr_assert(w->row_bytes == 128 && w->plane_bytes == 2048 && w->block_bytes == 3 * 2048);
+        cr_assert(w->strides[0] == 128 && w->strides[1] == 2048 && w->strides[2] == 3 * 2048);
         cr_assert(w->box[1] == 16 && w->box[2] == 1 && w->box[3] == cases[i].bn / 16);
+    }
+    /* FP8 per-tensor and per-channel from theirs: 128 bytes (two rows), 8
+     * of them, 257 row tiles, 3 atoms, a box of bn / 16 row tiles of two
+     * atoms, in the 128-byte swizzle; block FP8 from its rows. */
+    for (int f = KILN_FMT_FP8_TENSOR; f <= KILN_FMT_FP8_BLOCK; f++) {
+        const kiln_launch c = launch_of("tma_bm128bn128", (kiln_format)f, 4099, 192, 129);
+        const kiln_tma *x = &c.tma[0], *w = &c.tma[1];
+        cr_assert(x->elem_bytes == 1 && x->box[0] == 128 && x->swizzle == 128);
+        cr_assert_eq(w->elem_bytes, 1);
+        if (f == KILN_FMT_FP8_BLOCK) {
+            cr_assert(w->rank <= 2 && w->dims[0] == 192 && w->dims[1] == 4099);
+            cr_assert(w->box[0] == 128 && w->box[1] == 128 && w->swizzle == 128);
+            continue;
+        }
+        cr_assert_eq(w->rank, 4);
+        cr_assert(w->dims[0] == 128 && w->dims[1] == 8 && w->dims[2] == 257 && w->dims[3] == 3);
+        cr_assert(w->strides[0] == 128 && w->strides[1] == 3 * 1024 && w->strides[2] == 1024);
+        cr_assert(w->box[0] == 128 && w->box[1] == 8 && w->box[2] == 8 && w->box[3] == 2);
+        cr_assert_eq(w->swizzle, 128);
     }
 }
 
-/* Every byte of a box of BF16's 4-D weight map, read from the packed
- * atoms as the map addresses them, is the weight's value at the row and
- * column the kernel's tile holds there: box row r of the (k-step s, row
- * tile c3) box is weight row 16 · c3 + r, its 64 values K s · 64 on.
- * Rows past N read zeros. */
-Test(wgmma, tma_boxes_of_packed_bf16_are_rows)
+/* Byte offset in the array of element i (box order) of map t's box at
+ * coordinates c, or -1 past the map (TMA reads zeros there). */
+static int64_t map_byte(const kiln_tma *t, const uint64_t c[4], uint64_t i)
 {
-    enum { N = 40, K = 192 };
-    const kiln_launch launch = launch_of("tma_bm64bn128", KILN_FMT_BF16, N, K, 64);
-    const kiln_tma *w = &launch.tma[1];
-    kt_rng rng = kt_rng_new(5);
-    static uint16_t v[N * K];
-    for (int i = 0; i < N * K; i++)
-        v[i] = kiln_f32_to_bf16(kt_normal(&rng));
-    kiln_qtensor q = { .format = KILN_FMT_BF16, .n = N, .k = K, .data = v };
-    size_t data, scale;
-    cr_assert_eq(kiln_gemv_pack_bytes(KILN_FMT_BF16, N, K, &data, &scale), KILN_OK);
-    uint8_t *p = malloc(data + scale + 1);
-    cr_assert_eq(kiln_gemv_pack(&q, p, p + data), KILN_OK, "%s", kiln_last_error());
-    cr_assert_eq(w->dims[3] * w->block_bytes, data, "the map spans the packed array");
-    int checked = 0;
-    for (uint64_t s = 0; s < w->dims[2]; s++)
-        for (uint64_t c3 = 0; c3 < w->dims[3]; c3 += w->box[3])
-            for (uint64_t tt = 0; tt < w->box[3]; tt++)
-                for (uint64_t r = 0; r < 16; r++)
-                    for (uint64_t x = 0; x < 64; x++) {
-                        const int64_t row = (int64_t)((c3 + tt) * 16 + r);
-                        const int64_t col = (int64_t)(s * 64 + x);
-                        if (c3 + tt >= w->dims[3])
-                            continue; /* past the array: TMA reads zeros */
-                        const uint64_t at = w->offset + x * 2 + r * w->row_bytes +
-                                            s * w->plane_bytes + (c3 + tt) * w->block_bytes;
-                        uint16_t got;
-                        memcpy(&got, p + at, 2);
-                        cr_assert_eq(got, row < N ? v[row * K + col] : 0,
-                                     "row %lld, column %lld", (long long)row, (long long)col);
-                        checked++;
+    int64_t at = (int64_t)t->offset;
+    for (int d = 0; d < t->rank; d++) {
+        const uint64_t x = c[d] + i % t->box[d];
+        i /= t->box[d];
+        if (x >= t->dims[d])
+            return -1;
+        at += (int64_t)(x * (d ? t->strides[d - 1] : t->elem_bytes));
+    }
+    return at;
+}
+
+/* Which element of an FP8 weight tile, half by half bn rows of 64 bytes,
+ * the MMA reads where the copy puts element i of a box: at byte i ^ (i >>
+ * 7) % 8 · 16 (the map's 128-byte swizzle), which the descriptors' 64-byte
+ * swizzle reads as element b ^ (b >> 7) % 4 · 16. */
+static uint64_t fp8_mma_element(uint64_t i)
+{
+    const uint64_t b = i ^ ((i >> 7) & 7) << 4;
+    return b ^ ((b >> 7) & 3) << 4;
+}
+
+/* Every element of every box the producer loads from the 4-D weight map
+ * of BF16 and FP8, read from the packed atoms as the map addresses them,
+ * is the weight's value at the row and column of the kernel's shared tile
+ * there: box row n of row tile block c is weight row c · bn + n, its 128
+ * bytes of K (BF16: one atom; FP8: two, a half of the tile each, the last
+ * of an odd count past the map) stage s's. Rows past N read zeros. */
+Test(wgmma, tma_boxes_of_packed_atoms_are_rows)
+{
+    enum { N = 40, K = 192, BN = 128 };
+    static const kiln_format fs[] = { KILN_FMT_BF16, KILN_FMT_FP8_TENSOR, KILN_FMT_FP8_CHANNEL };
+    for (size_t fi = 0; fi < KILN_ARRAY_LEN(fs); fi++) {
+        const kiln_format f = fs[fi];
+        const int e = f == KILN_FMT_BF16 ? 2 : 1, bk = 128 / e;
+        const kiln_launch launch = launch_of("tma_bm64bn128", f, N, K, 64);
+        const kiln_tma *w = &launch.tma[1];
+        kt_rng rng = kt_rng_new(5 + fi);
+        static uint8_t v[N * K * 2];
+        static float row_scale[N];
+        for (int i = 0; i < N * K; i++) {
+            const uint16_t b = kiln_f32_to_bf16(kt_normal(&rng));
+            const uint8_t code = (uint8_t)kt_next(&rng);
+            if (e == 2)
+                memcpy(v + 2 * i, &b, 2);
+            else /* an E4M3 code, not NaN */
+                v[i] = (code & 0x7F) == 0x7F ? code ^ 1 : code;
+        }
+        for (int i = 0; i < N; i++)
+            row_scale[i] = 1.0f + (float)i;
+        kiln_qtensor q = { .format = f, .n = N, .k = K, .data = v, .scale = row_scale };
+        size_t data, scale;
+        cr_assert_eq(kiln_gemv_pack_bytes(f, N, K, &data, &scale), KILN_OK);
+        uint8_t *p = malloc(data + scale + 1);
+        cr_assert_eq(kiln_gemv_pack(&q, p, p + data), KILN_OK, "%s", kiln_last_error());
+        uint64_t last = 0;
+        int checked = 0;
+        for (int s = 0; s < (K + bk - 1) / bk; s++)
+            for (int cb = 0; cb < (N + BN - 1) / BN; cb++) {
+                const uint64_t c[4] = { 0, 0, e == 2 ? (uint64_t)s : (uint64_t)cb * BN / 16,
+                                        e == 2 ? (uint64_t)cb * BN / 16 : 2 * (uint64_t)s };
+                for (uint64_t i = 0; i < (uint64_t)BN * 128 / e; i++) {
+                    /* the tile's row n and column of element i */
+                    const uint64_t per = (uint64_t)BN * 64, b = e == 2 ? i : fp8_mma_element(i);
+                    const int64_t n = cb * BN + (int64_t)(e == 2 ? b / 64 : b % per / 64);
+                    const int64_t col = s * bk + (int64_t)(e == 2 ? b % 64 : b / per * 64 + b % 64);
+                    const int64_t at = map_byte(w, c, i);
+                    uint8_t got[2] = { 0, 0 }, want[2] = { 0, 0 };
+                    if (at >= 0) {
+                        cr_assert_leq((uint64_t)at + (unsigned)e, data, "inside the array");
+                        memcpy(got, p + at, (size_t)e);
+                        last = (uint64_t)at + (unsigned)e > last ? (uint64_t)at + (unsigned)e
+                                                                  : last;
                     }
-    cr_assert_eq(checked, 48 * K, "every value of the 3 row tiles");
-    free(p);
+                    if (n < N && col < K)
+                        memcpy(want, v + (n * K + col) * e, (size_t)e);
+                    cr_assert(!memcmp(got, want, (size_t)e), "%s: row %lld, column %lld",
+                              kiln_format_get(f)->name, (long long)n, (long long)col);
+                    checked += n < N && col < K;
+                }
+            }
+        cr_assert_eq(checked, N * K, "%s: every value, once", kiln_format_get(f)->name);
+        cr_assert_eq(last, data, "%s: the map spans the packed array", kiln_format_get(f)->name);
+        free(p);
+    }
 }
 
 /* A persistent launch gets the blocks the device holds at once and no
@@ -841,9 +908,10 @@ Test(wgmma, sass_runs_the_main_loop_on_hgmma, .timeout = 300)
         cr_assert_geq(kt_count(sass, "WARPGROUP.ARRIVE"), 1, "%s", sig);
         cr_assert_geq(kt_count(sass, "WARPGROUP.DEPBAR.LE gsb0, 0x0"), 1, "%s", sig);
         if (cases[i].tma) {
-            const int atoms = cases[i].f == KILN_FMT_BF16;
+            const int atoms = cases[i].f == KILN_FMT_BF16 || cases[i].f == KILN_FMT_FP8_TENSOR ||
+                              cases[i].f == KILN_FMT_FP8_CHANNEL;
             cr_assert_geq(kt_count(sass, "UTMALDG.2D"), atoms ? 1 : 2, "%s: x and W by TMA", sig);
-            cr_assert_geq(kt_count(sass, "UTMALDG.4D"), atoms, "%s: BF16's W from its atoms", sig);
+            cr_assert_geq(kt_count(sass, "UTMALDG.4D"), atoms, "%s: W from its atoms", sig);
             cr_assert_geq(kt_count(sass, "SYNCS"), 1, "%s: stages behind mbarriers", sig);
             /* E4M3 waits for each stage's sum to promote it */
             if (!fp8_tma(cases[i].f))

@@ -30,11 +30,11 @@ static kiln_target target(const char *name)
     return t;
 }
 
-/* BF16 is not one: its packed atoms are row-major, wgmma's TMA kernel's. */
-static const kiln_format formats[] = { KILN_FMT_F16,   KILN_FMT_NVFP4,
-                                       KILN_FMT_MXFP4,       KILN_FMT_GGML_MXFP4, KILN_FMT_Q8_0,
-                                       KILN_FMT_Q4_0,        KILN_FMT_Q4_K,  KILN_FMT_Q6_K,
-                                       KILN_FMT_FP8_TENSOR,  KILN_FMT_FP8_CHANNEL, KILN_FMT_MXFP8 };
+/* BF16 and FP8 per-tensor and per-channel are not: their packed atoms are
+ * row-major, wgmma's TMA kernel's. */
+static const kiln_format formats[] = { KILN_FMT_F16,  KILN_FMT_NVFP4, KILN_FMT_MXFP4,
+                                       KILN_FMT_GGML_MXFP4, KILN_FMT_Q8_0, KILN_FMT_Q4_0,
+                                       KILN_FMT_Q4_K, KILN_FMT_Q6_K, KILN_FMT_MXFP8 };
 static const char *const tiles[] = { "bt256", "bt128", "bt64", "bt256s2", "bt128s2", "bt64s2" };
 
 static int taken(kiln_format f)
@@ -92,7 +92,7 @@ static int64_t box_byte(const kiln_tma *t, int64_t c1, int64_t c2, int64_t i)
     if (x >= (int64_t)(t->dims[0] * t->elem_bytes) || y >= (int64_t)t->dims[1] ||
         z >= (int64_t)t->dims[2])
         return -1;
-    return (int64_t)t->offset + z * (int64_t)t->plane_bytes + y * (int64_t)t->row_bytes + x;
+    return (int64_t)t->offset + z * (int64_t)t->strides[1] + y * (int64_t)t->strides[0] + x;
 }
 
 /* Every box the producer loads, for every format, tile and a whole, a
@@ -214,11 +214,11 @@ Test(wgmma_tc, launch_is_persistent_with_maps_of_x_and_the_packed_arrays)
     cr_assert(dm->dims[0] == 64 && dm->dims[1] == 12 && dm->dims[2] == 63, "%llu %llu %llu",
               (unsigned long long)dm->dims[0], (unsigned long long)dm->dims[1],
               (unsigned long long)dm->dims[2]);
-    cr_assert(dm->row_bytes == 512 && dm->plane_bytes == 12 * 512 && dm->offset == 0);
+    cr_assert(dm->strides[0] == 512 && dm->strides[1] == 12 * 512 && dm->offset == 0);
     cr_assert(dm->box[0] == 64 && dm->box[1] == 1 && dm->box[2] == 8 && dm->swizzle == 0);
     cr_assert(r->source == KILN_TMA_W_SCALE && r->rank == 3 && r->elem_bytes == 8);
     cr_assert(r->dims[0] == 8 && r->dims[1] == 12 && r->dims[2] == 63);
-    cr_assert(r->row_bytes == 64 && r->plane_bytes == 12 * 64 && r->offset == 0);
+    cr_assert(r->strides[0] == 64 && r->strides[1] == 12 * 64 && r->offset == 0);
     cr_assert(r->box[0] == 8 && r->box[1] == 1 && r->box[2] == 8);
     /* Q4_K: the super-records (d and dmin, 8 bytes a lane group a 256
      * values) after every atom's records; F16: the data alone. */

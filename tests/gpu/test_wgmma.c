@@ -233,8 +233,9 @@ Test(gpu_wgmma, fused_ffn_matches_the_cpu, .timeout = 1200)
     need_hopper();
     fresh_cache();
     kt_rng r = kt_rng_new(22);
-    static const kiln_format fs[] = { KILN_FMT_BF16,  KILN_FMT_FP8_BLOCK, KILN_FMT_NVFP4,
-                                      KILN_FMT_MXFP4, KILN_FMT_Q4_K,      KILN_FMT_Q6_K };
+    static const kiln_format fs[] = { KILN_FMT_BF16,  KILN_FMT_FP8_BLOCK, KILN_FMT_FP8_TENSOR,
+                                      KILN_FMT_NVFP4, KILN_FMT_MXFP4,     KILN_FMT_Q4_K,
+                                      KILN_FMT_Q6_K };
     float norm[512];
     kt_fill_normal(&r, norm, 512, 0.2f);
     for (int i = 0; i < 512; i++)
@@ -277,8 +278,8 @@ static kiln_session *wgmma_tc_session(kiln_graph *g, const int64_t *sizes, int n
  * tiles, K of one atom to twelve (Q4_K and Q6_K: whole super-blocks of
  * four atoms, one to three); and one weight copy on the device. */
 static const kiln_format tc_formats[] = {
-    KILN_FMT_F16,  KILN_FMT_NVFP4, KILN_FMT_MXFP4,      KILN_FMT_GGML_MXFP4,  KILN_FMT_Q8_0,  KILN_FMT_Q4_0,
-    KILN_FMT_Q4_K, KILN_FMT_Q6_K,  KILN_FMT_FP8_TENSOR, KILN_FMT_FP8_CHANNEL, KILN_FMT_MXFP8,
+    KILN_FMT_F16,  KILN_FMT_NVFP4, KILN_FMT_MXFP4, KILN_FMT_GGML_MXFP4, KILN_FMT_Q8_0,
+    KILN_FMT_Q4_0, KILN_FMT_Q4_K,  KILN_FMT_Q6_K,  KILN_FMT_MXFP8,
 };
 static const struct {
     int64_t n, k;
@@ -411,10 +412,9 @@ Test(gpu_wgmma, wgmma_tc_ffn_matches_the_cpu, .timeout = 1200)
     need_hopper();
     fresh_cache();
     kt_rng r = kt_rng_new(25);
-    static const kiln_format fs[] = { KILN_FMT_F16,        KILN_FMT_NVFP4,
-                                      KILN_FMT_MXFP4,       KILN_FMT_GGML_MXFP4, KILN_FMT_Q8_0,
-                                      KILN_FMT_Q4_0,        KILN_FMT_Q4_K,       KILN_FMT_Q6_K,
-                                      KILN_FMT_FP8_TENSOR,  KILN_FMT_FP8_CHANNEL, KILN_FMT_MXFP8 };
+    static const kiln_format fs[] = { KILN_FMT_F16,  KILN_FMT_NVFP4, KILN_FMT_MXFP4,
+                                      KILN_FMT_GGML_MXFP4, KILN_FMT_Q8_0, KILN_FMT_Q4_0,
+                                      KILN_FMT_Q4_K, KILN_FMT_Q6_K, KILN_FMT_MXFP8 };
     float norm[512];
     kt_fill_normal(&r, norm, 512, 0.2f);
     for (int i = 0; i < 512; i++)

@@ -37,9 +37,8 @@ Test(registry, every_priority_name_is_a_registered_backend_for_the_format)
 /* Each format's list: gemv_tc first where it has a kernel for the format
  * (every format up to GGML MXFP4 but F32), then wgmma_tc for the formats
  * it decodes (the 4-bit ones exactly, the integer GGML ones rounded to
- * BF16, and F16 rounded), then gemv (every format), then wgmma (and
- * wgmma_tc for FP8 per-tensor and per-channel; BF16's atoms are wgmma's
- * alone) and simt.
+ * BF16, and F16 rounded), then gemv (every format), then wgmma and simt
+ * (BF16's and FP8 per-tensor and per-channel atoms are wgmma's alone).
  * A backend that claims a format is in its list. */
 Test(registry, each_format_lists_the_decode_backends_first)
 {
@@ -53,16 +52,12 @@ Test(registry, each_format_lists_the_decode_backends_first)
                              f == KILN_FMT_GGML_MXFP4 || f == KILN_FMT_Q8_0 ||
                              f == KILN_FMT_Q4_0 || f == KILN_FMT_Q4_K || f == KILN_FMT_Q6_K ||
                              f == KILN_FMT_MXFP8 || f == KILN_FMT_F16;
-        /* after wgmma: its TMA kernel is the faster prefill */
-        const int tc_after = f == KILN_FMT_FP8_TENSOR || f == KILN_FMT_FP8_CHANNEL;
         if (packed && f != KILN_FMT_F32)
             want[n++] = "gemv_tc";
         if (one_copy)
             want[n++] = "wgmma_tc";
         want[n++] = "gemv";
         want[n++] = "wgmma";
-        if (tc_after)
-            want[n++] = "wgmma_tc";
         want[n++] = "simt";
         for (int i = 0; i <= n; i++) {
             if (!want[i]) {

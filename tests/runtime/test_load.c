@@ -549,9 +549,10 @@ static void device_copies(const kt_weight *w, int want_storage, const kiln_sessi
 /* A weight in caller memory goes through the same load: one the packer
  * refuses (a NaN NVFP4 block scale) is refused naming it, as before, and
  * one it takes arrives as the packer and the storage layout have it: NVFP4
- * packed alone (decode and prefill read that layout on the device, an
- * sm_90a), FP8 per-channel packed for decode and in the storage layout
- * for prefill (wgmma's FP8 kernel). */
+ * and FP8 per-channel packed alone (decode and prefill read that layout
+ * on the device, an sm_90a: wgmma_tc, and wgmma's TMA kernel from FP8's
+ * row-major atoms, an odd count of them included), block FP8 packed for
+ * decode and in the storage layout for prefill (wgmma's FP8 kernel). */
 Test(load, weights_in_memory_and_a_refused_pack)
 {
     fake_device(NULL, "3", "2", "1K");
@@ -579,14 +580,23 @@ Test(load, weights_in_memory_and_a_refused_pack)
     kt_weight_free(&w);
     nothing_left();
 
-    kt_weight_make(&w, &r, KILN_FMT_FP8_CHANNEL, 256, 512);
-    g = kt_linear_graph(&w);
-    cr_assert_eq(kiln_session_create(g, &so, &s), KILN_OK, "%s", kiln_last_error());
-    device_copies(&w, 1, s);
-    kiln_session_destroy(s);
-    kiln_graph_destroy(g);
-    kt_weight_free(&w);
-    nothing_left();
+    static const struct {
+        kiln_format f;
+        int64_t k;
+        int storage;
+    } held[] = { { KILN_FMT_FP8_CHANNEL, 512, 0 },
+                 { KILN_FMT_FP8_CHANNEL, 320, 0 },
+                 { KILN_FMT_FP8_BLOCK, 512, 1 } };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(held); i++) {
+        kt_weight_make(&w, &r, held[i].f, 256, held[i].k);
+        g = kt_linear_graph(&w);
+        cr_assert_eq(kiln_session_create(g, &so, &s), KILN_OK, "%s", kiln_last_error());
+        device_copies(&w, held[i].storage, s);
+        kiln_session_destroy(s);
+        kiln_graph_destroy(g);
+        kt_weight_free(&w);
+        nothing_left();
+    }
 }
 
 /* The fault sweep (tests/util/fault.h) over a session that loads the
