@@ -18,7 +18,8 @@ expect "shape '4096by4096' is not NxK" tc_q4_0 1 4096by4096 1,4,4,4,3
 expect "shape '0x64' is not NxK" tc_q4_0 1 4096x4096,0x64 1,4,4,4,3
 expect "config '1,4,4' is not RT,W,KS,B,ST" tc_q4_0 1 4096x4096 1,4,4
 expect "usage" tc_q4_0 1 4096x4096
-expect "--against needs a git revision" --against
-expect "'no-such-revision' is not a git revision" --against no-such-revision tc_q4_0 1 4096x4096 1,4,4,4,3
+expect "--against needs a git revision or a source directory" --against
+expect "'no-such-revision' is neither a directory nor a git revision" --against no-such-revision tc_q4_0 1 4096x4096 1,4,4,4,3
+expect "directory '/' holds no kiln kernels/ headers" --against / tc_q4_0 1 4096x4096 1,4,4,4,3
 expect "--gate takes an even RT, not config" --gate tc_q4_0 1 4096x4096 1,4,4,4,3
 exit $fail
