@@ -117,13 +117,13 @@ static int tma_format(kiln_format f)
 }
 
 /* Whether the TMA kernel reads k's weight from gemv_tc's row-major atoms
- * (BF16, FP8 per-tensor and per-channel, wherever gemv_tc packs them):
- * the decode kernels' copy, the only one a session then holds. */
+ * (the formats whose tc_format.h row says rows, wherever gemv_tc packs
+ * them): the decode kernels' copy, the only one a session then holds. */
 static int tma_atoms(const kiln_target *t, const kiln_linear_kernel *k)
 {
     const kiln_format f = k->cfg.format;
-    return (f == KILN_FMT_BF16 || f == KILN_FMT_FP8_TENSOR || f == KILN_FMT_FP8_CHANNEL) &&
-           kiln_gemv_tc_serves(t, f, k->cfg.n, k->cfg.k);
+    const kiln_gemv_tc_format *row = kiln_gemv_tc_format_get(f);
+    return tma_format(f) && row && row->rows && kiln_gemv_tc_serves(t, f, k->cfg.n, k->cfg.k);
 }
 
 /* The map of k's weight in row-major atoms, a box a stage of bn rows and
